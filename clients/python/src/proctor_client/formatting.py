@@ -1,0 +1,59 @@
+"""Human and JSON renderings of responses, chunks and model info, shared by this CLI and the server's."""
+
+from __future__ import annotations
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from proctor_client.v1 import generation_pb2
+
+FINISH_PREFIX = "FINISH_REASON_"
+
+
+def finish_reason_name(value: int) -> str:
+    """``FINISH_REASON_EOS`` -> ``EOS``; an unknown number (newer server) is shown as is."""
+    try:
+        return generation_pb2.FinishReason.Name(value).removeprefix(FINISH_PREFIX)
+    except ValueError:
+        return str(value)
+
+
+def summary_line(message: generation_pb2.GenerateResponse | generation_pb2.GenerateChunk) -> str:
+    """One line with finish reason, token counts and timings (a response or the last chunk of a stream)."""
+    finish = finish_reason_name(message.finish_reason)
+    if message.finish_detail:
+        finish += f" ({message.finish_detail})"
+    parts = [
+        f"finish={finish}",
+        f"prompt_tokens={message.usage.prompt_tokens}",
+        f"completion_tokens={message.usage.completion_tokens}",
+        f"ttft_ms={message.timings.time_to_first_token_ms:.1f}",
+        f"total_ms={message.timings.total_ms:.1f}",
+        f"seed={message.seed}",
+    ]
+    if message.request_id:
+        parts.append(f"request_id={message.request_id}")
+    return " ".join(parts)
+
+
+def to_json(message: Message, *, compact: bool = False) -> str:
+    """The protobuf JSON mapping with proto field names; ``compact`` gives one line (for JSONL)."""
+    return json_format.MessageToJson(
+        message, preserving_proto_field_name=True, indent=None if compact else 2, ensure_ascii=False
+    )
+
+
+def info_lines(info: generation_pb2.ModelInfo) -> list[str]:
+    """Aligned ``key: value`` lines in proto field order; unset or empty values show as ``-``."""
+    rows: list[tuple[str, str]] = []
+    for field in info.DESCRIPTOR.fields:
+        value = getattr(info, field.name)
+        if field.is_repeated:
+            text = ", ".join(str(v) for v in value)
+        elif field.has_presence and not info.HasField(field.name):
+            text = ""
+        else:
+            text = str(value)
+        rows.append((field.name, text or "-"))
+    width = max(len(name) for name, _ in rows) + 1
+    return [f"{name + ':':<{width}} {text}" for name, text in rows]

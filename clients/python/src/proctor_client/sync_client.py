@@ -1,0 +1,160 @@
+"""Blocking client: one channel, deadlines on every call, retries only when nothing was received."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import grpc
+
+from proctor_client._common import (
+    READY_POLL_S,
+    UNSET,
+    ChannelOptions,
+    Deadline,
+    RetryPolicy,
+    TimeoutArg,
+    channel_options,
+    coerce_request,
+    resolve_timeout,
+    status_code,
+)
+from proctor_client.errors import ProctorError
+from proctor_client.v1 import generation_pb2, generation_pb2_grpc
+
+T = TypeVar("T")
+
+
+class ProctorClient:
+    """Sync client for proctor.v1.Generation; use as a context manager or call close().
+
+    ``retries`` counts extra attempts after an UNAVAILABLE failure; every other failure raises ProctorError
+    at once. ``timeout_s`` is the default deadline of a whole call, retries included (None: no deadline).
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout_s: float | None = 60.0,
+        retries: int = 3,
+        backoff_s: float = 0.2,
+        options: ChannelOptions | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        self.target = target
+        self.timeout_s = timeout_s
+        self._policy = RetryPolicy(retries=retries, backoff_s=backoff_s)
+        opts = channel_options(options)
+        if credentials is None:
+            self._channel = grpc.insecure_channel(target, options=opts)
+        else:
+            self._channel = grpc.secure_channel(target, credentials, options=opts)
+        self._stub = generation_pb2_grpc.GenerationStub(self._channel)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the channel; in-flight calls are cancelled."""
+        self._channel.close()
+
+    def generate(
+        self,
+        request: generation_pb2.GenerateRequest | str | None = None,
+        /,
+        *,
+        timeout_s: TimeoutArg = UNSET,
+        **kwargs: Any,
+    ) -> generation_pb2.GenerateResponse:
+        """Generate a whole completion from a GenerateRequest, or a prompt / ``messages=`` + build_request kwargs."""
+        message = coerce_request(request, kwargs)
+        return self._unary(self._stub.Generate, message, resolve_timeout(timeout_s, self.timeout_s))
+
+    def stream_generate(
+        self,
+        request: generation_pb2.GenerateRequest | str | None = None,
+        /,
+        *,
+        timeout_s: TimeoutArg = UNSET,
+        **kwargs: Any,
+    ) -> Iterator[generation_pb2.GenerateChunk]:
+        """Stream chunks; arguments are validated now, the call starts on the first ``next()``.
+
+        Closing the iterator early (``break``) cancels the call.
+        """
+        message = coerce_request(request, kwargs)
+        return self._stream(message, resolve_timeout(timeout_s, self.timeout_s))
+
+    def model_info(self, *, timeout_s: TimeoutArg = UNSET) -> generation_pb2.ModelInfo:
+        """Describe the loaded model and the server."""
+        request = generation_pb2.GetModelInfoRequest()
+        return self._unary(self._stub.GetModelInfo, request, resolve_timeout(timeout_s, self.timeout_s))
+
+    def wait_ready(self, timeout_s: float) -> generation_pb2.ModelInfo:
+        """Poll GetModelInfo until it succeeds (server up and model loaded) or ``timeout_s`` passes.
+
+        Raises ProctorError: DEADLINE_EXCEEDED when the server never became ready, or the first error that
+        is neither UNAVAILABLE nor DEADLINE_EXCEEDED (e.g. UNIMPLEMENTED: not a Proctor server).
+        """
+        deadline = Deadline(timeout_s)
+        request = generation_pb2.GetModelInfoRequest()
+        last = "no attempt"
+        while True:
+            remaining = deadline.remaining() or 0.0
+            try:
+                return self._stub.GetModelInfo(request, timeout=max(remaining, 0.001), wait_for_ready=True)
+            except grpc.RpcError as error:
+                failure = ProctorError.from_rpc_error(error)
+                if failure.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise failure from error
+                last = str(failure)
+            remaining = deadline.remaining() or 0.0
+            if remaining <= READY_POLL_S:
+                raise ProctorError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED, f"{self.target} not ready after {timeout_s:g} s (last: {last})"
+                )
+            time.sleep(READY_POLL_S)
+
+    def _unary(self, method: Callable[..., T], request: Any, timeout_s: float | None) -> T:
+        deadline = Deadline(timeout_s)
+        attempt = 0
+        while True:
+            try:
+                return method(request, timeout=deadline.remaining())
+            except grpc.RpcError as error:
+                delay = self._policy.delay(status_code(error), attempt, deadline.remaining())
+                if delay is None:
+                    raise ProctorError.from_rpc_error(error) from error
+            time.sleep(delay)
+            attempt += 1
+
+    def _stream(
+        self, request: generation_pb2.GenerateRequest, timeout_s: float | None
+    ) -> Iterator[generation_pb2.GenerateChunk]:
+        deadline = Deadline(timeout_s)
+        attempt = 0
+        while True:
+            call = self._stub.StreamGenerate(request, timeout=deadline.remaining())
+            received = False
+            try:
+                for chunk in call:
+                    received = True
+                    yield chunk
+                return
+            except grpc.RpcError as error:
+                # Once a chunk arrived, a retry would repeat text the caller already has.
+                delay = None if received else self._policy.delay(status_code(error), attempt, deadline.remaining())
+                if delay is None:
+                    raise ProctorError.from_rpc_error(error) from error
+            finally:
+                call.cancel()
+            time.sleep(delay)
+            attempt += 1

@@ -1,0 +1,122 @@
+"""proto ⇄ domain conversion: the only module where protobuf request/response types meet domain types."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable
+
+from proctor.api.validation import validate
+from proctor.config import Settings
+from proctor.domain import (
+    ChatMessage,
+    FinishReason,
+    GenerationRequest,
+    RequestValidationError,
+    SamplingParams,
+    StoppingParams,
+    TokenDetail,
+    TokenEvent,
+)
+from proctor_client.v1 import generation_pb2 as pb
+
+FINISH_TO_PROTO: dict[FinishReason, int] = {
+    FinishReason.EOS: pb.FINISH_REASON_EOS,
+    FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
+    FinishReason.STOP_STRING: pb.FINISH_REASON_STOP_STRING,
+    FinishReason.STOP_TOKEN: pb.FINISH_REASON_STOP_TOKEN,
+    FinishReason.CANCELLED: pb.FINISH_REASON_CANCELLED,
+    FinishReason.DEADLINE: pb.FINISH_REASON_DEADLINE,
+    FinishReason.ERROR: pb.FINISH_REASON_ERROR,
+}
+
+
+def _opt(message: object, name: str, default: object) -> object:
+    return getattr(message, name) if message.HasField(name) else default  # type: ignore[attr-defined]
+
+
+def request_from_proto(message: pb.GenerateRequest, settings: Settings,
+                       time_remaining_s: float | None) -> GenerationRequest:
+    """Convert and validate; raises RequestValidationError listing every bad field."""
+    s, st = message.sampling, message.stopping
+    messages = None
+    prompt = None
+    if message.WhichOneof("input") == "messages":
+        messages = tuple(ChatMessage(m.role, m.content) for m in message.messages.messages)
+    else:
+        prompt = message.prompt
+    request = GenerationRequest(
+        request_id=message.request_id or uuid.uuid4().hex,
+        prompt=prompt,
+        messages=messages,
+        sampling=SamplingParams(
+            temperature=_opt(s, "temperature", None),  # type: ignore[arg-type]
+            top_k=_opt(s, "top_k", 0),  # type: ignore[arg-type]
+            top_p=_opt(s, "top_p", 1.0),  # type: ignore[arg-type]
+            min_p=_opt(s, "min_p", 0.0),  # type: ignore[arg-type]
+            repetition_penalty=_opt(s, "repetition_penalty", 1.0),  # type: ignore[arg-type]
+            presence_penalty=_opt(s, "presence_penalty", 0.0),  # type: ignore[arg-type]
+            frequency_penalty=_opt(s, "frequency_penalty", 0.0),  # type: ignore[arg-type]
+            no_repeat_ngram_size=_opt(s, "no_repeat_ngram_size", 0),  # type: ignore[arg-type]
+            seed=_opt(s, "seed", None),  # type: ignore[arg-type]
+        ),
+        stopping=StoppingParams(
+            max_new_tokens=_opt(st, "max_new_tokens", None),  # type: ignore[arg-type]
+            min_new_tokens=_opt(st, "min_new_tokens", 0),  # type: ignore[arg-type]
+            stop=tuple(st.stop),
+            stop_token_ids=tuple(st.stop_token_ids),
+            ignore_eos=st.ignore_eos,
+        ),
+        top_logprobs=_opt(message, "top_logprobs", 0),  # type: ignore[arg-type]
+        token_details=message.token_details,
+        deadline=None if time_remaining_s is None else time.monotonic() + time_remaining_s,
+    )
+    violations = validate(request, settings)
+    if violations:
+        raise RequestValidationError(violations)
+    return request
+
+
+def details_to_proto(details: Iterable[TokenDetail]) -> list[pb.TokenDetail]:
+    return [
+        pb.TokenDetail(
+            token_id=d.token_id, text=d.text, logprob=d.logprob, final_logprob=d.final_logprob,
+            top_logprobs=[pb.TokenLogprob(token_id=a.token_id, text=a.text, logprob=a.logprob)
+                          for a in d.top_logprobs])
+        for d in details
+    ]
+
+
+def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEvent) -> None:
+    assert event.finish_reason is not None
+    target.finish_reason = FINISH_TO_PROTO[event.finish_reason]  # type: ignore[assignment]
+    target.finish_detail = event.finish_detail
+    target.seed = event.seed
+    if event.usage is not None:
+        target.usage.prompt_tokens = event.usage.prompt_tokens
+        target.usage.completion_tokens = event.usage.completion_tokens
+    if event.timings is not None:
+        target.timings.queue_ms = event.timings.queue_ms
+        target.timings.time_to_first_token_ms = event.timings.time_to_first_token_ms
+        target.timings.total_ms = event.timings.total_ms
+
+
+def chunk_from_event(event: TokenEvent) -> pb.GenerateChunk:
+    chunk = pb.GenerateChunk(request_id=event.request_id, token_ids=event.token_ids, text=event.text,
+                             tokens=details_to_proto(event.details))
+    if event.finished:
+        _fill_final(chunk, event)
+    return chunk
+
+
+def response_from_events(events: list[TokenEvent]) -> pb.GenerateResponse:
+    """Concatenate a finished request's events into the unary response (same text as the stream)."""
+    final = events[-1]
+    response = pb.GenerateResponse(
+        request_id=final.request_id,
+        text="".join(e.text for e in events),
+        token_ids=[t for e in events for t in e.token_ids],
+        tokens=details_to_proto(d for e in events for d in e.details),
+    )
+    _fill_final(response, final)
+    return response

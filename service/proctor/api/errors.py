@@ -1,0 +1,41 @@
+"""The one table that maps domain errors to gRPC status codes (rule 7 of DESIGN.md)."""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+from proctor.domain import EngineFault, Overloaded, RequestValidationError, ShuttingDown
+
+
+def status_for(exc: BaseException) -> status_pb2.Status:
+    """Build the google.rpc.Status (code, message, typed details) for a domain error."""
+    if isinstance(exc, RequestValidationError):
+        detail = error_details_pb2.BadRequest(field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+            for v in exc.violations])
+        return _status(code_pb2.INVALID_ARGUMENT, str(exc), detail)
+    if isinstance(exc, Overloaded):
+        retry = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(
+            seconds=exc.retry_after_ms // 1000, nanos=(exc.retry_after_ms % 1000) * 1_000_000))
+        return _status(code_pb2.RESOURCE_EXHAUSTED, str(exc), retry)
+    if isinstance(exc, ShuttingDown):
+        return _status(code_pb2.UNAVAILABLE, str(exc))
+    if isinstance(exc, EngineFault):
+        return _status(code_pb2.INTERNAL, str(exc))
+    return _status(code_pb2.INTERNAL, f"internal error: {type(exc).__name__}")
+
+
+def _status(code: int, message: str, detail: object | None = None) -> status_pb2.Status:
+    status = status_pb2.Status(code=code, message=message)
+    if detail is not None:
+        packed = any_pb2.Any()
+        packed.Pack(detail)  # type: ignore[arg-type]
+        status.details.append(packed)
+    return status
+
+
+async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+    """Abort the call with the mapped status (raises, as ``context.abort`` does)."""
+    await context.abort_with_status(rpc_status.to_status(status_for(exc)))

@@ -1,0 +1,91 @@
+"""Request validation: every rule names the protobuf field it concerns.
+
+All violations of a request are collected and returned together, so a client fixes them in one go.
+"""
+
+from __future__ import annotations
+
+import math
+
+from proctor.config import Settings
+from proctor.domain import FieldViolation
+from proctor.domain.request import CHAT_ROLES, GenerationRequest
+
+MAX_TOP_LOGPROBS = 20
+MAX_SEED = 2**64 - 1
+
+
+def _finite(value: float) -> bool:
+    return not (math.isnan(value) or math.isinf(value))
+
+
+def validate(request: GenerationRequest, settings: Settings) -> list[FieldViolation]:
+    out: list[FieldViolation] = []
+    bad = lambda f, d: out.append(FieldViolation(f, d))  # noqa: E731
+    _validate_input(request, settings, bad)
+    s = request.sampling
+    if s.temperature is not None and (not _finite(s.temperature) or s.temperature < 0):
+        bad("sampling.temperature", f"must be a finite number >= 0 (0 means greedy), got {s.temperature}")
+    if s.top_k < 0:
+        bad("sampling.top_k", f"must be >= 0 (0 means off), got {s.top_k}")
+    if not (_finite(s.top_p) and 0 < s.top_p <= 1):
+        bad("sampling.top_p", f"must be in (0, 1], got {s.top_p}")
+    if not (_finite(s.min_p) and 0 <= s.min_p <= 1):
+        bad("sampling.min_p", f"must be in [0, 1], got {s.min_p}")
+    if not (_finite(s.repetition_penalty) and s.repetition_penalty > 0):
+        bad("sampling.repetition_penalty", f"must be > 0 (1 means none), got {s.repetition_penalty}")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = getattr(s, name)
+        if not (_finite(value) and -2 <= value <= 2):
+            bad(f"sampling.{name}", f"must be in [-2, 2], got {value}")
+    if s.no_repeat_ngram_size < 0:
+        bad("sampling.no_repeat_ngram_size", f"must be >= 0, got {s.no_repeat_ngram_size}")
+    _validate_stopping(request, settings, bad)
+    if not 0 <= request.top_logprobs <= MAX_TOP_LOGPROBS:
+        bad("top_logprobs", f"must be between 0 and {MAX_TOP_LOGPROBS}, got {request.top_logprobs}")
+    if len(request.request_id) > 256:
+        bad("request_id", "must be at most 256 characters")
+    return out
+
+
+def _validate_input(request: GenerationRequest, settings: Settings, bad) -> None:  # type: ignore[no-untyped-def]
+    if request.messages is None:
+        if not request.prompt:
+            bad("prompt", "the input is empty: set a non-empty prompt or chat messages")
+        elif len(request.prompt) > settings.max_prompt_chars:
+            bad("prompt", f"longer than the server limit of {settings.max_prompt_chars} characters")
+        return
+    if not request.messages:
+        bad("messages", "the input is empty: at least one chat message is needed")
+    total = 0
+    for index, message in enumerate(request.messages):
+        if message.role not in CHAT_ROLES:
+            bad(f"messages.messages[{index}].role",
+                f"unknown role {message.role!r}; expected one of {', '.join(sorted(CHAT_ROLES))}")
+        total += len(message.content)
+    if total > settings.max_prompt_chars:
+        bad("messages", f"longer than the server limit of {settings.max_prompt_chars} characters")
+
+
+def _validate_stopping(request: GenerationRequest, settings: Settings, bad) -> None:  # type: ignore[no-untyped-def]
+    st = request.stopping
+    if st.max_new_tokens is not None and not 1 <= st.max_new_tokens <= settings.max_new_tokens_limit:
+        bad("stopping.max_new_tokens",
+            f"must be between 1 and the server cap {settings.max_new_tokens_limit}, got {st.max_new_tokens}")
+    if st.min_new_tokens < 0:
+        bad("stopping.min_new_tokens", f"must be >= 0, got {st.min_new_tokens}")
+    limit = st.max_new_tokens if st.max_new_tokens is not None else settings.default_max_new_tokens
+    if st.min_new_tokens > limit:
+        bad("stopping.min_new_tokens", f"{st.min_new_tokens} exceeds max_new_tokens ({limit})")
+    if len(st.stop) > settings.max_stop_strings:
+        bad("stopping.stop", f"at most {settings.max_stop_strings} stop strings, got {len(st.stop)}")
+    for index, stop in enumerate(st.stop):
+        if not stop:
+            bad(f"stopping.stop[{index}]", "stop strings must not be empty")
+        elif len(stop) > settings.max_stop_string_chars:
+            bad(f"stopping.stop[{index}]", f"longer than {settings.max_stop_string_chars} characters")
+    if len(st.stop_token_ids) > settings.max_stop_token_ids:
+        bad("stopping.stop_token_ids", f"at most {settings.max_stop_token_ids} ids, got {len(st.stop_token_ids)}")
+    for index, token_id in enumerate(st.stop_token_ids):
+        if token_id < 0:
+            bad(f"stopping.stop_token_ids[{index}]", f"token ids are >= 0, got {token_id}")

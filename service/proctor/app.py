@@ -1,0 +1,182 @@
+"""Composition root: start the gRPC server, load the model, start the engine, shut down in order.
+
+Start-up: bind and serve health (NOT_SERVING) at once → load model → start engine → warm up →
+SERVING. Shutdown (rule 10): signal → health NOT_SERVING → stop accepting → drain in-flight
+calls within the grace period → stop the engine → exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+from proctor_client.v1 import generation_pb2, generation_pb2_grpc
+
+from proctor.api.servicer import GenerationServicer
+from proctor.config import Settings
+from proctor.domain import GenerationRequest, StoppingParams
+
+log = logging.getLogger("proctor.app")
+SERVICE_NAME = generation_pb2.DESCRIPTOR.services_by_name["Generation"].full_name
+
+
+def model_info(loaded: object, settings: Settings) -> dict[str, object]:
+    """The ModelInfo fields that describe the loaded model."""
+    from proctor.models import LoadedModel
+
+    assert isinstance(loaded, LoadedModel)
+    return {
+        "model_id": loaded.model_id,
+        "weights_sha256": loaded.weights_sha256,
+        "tokenizer_sha256": loaded.tokenizer_sha256,
+        "dtype": str(loaded.dtype).removeprefix("torch."),
+        "device": str(loaded.device),
+        "context_length_tokens": loaded.context_length,
+        "vocab_size": loaded.vocab_size,
+        "eos_token_ids": list(loaded.eos_token_ids),
+        "pad_token_id": loaded.pad_token_id,
+        "bos_token_id": loaded.bos_token_id,
+    }
+
+
+@dataclass
+class RunningServer:
+    """A started server: its bound port and what shutdown needs."""
+
+    settings: Settings
+    server: grpc.aio.Server
+    port: int
+    health: HealthServicer
+    servicer: GenerationServicer
+    engine: object | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def load(self) -> None:
+        """Load the model and start the engine (off the event loop), then report SERVING."""
+        try:
+            engine, info = await asyncio.to_thread(_build_engine, self.settings, self._engine_unhealthy)
+        except Exception:
+            log.exception("model loading failed")
+            raise
+        self.engine = engine
+        self.servicer.attach(engine, info)
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        self.ready.set()
+        log.info("ready: serving %s on %s:%d", info["model_id"], self.settings.host, self.port)
+
+    def _engine_unhealthy(self, reason: str) -> None:
+        log.error("engine unhealthy: %s", reason)
+        loop = self._loop
+        for name in ("", SERVICE_NAME):
+            asyncio.run_coroutine_threadsafe(
+                self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING), loop)
+
+    async def shutdown(self) -> None:
+        """Health NOT_SERVING → refuse new calls → finish in-flight calls within the grace period."""
+        log.info("shutting down (grace %.1f s)", self.settings.grace_period_s)
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(self.settings.grace_period_s)
+        if self.engine is not None:
+            await asyncio.to_thread(self.engine.shutdown, 1.0)  # type: ignore[attr-defined]
+        log.info("stopped")
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return self._event_loop
+
+    def bind_loop(self) -> None:
+        self._event_loop = asyncio.get_running_loop()
+
+
+def _build_engine(settings: Settings, on_unhealthy: object) -> tuple[object, dict[str, object]]:
+    from proctor.engine.engine import Engine
+    from proctor.models import load_model
+
+    loaded = load_model(settings)
+    engine = Engine(loaded, settings, on_unhealthy=on_unhealthy)  # type: ignore[arg-type]
+    engine.start()
+    if settings.warmup:
+        warm = GenerationRequest(request_id="warmup", prompt="Hello",
+                                 stopping=StoppingParams(max_new_tokens=4, ignore_eos=True))
+        engine.generate_blocking(warm)
+    return engine, model_info(loaded, settings)
+
+
+async def start_server(settings: Settings) -> RunningServer:
+    """Bind (port 0 picks a free port), start serving health, and begin loading the model."""
+    limit = settings.max_message_bytes
+    server = grpc.aio.server(options=[
+        ("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit),
+        ("grpc.so_reuseport", 0)])
+    health = HealthServicer()
+    await health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    servicer = GenerationServicer(settings)
+    generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
+    if settings.reflection_enabled:
+        names = (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                 reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(names, server)
+    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    if port == 0:
+        raise OSError(f"could not bind {settings.host}:{settings.port}")
+    await server.start()
+    running = RunningServer(settings, server, port, health, servicer)
+    running.bind_loop()
+    log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", settings.host, port)
+    return running
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGTERM/SIGINT, then shut down in order and return (exit status 0)."""
+    running = await start_server(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loader = asyncio.create_task(running.load())
+    waiter = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({loader, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if loader in done and loader.exception() is not None:
+        await running.server.stop(0)
+        raise loader.exception()  # type: ignore[misc]
+    await waiter
+    if not loader.done():
+        loader.cancel()
+    await running.shutdown()
+
+
+class BackgroundServer:
+    """A server on its own event-loop thread: for tests, benchmarks and embedding."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="proctor-server", daemon=True)
+        self.running: RunningServer | None = None
+
+    def start(self, timeout_s: float = 300) -> BackgroundServer:
+        self._thread.start()
+        self.running = asyncio.run_coroutine_threadsafe(start_server(self.settings), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(self.running.load(), self._loop).result(timeout_s)
+        return self
+
+    @property
+    def address(self) -> str:
+        assert self.running is not None
+        return f"{self.settings.host}:{self.running.port}"
+
+    def stop(self) -> None:
+        if self.running is not None:
+            asyncio.run_coroutine_threadsafe(self.running.shutdown(), self._loop).result(60)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)

@@ -1,0 +1,87 @@
+"""The ``proctor`` command: serve, generate, info, model install."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from proctor import __version__
+from proctor.config import Settings
+
+
+def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("serve", help="start the gRPC server with a model")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1; PROCTOR_HOST)")
+    p.add_argument("--port", type=int, help="port (default 50051, 0 picks a free one; PROCTOR_PORT)")
+    p.add_argument("--model", help="HF model directory or .gguf file (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--model-store", type=Path, help="where converted models live (PROCTOR_MODEL_STORE)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="compute device (default auto)")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="weights/activations dtype (auto: bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--max-batch-size", type=int, help="sequences decoded together (default 1)")
+    p.add_argument("--max-new-tokens-limit", type=int, help="server cap on max_new_tokens (default 4096)")
+    p.add_argument("--grace-period", dest="grace_period_s", type=float, help="seconds to drain on shutdown")
+    p.add_argument("--reflection", action=argparse.BooleanOptionalAction, default=None,
+                   help="gRPC server reflection (default: on when bound to loopback)")
+    p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip the warm-up request")
+    p.add_argument("--log-level", help="logging level (default INFO)")
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    keys = ("host", "port", "model", "model_store", "device", "dtype", "threads", "max_batch_size",
+            "max_new_tokens_limit", "grace_period_s", "reflection", "warmup", "log_level")
+    try:
+        settings = Settings.load({k: getattr(args, k) for k in keys})
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from proctor.app import serve
+
+    try:
+        asyncio.run(serve(settings))
+    except (FileNotFoundError, ValueError, OSError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_model(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("model", help="manage the local model store")
+    sub = p.add_subparsers(dest="model_command", required=True)
+    install = sub.add_parser("install-default", help="fetch and convert the embedded default model (idempotent)")
+    install.add_argument("--store", type=Path, help="model store directory (PROCTOR_MODEL_STORE)")
+    install.set_defaults(func=_install_default)
+
+
+def _install_default(args: argparse.Namespace) -> int:
+    from proctor.models.default_model import main as install_main
+
+    return install_main(["--store", str(args.store)] if args.store else [])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from proctor_client.cli import add_client_commands
+
+    parser = argparse.ArgumentParser(prog="proctor", description="Constrained, audited text generation over gRPC.")
+    parser.add_argument("--version", action="version", version=f"proctor {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_serve(subparsers)
+    add_client_commands(subparsers)
+    _add_model(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Logits processing in one documented order (see ``pipeline.py``), sampling and stopping."""

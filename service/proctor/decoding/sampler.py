@@ -1,0 +1,16 @@
+"""Choosing the next token per row: argmax for greedy rows, a seeded draw for the others."""
+
+from __future__ import annotations
+
+import torch
+
+
+def sample_rows(final_logits: torch.Tensor, greedy: list[bool], generators: list[torch.Generator | None]) -> list[int]:
+    """One token id per row. Each sampling row draws from its own request's generator, so a
+    request's draws do not depend on which other requests share the batch."""
+    chosen = final_logits.argmax(dim=-1).tolist()
+    for row, is_greedy in enumerate(greedy):
+        if not is_greedy:
+            probs = final_logits[row].softmax(dim=-1)
+            chosen[row] = int(torch.multinomial(probs, 1, generator=generators[row]).item())
+    return chosen

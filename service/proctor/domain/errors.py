@@ -1,0 +1,41 @@
+"""Domain errors; ``api/errors.py`` maps each to one gRPC status in a single table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    """A bad field, named by its protobuf path (e.g. ``sampling.top_p``)."""
+
+    field: str
+    description: str
+
+
+class RequestValidationError(ValueError):
+    """The request is invalid; maps to INVALID_ARGUMENT with BadRequest field violations."""
+
+    def __init__(self, violations: list[FieldViolation] | FieldViolation) -> None:
+        self.violations = [violations] if isinstance(violations, FieldViolation) else list(violations)
+        super().__init__("; ".join(f"{v.field}: {v.description}" for v in self.violations))
+
+    @classmethod
+    def single(cls, field: str, description: str) -> RequestValidationError:
+        return cls(FieldViolation(field, description))
+
+
+class Overloaded(RuntimeError):
+    """The waiting queue is full; maps to RESOURCE_EXHAUSTED with a retry hint."""
+
+    def __init__(self, message: str, retry_after_ms: int = 1000) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+class EngineFault(RuntimeError):
+    """The engine failed; maps to INTERNAL (and health NOT_SERVING when it cannot recover)."""
+
+
+class ShuttingDown(RuntimeError):
+    """The server is draining and takes no new requests; maps to UNAVAILABLE (clients retry elsewhere)."""

@@ -1,0 +1,75 @@
+"""What the engine emits per step: token events and the typed finish reason."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class FinishReason(enum.Enum):
+    """Why a sequence ended; mirrors ``proctor.v1.FinishReason`` (the API maps one to the other)."""
+
+    EOS = "eos"
+    LENGTH = "length"
+    STOP_STRING = "stop_string"
+    STOP_TOKEN = "stop_token"
+    CANCELLED = "cancelled"
+    DEADLINE = "deadline"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenAlternative:
+    token_id: int
+    text: str
+    logprob: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDetail:
+    """Per-token details: raw logprob (model) and final logprob (the distribution sampled from)."""
+
+    token_id: int
+    text: str
+    logprob: float
+    final_logprob: float
+    top_logprobs: tuple[TokenAlternative, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    queue_ms: float
+    time_to_first_token_ms: float
+    total_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One step's output for one request.
+
+    ``text`` is the newly releasable text (held-back stop-string prefixes and incomplete UTF-8
+    are released later). The last event has ``finish_reason`` set, plus usage and timings; an
+    engine fault sets ``error`` and ``finish_reason=ERROR``.
+    """
+
+    request_id: str
+    token_ids: tuple[int, ...] = ()
+    text: str = ""
+    details: tuple[TokenDetail, ...] = ()
+    finish_reason: FinishReason | None = None
+    finish_detail: str = ""
+    usage: Usage | None = None
+    timings: Timings | None = None
+    seed: int = 0
+    error: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None

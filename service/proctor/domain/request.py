@@ -1,0 +1,73 @@
+"""Frozen request dataclasses: what the API hands to the engine after validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CHAT_ROLES = frozenset({"system", "user", "assistant"})
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Sampling parameters; ``temperature`` None or 0 means greedy."""
+
+    temperature: float | None = None
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    no_repeat_ngram_size: int = 0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return not self.temperature
+
+    @property
+    def has_penalties(self) -> bool:
+        return (
+            self.repetition_penalty != 1.0
+            or self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+            or self.no_repeat_ngram_size > 0
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StoppingParams:
+    """Stopping parameters; ``max_new_tokens`` None means the server default."""
+
+    max_new_tokens: int | None = None
+    min_new_tokens: int = 0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One validated generation request. Exactly one of ``prompt`` and ``messages`` is set.
+
+    ``deadline`` is an absolute ``time.monotonic()`` value (None: no deadline).
+    """
+
+    request_id: str
+    prompt: str | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stopping: StoppingParams = field(default_factory=StoppingParams)
+    top_logprobs: int = 0
+    token_details: bool = False
+    deadline: float | None = None
+
+    @property
+    def wants_details(self) -> bool:
+        return self.token_details or self.top_logprobs > 0

@@ -1,0 +1,207 @@
+"""The engine: one thread runs the decode loop; callers submit and abort from any thread.
+
+A step reads ``build → forward → process → sample → commit``. Events go to each request's sink
+from the engine thread; the sink must not block (the API hands them to its event loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+from proctor.config import Settings
+from proctor.decoding.pipeline import run_pipeline
+from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
+from proctor.engine.batch import DecodeBatch
+from proctor.engine.model_runner import ModelRunner
+from proctor.engine.preprocess import PreparedRequest, prepare_request
+from proctor.engine.scheduler import Scheduler
+from proctor.engine.sequence import EventSink, SequenceState
+from proctor.models import LoadedModel
+
+log = logging.getLogger("proctor.engine")
+MAX_CONSECUTIVE_FAULTS = 3
+IDLE_WAIT_S = 0.05
+
+
+class Engine:
+    def __init__(self, loaded: LoadedModel, settings: Settings,
+                 on_unhealthy: Callable[[str], None] | None = None) -> None:
+        self.loaded = loaded
+        self.settings = settings
+        self._on_unhealthy = on_unhealthy
+        pad = loaded.pad_token_id if loaded.pad_token_id is not None else min(loaded.eos_token_ids, default=0)
+        self._batch = DecodeBatch(ModelRunner(loaded.model, loaded.device), pad)
+        self._scheduler = Scheduler(settings.max_batch_size, settings.max_waiting)
+        self._eos = frozenset(loaded.eos_token_ids)
+        self._by_id: dict[str, SequenceState] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._accepting = True
+        self._stop = False
+        self._faults = 0
+        self.healthy = True
+        self._thread = threading.Thread(target=self._run, name="proctor-engine", daemon=True)
+
+    # --- public API (any thread) ------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def prepare(self, request: GenerationRequest) -> PreparedRequest:
+        """Render and tokenize the input; raises RequestValidationError naming the field."""
+        return prepare_request(
+            self.loaded.tokenizer, request, context_length=self.loaded.context_length,
+            default_max_new_tokens=self.settings.default_max_new_tokens,
+            max_new_tokens_limit=self.settings.max_new_tokens_limit)
+
+    def submit(self, prepared: PreparedRequest, sink: EventSink) -> int:
+        """Queue a prepared request; return the seed its generator uses. Raises Overloaded/ShuttingDown."""
+        if not self._accepting:
+            raise ShuttingDown("the server is shutting down")
+        request = prepared.request
+        seed = request.sampling.seed if request.sampling.seed is not None else secrets.randbits(63)
+        state = SequenceState(prepared, tokenizer=self.loaded.tokenizer, eos_token_ids=self._eos,
+                              vocab_size=self.loaded.vocab_size, device=self.loaded.device, seed=seed, sink=sink)
+        with self._lock:
+            if request.request_id in self._by_id:
+                raise RequestValidationError.single("request_id", f"request {request.request_id!r} is already running")
+            self._by_id[request.request_id] = state
+        try:
+            self._scheduler.enqueue(state)
+        except Exception:
+            with self._lock:
+                self._by_id.pop(request.request_id, None)
+            raise
+        self._wake.set()
+        return seed
+
+    def abort(self, request_id: str) -> None:
+        """Cancel a request; it ends with CANCELLED within one step and its cache slot is freed."""
+        with self._lock:
+            state = self._by_id.get(request_id)
+        if state is not None:
+            state.cancelled = True
+            self._wake.set()
+
+    def active_count(self) -> int:
+        with self._lock:
+            return len(self._by_id)
+
+    def shutdown(self, grace_s: float) -> None:
+        """Stop accepting, let running requests finish within ``grace_s``, cancel the rest, join."""
+        self._accepting = False
+        deadline = time.monotonic() + grace_s
+        while self.active_count() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with self._lock:
+            for state in self._by_id.values():
+                state.cancelled = True
+        self._stop = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def generate_blocking(self, request: GenerationRequest, timeout_s: float = 600) -> list[TokenEvent]:
+        """Run one request to completion and return its events (warm-up, benchmarks, tests)."""
+        events: list[TokenEvent] = []
+        done = threading.Event()
+
+        def sink(event: TokenEvent) -> None:
+            events.append(event)
+            if event.finished:
+                done.set()
+
+        self.submit(self.prepare(request), sink)
+        if not done.wait(timeout_s):
+            self.abort(request.request_id)
+            raise TimeoutError(f"request {request.request_id} did not finish in {timeout_s} s")
+        return events
+
+    # --- the loop (engine thread) -------------------------------------------------------------
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        while True:
+            if self._stop and not self._batch.states:
+                self._fail_waiting(FinishReason.CANCELLED, "the server shut down before this request ran")
+                return
+            try:
+                worked = self._step()
+                self._faults = 0
+            except Exception as exc:  # an engine fault must not take the server down silently
+                log.exception("engine step failed")
+                self._fail_running(f"engine fault: {type(exc).__name__}: {exc}")
+                self._faults += 1
+                if self._faults >= MAX_CONSECUTIVE_FAULTS:
+                    self.healthy = False
+                    if self._on_unhealthy:
+                        self._on_unhealthy(str(exc))
+                worked = True
+            if not worked:
+                self._wake.wait(IDLE_WAIT_S)
+                self._wake.clear()
+
+    def _step(self) -> bool:
+        """One engine step; returns False when there was nothing to do."""
+        now = time.monotonic()
+        self._expire(now)
+        batch = self._batch
+        if batch.states:
+            logits = batch.decode([s.generated[-1] for s in batch.states])
+        else:
+            group = self._scheduler.take_group(0)
+            if not group:
+                return False
+            for state in group:
+                state.started = now
+            logits = batch.prefill(group)
+        decisions = run_pipeline(logits, batch.states)
+        now = time.monotonic()
+        for state, decision in zip(batch.states, decisions, strict=True):
+            state.commit(decision, now)
+        self._retire()
+        return True
+
+    def _expire(self, now: float) -> None:
+        for state in self._batch.states:
+            reason = state.check_external(now)
+            if reason is not None:
+                state.finish_without_token(reason, now)
+        for state in self._scheduler.remove_where(lambda s: s.check_external(now) is not None):
+            reason = state.check_external(now)
+            assert reason is not None
+            state.finish_without_token(reason, now)
+            self._forget(state)
+        self._retire()
+
+    def _retire(self) -> None:
+        batch = self._batch
+        done = [s for s in batch.states if s.finished]
+        if not done:
+            return
+        batch.keep([i for i, s in enumerate(batch.states) if not s.finished])
+        for state in done:
+            self._forget(state)
+
+    def _forget(self, state: SequenceState) -> None:
+        with self._lock:
+            if self._by_id.get(state.request_id) is state:
+                del self._by_id[state.request_id]
+
+    def _fail_running(self, message: str) -> None:
+        now = time.monotonic()
+        for state in self._batch.states:
+            if not state.finished:
+                state.finish_without_token(FinishReason.ERROR, now, detail=message, error=message)
+            self._forget(state)
+        self._batch.clear()
+
+    def _fail_waiting(self, reason: FinishReason, message: str) -> None:
+        now = time.monotonic()
+        for state in self._scheduler.drain():
+            state.finish_without_token(reason, now, detail=message)
+            self._forget(state)

@@ -1,0 +1,121 @@
+"""All mutable decode state of one request lives here (rule 2 of DESIGN.md)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from proctor.decoding.penalties import PenaltyState
+from proctor.decoding.pipeline import RowDecision
+from proctor.decoding.stop_strings import StopStringMatcher
+from proctor.decoding.stopping import TokenStopRules, check_external
+from proctor.domain import FinishReason, TokenAlternative, TokenDetail, TokenEvent
+from proctor.domain.events import Timings, Usage
+from proctor.engine.detokenizer import IncrementalDetokenizer
+from proctor.engine.preprocess import PreparedRequest
+
+EventSink = Callable[[TokenEvent], None]
+
+
+class SequenceState:
+    """Tokens, detokenizer, stop state, penalties, RNG and timings of one request."""
+
+    def __init__(self, prepared: PreparedRequest, *, tokenizer: Any, eos_token_ids: frozenset[int],
+                 vocab_size: int, device: torch.device, seed: int, sink: EventSink) -> None:
+        request = prepared.request
+        self.prepared = prepared
+        self.request = request
+        self.request_id = request.request_id
+        self.prompt_ids = list(prepared.prompt_ids)
+        self.generated: list[int] = []
+        self.seed = seed
+        self.sink = sink
+        self.sampling = request.sampling
+        self.top_logprobs = request.top_logprobs
+        self.generator: torch.Generator | None = None
+        if not request.sampling.greedy:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(seed)
+        self.penalties = PenaltyState(request.sampling, self.prompt_ids, vocab_size) \
+            if request.sampling.has_penalties else None
+        self.rules = TokenStopRules(
+            eos_token_ids=eos_token_ids, stop_token_ids=frozenset(request.stopping.stop_token_ids),
+            ignore_eos=request.stopping.ignore_eos, max_new_tokens=prepared.max_new_tokens,
+            min_new_tokens=request.stopping.min_new_tokens, length_detail=prepared.length_detail)
+        self._eos_tuple = tuple(sorted(eos_token_ids))
+        self._tokenizer = tokenizer
+        self.detokenizer = IncrementalDetokenizer(tokenizer, self.prompt_ids)
+        self.stop_matcher = StopStringMatcher(request.stopping.stop)
+        self.cancelled = False
+        self.finish_reason: FinishReason | None = None
+        self.created = time.monotonic()
+        self.started: float | None = None
+        self.first_token_at: float | None = None
+
+    # --- read by the pipeline -------------------------------------------------------------
+    def banned_token_ids(self) -> tuple[int, ...]:
+        return self._eos_tuple if self.rules.suppress_eos(len(self.generated)) else ()
+
+    # --- called by the engine -------------------------------------------------------------
+    def check_external(self, now: float) -> FinishReason | None:
+        return check_external(self.cancelled, self.request.deadline, now)
+
+    def commit(self, decision: RowDecision, now: float) -> None:
+        """Append the chosen token, run the stop checks and emit this step's event."""
+        token_id = decision.token_id
+        self.generated.append(token_id)
+        if self.first_token_at is None:
+            self.first_token_at = now
+        if self.penalties is not None:
+            self.penalties.commit(token_id)
+        reason = self.rules.check_token(token_id, len(self.generated))
+        scan = self.stop_matcher.push(self.detokenizer.push(token_id))
+        text, detail = scan.release, ""
+        if scan.matched is not None:
+            reason, detail = FinishReason.STOP_STRING, f"matched stop string {scan.matched!r}"
+        elif reason is not None:
+            text += self._drain()
+            if reason is FinishReason.LENGTH:
+                detail = self.rules.length_detail
+        details = (self._detail(decision),) if self.request.wants_details else ()
+        self._emit(TokenEvent(self.request_id, (token_id,), text, details), reason, detail, now)
+
+    def finish_without_token(self, reason: FinishReason, now: float, detail: str = "",
+                             error: str | None = None) -> None:
+        """End the sequence between steps (cancel, deadline, engine fault), releasing held text."""
+        text = self._drain() if reason not in (FinishReason.CANCELLED, FinishReason.ERROR) else ""
+        self._emit(TokenEvent(self.request_id, (), text, (), error=error), reason, detail, now)
+
+    # --- helpers ----------------------------------------------------------------------------
+    def _drain(self) -> str:
+        """Release held text at a non-stop-string finish: a stop string may still match in it."""
+        scan = self.stop_matcher.push(self.detokenizer.flush())
+        return scan.release + ("" if scan.matched else self.stop_matcher.flush())
+
+    def _detail(self, decision: RowDecision) -> TokenDetail:
+        piece = self._piece
+        alternatives = tuple(TokenAlternative(i, piece(i), lp) for i, lp in decision.alternatives)
+        return TokenDetail(decision.token_id, piece(decision.token_id), decision.raw_logprob,
+                           decision.final_logprob, alternatives)
+
+    def _piece(self, token_id: int) -> str:
+        return self._tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _emit(self, event: TokenEvent, reason: FinishReason | None, detail: str, now: float) -> None:
+        if reason is not None:
+            self.finish_reason = reason
+            started = self.started if self.started is not None else now
+            ttft = (self.first_token_at - self.created) * 1000 if self.first_token_at else 0.0
+            event = TokenEvent(
+                event.request_id, event.token_ids, event.text, event.details, finish_reason=reason,
+                finish_detail=detail, usage=Usage(len(self.prompt_ids), len(self.generated)),
+                timings=Timings((started - self.created) * 1000, ttft, (now - self.created) * 1000),
+                seed=self.seed, error=event.error)
+        self.sink(event)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
