@@ -52,9 +52,7 @@ def test_weights_digest_sees_content_rename_and_new_shards(model_dir: Path) -> N
     shard.rename(model_dir / "renamed.safetensors")
     assert weights_sha256(model_dir) not in {before, changed}
     (model_dir / "pytorch_model.bin").write_bytes(b"extra")
-    assert weights_sha256(model_dir) == _scheme(
-        [*model_dir.glob("*.safetensors"), model_dir / "pytorch_model.bin"]
-    )
+    assert weights_sha256(model_dir) == _scheme([*model_dir.glob("*.safetensors"), model_dir / "pytorch_model.bin"])
 
 
 def test_boundary_between_files_matters(tmp_path: Path) -> None:

