@@ -17,11 +17,11 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
-from proctor_client.v1 import generation_pb2, generation_pb2_grpc
 
 from proctor.api.servicer import GenerationServicer
 from proctor.config import Settings
 from proctor.domain import GenerationRequest, StoppingParams
+from proctor_client.v1 import generation_pb2, generation_pb2_grpc
 
 log = logging.getLogger("proctor.app")
 SERVICE_NAME = generation_pb2.DESCRIPTOR.services_by_name["Generation"].full_name
@@ -55,6 +55,7 @@ class RunningServer:
     port: int
     health: HealthServicer
     servicer: GenerationServicer
+    loop: asyncio.AbstractEventLoop
     engine: object | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -74,10 +75,9 @@ class RunningServer:
 
     def _engine_unhealthy(self, reason: str) -> None:
         log.error("engine unhealthy: %s", reason)
-        loop = self._loop
         for name in ("", SERVICE_NAME):
             asyncio.run_coroutine_threadsafe(
-                self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING), loop)
+                self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING), self.loop)
 
     async def shutdown(self) -> None:
         """Health NOT_SERVING → refuse new calls → finish in-flight calls within the grace period."""
@@ -87,13 +87,6 @@ class RunningServer:
         if self.engine is not None:
             await asyncio.to_thread(self.engine.shutdown, 1.0)  # type: ignore[attr-defined]
         log.info("stopped")
-
-    @property
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        return self._event_loop
-
-    def bind_loop(self) -> None:
-        self._event_loop = asyncio.get_running_loop()
 
 
 def _build_engine(settings: Settings, on_unhealthy: object) -> tuple[object, dict[str, object]]:
@@ -130,8 +123,7 @@ async def start_server(settings: Settings) -> RunningServer:
     if port == 0:
         raise OSError(f"could not bind {settings.host}:{settings.port}")
     await server.start()
-    running = RunningServer(settings, server, port, health, servicer)
-    running.bind_loop()
+    running = RunningServer(settings, server, port, health, servicer, asyncio.get_running_loop())
     log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", settings.host, port)
     return running
 

@@ -6,6 +6,7 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+
 from proctor.domain import EngineFault, Overloaded, RequestValidationError, ShuttingDown
 
 

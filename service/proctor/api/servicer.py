@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 import grpc
+
 from proctor import __version__
 from proctor.api.convert import chunk_from_event, request_from_proto, response_from_events
 from proctor.api.errors import abort_with

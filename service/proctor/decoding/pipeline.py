@@ -50,15 +50,17 @@ class RowDecision:
     alternatives: tuple[tuple[int, float], ...] = ()
 
 
-def _apply_masks(logits: torch.Tensor, rows: list[DecodeRow]) -> None:
+def _apply_masks(logits: torch.Tensor, rows: list[DecodeRow]) -> bool:
+    """Set banned tokens to -inf in place; return whether anything was masked."""
     banned = [row.banned_token_ids() for row in rows]
     if not any(banned):
-        return
+        return False
     mask = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
     for index, ids in enumerate(banned):
         if ids:
             mask[index, list(ids)] = True
     logits.masked_fill_(mask, float("-inf"))
+    return True
 
 
 def _per_row(rows: list[DecodeRow], attr: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -68,10 +70,11 @@ def _per_row(rows: list[DecodeRow], attr: str, device: torch.device, dtype: torc
 def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow]) -> list[RowDecision]:
     """Process a [B, V] float32 logits tensor (consumed in place) and choose one token per row."""
     raw_logprobs = torch.log_softmax(logits, dim=-1)
-    _apply_masks(logits, rows)
+    processed = _apply_masks(logits, rows)
     for index, row in enumerate(rows):
         if row.penalties is not None:
             row.penalties.apply(logits[index])
+            processed = True
     greedy = [row.sampling.greedy for row in rows]
     final = logits
     if not all(greedy):
@@ -86,8 +89,9 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow]) -> list[RowDecisio
             min_p=_per_row(sampling_rows, "min_p", device, logits.dtype),
         )
         final = logits.index_copy(0, index, warped)
+        processed = True
     chosen = sample_rows(final, greedy, [row.generator for row in rows])
-    final_logprobs = torch.log_softmax(final, dim=-1)
+    final_logprobs = torch.log_softmax(final, dim=-1) if processed else raw_logprobs
     chosen_t = torch.tensor(chosen, device=logits.device).unsqueeze(-1)
     raw_chosen = raw_logprobs.gather(-1, chosen_t).squeeze(-1).tolist()
     final_chosen = final_logprobs.gather(-1, chosen_t).squeeze(-1).tolist()
