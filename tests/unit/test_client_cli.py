@@ -16,6 +16,7 @@ import pytest
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+
 from proctor_client import cli
 from proctor_client.v1 import generation_pb2, generation_pb2_grpc
 

@@ -6,6 +6,7 @@ import pickle
 
 import grpc
 import pytest
+
 from proctor_client import ProctorError, build_request
 from proctor_client._common import RetryPolicy, coerce_request
 from proctor_client.v1 import generation_pb2

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from proctor.config import Settings, default_model_store
 from proctor.models import LoadedModel, install_default_model, load_model
 from proctor.models.default_model import GGUF_NAME, GGUF_SHA256, MARKER_NAME, default_model_path, is_installed

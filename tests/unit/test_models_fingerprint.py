@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
+
 from proctor.models.fingerprint import file_sha256, loaded_tokenizer_sha256, tokenizer_sha256, weights_sha256
 
 

@@ -6,6 +6,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from proctor.models import default_model
 from proctor.models.default_model import GGUF_MEMBER, GGUF_NAME, WHEEL_FILENAME
 from proctor.models.errors import ModelError

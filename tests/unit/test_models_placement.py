@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from proctor.models.errors import ModelError
 from proctor.models.placement import apply_threads, resolve_device, resolve_dtype
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from proctor.config import DEFAULT_MODEL_NAME, Settings
 from proctor.models.errors import ModelError
 from proctor.models.loader import resolve_source

@@ -44,8 +44,13 @@ class IncrementalDetokenizer:
         return ""
 
     def flush(self) -> str:
-        """Release whatever is still held (an incomplete character at the very end stays as U+FFFD)."""
+        """Release whatever is still held at the end of the sequence.
+
+        An incomplete character at the very end (generation stopped between the bytes of one
+        character) is dropped rather than shown as U+FFFD; its token ids are still reported.
+        """
         prefix_text = self._decode(self._ids[self._prefix_offset : self._read_offset])
         new_text = self._decode(self._ids[self._prefix_offset :])
         self._prefix_offset = self._read_offset = len(self._ids)
-        return new_text[len(prefix_text) :] if len(new_text) > len(prefix_text) else ""
+        tail = new_text[len(prefix_text) :] if len(new_text) > len(prefix_text) else ""
+        return tail.rstrip(REPLACEMENT)

@@ -65,8 +65,16 @@ class Engine:
             raise ShuttingDown("the server is shutting down")
         request = prepared.request
         seed = request.sampling.seed if request.sampling.seed is not None else secrets.randbits(63)
+
+        def deliver(event: TokenEvent) -> None:
+            # Forget a request before its final event goes out, so the caller may reuse its id at once.
+            if event.finished:
+                self._forget(state)
+            sink(event)
+
         state = SequenceState(prepared, tokenizer=self.loaded.tokenizer, eos_token_ids=self._eos,
-                              vocab_size=self.loaded.vocab_size, device=self.loaded.device, seed=seed, sink=sink)
+                              vocab_size=self.loaded.vocab_size, device=self.loaded.device, seed=seed,
+                              sink=deliver)
         with self._lock:
             if request.request_id in self._by_id:
                 raise RequestValidationError.single("request_id", f"request {request.request_id!r} is already running")
@@ -124,7 +132,12 @@ class Engine:
 
     # --- the loop (engine thread) -------------------------------------------------------------
     def _run(self) -> None:
-        torch.set_grad_enabled(False)
+        # Logits from the model are inference tensors; the pipeline edits them in place, so the
+        # whole loop runs in inference mode (also the cheapest autograd setting).
+        with torch.inference_mode():
+            self._run_loop()
+
+    def _run_loop(self) -> None:
         while True:
             if self._stop and not self._batch.states:
                 self._fail_waiting(FinishReason.CANCELLED, "the server shut down before this request ran")

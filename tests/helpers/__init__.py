@@ -1,0 +1,1 @@
+"""Shared test helpers (importable as `helpers` from any test module)."""

@@ -1,0 +1,47 @@
+"""Helpers for engine tests: settings without warm-up and an event sink that collects a request's events."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from proctor.config import Settings
+from proctor.domain import TokenEvent
+
+TINY_CONTEXT = 512
+
+
+def tiny_settings(**overrides: object) -> Settings:
+    """Settings for engine tests: no warm-up, independent of the caller's PROCTOR_* environment."""
+    return Settings.load({"warmup": False, "device": "cpu", "dtype": "float32", **overrides}, environ={})
+
+
+@dataclass
+class Collector:
+    """An event sink that records a request's events and signals when the final one arrived."""
+
+    events: list[TokenEvent] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    first: threading.Event = field(default_factory=threading.Event)
+
+    def __call__(self, event: TokenEvent) -> None:
+        self.events.append(event)
+        self.first.set()
+        if event.finished:
+            self.done.set()
+
+    def wait(self, timeout_s: float = 60) -> list[TokenEvent]:
+        assert self.done.wait(timeout_s), "the request did not finish in time"
+        return self.events
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [t for e in self.events for t in e.token_ids]
+
+    @property
+    def text(self) -> str:
+        return "".join(e.text for e in self.events)
+
+    @property
+    def final(self) -> TokenEvent:
+        return self.events[-1]

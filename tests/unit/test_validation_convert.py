@@ -1,0 +1,197 @@
+"""request_from_proto and prepare_request: every bad input is INVALID_ARGUMENT naming its field."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from proctor.api.convert import request_from_proto
+from proctor.config import Settings
+from proctor.domain import RequestValidationError
+from proctor.engine.preprocess import prepare_request
+from proctor_client.v1 import generation_pb2 as pb
+
+SETTINGS = Settings.load({}, environ={})
+
+
+def convert(message: pb.GenerateRequest, settings: Settings = SETTINGS, remaining: float | None = None):  # type: ignore[no-untyped-def]
+    return request_from_proto(message, settings, remaining)
+
+
+def violations(message: pb.GenerateRequest, settings: Settings = SETTINGS) -> dict[str, str]:
+    with pytest.raises(RequestValidationError) as info:
+        convert(message, settings)
+    fields = {v.field: v.description for v in info.value.violations}
+    assert fields, "a validation error must name at least one field"
+    return fields
+
+
+def req(**kw: object) -> pb.GenerateRequest:
+    kw.setdefault("prompt", "Hello")
+    if "messages" in kw:
+        kw.pop("prompt")
+    return pb.GenerateRequest(**kw)  # type: ignore[arg-type]
+
+
+CASES = [
+    ("empty prompt", pb.GenerateRequest(prompt=""), "prompt"),
+    ("no input at all", pb.GenerateRequest(), "prompt"),
+    ("empty messages", req(messages=pb.ChatMessages()), "messages"),
+    ("unknown role", req(messages=pb.ChatMessages(messages=[pb.ChatMessage(role="wizard", content="hi")])),
+     "messages.messages[0].role"),
+    ("negative temperature", req(sampling=pb.SamplingParams(temperature=-0.1)), "sampling.temperature"),
+    ("NaN temperature", req(sampling=pb.SamplingParams(temperature=math.nan)), "sampling.temperature"),
+    ("infinite temperature", req(sampling=pb.SamplingParams(temperature=math.inf)), "sampling.temperature"),
+    ("top_p 0", req(sampling=pb.SamplingParams(top_p=0.0)), "sampling.top_p"),
+    ("top_p 1.5", req(sampling=pb.SamplingParams(top_p=1.5)), "sampling.top_p"),
+    ("negative top_k", req(sampling=pb.SamplingParams(top_k=-1)), "sampling.top_k"),
+    ("min_p above 1", req(sampling=pb.SamplingParams(min_p=1.01)), "sampling.min_p"),
+    ("repetition_penalty 0", req(sampling=pb.SamplingParams(repetition_penalty=0.0)), "sampling.repetition_penalty"),
+    ("presence_penalty 3", req(sampling=pb.SamplingParams(presence_penalty=3.0)), "sampling.presence_penalty"),
+    ("negative no_repeat_ngram_size", req(sampling=pb.SamplingParams(no_repeat_ngram_size=-2)),
+     "sampling.no_repeat_ngram_size"),
+    ("max_new_tokens over the cap", req(stopping=pb.StoppingParams(max_new_tokens=SETTINGS.max_new_tokens_limit + 1)),
+     "stopping.max_new_tokens"),
+    ("max_new_tokens 0", req(stopping=pb.StoppingParams(max_new_tokens=0)), "stopping.max_new_tokens"),
+    ("negative min_new_tokens", req(stopping=pb.StoppingParams(min_new_tokens=-1)), "stopping.min_new_tokens"),
+    ("min above max", req(stopping=pb.StoppingParams(max_new_tokens=5, min_new_tokens=6)), "stopping.min_new_tokens"),
+    ("too many stop strings", req(stopping=pb.StoppingParams(stop=["x"] * (SETTINGS.max_stop_strings + 1))),
+     "stopping.stop"),
+    ("empty stop string", req(stopping=pb.StoppingParams(stop=[""])), "stopping.stop[0]"),
+    ("negative stop token id", req(stopping=pb.StoppingParams(stop_token_ids=[5, -3])), "stopping.stop_token_ids[1]"),
+    ("top_logprobs 21", req(top_logprobs=21), "top_logprobs"),
+    ("negative top_logprobs", req(top_logprobs=-1), "top_logprobs"),
+    ("request_id too long", req(request_id="r" * 257), "request_id"),
+]
+
+
+@pytest.mark.parametrize(("message", "field"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_names_the_field(message: pb.GenerateRequest, field: str) -> None:
+    assert field in violations(message)
+
+
+def test_prompt_over_the_character_limit() -> None:
+    settings = SETTINGS.replace(max_prompt_chars=10)
+    assert "prompt" in violations(req(prompt="x" * 11), settings)
+    convert(req(prompt="x" * 10), settings)
+
+
+def test_all_violations_are_reported_together() -> None:
+    message = pb.GenerateRequest(
+        prompt="",
+        sampling=pb.SamplingParams(temperature=-1, top_p=2, top_k=-5),
+        stopping=pb.StoppingParams(stop=["ok", ""]),
+        top_logprobs=99,
+    )
+    fields = violations(message)
+    assert {"prompt", "sampling.temperature", "sampling.top_p", "sampling.top_k", "stopping.stop[1]",
+            "top_logprobs"} <= set(fields)
+    with pytest.raises(RequestValidationError) as info:
+        convert(message)
+    assert "sampling.top_p" in str(info.value) and "top_logprobs" in str(info.value)
+
+
+def test_valid_boundaries_are_accepted() -> None:
+    request = convert(req(
+        sampling=pb.SamplingParams(temperature=0.0, top_p=1.0, top_k=0, min_p=1.0, repetition_penalty=0.01,
+                                   presence_penalty=-2, frequency_penalty=2, seed=2**64 - 1),
+        stopping=pb.StoppingParams(max_new_tokens=SETTINGS.max_new_tokens_limit, min_new_tokens=0,
+                                   stop=["x"] * SETTINGS.max_stop_strings),
+        top_logprobs=20,
+    ))
+    assert request.sampling.seed == 2**64 - 1
+    assert request.top_logprobs == 20
+
+
+def test_temperature_presence_decides_greedy() -> None:
+    unset = convert(req())
+    assert unset.sampling.temperature is None and unset.sampling.greedy
+    zero = convert(req(sampling=pb.SamplingParams(temperature=0.0)))
+    assert zero.sampling.temperature == 0.0 and zero.sampling.greedy
+    warm = convert(req(sampling=pb.SamplingParams(temperature=0.7)))
+    assert not warm.sampling.greedy
+    assert warm.sampling.temperature == pytest.approx(0.7)
+
+
+def test_unset_fields_take_neutral_defaults_and_set_ones_are_kept() -> None:
+    plain = convert(req())
+    assert (plain.sampling.top_k, plain.sampling.top_p, plain.sampling.min_p) == (0, 1.0, 0.0)
+    assert plain.sampling.seed is None and plain.stopping.max_new_tokens is None
+    assert not plain.sampling.has_penalties
+    seeded = convert(req(sampling=pb.SamplingParams(seed=0, top_k=3),
+                         stopping=pb.StoppingParams(max_new_tokens=7, stop=["\n\n"], stop_token_ids=[2],
+                                                    ignore_eos=True)))
+    assert seeded.sampling.seed == 0  # explicit zero is a seed, not "unset"
+    assert seeded.sampling.top_k == 3
+    assert seeded.stopping.max_new_tokens == 7
+    assert seeded.stopping.stop == ("\n\n",) and seeded.stopping.stop_token_ids == (2,)
+    assert seeded.stopping.ignore_eos
+
+
+def test_request_id_is_kept_or_generated() -> None:
+    assert convert(req(request_id="abc")).request_id == "abc"
+    first, second = convert(req()).request_id, convert(req()).request_id
+    assert first and second and first != second
+
+
+def test_chat_messages_are_converted_in_order() -> None:
+    request = convert(req(messages=pb.ChatMessages(messages=[
+        pb.ChatMessage(role="system", content="be brief"), pb.ChatMessage(role="user", content="hi")])))
+    assert request.prompt is None
+    assert [(m.role, m.content) for m in request.messages or ()] == [("system", "be brief"), ("user", "hi")]
+
+
+def test_deadline_from_time_remaining() -> None:
+    before = time.monotonic()
+    request = convert(req(), remaining=2.0)
+    assert request.deadline is not None and before + 2.0 <= request.deadline <= time.monotonic() + 2.0
+    assert convert(req(), remaining=None).deadline is None
+
+
+# --- prepare_request (tokenizing against the model's context) ----------------------------------
+
+def prepare(tokenizer, message: pb.GenerateRequest, context_length: int):  # type: ignore[no-untyped-def]
+    return prepare_request(tokenizer, convert(message), context_length=context_length,
+                           default_max_new_tokens=SETTINGS.default_max_new_tokens,
+                           max_new_tokens_limit=SETTINGS.max_new_tokens_limit)
+
+
+def test_prompt_longer_than_the_context_is_a_prompt_violation(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    prompt = "one two three four five six seven eight nine ten"
+    n = len(tokenizer(prompt)["input_ids"])
+    with pytest.raises(RequestValidationError) as info:
+        prepare(tokenizer, req(prompt=prompt), context_length=n)  # no room left for a single new token
+    assert [v.field for v in info.value.violations] == ["prompt"]
+    assert str(n) in info.value.violations[0].description
+    prepared = prepare(tokenizer, req(prompt=prompt), context_length=n + 1)
+    assert prepared.max_new_tokens == 1
+
+
+def test_chat_input_too_long_names_messages(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    message = req(messages=pb.ChatMessages(messages=[pb.ChatMessage(role="user", content="a long question " * 5)]))
+    with pytest.raises(RequestValidationError) as info:
+        prepare(tokenizer, message, context_length=8)
+    assert [v.field for v in info.value.violations] == ["messages"]
+
+
+def test_max_new_tokens_is_capped_by_the_context(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    prompt = "Hello there"
+    n = len(tokenizer(prompt)["input_ids"])
+    prepared = prepare(tokenizer, req(prompt=prompt, stopping=pb.StoppingParams(max_new_tokens=100)),
+                       context_length=n + 10)
+    assert prepared.max_new_tokens == 10
+    assert "capped" in prepared.length_detail and str(n + 10) in prepared.length_detail
+    roomy = prepare(tokenizer, req(prompt=prompt, stopping=pb.StoppingParams(max_new_tokens=5)), context_length=512)
+    assert (roomy.max_new_tokens, roomy.length_detail) == (5, "")
+    default = prepare(tokenizer, req(prompt=prompt), context_length=100_000)
+    assert default.max_new_tokens == SETTINGS.default_max_new_tokens
+
+
+def test_chat_messages_use_the_template_without_extra_special_tokens(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    message = req(messages=pb.ChatMessages(messages=[pb.ChatMessage(role="user", content="Hi")]))
+    prepared = prepare(tokenizer, message, context_length=512)
+    text = tokenizer.decode(list(prepared.prompt_ids))
+    assert text.startswith("<|im_start|>") and text.rstrip().endswith("<|im_start|>assistant")
+    assert "Hi" in text
