@@ -62,7 +62,7 @@ class RunningServer:
     async def load(self) -> None:
         """Load the model and start the engine (off the event loop), then report SERVING."""
         try:
-            engine, info = await asyncio.to_thread(_build_engine, self.settings, self._engine_unhealthy)
+            engine, info = await asyncio.to_thread(_build_engine, self.settings, self._engine_health)
         except Exception:
             log.exception("model loading failed")
             raise
@@ -73,11 +73,11 @@ class RunningServer:
         self.ready.set()
         log.info("ready: serving %s on %s:%d", info["model_id"], self.settings.host, self.port)
 
-    def _engine_unhealthy(self, reason: str) -> None:
-        log.error("engine unhealthy: %s", reason)
+    def _engine_health(self, healthy: bool, reason: str) -> None:
+        """Called from the engine thread: mirror the engine's health in the gRPC health service."""
+        status = health_pb2.HealthCheckResponse.SERVING if healthy else health_pb2.HealthCheckResponse.NOT_SERVING
         for name in ("", SERVICE_NAME):
-            asyncio.run_coroutine_threadsafe(
-                self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING), self.loop)
+            asyncio.run_coroutine_threadsafe(self.health.set(name, status), self.loop)
 
     async def shutdown(self) -> None:
         """Health NOT_SERVING → refuse new calls → finish in-flight calls within the grace period."""
@@ -89,12 +89,12 @@ class RunningServer:
         log.info("stopped")
 
 
-def _build_engine(settings: Settings, on_unhealthy: object) -> tuple[object, dict[str, object]]:
+def _build_engine(settings: Settings, on_health: object) -> tuple[object, dict[str, object]]:
     from proctor.engine.engine import Engine
     from proctor.models import load_model
 
     loaded = load_model(settings)
-    engine = Engine(loaded, settings, on_unhealthy=on_unhealthy)  # type: ignore[arg-type]
+    engine = Engine(loaded, settings, on_health=on_health)  # type: ignore[arg-type]
     engine.start()
     if settings.warmup:
         warm = GenerationRequest(request_id="warmup", prompt="Hello",

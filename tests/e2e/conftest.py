@@ -134,6 +134,6 @@ def run_cli(*args: str, timeout_s: float = 180.0) -> subprocess.CompletedProcess
 
 
 @pytest.fixture(scope="session")
-def cli(model_installed: None) -> Callable[..., subprocess.CompletedProcess[str]]:
+def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """``cli(*args, timeout_s=...)``: run the ``proctor`` CLI (see ``run_cli``)."""
     return run_cli

@@ -95,6 +95,71 @@ def test_server_is_healthy_after_bad_requests(client: ProctorClient, server: obj
     assert wait_engine_idle(5.0)
 
 
+# --- inputs that pass validation must never fault the engine ----------------------------------------
+
+@pytest.mark.parametrize("temperature", [1e-38, 1e-40], ids=["tiny", "subnormal"])
+def test_tiny_temperature_is_not_an_engine_fault(client: ProctorClient, temperature: float) -> None:
+    """A finite temperature > 0 passes validation, so it must sample (effectively greedily), not crash.
+
+    Dividing the logits by ~1e-38 overflows float32 to inf; softmax then yields NaN and
+    torch.multinomial raises inside the engine: INTERNAL "engine fault" instead of a result.
+    """
+    try:
+        response = client.generate(PROMPT, temperature=temperature, seed=1, max_new_tokens=4)
+    except ProctorError as error:
+        assert error.code == grpc.StatusCode.INVALID_ARGUMENT, f"a validated request faulted the engine: {error}"
+        assert "sampling.temperature" in [name for name, _ in error.field_violations]
+        return
+    greedy = client.generate(PROMPT, temperature=0, max_new_tokens=4)
+    assert list(response.token_ids) == list(greedy.token_ids)
+
+
+def test_request_faults_cannot_take_health_to_not_serving(model_dir: object) -> None:
+    """Three concurrent requests that each fault the engine must not mark a working server NOT_SERVING.
+
+    Uses its own server: on failure the health status never returns to SERVING.
+    """
+    import threading
+
+    from proctor.app import BackgroundServer
+    from proctor.config import Settings
+
+    background = BackgroundServer(Settings.load({"port": 0, "host": "127.0.0.1", "warmup": False}))
+    background.start(timeout_s=300)
+    try:
+        codes: list[object] = []
+        with ProctorClient(background.address, timeout_s=120, retries=0) as isolated:
+            def tiny() -> None:
+                try:
+                    isolated.generate(PROMPT, temperature=1e-38, seed=1, max_new_tokens=2)
+                    codes.append("OK")
+                except ProctorError as error:
+                    codes.append(error.code)
+
+            # Keep the engine busy so that the three queue up and run back to back (consecutive faults).
+            busy = isolated.stream_generate(PROMPT, temperature=0, max_new_tokens=24, ignore_eos=True)
+            next(busy)
+            threads = [threading.Thread(target=tiny) for _ in range(3)]
+            for thread in threads:
+                thread.start()
+            engine = background.running.engine  # type: ignore[union-attr]
+            end = time.monotonic() + 10
+            while engine.active_count() < 4 and time.monotonic() < end:
+                time.sleep(0.005)
+            assert list(busy)[-1].finish_reason == pb.FINISH_REASON_LENGTH
+            for thread in threads:
+                thread.join(120)
+            ok = isolated.generate(PROMPT, temperature=0, max_new_tokens=2)
+            assert len(ok.token_ids) == 2, "the engine still serves requests"
+        time.sleep(0.5)
+        with grpc.insecure_channel(background.address) as channel:
+            status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+        assert status.status == health_pb2.HealthCheckResponse.SERVING, (
+            f"health went NOT_SERVING for good after client requests faulted the engine (calls: {codes})")
+    finally:
+        background.stop()
+
+
 # --- cancellation and deadlines ----------------------------------------------------------------------
 
 def _assert_quick_follow_up(client: ProctorClient) -> None:

@@ -12,7 +12,9 @@ def warp(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, t
     Order as in ``transformers``: temperature → top-k → top-p (on the renormalised top-k set)
     → min-p. The most likely token always survives.
     """
-    logits = logits / temperature.unsqueeze(-1)
+    # Shift by the row maximum first: a tiny temperature then sends the others to -inf
+    # instead of overflowing the maximum to +inf (softmax ignores the shift).
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature.unsqueeze(-1)
     needs_filter = bool(((top_k > 0) | (top_p < 1.0) | (min_p > 0.0)).any())
     if not needs_filter:
         return logits

@@ -31,10 +31,10 @@ IDLE_WAIT_S = 0.05
 
 class Engine:
     def __init__(self, loaded: LoadedModel, settings: Settings,
-                 on_unhealthy: Callable[[str], None] | None = None) -> None:
+                 on_health: Callable[[bool, str], None] | None = None) -> None:
         self.loaded = loaded
         self.settings = settings
-        self._on_unhealthy = on_unhealthy
+        self._on_health = on_health
         pad = loaded.pad_token_id if loaded.pad_token_id is not None else min(loaded.eos_token_ids, default=0)
         self._batch = DecodeBatch(ModelRunner(loaded.model, loaded.device), pad)
         self._scheduler = Scheduler(settings.max_batch_size, settings.max_waiting)
@@ -144,19 +144,29 @@ class Engine:
                 return
             try:
                 worked = self._step()
-                self._faults = 0
+                if worked:
+                    self._set_healthy(True, "a step succeeded")
             except Exception as exc:  # an engine fault must not take the server down silently
                 log.exception("engine step failed")
                 self._fail_running(f"engine fault: {type(exc).__name__}: {exc}")
                 self._faults += 1
                 if self._faults >= MAX_CONSECUTIVE_FAULTS:
-                    self.healthy = False
-                    if self._on_unhealthy:
-                        self._on_unhealthy(str(exc))
+                    self._set_healthy(False, f"{self._faults} consecutive engine faults, last: {exc}")
                 worked = True
             if not worked:
                 self._wake.wait(IDLE_WAIT_S)
                 self._wake.clear()
+
+    def _set_healthy(self, healthy: bool, reason: str) -> None:
+        """Report health changes: NOT_SERVING after repeated faults, SERVING again once a step succeeds."""
+        if healthy:
+            self._faults = 0
+        if healthy != self.healthy:
+            self.healthy = healthy
+            log.log(logging.INFO if healthy else logging.ERROR, "engine %s: %s",
+                    "healthy again" if healthy else "unhealthy", reason)
+            if self._on_health:
+                self._on_health(healthy, reason)
 
     def _step(self) -> bool:
         """One engine step; returns False when there was nothing to do."""
