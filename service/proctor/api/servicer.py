@@ -93,6 +93,10 @@ class GenerationServicer(pb_grpc.GenerationServicer):
         except EXPECTED as exc:
             await abort_with(context, exc)
             raise AssertionError("unreachable") from exc
+        except Exception as exc:
+            log.exception("Generate failed")
+            await abort_with(context, exc)
+            raise AssertionError("unreachable") from exc
         await self._finish_status(events[-1], context)
         return response_from_events(events)
 
@@ -105,6 +109,11 @@ class GenerationServicer(pb_grpc.GenerationServicer):
                 if event.token_ids or event.text or event.finished:
                     yield chunk_from_event(event)
         except EXPECTED as exc:
+            await abort_with(context, exc)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            log.exception("StreamGenerate failed")
             await abort_with(context, exc)
 
     async def _finish_status(self, event: TokenEvent, context: grpc.aio.ServicerContext) -> None:

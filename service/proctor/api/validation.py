@@ -19,9 +19,15 @@ def _finite(value: float) -> bool:
     return not (math.isnan(value) or math.isinf(value))
 
 
+class Violations(list[FieldViolation]):
+    """Collects every bad field of a request."""
+
+    def __call__(self, field: str, description: str) -> None:
+        self.append(FieldViolation(field, description))
+
+
 def validate(request: GenerationRequest, settings: Settings) -> list[FieldViolation]:
-    out: list[FieldViolation] = []
-    bad = lambda f, d: out.append(FieldViolation(f, d))  # noqa: E731
+    bad = Violations()
     _validate_input(request, settings, bad)
     s = request.sampling
     if s.temperature is not None and (not _finite(s.temperature) or s.temperature < 0):
@@ -45,10 +51,10 @@ def validate(request: GenerationRequest, settings: Settings) -> list[FieldViolat
         bad("top_logprobs", f"must be between 0 and {MAX_TOP_LOGPROBS}, got {request.top_logprobs}")
     if len(request.request_id) > 256:
         bad("request_id", "must be at most 256 characters")
-    return out
+    return list(bad)
 
 
-def _validate_input(request: GenerationRequest, settings: Settings, bad) -> None:  # type: ignore[no-untyped-def]
+def _validate_input(request: GenerationRequest, settings: Settings, bad: Violations) -> None:
     if request.messages is None:
         if not request.prompt:
             bad("prompt", "the input is empty: set a non-empty prompt or chat messages")
@@ -67,7 +73,7 @@ def _validate_input(request: GenerationRequest, settings: Settings, bad) -> None
         bad("messages", f"longer than the server limit of {settings.max_prompt_chars} characters")
 
 
-def _validate_stopping(request: GenerationRequest, settings: Settings, bad) -> None:  # type: ignore[no-untyped-def]
+def _validate_stopping(request: GenerationRequest, settings: Settings, bad: Violations) -> None:
     st = request.stopping
     if st.max_new_tokens is not None and not 1 <= st.max_new_tokens <= settings.max_new_tokens_limit:
         bad("stopping.max_new_tokens",
