@@ -1,6 +1,7 @@
 """Single-stream decode benchmark: our engine loop vs ``model.generate()`` in the same run.
 
-Same model, prompt, dtype and number of new tokens (EOS ignored so every run is full length);
+Same model, prompt, dtype and number of new tokens (EOS suppressed by min_new_tokens in both, so
+every run is full length and greedy outputs are comparable);
 runs alternate between the two so machine noise hits both alike. Prints medians and the ratio,
 and a Markdown table for bench/README.md. Also checks greedy equality of each dtype against the
 fp32 reference, which is how the CPU default dtype is chosen.
@@ -44,7 +45,7 @@ def bench_dtype(dtype: str, new_tokens: int, repeats: int) -> dict[str, object]:
 
     def ours(i: int) -> tuple[float, float, list[int]]:
         request = GenerationRequest(request_id=f"bench-{dtype}-{i}", prompt=PROMPT,
-                                    stopping=StoppingParams(max_new_tokens=new_tokens, ignore_eos=True))
+                                    stopping=StoppingParams(max_new_tokens=new_tokens, min_new_tokens=new_tokens))
         start = time.perf_counter()
         events = engine.generate_blocking(request)
         total = time.perf_counter() - start

@@ -195,3 +195,15 @@ def test_chat_messages_use_the_template_without_extra_special_tokens(tokenizer) 
     text = tokenizer.decode(list(prepared.prompt_ids))
     assert text.startswith("<|im_start|>") and text.rstrip().endswith("<|im_start|>assistant")
     assert "Hi" in text
+
+
+def test_stop_token_id_outside_the_vocabulary_names_the_index(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    message = convert(req(prompt="Hi", stopping=pb.StoppingParams(stop_token_ids=[2, 49152])))
+    with pytest.raises(RequestValidationError) as info:
+        prepare_request(tokenizer, message, context_length=512, default_max_new_tokens=8, max_new_tokens_limit=16,
+                        vocab_size=49152)
+    assert [v.field for v in info.value.violations] == ["stopping.stop_token_ids[1]"]
+    prepared = prepare_request(tokenizer, convert(req(prompt="Hi", stopping=pb.StoppingParams(stop_token_ids=[2]))),
+                               context_length=512, default_max_new_tokens=8, max_new_tokens_limit=16,
+                               vocab_size=49152)
+    assert prepared.request.stopping.stop_token_ids == (2,)

@@ -57,7 +57,7 @@ class Engine:
         return prepare_request(
             self.loaded.tokenizer, request, context_length=self.loaded.context_length,
             default_max_new_tokens=self.settings.default_max_new_tokens,
-            max_new_tokens_limit=self.settings.max_new_tokens_limit)
+            max_new_tokens_limit=self.settings.max_new_tokens_limit, vocab_size=self.loaded.vocab_size)
 
     def submit(self, prepared: PreparedRequest, sink: EventSink) -> int:
         """Queue a prepared request; return the seed its generator uses. Raises Overloaded/ShuttingDown."""

@@ -32,7 +32,13 @@ def render_prompt(tokenizer: Any, request: GenerationRequest) -> tuple[str, bool
 
 
 def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_length: int,
-                    default_max_new_tokens: int, max_new_tokens_limit: int) -> PreparedRequest:
+                    default_max_new_tokens: int, max_new_tokens_limit: int,
+                    vocab_size: int | None = None) -> PreparedRequest:
+    if vocab_size is not None:
+        for index, token_id in enumerate(request.stopping.stop_token_ids):
+            if token_id >= vocab_size:
+                raise RequestValidationError.single(
+                    f"stopping.stop_token_ids[{index}]", f"{token_id} is outside the vocabulary (size {vocab_size})")
     text, add_special = render_prompt(tokenizer, request)
     field = "messages" if request.messages is not None else "prompt"
     ids = tokenizer(text, add_special_tokens=add_special)["input_ids"]
