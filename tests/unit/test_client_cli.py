@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import socket
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -16,6 +14,7 @@ import pytest
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from helpers.grpc_fake import serve_fake, unused_addr
 
 from proctor_client import cli
 from proctor_client.v1 import generation_pb2, generation_pb2_grpc
@@ -66,20 +65,8 @@ class FakeGeneration(generation_pb2_grpc.GenerationServicer):
 @pytest.fixture
 def fake() -> Iterator[tuple[FakeGeneration, str]]:
     servicer = FakeGeneration()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield servicer, f"127.0.0.1:{port}"
-    finally:
-        server.stop(None)
-
-
-def unused_addr() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
+    with serve_fake(servicer) as addr:
+        yield servicer, addr
 
 
 def test_generate_text(fake, capsys) -> None:

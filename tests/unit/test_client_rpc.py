@@ -7,18 +7,17 @@ before the first chunk), deadlines, stream cancellation and readiness polling.
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 import pytest
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from helpers.grpc_fake import serve_fake, unused_addr
 
 from proctor_client import AsyncProctorClient, ProctorClient, ProctorError, build_request
 from proctor_client.v1 import generation_pb2, generation_pb2_grpc
@@ -98,20 +97,8 @@ def bad_request_status() -> status_pb2.Status:
 @pytest.fixture
 def fake() -> Iterator[tuple[FakeGeneration, str]]:
     servicer = FakeGeneration()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield servicer, f"127.0.0.1:{port}"
-    finally:
-        server.stop(None)
-
-
-def unused_addr() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
+    with serve_fake(servicer) as addr:
+        yield servicer, addr
 
 
 # --- sync client -------------------------------------------------------------------------------------------
