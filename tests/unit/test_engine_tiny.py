@@ -144,7 +144,7 @@ def test_stop_token_id_ends_with_the_token_included(tiny_engine, tiny_model, tok
     prompt = PROMPTS["english"]
     reference = hf_greedy(tiny_model, tokenizer, prompt, 12)
     stop_at = next(i for i in range(3, 12) if reference[i] not in reference[:i])
-    sink = run(tiny_engine, greedy(prompt, 12, stop_token_ids=(reference[stop_at], 999_999)))
+    sink = run(tiny_engine, greedy(prompt, 12, stop_token_ids=(reference[stop_at], 49_151)))
     assert sink.token_ids == reference[: stop_at + 1]
     assert sink.final.finish_reason is FinishReason.STOP_TOKEN
 

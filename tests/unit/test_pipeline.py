@@ -23,6 +23,7 @@ class Row:
     generator: torch.Generator | None = None
     top_logprobs: int = 0
     banned: tuple[int, ...] = ()
+    matcher: object | None = None
 
     def banned_token_ids(self) -> tuple[int, ...]:
         return self.banned
@@ -149,3 +150,12 @@ def test_top_alternatives_come_from_the_raw_distribution_sorted_and_counted() ->
             assert value == pytest.approx(float(raw[index, token]), abs=1e-6)
     # The banned argmax is still listed first: alternatives describe the model, not the masks.
     assert decisions[2].alternatives[0][0] == int(logits[2].argmax())
+
+
+def test_a_row_with_every_token_banned_is_a_dead_end_and_the_others_proceed() -> None:
+    logits = torch.randn(2, 16, generator=torch.Generator().manual_seed(0))
+    dead = greedy_row(banned=tuple(range(16)))
+    alive = greedy_row()
+    decisions = run_pipeline(logits.clone(), [dead, alive])
+    assert decisions[0].token_id == -1 and decisions[0].dead_end
+    assert decisions[1].token_id == int(logits[1].argmax())

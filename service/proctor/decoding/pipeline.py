@@ -2,9 +2,10 @@
 
 Processor order (the only place it is written down):
 
-1. **masks** — tokens a row may not produce, combined into one boolean [B, V] tensor:
-   end-of-sequence ids while ``min_new_tokens`` is not reached (later also the constraint mask
-   and the forbidden-word mask);
+1. **masks** — tokens a row may not produce, combined into one boolean [B, V] tensor: the
+   constraint mask (from each row's matcher, advanced by the engine after sampling) and
+   end-of-sequence ids while ``min_new_tokens`` is not reached (later also the forbidden-word
+   mask). A row left with no token is a dead end (``RowDecision.dead_end``);
 2. **penalties** — repetition, presence, frequency, no-repeat-n-gram (``penalties.py``);
 3. **temperature**, then **top-k → top-p → min-p** (``warpers.py``), sampling rows only;
 4. **sample** — argmax for greedy rows, a draw from the row's own seeded generator otherwise.
@@ -22,6 +23,7 @@ from typing import Protocol
 
 import torch
 
+from proctor.constraints.backend import Matcher, allocate_bitmask, bitmask_to_bool
 from proctor.decoding.penalties import PenaltyState
 from proctor.decoding.sampler import sample_rows
 from proctor.decoding.warpers import warp
@@ -39,6 +41,8 @@ class DecodeRow(Protocol):
     def generator(self) -> torch.Generator | None: ...
     @property
     def top_logprobs(self) -> int: ...
+    @property
+    def matcher(self) -> Matcher | None: ...
     def banned_token_ids(self) -> tuple[int, ...]: ...
 
 
@@ -48,18 +52,33 @@ class RowDecision:
     raw_logprob: float
     final_logprob: float
     alternatives: tuple[tuple[int, float], ...] = ()
+    dead_end: str = ""  # set (with token_id -1) when the masks left no token
 
 
 def _apply_masks(logits: torch.Tensor, rows: list[DecodeRow]) -> bool:
-    """Set banned tokens to -inf in place; return whether anything was masked."""
+    """Set every token a row may not produce to -inf, in place; return whether anything was masked.
+
+    The constraint masks of all rows are filled into one [B, W] bitmask and applied together
+    with the banned ids as one boolean [B, V] tensor.
+    """
     banned = [row.banned_token_ids() for row in rows]
-    if not any(banned):
+    constrained = [index for index, row in enumerate(rows) if row.matcher is not None]
+    if not any(banned) and not constrained:
         return False
-    mask = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+    vocab = logits.shape[-1]
+    if constrained:
+        bitmask = allocate_bitmask(len(rows), vocab)
+        for index in constrained:
+            matcher = rows[index].matcher
+            assert matcher is not None
+            matcher.fill_bitmask(bitmask, index)
+        forbidden = ~bitmask_to_bool(bitmask.to(logits.device), vocab)
+    else:
+        forbidden = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
     for index, ids in enumerate(banned):
         if ids:
-            mask[index, list(ids)] = True
-    logits.masked_fill_(mask, float("-inf"))
+            forbidden[index, list(ids)] = True
+    logits.masked_fill_(forbidden, float("-inf"))
     return True
 
 
@@ -75,7 +94,8 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow]) -> list[RowDecisio
         if row.penalties is not None:
             row.penalties.apply(logits[index])
             processed = True
-    greedy = [row.sampling.greedy for row in rows]
+    dead = _dead_rows(logits) if processed else []
+    greedy = [row.sampling.greedy or index in dead for index, row in enumerate(rows)]
     final = logits
     if not all(greedy):
         device = logits.device
@@ -104,5 +124,16 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow]) -> list[RowDecisio
             ids = top_ids[index, : row.top_logprobs].tolist()
             values = top_values[index, : row.top_logprobs].tolist()
             alternatives = tuple(zip(ids, values, strict=True))
+        if index in dead:
+            decisions.append(RowDecision(-1, 0.0, 0.0, (), dead_end="the constraint and masks left no token to choose"))
+            continue
         decisions.append(RowDecision(chosen[index], raw_chosen[index], final_chosen[index], alternatives))
     return decisions
+
+
+def _dead_rows(logits: torch.Tensor) -> list[int]:
+    """Rows with no finite logit left; they are given dummy logits so the batch can still sample."""
+    dead = torch.isinf(logits).all(dim=-1).nonzero().flatten().tolist()
+    for index in dead:
+        logits[index] = 0.0
+    return dead

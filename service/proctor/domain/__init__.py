@@ -7,9 +7,17 @@ from proctor.domain.errors import (
     RequestValidationError,
     ShuttingDown,
 )
-from proctor.domain.events import FinishReason, TokenAlternative, TokenDetail, TokenEvent
+from proctor.domain.events import (
+    ConstraintSummary,
+    FinishReason,
+    SchemaCheck,
+    TokenAlternative,
+    TokenDetail,
+    TokenEvent,
+)
 from proctor.domain.request import (
     ChatMessage,
+    ConstraintRequest,
     GenerationRequest,
     SamplingParams,
     StoppingParams,
@@ -17,6 +25,8 @@ from proctor.domain.request import (
 
 __all__ = [
     "ChatMessage",
+    "ConstraintRequest",
+    "ConstraintSummary",
     "EngineFault",
     "FieldViolation",
     "FinishReason",
@@ -24,6 +34,7 @@ __all__ = [
     "Overloaded",
     "RequestValidationError",
     "SamplingParams",
+    "SchemaCheck",
     "ShuttingDown",
     "StoppingParams",
     "TokenAlternative",

@@ -16,6 +16,8 @@ class FinishReason(enum.Enum):
     CANCELLED = "cancelled"
     DEADLINE = "deadline"
     ERROR = "error"
+    CONSTRAINT_COMPLETE = "constraint_complete"
+    DEAD_END = "dead_end"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,26 @@ class Timings:
 
 
 @dataclass(frozen=True, slots=True)
+class SchemaCheck:
+    """Server-side validation of a JSON output against its schema."""
+
+    valid: bool
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintSummary:
+    """Which constraint a request ran under and how it was compiled."""
+
+    kind: str
+    backend: str
+    spec_sha256: str
+    schema_ref: str = ""
+    cache_hit: bool = False
+    compile_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class TokenEvent:
     """One step's output for one request.
 
@@ -68,6 +90,8 @@ class TokenEvent:
     timings: Timings | None = None
     seed: int = 0
     error: str | None = None
+    constraint: ConstraintSummary | None = None
+    schema_check: SchemaCheck | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
     @property

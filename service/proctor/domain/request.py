@@ -53,6 +53,27 @@ class StoppingParams:
 
 
 @dataclass(frozen=True, slots=True)
+class ConstraintRequest:
+    """The constraint as asked (before registry lookup and compilation).
+
+    ``kind`` is "json_schema", "regex", "choice", "grammar" or "schema_ref"; ``text`` holds the
+    schema JSON, the regex, the grammar or the schema reference; ``options`` the choices.
+    ``backend`` is "auto" or an engine name; ``field`` is the request field it came from.
+    """
+
+    kind: str
+    text: str = ""
+    options: tuple[str, ...] = ()
+    grammar_syntax: str = "lark"
+    backend: str = "auto"
+    flexible_whitespace: bool = False
+
+    @property
+    def field(self) -> str:
+        return {"choice": "choice.options", "grammar": "grammar.text"}.get(self.kind, self.kind)
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """One validated generation request. Exactly one of ``prompt`` and ``messages`` is set.
 
@@ -67,6 +88,7 @@ class GenerationRequest:
     top_logprobs: int = 0
     token_details: bool = False
     deadline: float | None = None
+    constraint: ConstraintRequest | None = None
 
     @property
     def wants_details(self) -> bool:

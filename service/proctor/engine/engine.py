@@ -6,11 +6,13 @@ from the engine thread; the sink must not block (the API hands them to its event
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -24,6 +26,9 @@ from proctor.engine.scheduler import Scheduler
 from proctor.engine.sequence import EventSink, SequenceState
 from proctor.models import LoadedModel
 
+if TYPE_CHECKING:
+    from proctor.constraints.service import ConstraintService
+
 log = logging.getLogger("proctor.engine")
 MAX_CONSECUTIVE_FAULTS = 3
 IDLE_WAIT_S = 0.05
@@ -31,9 +36,11 @@ IDLE_WAIT_S = 0.05
 
 class Engine:
     def __init__(self, loaded: LoadedModel, settings: Settings,
-                 on_health: Callable[[bool, str], None] | None = None) -> None:
+                 on_health: Callable[[bool, str], None] | None = None,
+                 constraints: ConstraintService | None = None) -> None:
         self.loaded = loaded
         self.settings = settings
+        self.constraints = constraints
         self._on_health = on_health
         pad = loaded.pad_token_id if loaded.pad_token_id is not None else min(loaded.eos_token_ids, default=0)
         self._batch = DecodeBatch(ModelRunner(loaded.model, loaded.device), pad)
@@ -53,11 +60,18 @@ class Engine:
         self._thread.start()
 
     def prepare(self, request: GenerationRequest) -> PreparedRequest:
-        """Render and tokenize the input; raises RequestValidationError naming the field."""
-        return prepare_request(
+        """Render and tokenize the input, compile the constraint (off the decode thread).
+
+        Raises RequestValidationError naming the field."""
+        prepared = prepare_request(
             self.loaded.tokenizer, request, context_length=self.loaded.context_length,
             default_max_new_tokens=self.settings.default_max_new_tokens,
             max_new_tokens_limit=self.settings.max_new_tokens_limit, vocab_size=self.loaded.vocab_size)
+        if request.constraint is None:
+            return prepared
+        if self.constraints is None:
+            raise RequestValidationError.single(request.constraint.field, "this server has constraints disabled")
+        return dataclasses.replace(prepared, constraint=self.constraints.prepare(request.constraint))
 
     def submit(self, prepared: PreparedRequest, sink: EventSink) -> int:
         """Queue a prepared request; return the seed its generator uses. Raises Overloaded/ShuttingDown."""

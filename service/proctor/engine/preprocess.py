@@ -7,9 +7,12 @@ tokenizing a long prompt must not stall other requests. Errors name the request 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proctor.domain import GenerationRequest, RequestValidationError
+
+if TYPE_CHECKING:
+    from proctor.constraints.service import PreparedConstraint
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +21,7 @@ class PreparedRequest:
     prompt_ids: tuple[int, ...]
     max_new_tokens: int
     length_detail: str
+    constraint: PreparedConstraint | None = None
 
 
 def render_prompt(tokenizer: Any, request: GenerationRequest) -> tuple[str, bool]:

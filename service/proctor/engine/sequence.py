@@ -8,16 +8,20 @@ from typing import Any
 
 import torch
 
+from proctor.constraints.backend import Matcher
 from proctor.decoding.penalties import PenaltyState
 from proctor.decoding.pipeline import RowDecision
 from proctor.decoding.stop_strings import StopStringMatcher
 from proctor.decoding.stopping import TokenStopRules, check_external
-from proctor.domain import FinishReason, TokenAlternative, TokenDetail, TokenEvent
+from proctor.domain import FinishReason, SchemaCheck, TokenAlternative, TokenDetail, TokenEvent
 from proctor.domain.events import Timings, Usage
 from proctor.engine.detokenizer import IncrementalDetokenizer
 from proctor.engine.preprocess import PreparedRequest
 
 EventSink = Callable[[TokenEvent], None]
+# Finish reasons after which the constrained structure may be incomplete.
+UNFINISHED = frozenset({FinishReason.LENGTH, FinishReason.DEADLINE, FinishReason.CANCELLED,
+                        FinishReason.DEAD_END, FinishReason.ERROR})
 
 
 class SequenceState:
@@ -49,6 +53,9 @@ class SequenceState:
         self._tokenizer = tokenizer
         self.detokenizer = IncrementalDetokenizer(tokenizer, self.prompt_ids)
         self.stop_matcher = StopStringMatcher(request.stopping.stop)
+        self.constraint = prepared.constraint
+        self.matcher: Matcher | None = prepared.constraint.compiled.new_matcher() if prepared.constraint else None
+        self._text: list[str] = []
         self.cancelled = False
         self.finish_reason: FinishReason | None = None
         self.created = time.monotonic()
@@ -66,14 +73,20 @@ class SequenceState:
     def commit(self, decision: RowDecision, now: float) -> None:
         """Append the chosen token, run the stop checks and emit this step's event."""
         token_id = decision.token_id
+        if token_id < 0:
+            self.finish_without_token(FinishReason.DEAD_END, now, detail=decision.dead_end or "no token is allowed")
+            return
         self.generated.append(token_id)
         if self.first_token_at is None:
             self.first_token_at = now
         if self.penalties is not None:
             self.penalties.commit(token_id)
         reason = self.rules.check_token(token_id, len(self.generated))
+        detail = ""
+        if self.matcher is not None:
+            reason, detail = self._advance_constraint(token_id, reason)
         scan = self.stop_matcher.push(self.detokenizer.push(token_id))
-        text, detail = scan.release, ""
+        text = scan.release
         if scan.matched is not None:
             reason, detail = FinishReason.STOP_STRING, f"matched stop string {scan.matched!r}"
         elif reason is not None:
@@ -82,6 +95,17 @@ class SequenceState:
                 detail = self.rules.length_detail
         details = (self._detail(decision),) if self.request.wants_details else ()
         self._emit(TokenEvent(self.request_id, (token_id,), text, details), reason, detail, now)
+
+    def _advance_constraint(self, token_id: int, reason: FinishReason | None) -> tuple[FinishReason | None, str]:
+        """Advance the matcher after sampling; a complete constraint ends the request at once."""
+        assert self.matcher is not None
+        if reason is FinishReason.EOS and self.matcher.can_end():
+            return reason, ""
+        if not self.matcher.advance(token_id):
+            return FinishReason.ERROR, f"the constraint rejected token {token_id} after masking"
+        if reason in (None, FinishReason.LENGTH) and self.matcher.must_end():
+            return FinishReason.CONSTRAINT_COMPLETE, "the constraint is complete"
+        return reason, self.rules.length_detail if reason is FinishReason.LENGTH else ""
 
     def finish_without_token(self, reason: FinishReason, now: float, detail: str = "",
                              error: str | None = None) -> None:
@@ -104,7 +128,18 @@ class SequenceState:
     def _piece(self, token_id: int) -> str:
         return self._tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
+    def _schema_check(self, reason: FinishReason) -> SchemaCheck | None:
+        """Validate a JSON output against its schema; an unfinished output is never valid."""
+        if self.constraint is None or self.constraint.schema is None:
+            return None
+        from proctor.constraints.json_validation import validate_json_output
+
+        truncated = reason in UNFINISHED
+        result = validate_json_output("".join(self._text), self.constraint.schema, truncated=truncated)  # type: ignore[arg-type]
+        return SchemaCheck(result.valid, tuple(result.errors))
+
     def _emit(self, event: TokenEvent, reason: FinishReason | None, detail: str, now: float) -> None:
+        self._text.append(event.text)
         if reason is not None:
             self.finish_reason = reason
             started = self.started if self.started is not None else now
@@ -113,7 +148,9 @@ class SequenceState:
                 event.request_id, event.token_ids, event.text, event.details, finish_reason=reason,
                 finish_detail=detail, usage=Usage(len(self.prompt_ids), len(self.generated)),
                 timings=Timings((started - self.created) * 1000, ttft, (now - self.created) * 1000),
-                seed=self.seed, error=event.error)
+                seed=self.seed, error=event.error,
+                constraint=self.constraint.summary if self.constraint else None,
+                schema_check=self._schema_check(reason))
         self.sink(event)
 
     @property

@@ -50,6 +50,11 @@ class GenerationStub:
                 request_serializer=proctor_dot_v1_dot_generation__pb2.GetModelInfoRequest.SerializeToString,
                 response_deserializer=proctor_dot_v1_dot_generation__pb2.ModelInfo.FromString,
                 _registered_method=True)
+        self.ListSchemas = channel.unary_unary(
+                '/proctor.v1.Generation/ListSchemas',
+                request_serializer=proctor_dot_v1_dot_generation__pb2.ListSchemasRequest.SerializeToString,
+                response_deserializer=proctor_dot_v1_dot_generation__pb2.ListSchemasResponse.FromString,
+                _registered_method=True)
 
 
 class GenerationServicer:
@@ -78,6 +83,13 @@ class GenerationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSchemas(self, request, context):
+        """Lists the named, versioned JSON schemas registered on the server (usable as `schema_ref`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GenerationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -95,6 +107,11 @@ def add_GenerationServicer_to_server(servicer, server):
                     servicer.GetModelInfo,
                     request_deserializer=proctor_dot_v1_dot_generation__pb2.GetModelInfoRequest.FromString,
                     response_serializer=proctor_dot_v1_dot_generation__pb2.ModelInfo.SerializeToString,
+            ),
+            'ListSchemas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchemas,
+                    request_deserializer=proctor_dot_v1_dot_generation__pb2.ListSchemasRequest.FromString,
+                    response_serializer=proctor_dot_v1_dot_generation__pb2.ListSchemasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -179,6 +196,33 @@ class Generation:
             '/proctor.v1.Generation/GetModelInfo',
             proctor_dot_v1_dot_generation__pb2.GetModelInfoRequest.SerializeToString,
             proctor_dot_v1_dot_generation__pb2.ModelInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchemas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/proctor.v1.Generation/ListSchemas',
+            proctor_dot_v1_dot_generation__pb2.ListSchemasRequest.SerializeToString,
+            proctor_dot_v1_dot_generation__pb2.ListSchemasResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,1 @@
+"""Constraints compiled into token masks: spec, backend protocol, adapters, compile service, registry."""

@@ -1,0 +1,85 @@
+"""What a request asks to be constrained to, in canonical form (the compile-cache key's core)."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from dataclasses import dataclass
+
+
+class ConstraintKind(enum.Enum):
+    JSON_SCHEMA = "json_schema"
+    REGEX = "regex"
+    CHOICE = "choice"
+    GRAMMAR = "grammar"
+
+
+class GrammarSyntax(enum.Enum):
+    LARK = "lark"
+    EBNF = "ebnf"  # GBNF as in llama.cpp / xgrammar
+
+
+BACKEND_NAMES = ("xgrammar", "llguidance", "outlines")
+AUTO = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintSpec:
+    """A constraint in canonical form.
+
+    ``text`` is canonical JSON for JSON schemas (sorted keys, no spaces), the regex as given,
+    a JSON list for choices, the grammar text for grammars.
+    """
+
+    kind: ConstraintKind
+    text: str
+    syntax: GrammarSyntax | None = None
+    flexible_whitespace: bool = False
+
+    @classmethod
+    def json_schema(cls, schema: object, flexible_whitespace: bool = False) -> ConstraintSpec:
+        return cls(ConstraintKind.JSON_SCHEMA, canonical_json(schema), flexible_whitespace=flexible_whitespace)
+
+    @classmethod
+    def regex(cls, pattern: str) -> ConstraintSpec:
+        return cls(ConstraintKind.REGEX, pattern)
+
+    @classmethod
+    def choice(cls, options: list[str] | tuple[str, ...]) -> ConstraintSpec:
+        return cls(ConstraintKind.CHOICE, json.dumps(list(options), ensure_ascii=False))
+
+    @classmethod
+    def grammar(cls, text: str, syntax: GrammarSyntax) -> ConstraintSpec:
+        return cls(ConstraintKind.GRAMMAR, text, syntax=syntax)
+
+    @property
+    def options(self) -> list[str]:
+        """The alternatives of a CHOICE constraint."""
+        return list(json.loads(self.text)) if self.kind is ConstraintKind.CHOICE else []
+
+    @property
+    def schema(self) -> object:
+        return json.loads(self.text) if self.kind is ConstraintKind.JSON_SCHEMA else None
+
+    def sha256(self) -> str:
+        """Hash of the canonical spec (recorded in responses and, later, the audit)."""
+        payload = json.dumps([self.kind.value, self.text, self.syntax.value if self.syntax else None,
+                              self.flexible_whitespace], ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def canonical_json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+REGEX_META = set(r"\.^$|?*+()[]{}/")
+
+
+def escape_regex_literal(text: str) -> str:
+    """Escape a literal for the regex dialects all three engines accept (no ``\\ `` for spaces)."""
+    return "".join("\\" + ch if ch in REGEX_META else ch for ch in text)
+
+
+def choice_regex(options: list[str]) -> str:
+    return "(" + "|".join(escape_regex_literal(o) for o in options) + ")"
