@@ -27,6 +27,10 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--grace-period", dest="grace_period_s", type=float, help="seconds to drain on shutdown")
     p.add_argument("--reflection", action=argparse.BooleanOptionalAction, default=None,
                    help="gRPC server reflection (default: on when bound to loopback)")
+    p.add_argument("--constraint-timeout", dest="constraint_timeout_s", type=float,
+                   help="compile time limit per constraint engine attempt, seconds (default 5)")
+    p.add_argument("--compile-workers", type=int, help="constraint compile processes (default 1)")
+    p.add_argument("--schema-dir", help="schema registry directory (default: the schemas shipped with proctor)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip the warm-up request")
     p.add_argument("--log-level", help="logging level (default INFO)")
     p.set_defaults(func=_serve)
@@ -34,7 +38,8 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 
 def _serve(args: argparse.Namespace) -> int:
     keys = ("host", "port", "model", "model_store", "device", "dtype", "threads", "max_batch_size",
-            "max_new_tokens_limit", "grace_period_s", "reflection", "warmup", "log_level")
+            "max_new_tokens_limit", "grace_period_s", "reflection", "warmup", "log_level",
+            "constraint_timeout_s", "compile_workers", "schema_dir")
     try:
         settings = Settings.load({k: getattr(args, k) for k in keys})
     except ValueError as exc:

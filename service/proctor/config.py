@@ -46,6 +46,13 @@ class Settings:
     grace_period_s: float = 10.0
     warmup: bool = True
     log_level: str = "INFO"
+    # Constraints: compile time limit per engine attempt, spec size limit, compile worker processes
+    # (isolation makes a runaway compile killable; off only for in-process tests), schema registry.
+    constraint_timeout_s: float = 5.0
+    max_constraint_bytes: int = 1024 * 1024
+    compile_workers: int = 1
+    constraint_isolation: bool = True
+    schema_dir: str = ""  # empty: the registry shipped with the package (proctor/schemas)
 
     @property
     def reflection_enabled(self) -> bool:

@@ -10,6 +10,7 @@ from proctor.api.validation import validate
 from proctor.config import Settings
 from proctor.domain import (
     ChatMessage,
+    ConstraintRequest,
     FinishReason,
     GenerationRequest,
     RequestValidationError,
@@ -28,7 +29,36 @@ FINISH_TO_PROTO: dict[FinishReason, int] = {
     FinishReason.CANCELLED: pb.FINISH_REASON_CANCELLED,
     FinishReason.DEADLINE: pb.FINISH_REASON_DEADLINE,
     FinishReason.ERROR: pb.FINISH_REASON_ERROR,
+    FinishReason.CONSTRAINT_COMPLETE: pb.FINISH_REASON_CONSTRAINT_COMPLETE,
+    FinishReason.DEAD_END: pb.FINISH_REASON_DEAD_END,
 }
+BACKEND_FROM_PROTO: dict[int, str] = {
+    pb.CONSTRAINT_BACKEND_UNSPECIFIED: "auto",
+    pb.CONSTRAINT_BACKEND_AUTO: "auto",
+    pb.CONSTRAINT_BACKEND_XGRAMMAR: "xgrammar",
+    pb.CONSTRAINT_BACKEND_LLGUIDANCE: "llguidance",
+    pb.CONSTRAINT_BACKEND_OUTLINES: "outlines",
+}
+SYNTAX_FROM_PROTO: dict[int, str] = {pb.GRAMMAR_SYNTAX_LARK: "lark", pb.GRAMMAR_SYNTAX_EBNF: "ebnf"}
+
+
+def constraint_from_proto(message: pb.GenerateRequest) -> ConstraintRequest | None:
+    """The request's constraint (still unvalidated: the constraint service checks it)."""
+    kind = message.WhichOneof("constraint")
+    if kind is None:
+        return None
+    if message.constraint_backend not in BACKEND_FROM_PROTO:
+        raise RequestValidationError.single("constraint_backend", f"unknown backend {message.constraint_backend}")
+    common = {"backend": BACKEND_FROM_PROTO[message.constraint_backend],
+              "flexible_whitespace": message.json_whitespace == pb.JSON_WHITESPACE_FLEXIBLE}
+    if kind == "choice":
+        return ConstraintRequest("choice", options=tuple(message.choice.options), **common)  # type: ignore[arg-type]
+    if kind == "grammar":
+        syntax = SYNTAX_FROM_PROTO.get(message.grammar.syntax)
+        if syntax is None:
+            raise RequestValidationError.single("grammar.syntax", "set the grammar syntax: LARK or EBNF")
+        return ConstraintRequest("grammar", text=message.grammar.text, grammar_syntax=syntax, **common)  # type: ignore[arg-type]
+    return ConstraintRequest(kind, text=getattr(message, kind), **common)  # type: ignore[arg-type]
 
 
 def _opt(message: object, name: str, default: object) -> object:
@@ -70,6 +100,7 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
         top_logprobs=_opt(message, "top_logprobs", 0),  # type: ignore[arg-type]
         token_details=message.token_details,
         deadline=None if time_remaining_s is None else time.monotonic() + time_remaining_s,
+        constraint=constraint_from_proto(message),
     )
     violations = validate(request, settings)
     if violations:
@@ -95,6 +126,14 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
     if event.usage is not None:
         target.usage.prompt_tokens = event.usage.prompt_tokens
         target.usage.completion_tokens = event.usage.completion_tokens
+    if event.schema_check is not None:
+        target.schema_validation.valid = event.schema_check.valid
+        target.schema_validation.errors.extend(event.schema_check.errors)
+    if event.constraint is not None:
+        c = event.constraint
+        target.constraint.CopyFrom(pb.ConstraintInfo(kind=c.kind, backend=c.backend, spec_sha256=c.spec_sha256,
+                                                     schema_ref=c.schema_ref, cache_hit=c.cache_hit,
+                                                     compile_ms=c.compile_ms))
     if event.timings is not None:
         target.timings.queue_ms = event.timings.queue_ms
         target.timings.time_to_first_token_ms = event.timings.time_to_first_token_ms

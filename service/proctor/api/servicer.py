@@ -41,6 +41,15 @@ class GenerationEngine(Protocol):
     def abort(self, request_id: str) -> None: ...
 
 
+class RegisteredSchemaView(Protocol):
+    """A registered schema as ListSchemas shows it."""
+
+    name: str
+    version: str
+    description: str
+    schema_json: str
+
+
 class GenerationServicer(pb_grpc.GenerationServicer):
     """Serves once ``attach`` gave it a started engine; before that every call is UNAVAILABLE."""
 
@@ -48,10 +57,13 @@ class GenerationServicer(pb_grpc.GenerationServicer):
         self._settings = settings
         self._engine_or_none: GenerationEngine | None = None
         self._model_info: dict[str, object] = {}
+        self._schemas: list[RegisteredSchemaView] = []
 
-    def attach(self, engine: GenerationEngine, model_info: dict[str, object]) -> None:
+    def attach(self, engine: GenerationEngine, model_info: dict[str, object],
+               schemas: list[RegisteredSchemaView] | None = None) -> None:
         self._engine_or_none = engine
         self._model_info = model_info
+        self._schemas = list(schemas or [])
 
     @property
     def _engine(self) -> GenerationEngine:
@@ -135,3 +147,9 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             else:
                 setattr(info, key, value)
         return info
+
+    async def ListSchemas(self, request: pb.ListSchemasRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.ListSchemasResponse:
+        return pb.ListSchemasResponse(schemas=[
+            pb.RegisteredSchema(name=s.name, version=s.version, description=s.description, schema=s.schema_json)
+            for s in self._schemas])

@@ -28,8 +28,9 @@ AUTO = "auto"
 class ConstraintSpec:
     """A constraint in canonical form.
 
-    ``text`` is canonical JSON for JSON schemas (sorted keys, no spaces), the regex as given,
-    a JSON list for choices, the grammar text for grammars.
+    ``text`` is compact JSON for JSON schemas (no spaces, the author's key order, which decides
+    the order of generated properties), the regex as given, a JSON list for choices, the grammar
+    text for grammars. ``sha256`` identifies the constraint independently of key order.
     """
 
     kind: ConstraintKind
@@ -39,7 +40,10 @@ class ConstraintSpec:
 
     @classmethod
     def json_schema(cls, schema: object, flexible_whitespace: bool = False) -> ConstraintSpec:
-        return cls(ConstraintKind.JSON_SCHEMA, canonical_json(schema), flexible_whitespace=flexible_whitespace)
+        # Compact but in the author's key order: engines emit properties in schema order, and a
+        # contract should read parties → dates → clauses, not alphabetically.
+        text = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+        return cls(ConstraintKind.JSON_SCHEMA, text, flexible_whitespace=flexible_whitespace)
 
     @classmethod
     def regex(cls, pattern: str) -> ConstraintSpec:
@@ -64,7 +68,8 @@ class ConstraintSpec:
 
     def sha256(self) -> str:
         """Hash of the canonical spec (recorded in responses and, later, the audit)."""
-        payload = json.dumps([self.kind.value, self.text, self.syntax.value if self.syntax else None,
+        text = canonical_json(json.loads(self.text)) if self.kind is ConstraintKind.JSON_SCHEMA else self.text
+        payload = json.dumps([self.kind.value, text, self.syntax.value if self.syntax else None,
                               self.flexible_whitespace], ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()
 

@@ -12,16 +12,20 @@ from proctor_client.request import build_request
 from proctor_client.sync_client import ProctorClient
 from proctor_client.v1.generation_pb2 import (
     ChatMessage,
+    ConstraintInfo,
     FinishReason,
     GenerateChunk,
     GenerateRequest,
     GenerateResponse,
     ModelInfo,
+    RegisteredSchema,
+    SchemaValidation,
 )
 
 __all__ = [
     "AsyncProctorClient",
     "ChatMessage",
+    "ConstraintInfo",
     "FinishReason",
     "GenerateChunk",
     "GenerateRequest",
@@ -29,6 +33,8 @@ __all__ = [
     "ModelInfo",
     "ProctorClient",
     "ProctorError",
+    "RegisteredSchema",
+    "SchemaValidation",
     "__version__",
     "build_request",
 ]

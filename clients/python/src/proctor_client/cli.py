@@ -1,4 +1,4 @@
-"""``proctor-client generate`` and ``info``; the server's CLI mounts the same commands via add_client_commands.
+"""``proctor-client generate``, ``info`` and ``schemas``; the server's CLI mounts them via add_client_commands.
 
 Exit codes: 0 success, 1 the call failed (or the server is not ready), 2 bad local input, 130 interrupted.
 """
@@ -15,18 +15,20 @@ from typing import Any, TextIO
 import grpc
 
 from proctor_client.errors import ProctorError
-from proctor_client.formatting import info_lines, summary_line, to_json
-from proctor_client.request import build_request
+from proctor_client.formatting import info_lines, schema_lines, summary_line, to_json, validation_lines
+from proctor_client.request import CONSTRAINT_BACKENDS, GRAMMAR_SYNTAXES, JSON_WHITESPACES, build_request
 from proctor_client.sync_client import ProctorClient
 from proctor_client.v1 import generation_pb2
 
 DEFAULT_ADDR = "127.0.0.1:50051"
 ADDR_ENV = "PROCTOR_ADDR"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# Grammar file suffixes that name their syntax; any other file is read as lark (the default).
+GRAMMAR_SUFFIXES = {".lark": "lark", ".gbnf": "ebnf", ".ebnf": "ebnf"}
 
 
 def add_client_commands(subparsers: argparse._SubParsersAction) -> dict[str, argparse.ArgumentParser]:
-    """Register ``generate`` and ``info``; each sets ``func`` (Namespace -> exit code) as its default."""
+    """Register ``generate``, ``info`` and ``schemas``; each sets ``func`` (Namespace -> exit code) as its default."""
     generate = subparsers.add_parser(
         "generate", help="generate a completion", description="Generate a completion on a running Proctor server."
     )
@@ -61,13 +63,50 @@ def add_client_commands(subparsers: argparse._SubParsersAction) -> dict[str, arg
     generate.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
     generate.add_argument("--token-details", action="store_true", help="return per-token details")
     generate.add_argument("--stream", action="store_true", help="print text as it is generated (JSONL with json)")
+    _add_constraint_flags(generate)
     generate.set_defaults(func=run_generate)
 
     info = subparsers.add_parser("info", help="describe the served model", description="Describe the served model.")
     _add_common(info, timeout_s=10.0)
     info.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for readiness")
     info.set_defaults(func=run_info)
-    return {"generate": generate, "info": info}
+
+    schemas = subparsers.add_parser(
+        "schemas",
+        help="list the server's registered JSON schemas",
+        description="List the JSON schemas registered on the server (use one with generate --schema-ref NAME).",
+    )
+    _add_common(schemas, timeout_s=10.0)
+    schemas.set_defaults(func=run_schemas)
+    return {"generate": generate, "info": info, "schemas": schemas}
+
+
+def _add_constraint_flags(parser: argparse.ArgumentParser) -> None:
+    """The output constraint (at most one) and its options."""
+    group = parser.add_argument_group("output constraint (at most one)")
+    constraint = group.add_mutually_exclusive_group()
+    constraint.add_argument(
+        "--json-schema", metavar="FILE", help="the output is JSON valid under this JSON Schema file; - reads stdin"
+    )
+    constraint.add_argument("--regex", metavar="R", help="the whole output matches this regular expression")
+    constraint.add_argument(
+        "--choice", action="append", metavar="TEXT", help="the output is exactly one of these (repeatable)"
+    )
+    constraint.add_argument("--grammar", metavar="FILE", help="the output follows this grammar file; - reads stdin")
+    constraint.add_argument(
+        "--schema-ref", metavar="NAME", help='a schema registered on the server, "name@version" or "name" (latest)'
+    )
+    group.add_argument(
+        "--grammar-syntax",
+        choices=GRAMMAR_SYNTAXES,
+        help="syntax of --grammar (default: by suffix, .gbnf/.ebnf: ebnf, otherwise lark)",
+    )
+    group.add_argument("--constraint-backend", choices=CONSTRAINT_BACKENDS, help="constraint engine (server: auto)")
+    group.add_argument(
+        "--json-whitespace",
+        choices=JSON_WHITESPACES,
+        help="whitespace between JSON tokens for --json-schema/--schema-ref (server: compact)",
+    )
 
 
 def _add_common(parser: argparse.ArgumentParser, *, timeout_s: float) -> None:
@@ -126,9 +165,37 @@ def run_info(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_schemas(args: argparse.Namespace) -> int:
+    """Run ``schemas``: ``name@version  description`` per registered schema (json: ListSchemasResponse)."""
+    try:
+        with ProctorClient(resolve_addr(args.addr), timeout_s=args.timeout or None) as client:
+            schemas = client.list_schemas()
+    except ProctorError as error:
+        print_error(error)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    if args.output == "json":
+        print(to_json(generation_pb2.ListSchemasResponse(schemas=schemas), include_defaults=True))
+    elif schemas:
+        print("\n".join(schema_lines(schemas)))
+    else:
+        print("no schemas registered", file=sys.stderr)
+    return EXIT_OK
+
+
 def request_from_args(args: argparse.Namespace) -> generation_pb2.GenerateRequest:
     """Build the request from parsed ``generate`` arguments (ValueError / OSError on bad input)."""
+    from_stdin = [flag for flag, path in (("--messages", args.messages), ("--json-schema", args.json_schema),
+                                          ("--grammar", args.grammar)) if path == "-"]
+    if len(from_stdin) > 1:
+        raise ValueError(f"only one of {' and '.join(from_stdin)} can read stdin (-)")
     messages = load_messages(args.messages) if args.messages is not None else None
+    json_schema = load_json_schema(args.json_schema) if args.json_schema is not None else None
+    grammar = read_input(args.grammar) if args.grammar is not None else None
+    grammar_syntax = args.grammar_syntax
+    if grammar is not None and grammar_syntax is None:
+        grammar_syntax = grammar_syntax_for(args.grammar)
     return build_request(
         args.prompt,
         messages,
@@ -149,17 +216,46 @@ def request_from_args(args: argparse.Namespace) -> generation_pb2.GenerateReques
         ignore_eos=args.ignore_eos,
         top_logprobs=args.top_logprobs,
         token_details=args.token_details,
+        json_schema=json_schema,
+        regex=args.regex,
+        choice=args.choice,
+        grammar=grammar,
+        grammar_syntax=grammar_syntax,
+        schema_ref=args.schema_ref,
+        constraint_backend=args.constraint_backend,
+        json_whitespace=args.json_whitespace,
     )
+
+
+def read_input(path: str) -> str:
+    """The text of a file, or of stdin for ``-``."""
+    if path == "-":
+        return sys.stdin.read()
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def load_json_schema(path: str) -> str:
+    """A JSON Schema file's text (``-``: stdin), checked to be JSON here so a typo is a local error (exit 2).
+
+    The text is sent as is: the server canonicalizes it and checks that it is a usable schema.
+    """
+    text = read_input(path)
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON: {exc}") from None
+    return text
+
+
+def grammar_syntax_for(path: str) -> str:
+    """The syntax a grammar file's suffix names (``.gbnf``/``.ebnf``: ebnf); lark otherwise, and for stdin."""
+    return GRAMMAR_SUFFIXES.get(os.path.splitext(path)[1].lower(), "lark")
 
 
 def load_messages(path: str) -> list[dict[str, Any]]:
     """Read chat turns from a JSON file (``-``: stdin): a list of objects, or ``{"messages": [...]}``."""
-    if path == "-":
-        text = sys.stdin.read()
-    else:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    data = json.loads(text)
+    data = json.loads(read_input(path))
     if isinstance(data, dict) and "messages" in data:
         data = data["messages"]
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
@@ -181,7 +277,13 @@ def _print_response(response: generation_pb2.GenerateResponse, output: str, out:
         return
     print(response.text, file=out)
     out.flush()
-    print(summary_line(response), file=sys.stderr)
+    _print_summary(response)
+
+
+def _print_summary(message: generation_pb2.GenerateResponse | generation_pb2.GenerateChunk) -> None:
+    """The summary line and, under it, any schema validation errors (stderr, so stdout stays the text)."""
+    for line in [summary_line(message), *validation_lines(message)]:
+        print(line, file=sys.stderr)
 
 
 def _print_stream(chunks: Iterable[generation_pb2.GenerateChunk], output: str, out: TextIO) -> None:
@@ -205,7 +307,7 @@ def _print_stream(chunks: Iterable[generation_pb2.GenerateChunk], output: str, o
         out.write("\n")
         out.flush()
         if last is not None:
-            print(summary_line(last), file=sys.stderr)
+            _print_summary(last)
 
 
 def build_parser() -> argparse.ArgumentParser:

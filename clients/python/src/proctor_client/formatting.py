@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
@@ -19,7 +21,11 @@ def finish_reason_name(value: int) -> str:
 
 
 def summary_line(message: generation_pb2.GenerateResponse | generation_pb2.GenerateChunk) -> str:
-    """One line with finish reason, token counts and timings (a response or the last chunk of a stream)."""
+    """One line with finish reason, token counts and timings (a response or the last chunk of a stream).
+
+    When present it also shows the constraint (kind, backend, resolved schema_ref) and ``schema_valid``, the
+    server's verdict on a JSON output; validation_lines gives the errors behind a ``schema_valid=false``.
+    """
     finish = finish_reason_name(message.finish_reason)
     if message.finish_detail:
         finish += f" ({message.finish_detail})"
@@ -33,13 +39,43 @@ def summary_line(message: generation_pb2.GenerateResponse | generation_pb2.Gener
     ]
     if message.request_id:
         parts.append(f"request_id={message.request_id}")
+    if message.HasField("constraint"):
+        constraint = message.constraint
+        parts.append(f"constraint={constraint.kind or '-'}")
+        parts.append(f"backend={constraint.backend or '-'}")
+        if constraint.schema_ref:
+            parts.append(f"schema_ref={constraint.schema_ref}")
+    if message.HasField("schema_validation"):
+        parts.append(f"schema_valid={str(message.schema_validation.valid).lower()}")
     return " ".join(parts)
 
 
-def to_json(message: Message, *, compact: bool = False) -> str:
-    """The protobuf JSON mapping with proto field names; ``compact`` gives one line (for JSONL)."""
+def validation_lines(message: generation_pb2.GenerateResponse | generation_pb2.GenerateChunk) -> list[str]:
+    """One indented line per schema validation error (none when the output validated or was not JSON-checked)."""
+    if not message.HasField("schema_validation"):
+        return []
+    return [f"  schema error: {error}" for error in message.schema_validation.errors]
+
+
+def schema_lines(schemas: Sequence[generation_pb2.RegisteredSchema]) -> list[str]:
+    """``name@version  description``, the references in one column, in the server's order."""
+    refs = [f"{schema.name}@{schema.version}" for schema in schemas]
+    width = max((len(ref) for ref in refs), default=0)
+    return [f"{ref:<{width}}  {schema.description}".rstrip() for ref, schema in zip(refs, schemas, strict=True)]
+
+
+def to_json(message: Message, *, compact: bool = False, include_defaults: bool = False) -> str:
+    """The protobuf JSON mapping with proto field names; ``compact`` gives one line (for JSONL).
+
+    ``include_defaults`` also prints fields left at their zero value (an empty list as ``[]`` rather than
+    no key at all), for output that scripts index into.
+    """
     return json_format.MessageToJson(
-        message, preserving_proto_field_name=True, indent=None if compact else 2, ensure_ascii=False
+        message,
+        preserving_proto_field_name=True,
+        indent=None if compact else 2,
+        ensure_ascii=False,
+        always_print_fields_with_no_presence=include_defaults,
     )
 
 

@@ -2,15 +2,26 @@
 
 Optional proto fields have explicit presence: ``temperature=0`` (greedy) is sent as present, while
 ``temperature=None`` leaves it unset so the server default applies.
+
+Constraints (``json_schema``, ``regex``, ``choice``, ``grammar``, ``schema_ref``) share one proto ``oneof``:
+setting a second one would silently replace the first, so passing more than one is a ValueError here.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from typing import Any, Literal, get_args
 
 from proctor_client.v1 import generation_pb2
 
 MessageLike = tuple[str, str] | Mapping[str, str] | generation_pb2.ChatMessage
+GrammarSyntaxName = Literal["lark", "ebnf"]
+ConstraintBackendName = Literal["auto", "xgrammar", "llguidance", "outlines"]
+JsonWhitespaceName = Literal["compact", "flexible"]
+GRAMMAR_SYNTAXES: tuple[str, ...] = get_args(GrammarSyntaxName)
+CONSTRAINT_BACKENDS: tuple[str, ...] = get_args(ConstraintBackendName)
+JSON_WHITESPACES: tuple[str, ...] = get_args(JsonWhitespaceName)
 
 
 def build_request(
@@ -34,11 +45,26 @@ def build_request(
     ignore_eos: bool = False,
     top_logprobs: int | None = None,
     token_details: bool = False,
+    json_schema: str | Mapping[str, Any] | None = None,
+    regex: str | None = None,
+    choice: Sequence[str] | None = None,
+    grammar: str | None = None,
+    grammar_syntax: GrammarSyntaxName | None = None,
+    schema_ref: str | None = None,
+    constraint_backend: ConstraintBackendName | None = None,
+    json_whitespace: JsonWhitespaceName | None = None,
 ) -> generation_pb2.GenerateRequest:
     """Return a request with exactly one of ``prompt`` (raw text) or ``messages`` (chat turns).
 
-    Raises ValueError when both or neither input is given, or a message is malformed; range checks are left
-    to the server, which names the offending field.
+    At most one constraint: ``json_schema`` (JSON text, or a mapping serialized with json.dumps), ``regex``,
+    ``choice`` (the output is one of these strings), ``grammar`` (its ``grammar_syntax`` defaults to lark) or
+    ``schema_ref`` (a schema registered on the server, ``"name@version"`` or ``"name"`` for the latest).
+    ``constraint_backend`` picks the engine (unset: the server's AUTO); ``json_whitespace`` applies to JSON
+    constraints only.
+
+    Raises ValueError when both or neither input is given, a message is malformed, more than one constraint
+    is given, or an option does not fit its constraint; range checks and compiling are left to the server,
+    which names the offending field.
     """
     if (prompt is None) == (messages is None):
         raise ValueError("pass exactly one of prompt or messages")
@@ -77,7 +103,111 @@ def build_request(
         request.stopping.ignore_eos = True
     if top_logprobs is not None:
         request.top_logprobs = top_logprobs
+    _set_constraint(
+        request,
+        json_schema=json_schema,
+        regex=regex,
+        choice=choice,
+        grammar=grammar,
+        grammar_syntax=grammar_syntax,
+        schema_ref=schema_ref,
+        constraint_backend=constraint_backend,
+        json_whitespace=json_whitespace,
+    )
     return request
+
+
+def _set_constraint(
+    request: generation_pb2.GenerateRequest,
+    *,
+    json_schema: str | Mapping[str, Any] | None,
+    regex: str | None,
+    choice: Sequence[str] | None,
+    grammar: str | None,
+    grammar_syntax: str | None,
+    schema_ref: str | None,
+    constraint_backend: str | None,
+    json_whitespace: str | None,
+) -> None:
+    """Fill the ``constraint`` oneof and its options; ValueError for combinations the server could only guess at."""
+    given = {
+        "json_schema": json_schema,
+        "regex": regex,
+        "choice": choice,
+        "grammar": grammar,
+        "schema_ref": schema_ref,
+    }
+    chosen = [name for name, value in given.items() if value is not None]
+    if len(chosen) > 1:
+        raise ValueError(f"pass at most one constraint, got {', '.join(chosen)}")
+    kind = chosen[0] if chosen else None
+    if grammar_syntax is not None and kind != "grammar":
+        raise ValueError("grammar_syntax applies to grammar only")
+    if json_whitespace is not None and kind not in ("json_schema", "schema_ref"):
+        raise ValueError("json_whitespace applies to json_schema and schema_ref only")
+    if constraint_backend is not None and kind is None:
+        raise ValueError("constraint_backend needs a constraint")
+
+    if json_schema is not None:
+        request.json_schema = json_schema if isinstance(json_schema, str) else _schema_text(json_schema)
+    elif regex is not None:
+        request.regex = _string("regex", regex)
+    elif choice is not None:
+        request.choice.options.extend(_options(choice))
+    elif grammar is not None:
+        syntax = _enum_value(generation_pb2.GrammarSyntax, "GRAMMAR_SYNTAX_", "grammar_syntax",
+                             grammar_syntax or "lark", GRAMMAR_SYNTAXES)
+        request.grammar.CopyFrom(generation_pb2.GrammarConstraint(syntax=syntax, text=_string("grammar", grammar)))
+    elif schema_ref is not None:
+        request.schema_ref = _string("schema_ref", schema_ref)
+
+    if constraint_backend is not None:
+        request.constraint_backend = _enum_value(generation_pb2.ConstraintBackend, "CONSTRAINT_BACKEND_",
+                                                 "constraint_backend", constraint_backend, CONSTRAINT_BACKENDS)
+    if json_whitespace is not None:
+        request.json_whitespace = _enum_value(generation_pb2.JsonWhitespace, "JSON_WHITESPACE_", "json_whitespace",
+                                              json_whitespace, JSON_WHITESPACES)
+
+
+def _schema_text(schema: Mapping[str, Any]) -> str:
+    """A schema mapping as JSON text (nested mappings of any type included)."""
+    if not isinstance(schema, Mapping):
+        raise ValueError(f"json_schema must be JSON text or a mapping, got {type(schema).__name__}")
+    try:
+        return json.dumps(dict(schema), ensure_ascii=False, default=_plain_mapping)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"json_schema is not JSON-serializable: {exc}") from None
+
+
+def _plain_mapping(value: object) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _string(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _options(choice: Sequence[str]) -> list[str]:
+    # A bare string is a sequence too; as a choice it would mean "one of its characters", never what was meant.
+    if isinstance(choice, str | bytes):
+        raise ValueError("choice must be a sequence of strings, not a single string")
+    options = list(choice)
+    if not options:
+        raise ValueError("choice needs at least one option")
+    if not all(isinstance(option, str) for option in options):
+        raise ValueError("choice options must be strings")
+    return options
+
+
+def _enum_value(enum: Any, prefix: str, name: str, value: str, allowed: tuple[str, ...]) -> int:
+    """``"xgrammar"`` -> CONSTRAINT_BACKEND_XGRAMMAR; ValueError naming the allowed spellings otherwise."""
+    if not isinstance(value, str) or value.lower() not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return int(enum.Value(prefix + value.upper()))
 
 
 def _chat_message(message: MessageLike, index: int) -> generation_pb2.ChatMessage:

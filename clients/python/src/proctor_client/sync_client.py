@@ -98,6 +98,12 @@ class ProctorClient:
         request = generation_pb2.GetModelInfoRequest()
         return self._unary(self._stub.GetModelInfo, request, resolve_timeout(timeout_s, self.timeout_s))
 
+    def list_schemas(self, *, timeout_s: TimeoutArg = UNSET) -> list[generation_pb2.RegisteredSchema]:
+        """The JSON schemas registered on the server (each usable as ``schema_ref="name@version"``)."""
+        request = generation_pb2.ListSchemasRequest()
+        response = self._unary(self._stub.ListSchemas, request, resolve_timeout(timeout_s, self.timeout_s))
+        return list(response.schemas)
+
     def wait_ready(self, timeout_s: float) -> generation_pb2.ModelInfo:
         """Poll GetModelInfo until it succeeds (server up and model loaded) or ``timeout_s`` passes.
 

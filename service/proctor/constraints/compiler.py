@@ -1,0 +1,117 @@
+"""Compiling constraints for requests: engine choice (AUTO + fallback), cache, limits, isolation.
+
+``compile`` runs on the caller's thread (the API's worker thread), never on the decode thread.
+With ``isolate`` on (the default) the engine library runs in a worker process under the time
+limit and the result is loaded here; with it off (tests with a tiny model) it runs in-process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from proctor.constraints.auto import backend_order
+from proctor.constraints.backend import Backend, CompiledConstraint, ConstraintError
+from proctor.constraints.cache import CacheEntry, CompiledCache, cache_key
+from proctor.constraints.spec import AUTO, BACKEND_NAMES, ConstraintSpec
+from proctor.constraints.worker import WorkerConfig
+from proctor.constraints.worker_pool import WorkerPool
+
+
+@dataclass(frozen=True, slots=True)
+class CompileLimits:
+    timeout_s: float = 5.0
+    max_spec_bytes: int = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CompileResult:
+    compiled: CompiledConstraint
+    backend: str
+    cache_hit: bool
+    compile_ms: float
+
+
+class ConstraintCompiler:
+    def __init__(self, *, tokenizer: Any, model_path: str, vocab_size: int, eos_token_ids: tuple[int, ...],
+                 tokenizer_fingerprint: str, limits: CompileLimits | None = None, isolate: bool = True,
+                 workers: int = 1, cache: CompiledCache | None = None) -> None:
+        self._tokenizer = tokenizer
+        self._vocab_size = vocab_size
+        self._eos = eos_token_ids
+        self._fingerprint = tokenizer_fingerprint
+        self.limits = limits or CompileLimits()
+        self.cache = cache or CompiledCache()
+        self._backends: dict[str, Backend] = {}
+        self._backend_lock = threading.Lock()
+        self._pool = WorkerPool(WorkerConfig(model_path, vocab_size, eos_token_ids), workers) if isolate else None
+
+    def prewarm(self) -> None:
+        """Build the in-process engine tables and start the compile workers (server start-up)."""
+        if self._pool is not None:
+            self._pool.prewarm()
+        for name in BACKEND_NAMES:
+            try:
+                self._backend(name)
+            except Exception:  # an engine that cannot load is skipped by AUTO at compile time
+                continue
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    def _backend(self, name: str) -> Backend:
+        with self._backend_lock:
+            if name not in self._backends:
+                from proctor.constraints.backends import create_backend
+
+                self._backends[name] = create_backend(name, self._tokenizer, self._vocab_size, self._eos)
+            return self._backends[name]
+
+    def compile(self, spec: ConstraintSpec, backend: str = AUTO) -> CompileResult:
+        """Compile with the named engine, or with AUTO's order falling back on refusal."""
+        size = len(spec.text.encode())
+        if size > self.limits.max_spec_bytes:
+            raise ConstraintError(f"the constraint is {size} bytes; the limit is {self.limits.max_spec_bytes} bytes")
+        order = backend_order(spec) if backend == AUTO else (backend,)
+        reasons = []
+        for name in order:
+            try:
+                return self._compile_with(name, spec)
+            except ConstraintError as exc:
+                reasons.append(f"{name}: {exc.reason}")
+        if len(reasons) == 1:
+            raise ConstraintError(reasons[0])
+        raise ConstraintError("no constraint engine accepted it — " + "; ".join(reasons))
+
+    def _compile_with(self, name: str, spec: ConstraintSpec) -> CompileResult:
+        key = cache_key(name, spec, self._fingerprint)
+        entry = self.cache.get(key)
+        if entry is not None:
+            if entry.error is not None:
+                raise entry.error
+            assert entry.compiled is not None
+            return CompileResult(entry.compiled, name, True, entry.compile_ms)
+        start = time.perf_counter()
+        try:
+            compiled = self._compile_fresh(name, spec)
+        except ConstraintError as exc:
+            error = ConstraintError(exc.reason, name)
+            self.cache.put(key, CacheEntry(None, error, (time.perf_counter() - start) * 1000, len(spec.text)))
+            raise error from None
+        ms = (time.perf_counter() - start) * 1000
+        self.cache.put(key, CacheEntry(compiled, None, ms, compiled.memory_bytes()))
+        return CompileResult(compiled, name, False, ms)
+
+    def _compile_fresh(self, name: str, spec: ConstraintSpec) -> CompiledConstraint:
+        if self._pool is None:
+            return self._backend(name).compile(spec)
+        data, _ = self._pool.compile(name, spec, self.limits.timeout_s)
+        return self._backend(name).load(spec, data)
+
+    def stats(self) -> dict[str, int]:
+        stats = self.cache.stats()
+        stats["worker_restarts"] = self._pool.restarts if self._pool is not None else 0
+        return stats

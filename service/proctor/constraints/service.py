@@ -1,0 +1,91 @@
+"""From a request's constraint to a compiled constraint ready for per-request matchers.
+
+Validation lives here too, because what is valid depends on the engines: a schema that parses
+but uses a keyword no engine enforces is refused with the keyword and where it is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from proctor.constraints.backend import CompiledConstraint, ConstraintError
+from proctor.constraints.compiler import ConstraintCompiler
+from proctor.constraints.json_validation import InvalidSchemaError, check_json_schema
+from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax
+from proctor.domain import ConstraintRequest, ConstraintSummary, RequestValidationError
+
+if TYPE_CHECKING:
+    from proctor.constraints.registry import SchemaRegistry
+
+MAX_CHOICES = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedConstraint:
+    compiled: CompiledConstraint
+    summary: ConstraintSummary
+    schema: object | None  # the JSON schema to validate the output against, if any
+
+    def new_matcher(self) -> object:
+        return self.compiled.new_matcher()
+
+
+class ConstraintService:
+    def __init__(self, compiler: ConstraintCompiler, registry: SchemaRegistry | None = None) -> None:
+        self.compiler = compiler
+        self.registry = registry
+
+    def to_spec(self, request: ConstraintRequest) -> tuple[ConstraintSpec, str]:
+        """Canonical spec and the resolved schema reference ("" when none); errors name the field."""
+        field = request.field
+        if request.kind == "schema_ref":
+            if self.registry is None:
+                raise RequestValidationError.single(field, "this server has no schema registry")
+            try:
+                entry = self.registry.resolve(request.text)
+            except KeyError as exc:
+                raise RequestValidationError.single(field, str(exc.args[0] if exc.args else exc)) from None
+            spec = ConstraintSpec.json_schema(entry.schema, request.flexible_whitespace)
+            return spec, f"{entry.name}@{entry.version}"
+        if request.kind == "json_schema":
+            try:
+                schema = json.loads(request.text)
+            except json.JSONDecodeError as exc:
+                raise RequestValidationError.single(field, f"not valid JSON: {exc}") from None
+            if not isinstance(schema, dict | bool):
+                raise RequestValidationError.single(field, "a JSON Schema is an object (or a boolean)")
+            try:
+                check_json_schema(schema)
+            except InvalidSchemaError as exc:
+                raise RequestValidationError.single(field, f"not a valid JSON Schema: {exc}") from None
+            return ConstraintSpec.json_schema(schema, request.flexible_whitespace), ""
+        if request.kind == "regex":
+            if not request.text:
+                raise RequestValidationError.single(field, "the regex is empty")
+            return ConstraintSpec.regex(request.text), ""
+        if request.kind == "choice":
+            if not request.options:
+                raise RequestValidationError.single(field, "at least one option is needed")
+            if len(request.options) > MAX_CHOICES:
+                raise RequestValidationError.single(field, f"at most {MAX_CHOICES} options")
+            if any(not option for option in request.options):
+                raise RequestValidationError.single(field, "options must not be empty strings")
+            return ConstraintSpec.choice(request.options), ""
+        if request.kind == "grammar":
+            if not request.text:
+                raise RequestValidationError.single(field, "the grammar is empty")
+            return ConstraintSpec.grammar(request.text, GrammarSyntax(request.grammar_syntax)), ""
+        raise RequestValidationError.single("constraint", f"unknown constraint kind {request.kind!r}")
+
+    def prepare(self, request: ConstraintRequest) -> PreparedConstraint:
+        spec, ref = self.to_spec(request)
+        try:
+            result = self.compiler.compile(spec, request.backend)
+        except ConstraintError as exc:
+            raise RequestValidationError.single(request.field, f"cannot be compiled: {exc}") from None
+        summary = ConstraintSummary(kind=spec.kind.value, backend=result.backend, spec_sha256=spec.sha256(),
+                                    schema_ref=ref, cache_hit=result.cache_hit, compile_ms=result.compile_ms)
+        schema = spec.schema if spec.kind is ConstraintKind.JSON_SCHEMA else None
+        return PreparedConstraint(result.compiled, summary, schema)

@@ -1,0 +1,99 @@
+"""Compile worker processes: started ahead of time, killed and replaced when a compile overruns."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import queue
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from proctor.constraints.backend import ConstraintError
+from proctor.constraints.spec import ConstraintSpec
+from proctor.constraints.worker import WorkerConfig, worker_main
+
+log = logging.getLogger("proctor.constraints")
+STARTUP_TIMEOUT_S = 120.0
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+
+class WorkerPool:
+    """At most ``size`` concurrent compiles, each in its own process."""
+
+    def __init__(self, config: WorkerConfig, size: int = 1) -> None:
+        self._config = config
+        self._ctx = multiprocessing.get_context("spawn")
+        self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
+        self._slots = threading.Semaphore(max(1, size))
+        self._size = max(1, size)
+        self.restarts = 0
+
+    def prewarm(self) -> None:
+        """Start the workers now (tokenizer + engine tables take seconds), not on a request's path."""
+        for _ in range(self._size):
+            self._idle.put(self._spawn())
+
+    def _spawn(self) -> _Worker:
+        parent, child = self._ctx.Pipe()
+        process = self._ctx.Process(target=worker_main, args=(child, self._config), daemon=True,
+                                    name="proctor-compile")
+        process.start()
+        child.close()
+        if not parent.poll(STARTUP_TIMEOUT_S):
+            process.kill()
+            raise RuntimeError("the constraint compile worker did not start")
+        parent.recv()
+        return _Worker(process, parent)
+
+    def _take(self) -> _Worker:
+        try:
+            worker = self._idle.get_nowait()
+        except queue.Empty:
+            return self._spawn()
+        if not worker.process.is_alive():
+            worker.kill()
+            return self._spawn()
+        return worker
+
+    def compile(self, backend: str, spec: ConstraintSpec, timeout_s: float) -> tuple[bytes, float]:
+        """Return (serialized compiled constraint, compile ms) or raise ConstraintError."""
+        with self._slots:
+            worker = self._take()
+            try:
+                worker.conn.send((backend, spec))
+                if not worker.conn.poll(timeout_s):
+                    self._replace(worker)
+                    raise ConstraintError(f"compile time limit of {timeout_s:g} s exceeded", backend)
+                reply = worker.conn.recv()
+            except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as exc:
+                self._replace(worker)
+                raise ConstraintError(f"the compile worker died on this constraint ({exc!r})", backend) from exc
+            self._idle.put(worker)
+        status, payload, ms = reply
+        if status != "ok":
+            raise ConstraintError(str(payload), backend)
+        return payload, ms
+
+    def _replace(self, worker: _Worker) -> None:
+        worker.kill()
+        self.restarts += 1
+        log.warning("constraint compile worker killed (time limit or crash); restarts so far: %d", self.restarts)
+
+    def close(self) -> None:
+        while True:
+            try:
+                self._idle.get_nowait().kill()
+            except queue.Empty:
+                return
