@@ -11,7 +11,9 @@ import asyncio
 import logging
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -62,12 +64,12 @@ class RunningServer:
     async def load(self) -> None:
         """Load the model and start the engine (off the event loop), then report SERVING."""
         try:
-            engine, info = await asyncio.to_thread(_build_engine, self.settings, self._engine_health)
+            engine, info, schemas = await asyncio.to_thread(_build_engine, self.settings, self._engine_health)
         except Exception:
             log.exception("model loading failed")
             raise
         self.engine = engine
-        self.servicer.attach(engine, info)
+        self.servicer.attach(engine, info, schemas)  # type: ignore[arg-type]
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self.ready.set()
@@ -86,21 +88,51 @@ class RunningServer:
         await self.server.stop(self.settings.grace_period_s)
         if self.engine is not None:
             await asyncio.to_thread(self.engine.shutdown, 1.0)  # type: ignore[attr-defined]
+            constraints = getattr(self.engine, "constraints", None)
+            if constraints is not None:
+                constraints.compiler.close()
         log.info("stopped")
 
 
-def _build_engine(settings: Settings, on_health: object) -> tuple[object, dict[str, object]]:
+def _build_constraints(loaded: object, settings: Settings) -> object:
+    """Compiler (engine tables + compile workers), registry, and every registered schema precompiled."""
+    from proctor.constraints.compiler import CompileLimits, ConstraintCompiler
+    from proctor.constraints.registry import SchemaRegistry
+    from proctor.constraints.service import ConstraintService
+    from proctor.domain import ConstraintRequest
+    from proctor.models import LoadedModel
+
+    assert isinstance(loaded, LoadedModel)
+    start = time.perf_counter()
+    compiler = ConstraintCompiler(
+        tokenizer=loaded.tokenizer, model_path=str(loaded.path), vocab_size=loaded.vocab_size,
+        eos_token_ids=tuple(loaded.eos_token_ids), tokenizer_fingerprint=loaded.tokenizer_sha256,
+        limits=CompileLimits(settings.constraint_timeout_s, settings.max_constraint_bytes),
+        isolate=settings.constraint_isolation, workers=settings.compile_workers)
+    compiler.prewarm()
+    registry = SchemaRegistry.load(Path(settings.schema_dir) if settings.schema_dir else None)
+    service = ConstraintService(compiler, registry)
+    for entry in registry.list():
+        prepared = service.prepare(ConstraintRequest("schema_ref", text=entry.ref))
+        log.info("schema %s compiled with %s in %.0f ms", entry.ref, prepared.summary.backend,
+                 prepared.summary.compile_ms)
+    log.info("constraints ready in %.1f s (%d registered schemas)", time.perf_counter() - start, len(registry))
+    return service
+
+
+def _build_engine(settings: Settings, on_health: object) -> tuple[object, dict[str, object], list[object]]:
     from proctor.engine.engine import Engine
     from proctor.models import load_model
 
     loaded = load_model(settings)
-    engine = Engine(loaded, settings, on_health=on_health)  # type: ignore[arg-type]
+    constraints = _build_constraints(loaded, settings)
+    engine = Engine(loaded, settings, on_health=on_health, constraints=constraints)  # type: ignore[arg-type]
     engine.start()
     if settings.warmup:
         warm = GenerationRequest(request_id="warmup", prompt="Hello",
                                  stopping=StoppingParams(max_new_tokens=4, ignore_eos=True))
         engine.generate_blocking(warm)
-    return engine, model_info(loaded, settings)
+    return engine, model_info(loaded, settings), constraints.registry.list()  # type: ignore[attr-defined]
 
 
 async def start_server(settings: Settings) -> RunningServer:

@@ -67,3 +67,11 @@ def test_json_spec_keeps_key_order_but_hash_ignores_it() -> None:
     b = ConstraintSpec.json_schema({"properties": {"a": {}, "b": {}}, "type": "object"})
     assert a.text.index('"b"') < a.text.index('"a"')
     assert a.text != b.text and a.sha256() == b.sha256()
+
+
+def test_json_nesting_depth_counts_brackets_outside_strings() -> None:
+    from proctor.constraints.service import json_nesting_depth
+
+    assert json_nesting_depth('{"a": [1, {"b": "}}}]]"}]}') == 3
+    assert json_nesting_depth('{"a": "\\"{"}') == 1
+    assert json_nesting_depth('{"x":' * 1000 + "1" + "}" * 1000) == 1000

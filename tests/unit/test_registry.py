@@ -123,7 +123,7 @@ def test_bad_clause_id_fails(shipped: SchemaRegistry, name: str, bad_id: str) ->
     ("name", "change", "where"),
     [
         ("contract/nda", {"term_months": 121}, "$.term_months"),
-        ("contract/nda", {"effective_date": "2025-02-30"}, "$.effective_date"),
+        ("contract/nda", {"effective_date": "2025-13-01"}, "$.effective_date"),
         ("contract/nda", {"parties": VALID["contract/nda"]["parties"][:1]}, "$.parties"),
         ("contract/service-agreement", {"fees": {"amount": -1, "currency": "USD", "basis": "fixed"}}, "$.fees.amount"),
         ("contract/service-agreement", {"fees": {"amount": 1, "currency": "usd", "basis": "fixed"}}, "$.fees.currency"),

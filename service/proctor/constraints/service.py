@@ -20,6 +20,29 @@ if TYPE_CHECKING:
     from proctor.constraints.registry import SchemaRegistry
 
 MAX_CHOICES = 1024
+MAX_SCHEMA_DEPTH = 128  # JSON nesting of the schema text (object/array brackets), checked before parsing
+
+
+def json_nesting_depth(text: str) -> int:
+    """Deepest bracket nesting of a JSON text, found without parsing (the parser itself recurses)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "}]":
+            depth -= 1
+    return deepest
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +73,10 @@ class ConstraintService:
             spec = ConstraintSpec.json_schema(entry.schema, request.flexible_whitespace)
             return spec, f"{entry.name}@{entry.version}"
         if request.kind == "json_schema":
+            depth = json_nesting_depth(request.text)
+            if depth > MAX_SCHEMA_DEPTH:
+                raise RequestValidationError.single(
+                    field, f"the schema nests {depth} levels deep; the limit is {MAX_SCHEMA_DEPTH}")
             try:
                 schema = json.loads(request.text)
             except json.JSONDecodeError as exc:

@@ -70,3 +70,20 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
             detail = f"{type(exc).__name__}: {exc}"
             conn.send(("error", f"the engine failed on this constraint ({detail})", 0.0))
             traceback.print_exc()
+
+
+def main() -> None:
+    """Entry point of the worker process: ``python -m proctor.constraints.worker FD CONFIG_JSON``.
+
+    A fresh interpreter (not multiprocessing's spawn) so the parent's ``__main__`` is never re-run.
+    """
+    import json
+    import sys
+
+    fd, raw = int(sys.argv[1]), json.loads(sys.argv[2])
+    config = WorkerConfig(raw["model_path"], raw["vocab_size"], tuple(raw["eos_token_ids"]))
+    worker_main(Connection(fd), config)
+
+
+if __name__ == "__main__":
+    main()

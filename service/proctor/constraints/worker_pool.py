@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
-import multiprocessing
+import os
 import queue
+import socket
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
 
 from proctor.constraints.backend import ConstraintError
 from proctor.constraints.spec import ConstraintSpec
-from proctor.constraints.worker import WorkerConfig, worker_main
+from proctor.constraints.worker import WorkerConfig
 
 log = logging.getLogger("proctor.constraints")
 STARTUP_TIMEOUT_S = 120.0
@@ -20,12 +24,15 @@ STARTUP_TIMEOUT_S = 120.0
 
 @dataclass
 class _Worker:
-    process: Any
+    process: subprocess.Popen[bytes]
     conn: Connection
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
 
     def kill(self) -> None:
         self.process.kill()
-        self.process.join(5)
+        self.process.wait(5)
         self.conn.close()
 
 
@@ -34,7 +41,6 @@ class WorkerPool:
 
     def __init__(self, config: WorkerConfig, size: int = 1) -> None:
         self._config = config
-        self._ctx = multiprocessing.get_context("spawn")
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
         self._slots = threading.Semaphore(max(1, size))
         self._size = max(1, size)
@@ -46,23 +52,30 @@ class WorkerPool:
             self._idle.put(self._spawn())
 
     def _spawn(self) -> _Worker:
-        parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=worker_main, args=(child, self._config), daemon=True,
-                                    name="proctor-compile")
-        process.start()
-        child.close()
-        if not parent.poll(STARTUP_TIMEOUT_S):
+        """Start ``python -m proctor.constraints.worker`` connected by a socket pair."""
+        ours, theirs = socket.socketpair()
+        config = json.dumps(dataclasses.asdict(self._config))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "proctor.constraints.worker", str(theirs.fileno()), config],
+            pass_fds=(theirs.fileno(),), env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        theirs.close()
+        conn = Connection(ours.detach())
+        try:
+            ready = conn.poll(STARTUP_TIMEOUT_S) and conn.recv() == ("ready",)
+        except EOFError:
+            ready = False
+        if not ready:
             process.kill()
-            raise RuntimeError("the constraint compile worker did not start")
-        parent.recv()
-        return _Worker(process, parent)
+            conn.close()
+            raise RuntimeError(f"the constraint compile worker did not start (exit status {process.poll()})")
+        return _Worker(process, conn)
 
     def _take(self) -> _Worker:
         try:
             worker = self._idle.get_nowait()
         except queue.Empty:
             return self._spawn()
-        if not worker.process.is_alive():
+        if not worker.alive():
             worker.kill()
             return self._spawn()
         return worker

@@ -1,0 +1,164 @@
+"""Constrained decoding through gRPC with the real model: outputs obey the constraint, bad constraints
+are INVALID_ARGUMENT naming the reason, and pathological ones fail within the limit while other
+requests are served."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import grpc
+import pytest
+
+from proctor_client import ProctorClient, ProctorError
+from proctor_client.v1 import generation_pb2 as pb
+
+pytestmark = pytest.mark.real_model
+
+CONTRACT_PROMPTS = [
+    "Draft the agreement between Acme Robotics Ltd (England) and Blue Harbor LLC (Delaware), effective 2025-03-01.",
+    "Fill in the contract for Northwind GmbH and Contoso Inc. starting 2026-01-15 under the laws of New York.",
+]
+
+
+def chat(text: str) -> list[tuple[str, str]]:
+    return [("system", "You write contracts as JSON."), ("user", text)]
+
+
+def test_list_schemas_shows_the_registered_contracts(client: ProctorClient) -> None:
+    names = {f"{s.name}@{s.version}" for s in client.list_schemas()}
+    assert {"contract/nda@1", "contract/service-agreement@1", "employment/offer@1"} <= names
+    for entry in client.list_schemas():
+        assert json.loads(entry.schema)["type"] == "object"
+
+
+@pytest.mark.parametrize("ref", ["contract/nda@1", "contract/service-agreement@1", "employment/offer@1"])
+def test_registered_schema_yields_valid_json_or_an_honest_length(client: ProctorClient, ref: str) -> None:
+    # One prompt per schema here (a contract is ~300-500 tokens on a 2-core CPU); the 20-prompt run
+    # per schema is bench/constraints_e2e.py, with its results in bench/README.md.
+    response = client.generate(messages=chat(CONTRACT_PROMPTS[0]), schema_ref=ref, max_new_tokens=700,
+                               temperature=0, timeout_s=600)
+    assert response.HasField("schema_validation")
+    assert response.constraint.schema_ref == ref and response.constraint.backend
+    if response.finish_reason == pb.FINISH_REASON_LENGTH:
+        assert not response.schema_validation.valid
+        assert any("truncated" in e for e in response.schema_validation.errors)
+    else:
+        assert response.finish_reason in (pb.FINISH_REASON_CONSTRAINT_COMPLETE, pb.FINISH_REASON_EOS)
+        assert response.schema_validation.valid, list(response.schema_validation.errors)
+        json.loads(response.text)
+
+
+def test_truncated_json_is_never_reported_valid(client: ProctorClient) -> None:
+    response = client.generate(messages=chat(CONTRACT_PROMPTS[0]), schema_ref="contract/nda", max_new_tokens=6)
+    assert response.finish_reason == pb.FINISH_REASON_LENGTH
+    assert not response.schema_validation.valid
+    assert any("truncated" in e for e in response.schema_validation.errors)
+
+
+def test_choice_returns_exactly_one_option(client: ProctorClient) -> None:
+    options = ["approve", "reject", "escalate to legal"]
+    for prompt in ["Should we sign this NDA? Answer:", "The contract has a typo. Decision:"]:
+        response = client.generate(prompt, choice=options, max_new_tokens=16)
+        assert response.text in options
+        assert response.finish_reason == pb.FINISH_REASON_CONSTRAINT_COMPLETE
+        assert response.constraint.kind == "choice"
+
+
+def test_regex_date_and_clause_id_are_respected(client: ProctorClient) -> None:
+    date = client.generate("The agreement is effective from", regex=r"[0-9]{4}-[0-9]{2}-[0-9]{2}", max_new_tokens=16)
+    assert re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", date.text), date.text
+    clause = client.generate("Clause number:", regex=r"[1-9][0-9]?(\.[1-9][0-9]?){0,2}", max_new_tokens=8)
+    assert re.fullmatch(r"[1-9][0-9]?(\.[1-9][0-9]?){0,2}", clause.text), clause.text
+
+
+def test_inline_schema_with_each_engine(client: ProctorClient) -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]},
+                                               "confidence": {"type": "integer", "enum": [1, 2, 3]}},
+              "required": ["answer", "confidence"], "additionalProperties": False}
+    for backend in ("auto", "xgrammar", "llguidance", "outlines"):
+        response = client.generate("Is Paris in France? Reply in JSON.", json_schema=schema, constraint_backend=backend,
+                                   max_new_tokens=40)
+        assert response.schema_validation.valid, (backend, list(response.schema_validation.errors), response.text)
+        data = json.loads(response.text)
+        assert data["answer"] in ("yes", "no")
+        if backend != "auto":
+            assert response.constraint.backend == backend
+
+
+def test_lark_grammar(client: ProctorClient) -> None:
+    grammar = 'start: "Clause " NUM ": " WORD\nNUM: /[1-9]/\nWORD: /[a-z]{3,8}/\n'
+    response = client.generate("Write one clause heading.", grammar=grammar, grammar_syntax="lark", max_new_tokens=16)
+    assert re.fullmatch(r"Clause [1-9]: [a-z]{3,8}", response.text), response.text
+
+
+def invalid_field(client: ProctorClient, **kwargs: object) -> tuple[str, str]:
+    with pytest.raises(ProctorError) as caught:
+        client.generate("Hi", max_new_tokens=4, **kwargs)  # type: ignore[arg-type]
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    field, description = caught.value.field_violations[0]
+    return field, description
+
+
+def test_bad_constraints_name_the_reason(client: ProctorClient) -> None:
+    field, description = invalid_field(client, json_schema="{not json")
+    assert field == "json_schema" and "not valid JSON" in description
+    field, description = invalid_field(client, json_schema={"type": "object", "not": {"required": ["a"]}})
+    assert field == "json_schema" and "not" in description
+    empty_choice = pb.GenerateRequest(prompt="Hi", choice=pb.ChoiceConstraint())
+    with pytest.raises(ProctorError) as caught:
+        client.generate(empty_choice)
+    assert caught.value.field_violations[0][0] == "choice.options"
+    field, description = invalid_field(client, json_schema={"type": "object", "properties": {"n": {
+        "type": "integer", "minimum": 0}}}, constraint_backend="outlines")
+    assert field == "json_schema" and "minimum" in description
+    field, _ = invalid_field(client, regex="(unclosed")
+    assert field == "regex"
+    field, description = invalid_field(client, schema_ref="contract/does-not-exist")
+    assert field == "schema_ref" and "contract/nda" in description
+
+
+def nested(depth: int) -> str:
+    """A schema nested ``depth`` objects deep, as text (json.dumps would hit Python's recursion limit)."""
+    return '{"type":"object","properties":{"a":' * depth + '{"type":"string"}' + '},"required":["a"]}' * depth
+
+
+PATHOLOGICAL = {
+    "depth 1000": nested(1000),
+    "10,000-value enum referenced 50 times": {
+        "$defs": {"big": {"enum": [f"value-{i}" for i in range(10_000)]}},
+        "type": "object", "properties": {f"p{i}": {"$ref": "#/$defs/big"} for i in range(50)},
+        "required": [f"p{i}" for i in range(50)]},
+    "nested regex quantifiers": {"type": "string", "pattern": "^((a+)+)+(b*)*(c?)+{0,}$".replace("{0,}", "")},
+    "multi-megabyte schema": {"type": "object", "properties": {f"k{i}": {"type": "string", "description": "x" * 200}
+                                                                for i in range(12_000)}},
+}
+
+
+@pytest.mark.parametrize("name", list(PATHOLOGICAL))
+def test_pathological_schema_fails_fast_while_others_are_served(client: ProctorClient, server: object,
+                                                                  name: str) -> None:
+    """Each pathological case is INVALID_ARGUMENT (or, if an engine handles it, a valid result) within the
+    limit; a concurrent ordinary request completes meanwhile."""
+    other: dict[str, object] = {}
+
+    def ordinary() -> None:
+        with ProctorClient(server.address, timeout_s=120) as second:  # type: ignore[attr-defined]
+            other["response"] = second.generate("Once upon a time", max_new_tokens=8, temperature=0)
+
+    thread = threading.Thread(target=ordinary)
+    thread.start()
+    start = time.monotonic()
+    try:
+        response = client.generate("Hi", json_schema=PATHOLOGICAL[name], max_new_tokens=8)
+        assert response.finish_reason == pb.FINISH_REASON_LENGTH or response.schema_validation.valid
+    except ProctorError as exc:
+        assert exc.code == grpc.StatusCode.INVALID_ARGUMENT, exc
+        assert exc.field_violations and exc.field_violations[0][0] == "json_schema"
+    elapsed = time.monotonic() - start
+    thread.join(120)
+    assert "response" in other, "an ordinary request was not served meanwhile"
+    # three engines at most, each under the 5 s limit, plus transfer of a multi-megabyte request
+    assert elapsed < 30, f"{name} took {elapsed:.1f} s"

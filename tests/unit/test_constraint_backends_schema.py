@@ -1,0 +1,135 @@
+"""The JSON Schema soundness guard and the ECMA pattern translation (no engine needed).
+
+Each row of the table is a finding from running the engines: the keyword is flagged where the
+engine let invalid output through, and not flagged where it enforced it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proctor.constraints.backend import ConstraintError
+from proctor.constraints.backends.ecma_regex import translate
+from proctor.constraints.schema_support import check_limits, check_schema, json_depth, unsupported_keywords
+
+OBJ = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+ALL = ("xgrammar", "llguidance", "outlines")
+
+# (schema, {backend: expected [(path, keyword)]}); backends left out expect [].
+TABLE = [
+    (OBJ, {}),
+    ({"type": "string", "enum": ["a", "b"]}, {}),  # type implied by the values: fine everywhere
+    ({"type": "integer", "enum": [1, "a"]}, {"xgrammar": [("#", "type")], "outlines": [("#", "type")]}),
+    ({"type": "integer", "minimum": 1, "maximum": 9}, {"outlines": [("#", "minimum"), ("#", "maximum")]}),
+    ({"minLength": 2}, {"xgrammar": [("#", "minLength")], "outlines": [("#", "minLength")]}),
+    ({"type": ["string", "null"], "maxLength": 2}, {"outlines": [("#", "maxLength")]}),
+    ({"type": "number", "multipleOf": 0.5}, {"xgrammar": [("#", "multipleOf")], "outlines": [("#", "multipleOf")]}),
+    ({"type": "integer", "multipleOf": 3}, {"outlines": [("#", "multipleOf")]}),
+    ({"type": "array", "uniqueItems": True}, {b: [("#", "uniqueItems")] for b in ALL}),
+    ({"type": "array", "contains": {"type": "integer"}}, {b: [("#", "contains")] for b in ALL}),
+    ({"type": "array", "prefixItems": [{"type": "integer"}], "minItems": 2}, {"outlines": [("#", "prefixItems")]}),
+    ({"type": "object", "required": ["a"]}, {"xgrammar": [("#", "required")], "outlines": [("#", "required")]}),
+    ({**OBJ, "additionalProperties": {"type": "string"}}, {"xgrammar": [("#", "additionalProperties")]}),
+    ({"type": "object", "additionalProperties": {"type": "string"}}, {}),
+    ({"type": "object", "minProperties": 1, "additionalProperties": {"type": "integer"}},
+     {b: [("#", "minProperties")] for b in ALL}),
+    ({"type": "object", "properties": {"foo": {"type": "integer"}}, "patternProperties": {"f.o": {"type": "integer"}}},
+     {"xgrammar": [("#", "patternProperties")], "outlines": [("#", "patternProperties")]}),
+    ({"type": "object", "dependentRequired": {"a": ["b"]}}, {b: [("#", "dependentRequired")] for b in ALL}),
+    ({"oneOf": [{"type": "integer"}, {"type": "string"}]},
+     {"xgrammar": [("#", "oneOf")], "outlines": [("#", "oneOf")]}),
+    ({"allOf": [{"type": "integer"}, {"type": "integer", "minimum": 2}]},
+     {"xgrammar": [("#", "allOf")], "outlines": [("#", "allOf")]}),
+    ({"type": "string", "anyOf": [{"type": "string"}]}, {"xgrammar": [("#", "type")], "outlines": [("#", "type")]}),
+    ({"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n", "minimum": 3},
+     {"xgrammar": [("#", "minimum")], "outlines": [("#", "minimum")]}),
+    ({"$ref": "#/$defs/missing"}, {b: [("#", "$ref")] for b in ALL}),
+    ({"$ref": "http://example.com/s.json"}, {b: [("#", "$ref")] for b in ALL}),
+    ({"type": "integer", "not": {"const": 3}}, {b: [("#", "not")] for b in ALL}),
+    ({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}},
+     {b: [("#", "if"), ("#", "then")] for b in ALL}),
+    ({"type": "string", "format": "date"}, {b: [("#", "format")] for b in ALL}),
+    ({"type": "string", "format": "uuid"}, {}),
+    ({"type": "string", "format": "ipv6"}, {"xgrammar": [("#", "format")], "outlines": [("#", "format")]}),
+    ({"type": "string", "format": "no-such-format"}, {b: [("#", "format")] for b in ALL}),
+    ({"type": "string", "pattern": "(a)\\1"}, {b: [("#", "pattern")] for b in ALL}),
+    ({"const": "a\u0000b"}, {"llguidance": [("#", "const")]}),
+    ({"type": "object", "x-guidance": {"lenient": True}}, {b: [("#", "x-guidance")] for b in ALL}),
+    ({"type": "object", "properties": {"a": {"$id": "other.json", "type": "integer"}}},
+     {b: [("#/properties/a", "$id")] for b in ALL}),
+    ({"$id": "root.json", "title": "t", "description": "d", "$comment": "c", "examples": [1], "default": 1,
+      "deprecated": False, "readOnly": True, "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "type": "integer"}, {}),
+    ({"type": "array", "items": [{"type": "integer"}]}, {b: [("#/items", "(not a schema)")] for b in ALL}),
+]
+
+
+@pytest.mark.parametrize("backend", ALL)
+@pytest.mark.parametrize(("schema", "expected"), TABLE, ids=[json.dumps(s)[:60] for s, _ in TABLE])
+def test_guard_flags_what_the_engine_does_not_enforce(schema: object, expected: dict, backend: str) -> None:
+    assert unsupported_keywords(schema, backend) == expected.get(backend, [])
+
+
+def test_nested_paths_are_json_pointers() -> None:
+    schema = {"type": "object", "properties": {"a/b": {"type": "array", "items": {"type": "integer", "not": {}}}},
+              "$defs": {"x~y": {"type": "string", "format": "hostname"}}}
+    assert unsupported_keywords(schema, "llguidance") == [
+        ("#/$defs/x~0y", "format"), ("#/properties/a~1b/items", "not")]
+
+
+def test_calendar_formats_need_the_opt_in() -> None:
+    schema = {"type": "string", "format": "date-time"}
+    assert unsupported_keywords(schema, "llguidance") == [("#", "format")]
+    assert unsupported_keywords(schema, "llguidance", allow_approximate_formats=True) == []
+
+
+def test_check_schema_names_keyword_and_path_and_translates_patterns() -> None:
+    with pytest.raises(ConstraintError) as info:
+        check_schema({"type": "object", "properties": {"p": {"type": "integer", "not": {}}}}, "xgrammar")
+    assert info.value.reason == "unsupported keyword 'not' at #/properties/p" and info.value.backend == "xgrammar"
+    schema = {"type": "object", "properties": {"z": {"type": "string", "pattern": "^\\d+$"}, "a": {"const": "."}}}
+    checked = check_schema(schema, "llguidance")
+    assert list(checked["properties"]) == ["z", "a"]  # author's order kept
+    assert checked["properties"]["z"]["pattern"] == "^[0-9]+$" and checked["properties"]["a"]["const"] == "."
+    assert schema["properties"]["z"]["pattern"] == "^\\d+$"  # the input is not modified
+
+
+def test_limits_are_checked_depth_first_and_name_the_limit() -> None:
+    deep: object = {"type": "string"}
+    for _ in range(5000):  # deeper than Python's recursion limit: must not blow up
+        deep = {"type": "array", "items": deep}
+    assert json_depth(deep) == 5001
+    with pytest.raises(ConstraintError, match=r"limit \(max_depth\) is 64"):
+        check_limits(deep)
+    with pytest.raises(ConstraintError, match=r"limit \(max_bytes\) is 100"):
+        check_limits({"enum": ["x" * 200]}, max_bytes=100)
+    with pytest.raises(ConstraintError, match=r"max_depth"):
+        check_schema({"type": "array", "items": {"type": "array", "items": {}}}, "llguidance", max_depth=2)
+    check_limits({"type": "array", "items": {}}, max_depth=2)
+
+
+@pytest.mark.parametrize(("pattern", "expected"), [
+    ("^\\d{4}-\\d{2}$", "^[0-9]{4}-[0-9]{2}$"),
+    ("a.c", "a[^\\n\\r\u2028\u2029]c"),
+    ("[\\w.-]+", "[A-Za-z0-9_.-]+"),
+    ("\\W\\D", "[^A-Za-z0-9_][^0-9]"),
+    ("[\\b]", "[\\x08]"),
+    ("\\.\\$\\u0041[^a\\]]", "\\.\\$\\u0041[^a\\]]"),
+    ("(?:ab)+(?=c)", "(?:ab)+(?=c)"),
+])
+def test_ecma_shorthands_are_spelled_out(pattern: str, expected: str) -> None:
+    assert translate(pattern) == expected
+
+
+def test_whitespace_classes_follow_ecma() -> None:
+    space = translate("\\s")
+    assert space is not None and "\ufeff" in space and "\u00a0" in space and space.startswith("[")
+    assert translate("\\S") == "[^" + space[1:]
+
+
+@pytest.mark.parametrize("pattern", ["(a)\\1", "\\k<x>", "a\\b", "\\Bx", "[\\D]", "[\\S]", "[]", "[^]", "[a[b]]",
+                                     "[a&&b]", "(?i)a", "\\cA", "abc\\"])
+def test_untranslatable_patterns_are_refused(pattern: str) -> None:
+    assert translate(pattern) is None
