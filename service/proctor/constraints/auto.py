@@ -1,4 +1,4 @@
-"""The AUTO engine policy: which engines to try, in which order, for a constraint.
+r"""The AUTO engine policy: which engines to try, in which order, for a constraint.
 
 Soundness first, then coverage, then speed. The caller (``ConstraintCompiler``) tries the engines
 in order and uses the first that compiles; an engine refuses (``ConstraintError``) what its
@@ -7,43 +7,59 @@ sees what the earlier ones refused, and the order decides coverage. Only engines
 a kind are listed for it (``SUPPORTS``).
 
 Measured with bench/constraints_soundness.py and bench/maskbench.py (SmolLM2-135M tokenizer,
-xgrammar 0.2.9, llguidance 1.9.1, outlines-core 0.2.14, 2-core CPU shared with other jobs, so
-times are indicative; 2026-11-29):
+xgrammar 0.2.9, llguidance 1.9.1, outlines-core 0.2.14, adapters and guard as of 2026-11-29; a
+2-core CPU shared with other jobs, so times are indicative, ratios hold across runs):
 
-JSON Schema Test Suite 2020-12 incl. optional/ (75 categories with cases, 434 cases, 2,167 instances)
-    engine      full categories  cases compiled  over (instances)  under (instances)
-    llguidance  18               177             32                3
-    xgrammar     1                77             20                0
-    outlines     0                59             22                4
-  llguidance's 3: a const/enum string with U+0000 accepted without it (the adapter's
-  json_allowed_escapes), ``\\S`` accepting U+FEFF; outlines' 4: ``\\d``/``\\w`` matching non-ASCII
-  digits/letters, ``\\S`` accepting U+FEFF (ECMA-262 classes differ from the engines' Rust ones).
+JSON Schema Test Suite 2020-12 (43 categories, 359 cases, 1,246 instances; compile limit 10 s)
+    engine      full categories  cases compiled  over-constrained  under-constrained
+    llguidance  12               143             18                0
+    xgrammar     1                60             10                0
+    outlines     0                46             12                0 (4 timeouts)
+    AUTO        12               147             18                0
+  With optional/ (75 categories, 434 cases): 18 / 1 / 0 full, 175 / 75 / 59 compiled, none
+  under-constrained. (An earlier guard let 3-4 under-constraints through per engine: a U+0000
+  const for llguidance, ECMA ``\d``/``\w``/``\S`` for llguidance and outlines; since refused.)
 
 MaskBench, 40 schemas per split (320), compile limit 10 s
     engine      compiled  passed  compile p50/p90 ms  mask p50/p99 µs  valid rej.  invalid acc.
-    llguidance  42%       143     2.2 / 10.6          24 / 8100        0           0
-    xgrammar    38%       127     15 / 45             5.5 / 181        4           0
-    outlines    31%       100     430 / 1290 (14 timeouts)  8.4 / 197  9           2
-  outlines' 2: ``pattern`` dropped beside ``minLength``/``maxLength``; ``date-time`` without a
-  time offset. Targeted probes: xgrammar drops ``minLength``/``maxLength`` beside ``pattern`` or
-  ``format`` (under-constrained, the guard lets it through).
+    llguidance  38%       122     1.8 / 3.4           20 / 592         0           0
+    xgrammar    34%       105     6.7 / 16            4.4 / 34         4           2
+    outlines    29%        89     68 / 513 (6 t/o)    7.3 / 153        4           2
+    AUTO        39%       123     1.8 / 3.5           20 / 590         0           1
+  xgrammar's 2: a ``patternProperties`` key pattern with ``.`` also matches ``"``, so a key can
+  swallow ``":"bad","m.y`` and the value goes unchecked; the same holds for ``pattern`` (xgrammar
+  and outlines accept ``{"s":"a","t":"x","t":1}`` for s ~ ``^a.+$``, t integer). outlines' 2:
+  ``pattern`` dropped beside ``minLength``/``maxLength``; ``date-time`` without a time offset (the
+  AUTO one: outlines is the only engine that compiles ``date-time``). Probes: xgrammar ignores
+  ``minLength``/``maxLength`` beside ``pattern`` or ``format``.
+
+Regex (15 everyday patterns) and choice (6 lists, 2-1,000 options), bench/maskbench.py --kinds
+    regex   compile p50/p90 ms  mask p50/p99 µs     choice  compile p50/p90 ms  mask p50/p99 µs
+    llg     2.2 / 3.4           39 / 853                    2.2 / 9.9           26 / 149
+    xgr     0.9 / 480           9.4 / 18,900                0.5 / 14            2.7 / 21
+    outl    20 / 1,017          16 / 99                     11 / 99             5.2 / 35
+  All three rejected every non-matching string; outlines-core also rejected valid ones (3 regex,
+  2 choice: a token from an accepting state into a non-accepting one is never allowed, e.g.
+  ``-12.5`` for a number regex, ``ab`` among ``a|ab|abc``). xgrammar's tails (three runs):
+  ``[^\n]{1,200}`` compiles in 2.6-6.6 s, ``[a-z]{1,300}`` in 0.5-1.2 s, and ``(\w+ ){2,5}\w+``
+  masks take 16-44 ms per token; llguidance compiled every regex in 2-30 ms. Choice compile by
+  list size (xgrammar vs llguidance, in-process): 10 options 2.1 vs 2.1 ms, 100: 7.9 vs 2.9,
+  1,000: 96 vs 21, 5,000: 812 vs 115 ms. Mask times of either engine are three orders of
+  magnitude below a decode step (~74 ms on this CPU), so compile time (time to first token) and
+  its tail decide.
 
 Hence:
 
-* JSON Schema: llguidance first (most coverage, fastest compile, no under-constraint on
-  MaskBench; it refuses what it does not implement), then xgrammar (no under-constraint measured
-  on either bench; fastest masks), then outlines last (the only engine measured under-constrained
-  on MaskBench; in the sample it added 2 schemas, both ``date-time``). AUTO on MaskBench: 144
-  passed, llguidance chosen 143 times.
-* Regex: llguidance, xgrammar, outlines. On 15 everyday regexes all three rejected every
-  non-matching string, but xgrammar has pathological tails (``[^\\n]{1,200}`` compiles in 6.6 s,
-  ``[a-z]{1,300}`` 1.2 s, ``(\\w+ ){2,5}\\w+`` masks ~44 ms) where llguidance stays under 30 ms
-  compile; outlines-core times out on both bounded repetitions and rejects valid strings after a
-  final state (``-12.5`` for a number regex: a token from an accepting state into a non-accepting
-  one is never allowed).
-* Choice: xgrammar, llguidance, outlines. Literal alternatives have no repetition tails; xgrammar
-  compiles 2-4× and masks 5× faster than llguidance (compile p50 0.9 vs 3.3 ms, mask p50 4.7 vs
-  29 µs), both sound; outlines rejects ``ab`` among ``a|ab|abc`` (same final-state bug).
+* JSON Schema: llguidance first (sound on both benches, most coverage, fastest compile; it
+  refuses what it does not implement), then xgrammar (fastest masks; under-constrained on
+  MaskBench, so after llguidance), then outlines (under-constrained on MaskBench, slowest
+  compile, timeouts). AUTO on MaskBench: 123 passed, llguidance chosen 122 times.
+* Regex: llguidance, xgrammar, outlines: equally sound on the set; llguidance's compile stays
+  in milliseconds where xgrammar's bounded repetitions take seconds (past the server's 5 s
+  limit); outlines over-constrains and compiles slowest.
+* Choice: llguidance, xgrammar, outlines: both sound; xgrammar masks faster, but its compile time
+  grows much faster with the number of options (7× llguidance's at 5,000); outlines
+  over-constrains prefixes.
 * Lark grammars: llguidance only. EBNF (GBNF): xgrammar (native) then llguidance (via
   ``gbnf_to_lark``).
 """
@@ -64,7 +80,7 @@ SUPPORTS: dict[str, frozenset[str]] = {
 ORDER: dict[str, tuple[str, ...]] = {
     JSON: ("llguidance", "xgrammar", "outlines"),
     REGEX: ("llguidance", "xgrammar", "outlines"),
-    CHOICE: ("xgrammar", "llguidance", "outlines"),
+    CHOICE: ("llguidance", "xgrammar", "outlines"),
     LARK: ("llguidance",),
     EBNF: ("xgrammar", "llguidance"),
 }
