@@ -428,3 +428,14 @@ def result_json(result: EngineResult) -> dict[str, Any]:
                       "mask_us_median": statistics.median(o.mask_ns) / 1e3 if o.mask_ns else None}
                      for o in result.outcomes],
     }
+
+
+def report_notes_and_save(notes: dict[str, list[str]], saved: object, save: Path | None, what: str) -> None:
+    """Print adapter inconsistencies (stderr) and write the per-item results when asked."""
+    for engine, lines in notes.items():
+        print(f"\nAdapter inconsistencies / exceptions, {engine} ({len(lines)}):", file=sys.stderr)
+        for line in lines[:30]:
+            print("  " + line, file=sys.stderr)
+    if save:
+        save.write_text(json.dumps(saved, ensure_ascii=False, indent=1), encoding="utf-8")
+        print(f"\nper-{what} results: {save}")

@@ -201,13 +201,7 @@ def main() -> None:
         cat_rows.append(cells)
     print(cc.markdown_table(["category", "cases", *engines], cat_rows))
 
-    for engine, lines in notes.items():
-        print(f"\nAdapter inconsistencies / exceptions, {engine} ({len(lines)}):", file=sys.stderr)
-        for line in lines[:30]:
-            print("  " + line, file=sys.stderr)
-    if args.save:
-        args.save.write_text(json.dumps(saved, ensure_ascii=False, indent=1), encoding="utf-8")
-        print(f"\nper-case results: {args.save}")
+    cc.report_notes_and_save(notes, saved, args.save, "case")
 
 
 if __name__ == "__main__":

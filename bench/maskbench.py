@@ -215,13 +215,7 @@ def main() -> None:
     print("\nCompile failures by kind: " + "; ".join(
         f"{e}: " + (", ".join(f"{k} {v}" for k, v in sorted(f.items())) or "none") for e, f in failures.items()))
     print(f"worker restarts (timeouts/crashes): {runner.restarts()}")
-    for engine, lines in notes.items():
-        print(f"\nAdapter inconsistencies / exceptions, {engine} ({len(lines)}):", file=sys.stderr)
-        for line in lines[:30]:
-            print("  " + line, file=sys.stderr)
-    if args.save:
-        args.save.write_text(json.dumps(saved, ensure_ascii=False, indent=1), encoding="utf-8")
-        print(f"\nper-constraint results: {args.save}")
+    cc.report_notes_and_save(notes, saved, args.save, "constraint")
 
 
 if __name__ == "__main__":
