@@ -56,6 +56,20 @@ TABLE = [
     ({"type": "string", "format": "no-such-format"}, {b: [("#", "format")] for b in ALL}),
     ({"type": "string", "pattern": "(a)\\1"}, {b: [("#", "pattern")] for b in ALL}),
     ({"const": "a\u0000b"}, {"llguidance": [("#", "const")]}),
+    # Patterns are matched against raw JSON text by xgrammar and outlines: '"', '\\' or a control character
+    # in what an atom takes lets a string close early or hold an unescaped character (maskbench).
+    *[({"type": "string", "pattern": p}, {"xgrammar": [("#", "pattern")], "outlines": [("#", "pattern")]})
+      for p in ("^a.+$", "\\S+", "\\W", "\\D", "[^a]", "\\s", "[ -~]+", '"', "\\\\", "\\x22", "\\u005c", "\\p{L}",
+                "a\tb")],
+    ({"type": "string", "pattern": "^[A-Za-z0-9_.-]+@[a-z]+\\.(com|org)$"}, {}),
+    ({"type": "string", "pattern": "^\\d{3}-\\w+\\u00e9$"}, {}),
+    ({"type": "object", "patternProperties": {"^x-.*$": {"type": "string"}}, "additionalProperties": False},
+     {"xgrammar": [("#", "patternProperties")], "outlines": [("#", "patternProperties")]}),
+    ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 3},
+     {"xgrammar": [("#", "maxLength")], "outlines": [("#", "pattern")]}),
+    ({"type": "string", "format": "email", "minLength": 3, "maxLength": 8},
+     {"xgrammar": [("#", "minLength"), ("#", "maxLength")], "outlines": [("#", "format")]}),
+    ({"type": "string", "pattern": "^[a-z]+$"}, {}),
     ({"type": "object", "x-guidance": {"lenient": True}}, {b: [("#", "x-guidance")] for b in ALL}),
     ({"type": "object", "properties": {"a": {"$id": "other.json", "type": "integer"}}},
      {b: [("#/properties/a", "$id")] for b in ALL}),
@@ -83,6 +97,12 @@ def test_calendar_formats_need_the_opt_in() -> None:
     schema = {"type": "string", "format": "date-time"}
     assert unsupported_keywords(schema, "llguidance") == [("#", "format")]
     assert unsupported_keywords(schema, "llguidance", allow_approximate_formats=True) == []
+
+
+def test_outlines_date_time_is_approximate() -> None:
+    schema = {"type": "string", "format": "date-time"}  # outlines makes the offset optional
+    assert unsupported_keywords(schema, "outlines") == [("#", "format")]
+    assert unsupported_keywords(schema, "outlines", allow_approximate_formats=True) == []
 
 
 def test_check_schema_names_keyword_and_path_and_translates_patterns() -> None:

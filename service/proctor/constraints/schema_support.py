@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proctor.constraints.backend import ConstraintError
-from proctor.constraints.backends.ecma_regex import translate
+from proctor.constraints.backends.ecma_regex import takes_json_escaped, translate
 from proctor.constraints.spec import canonical_json
 
 DEFAULT_MAX_DEPTH = 64
@@ -64,6 +64,9 @@ class Policy:
     single_all_of: bool = False  # allOf is read as its only member, never intersected
     integer_multiple_of: bool = False  # multipleOf holds only for integers
     plain_literals: bool = False  # const/enum strings lose characters that need a \\u escape
+    raw_patterns: bool = False  # patterns see raw JSON text: taking '"', '\\' or a control char is unsound
+    length_drops_pattern: bool = False  # minLength/maxLength beside pattern/format: pattern/format is dropped
+    pattern_drops_length: bool = False  # ... the other way round: minLength/maxLength are dropped
 
 
 _COMMON = frozenset({"type", "enum", "const", "anyOf", "$ref", "minLength", "maxLength", "pattern", "format", "items",
@@ -96,17 +99,21 @@ POLICIES: dict[str, Policy] = {
         disjoint_pattern_properties=True,
         single_all_of=True,
         integer_multiple_of=True,
+        raw_patterns=True,
+        pattern_drops_length=True,
     ),
     # outlines-core ignores every numeric bound, maxProperties, oneOf overlap and min/maxItems beside prefixItems.
     "outlines": Policy(
         keywords=_COMMON,
-        formats=frozenset({"date-time", "email", "uuid"}),
-        approximate_formats=frozenset({"date"}),
+        formats=frozenset({"email", "uuid"}),
+        approximate_formats=frozenset({"date", "date-time"}),  # date-time: the offset is optional
         typed=True,
         single_type=True,
         exclusive=frozenset({"enum", "const", "anyOf", "$ref"}),
         closed_by_default=True,
         required_in_properties=True,
+        raw_patterns=True,
+        length_drops_pattern=True,
     ),
 }
 
@@ -179,6 +186,11 @@ def _needs_u_escape(value: object) -> bool:
     return isinstance(value, list) and any(_needs_u_escape(v) for v in value)
 
 
+def _pattern_ok(pattern: str, policy: Policy) -> bool:
+    translated = translate(pattern)
+    return translated is not None and not (policy.raw_patterns and takes_json_escaped(translated))
+
+
 def _keyword_ok(kw: str, node: dict, path: str, root: object, policy: Policy, allow_approx: bool) -> bool:
     """Whether ``policy``'s engine enforces ``node[kw]`` here (``kw`` is in its keyword list)."""
     value = node[kw]
@@ -196,9 +208,13 @@ def _keyword_ok(kw: str, node: dict, path: str, root: object, policy: Policy, al
         return bool(types) and types <= JSON_TYPES
     if kw == "$ref":
         return isinstance(value, str) and _resolve(root, value)
-    if kw == "pattern":
-        return isinstance(value, str) and translate(value) is not None
-    if kw == "patternProperties" and not all(translate(p) is not None for p in value):
+    if kw == "pattern" and not (isinstance(value, str) and _pattern_ok(value, policy)):
+        return False
+    if kw == "patternProperties" and not all(_pattern_ok(p, policy) for p in value):
+        return False
+    if kw in ("pattern", "format") and policy.length_drops_pattern and ("minLength" in node or "maxLength" in node):
+        return False
+    if kw in ("minLength", "maxLength") and policy.pattern_drops_length and ("pattern" in node or "format" in node):
         return False
     if kw in ("const", "enum") and policy.plain_literals and _needs_u_escape(value):
         return False

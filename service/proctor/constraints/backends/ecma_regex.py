@@ -11,6 +11,8 @@ and the guard refuses the pattern.
 
 from __future__ import annotations
 
+import re
+
 # ECMA-262 WhiteSpace and LineTerminator, as class contents every engine reads the same way.
 _SPACE = "\\t\\n\\x0b\\x0c\\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 _IN_CLASS = {"d": "0-9", "w": "A-Za-z0-9_", "s": _SPACE}
@@ -84,3 +86,46 @@ def translate(pattern: str) -> str | None:
             out.append(ch)
             i += 1
     return "".join(out)
+
+
+# Characters a JSON string must escape. xgrammar and outlines match a string's pattern against its
+# raw JSON text, so an atom that takes one of these lets a string close early (``.`` takes ``"``:
+# with ``^a.+$``, ``{"s":"a","t":"x","t":1}`` passed) or holds a raw control character.
+_JSON_ESCAPED = ['"', "\\", *map(chr, range(0x20))]
+
+
+def _atom_takes_escaped(atom: str) -> bool:
+    try:
+        compiled = re.compile(atom)
+    except re.error:
+        return True
+    return any(compiled.fullmatch(ch) for ch in _JSON_ESCAPED)
+
+
+def takes_json_escaped(pattern: str) -> bool:
+    """Whether a translated pattern has an atom that may match ``"``, ``\\`` or a control character.
+
+    Conservative: what Python's ``re`` cannot read (``\\p{..}``, ``\\u{..}``) counts as matching.
+    """
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            size = 6 if pattern.startswith("u", i + 1) else 4 if pattern.startswith("x", i + 1) else 2
+            if _atom_takes_escaped(pattern[i:i + size]):  # \p{..} and \u{..} fail to compile: refused
+                return True
+            i += size
+        elif ch == "[":
+            end = i + 1
+            while end < len(pattern) and pattern[end] != "]":
+                end += 2 if pattern[end] == "\\" else 1
+            if end >= len(pattern) or _atom_takes_escaped(pattern[i:end + 1]):
+                return True
+            i = end + 1
+        elif ch in "()|*+?{}^$,:=!<>" or ch.isalnum() or ch == "-":
+            i += 1  # syntax, group markers and quantifier digits (letters and digits match themselves)
+        else:
+            if _atom_takes_escaped(re.escape(ch)):
+                return True
+            i += 1
+    return False

@@ -13,6 +13,7 @@ Notes from checking it against the real tokenizer:
   spelling; characters below U+0020 without a short escape cannot be written (a restriction).
 * ``is_accepting()`` = EOS allowed now; ``is_stopped()`` = nothing but EOS is allowed any more
   (it is also true after an error, which ``advance`` has already reported as False).
+* A root schema ``true`` is compiled as ``{}`` (options need an object schema); ``false`` is refused.
 * A compiled constraint is the grammar text; matchers are ``deep_copy`` of one template
   matcher (a few µs, against ~0.7 ms to build one).
 """
@@ -91,6 +92,10 @@ class LLGuidanceBackend:
         if spec.kind is ConstraintKind.CHOICE and not spec.options:
             raise ConstraintError("a choice needs at least one option", NAME)
         schema = checked_schema(spec, NAME) if spec.kind is ConstraintKind.JSON_SCHEMA else ""
+        if schema == "false":
+            raise ConstraintError("the schema `false` admits no value", NAME)
+        if schema == "true":
+            schema = "{}"  # llguidance applies its options to an object schema only; `true` means `{}`
         try:
             grammar = self._grammar(spec, schema)
         except ConstraintError:
