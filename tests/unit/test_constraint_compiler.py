@@ -1,0 +1,52 @@
+"""The compile service with real worker processes: time limit kills a runaway compile, the worker is
+replaced, AUTO falls back on refusal, results and failures are cached."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from proctor.constraints.backend import ConstraintError
+from proctor.constraints.compiler import CompileLimits, ConstraintCompiler
+from proctor.constraints.spec import ConstraintSpec, GrammarSyntax
+
+
+@pytest.fixture(scope="module")
+def compiler(default_model_dir: Path, tokenizer: object) -> Iterator[ConstraintCompiler]:
+    compiler = ConstraintCompiler(tokenizer=tokenizer, model_path=str(default_model_dir), vocab_size=49152,
+                                  eos_token_ids=(2,), tokenizer_fingerprint="test",
+                                  limits=CompileLimits(timeout_s=1.0))
+    compiler.prewarm()
+    yield compiler
+    compiler.close()
+
+
+def test_a_runaway_compile_is_killed_at_the_limit_and_the_worker_replaced(compiler: ConstraintCompiler) -> None:
+    slow = ConstraintSpec.regex(r"[^\n]{1,900}x[^\n]{1,900}")  # xgrammar takes many seconds on this
+    start = time.monotonic()
+    with pytest.raises(ConstraintError, match="time limit of 1 s"):
+        compiler.compile(slow, "xgrammar")
+    assert time.monotonic() - start < 5
+    assert compiler.stats()["worker_restarts"] >= 1
+    quick = compiler.compile(ConstraintSpec.regex("[0-9]{3}"), "xgrammar")  # a fresh worker serves the next one
+    assert quick.backend == "xgrammar" and not quick.cache_hit
+    start = time.monotonic()
+    with pytest.raises(ConstraintError, match="time limit"):  # the failure is cached: no second wait
+        compiler.compile(slow, "xgrammar")
+    assert time.monotonic() - start < 0.5
+
+
+def test_auto_falls_back_and_results_are_cached(compiler: ConstraintCompiler) -> None:
+    grammar = ConstraintSpec.grammar('root ::= "yes" | "no"', GrammarSyntax.EBNF)
+    first = compiler.compile(grammar)
+    assert first.backend == "xgrammar" and not first.cache_hit
+    again = compiler.compile(grammar)
+    assert again.cache_hit and again.compiled is first.compiled
+    schema = ConstraintSpec.json_schema({"type": "object", "not": {"required": ["a"]}})
+    with pytest.raises(ConstraintError) as caught:
+        compiler.compile(schema)
+    message = str(caught.value)
+    assert "not" in message and "llguidance" in message and "xgrammar" in message
