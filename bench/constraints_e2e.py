@@ -45,6 +45,8 @@ def contract_prompts(n: int) -> list[str]:
 
 
 def maskbench_sample(per_split: int) -> list[tuple[str, dict[str, object]]]:
+    if per_split <= 0:
+        return []
     if not MASKBENCH.is_dir():
         print(f"note: {MASKBENCH} not found; MaskBench sample skipped", file=sys.stderr)
         return []
@@ -89,8 +91,10 @@ def check(result: dict[str, object], schema: object) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=20, help="prompts per registered contract schema")
-    parser.add_argument("--per-split", type=int, default=3, help="MaskBench schemas per split")
+    parser.add_argument("--per-split", type=int, default=3, help="MaskBench schemas per split (0: none)")
     parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--compare", type=int, default=1_000_000,
+                        help="measure unconstrained tokens/s on the first N cases only (saves time)")
     args = parser.parse_args()
     server = BackgroundServer(Settings.load({"port": 0})).start()
     rows: list[tuple[str, dict[str, int]]] = []
@@ -114,7 +118,7 @@ def main() -> None:
                     counts = {}
                     rows.append((group, counts))
                 counts[verdict] = counts.get(verdict, 0) + 1
-                if "tps" in result:
+                if "tps" in result and index < args.compare:
                     tps_constrained.append(float(result["tps"]))  # type: ignore[arg-type]
                     free = run_one(client, prompt, int(result["response"].usage.completion_tokens) or 1)  # type: ignore[union-attr]
                     if "tps" in free:
@@ -123,7 +127,8 @@ def main() -> None:
     finally:
         server.stop()
     print(f"\nEnd to end, greedy, max_new_tokens {args.max_new_tokens} "
-          f"(`python bench/constraints_e2e.py --prompts {args.prompts} --per-split {args.per_split}`):\n")
+          f"(`python bench/constraints_e2e.py --prompts {args.prompts} --per-split {args.per_split}"
+          f"{' --compare ' + str(args.compare) if args.compare < 1_000_000 else ''}`):\n")
     print("| schemas | requests | valid | LENGTH (reported invalid) | refused at compile | invalid but finished |")
     print("|---|---|---|---|---|---|")
     for group, counts in rows:
