@@ -12,7 +12,7 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -59,7 +59,6 @@ class RunningServer:
     servicer: GenerationServicer
     loop: asyncio.AbstractEventLoop
     engine: object | None = None
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def load(self) -> None:
         """Load the model and start the engine (off the event loop), then report SERVING."""
@@ -72,7 +71,6 @@ class RunningServer:
         self.servicer.attach(engine, info, schemas)  # type: ignore[arg-type]
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        self.ready.set()
         log.info("ready: serving %s on %s:%d", info["model_id"], self.settings.host, self.port)
 
     def _engine_health(self, healthy: bool, reason: str) -> None:

@@ -51,9 +51,6 @@ class PreparedConstraint:
     summary: ConstraintSummary
     schema: object | None  # the JSON schema to validate the output against, if any
 
-    def new_matcher(self) -> object:
-        return self.compiled.new_matcher()
-
 
 class ConstraintService:
     def __init__(self, compiler: ConstraintCompiler, registry: SchemaRegistry | None = None) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class FinishReason(enum.Enum):
@@ -92,7 +92,6 @@ class TokenEvent:
     error: str | None = None
     constraint: ConstraintSummary | None = None
     schema_check: SchemaCheck | None = None
-    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:

@@ -27,10 +27,6 @@ class Scheduler:
                 raise Overloaded(f"the waiting queue is full ({self.max_waiting} requests); retry later")
             self._waiting.append(state)
 
-    def waiting_count(self) -> int:
-        with self._lock:
-            return len(self._waiting)
-
     def take_group(self, running: int) -> list[SequenceState]:
         """Waiting sequences to prefill now (empty while a batch is running)."""
         if running:

@@ -105,7 +105,7 @@ class SequenceState:
             return FinishReason.ERROR, f"the constraint rejected token {token_id} after masking"
         if reason in (None, FinishReason.LENGTH) and self.matcher.must_end():
             return FinishReason.CONSTRAINT_COMPLETE, "the constraint is complete"
-        return reason, self.rules.length_detail if reason is FinishReason.LENGTH else ""
+        return reason, ""
 
     def finish_without_token(self, reason: FinishReason, now: float, detail: str = "",
                              error: str | None = None) -> None:
@@ -134,8 +134,11 @@ class SequenceState:
             return None
         from proctor.constraints.json_validation import validate_json_output
 
-        truncated = reason in UNFINISHED
-        result = validate_json_output("".join(self._text), self.constraint.schema, truncated=truncated)  # type: ignore[arg-type]
+        text = "".join(self._text)
+        result = validate_json_output(text, self.constraint.schema, truncated=reason is FinishReason.LENGTH)  # type: ignore[arg-type]
+        if reason in UNFINISHED and reason is not FinishReason.LENGTH:
+            ended = f"output ended ({reason.value}) before the JSON was complete; it is not a valid instance"
+            return SchemaCheck(False, (ended, *result.errors))
         return SchemaCheck(result.valid, tuple(result.errors))
 
     def _emit(self, event: TokenEvent, reason: FinishReason | None, detail: str, now: float) -> None:
