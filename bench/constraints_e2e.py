@@ -91,6 +91,7 @@ def check(result: dict[str, object], schema: object) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=20, help="prompts per registered contract schema")
+    parser.add_argument("--schemas", default="", help="only these registered schemas (comma-separated name@version)")
     parser.add_argument("--per-split", type=int, default=3, help="MaskBench schemas per split (0: none)")
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--compare", type=int, default=1_000_000,
@@ -103,8 +104,11 @@ def main() -> None:
     try:
         with ProctorClient(server.address, timeout_s=600) as client:
             cases: list[tuple[str, str, dict[str, object], object]] = []
+            wanted = {name for name in args.schemas.split(",") if name}
             for entry in client.list_schemas():
                 ref = f"{entry.name}@{entry.version}"
+                if wanted and ref not in wanted:
+                    continue
                 for prompt in contract_prompts(args.prompts):
                     cases.append((ref, prompt, {"schema_ref": ref}, json.loads(entry.schema)))
             for name, schema in maskbench_sample(args.per_split):

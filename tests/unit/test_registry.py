@@ -51,7 +51,7 @@ VALID: dict[str, dict[str, Any]] = {
         "provider": {"name": "Initech LLC", "jurisdiction": "Texas, USA"},
         "client": {"name": "Acme Corp.", "jurisdiction": "Delaware, USA"},
         "services": ["Quarterly security review", "On-call support during business hours"],
-        "fees": {"amount": 12500.5, "currency": "USD", "basis": "monthly"},
+        "fees": {"amount": 12500, "currency": "USD", "basis": "monthly"},
         "payment_terms_days": 30,
         "start_date": "2025-01-01",
         "end_date": "2025-12-31",
