@@ -5,8 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.proctor-setup
 PIP    := $(BIN)/python -m pip
 ARGS   ?=
+PG     := bash scripts/postgres.sh
 
-.PHONY: setup model serve test test-fast bench proto lint clean
+.PHONY: setup model postgres serve test test-fast bench proto lint clean
 
 setup: $(STAMP) model
 
@@ -22,14 +23,18 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt
 model: $(STAMP)
 	$(BIN)/proctor model install-default
 
+# Throwaway PostgreSQL for the audit-trail tests (.proctor/postgres, 127.0.0.1:54329); `$(PG) stop` stops it.
+postgres:
+	$(PG) start
+
 serve: setup
 	$(BIN)/proctor serve $(ARGS)
 
-test: setup
-	$(BIN)/python -m pytest -q $(ARGS)
+test: setup postgres
+	PROCTOR_TEST_POSTGRES_DSN="$$($(PG) dsn)" $(BIN)/python -m pytest -q $(ARGS)
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not real_model" $(ARGS)
+	PROCTOR_TEST_POSTGRES_DSN="$$($(PG) dsn)" $(BIN)/python -m pytest -q -m "not real_model" $(ARGS)
 
 bench: setup
 	$(BIN)/python bench/decode.py $(ARGS)

@@ -9,6 +9,8 @@ between code paths flaky).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,19 @@ from helpers.engine import TINY_CONTEXT, tiny_settings
 from proctor.config import default_model_store
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def audit_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Servers started by tests (in-process or as subprocesses) audit into a temporary database."""
+    path = tmp_path_factory.mktemp("audit") / "audit.db"
+    previous = os.environ.get("PROCTOR_AUDIT_DB")
+    os.environ["PROCTOR_AUDIT_DB"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("PROCTOR_AUDIT_DB", None)
+    else:
+        os.environ["PROCTOR_AUDIT_DB"] = previous
 
 
 @pytest.fixture(scope="session")

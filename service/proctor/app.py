@@ -1,8 +1,9 @@
 """Composition root: start the gRPC server, load the model, start the engine, shut down in order.
 
-Start-up: bind and serve health (NOT_SERVING) at once → load model → start engine → warm up →
-SERVING. Shutdown (rule 10): signal → health NOT_SERVING → stop accepting → drain in-flight
-calls within the grace period → stop the engine → exit.
+Start-up: open the audit trail (a store that cannot be opened stops the start) → bind and serve
+health (NOT_SERVING) → load model → start engine → warm up → SERVING. Shutdown (rule 10): signal →
+health NOT_SERVING → stop accepting → drain in-flight calls within the grace period → stop the
+engine → flush the audit trail (final signed checkpoint) → exit.
 """
 
 from __future__ import annotations
@@ -20,13 +21,18 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from proctor.api.audit_servicer import AuditServicer
+from proctor.api.audit_trail import AuditTrail
 from proctor.api.servicer import GenerationServicer
+from proctor.audit.setup import checkpoint_path, open_sink, privacy_policy
+from proctor.audit.sink import AuditSink
 from proctor.config import Settings
 from proctor.domain import GenerationRequest, StoppingParams
-from proctor_client.v1 import generation_pb2, generation_pb2_grpc
+from proctor_client.v1 import audit_pb2, audit_pb2_grpc, generation_pb2, generation_pb2_grpc
 
 log = logging.getLogger("proctor.app")
 SERVICE_NAME = generation_pb2.DESCRIPTOR.services_by_name["Generation"].full_name
+AUDIT_SERVICE_NAME = audit_pb2.DESCRIPTOR.services_by_name["Audit"].full_name
 
 
 def model_info(loaded: object, settings: Settings) -> dict[str, object]:
@@ -59,6 +65,7 @@ class RunningServer:
     servicer: GenerationServicer
     loop: asyncio.AbstractEventLoop
     engine: object | None = None
+    audit_sink: AuditSink | None = None
 
     async def load(self) -> None:
         """Load the model and start the engine (off the event loop), then report SERVING."""
@@ -89,6 +96,9 @@ class RunningServer:
             constraints = getattr(self.engine, "constraints", None)
             if constraints is not None:
                 constraints.compiler.close()
+        if self.audit_sink is not None:
+            await asyncio.to_thread(self.audit_sink.close)
+            log.info("audit trail flushed: %d records written this run", self.audit_sink.written)
         log.info("stopped")
 
 
@@ -118,13 +128,33 @@ def _build_constraints(loaded: object, settings: Settings) -> object:
     return service
 
 
+def _build_masks(loaded: object, settings: Settings) -> tuple[object, tuple[str, ...]]:
+    """Plugin registry and the server-wide forbidden list (its index built now, not on a request)."""
+    from proctor.decoding.forbidden import ForbiddenOptions, build_index
+    from proctor.decoding.forbidden.phrase_file import load_phrase_file
+    from proctor.decoding.plugins import PluginRegistry
+    from proctor.models import LoadedModel
+
+    assert isinstance(loaded, LoadedModel)
+    plugins = PluginRegistry.load(settings.plugins)
+    phrases: tuple[str, ...] = ()
+    if settings.forbidden_file:
+        start = time.perf_counter()
+        phrases = load_phrase_file(Path(settings.forbidden_file), settings.max_forbidden_phrase_chars)
+        build_index(loaded.tokenizer, loaded.vocab_size, phrases, ForbiddenOptions())
+        log.info("%d server-wide forbidden phrases indexed in %.1f s", len(phrases), time.perf_counter() - start)
+    return plugins, phrases
+
+
 def _build_engine(settings: Settings, on_health: object) -> tuple[object, dict[str, object], list[object]]:
     from proctor.engine.engine import Engine
     from proctor.models import load_model
 
     loaded = load_model(settings)
     constraints = _build_constraints(loaded, settings)
-    engine = Engine(loaded, settings, on_health=on_health, constraints=constraints)  # type: ignore[arg-type]
+    plugins, forbidden = _build_masks(loaded, settings)
+    engine = Engine(loaded, settings, on_health=on_health, constraints=constraints,  # type: ignore[arg-type]
+                    plugins=plugins, server_forbidden=forbidden)  # type: ignore[arg-type]
     engine.start()
     if settings.warmup:
         warm = GenerationRequest(request_id="warmup", prompt="Hello",
@@ -143,17 +173,23 @@ async def start_server(settings: Settings) -> RunningServer:
     await health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    servicer = GenerationServicer(settings)
+    sink = await asyncio.to_thread(open_sink, settings)
+    audit = AuditTrail(sink, privacy_policy(settings), compliance=settings.audit_compliance,
+                       top_n=settings.audit_top_n)
+    servicer = GenerationServicer(settings, audit)
     generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
+    names = [SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]
+    if sink is not None:
+        audit_pb2_grpc.add_AuditServicer_to_server(
+            AuditServicer(settings, sink.store, servicer, checkpoint_path(settings)), server)
+        names.append(AUDIT_SERVICE_NAME)
     if settings.reflection_enabled:
-        names = (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                 reflection.SERVICE_NAME)
         reflection.enable_server_reflection(names, server)
     port = server.add_insecure_port(f"{settings.host}:{settings.port}")
     if port == 0:
         raise OSError(f"could not bind {settings.host}:{settings.port}")
     await server.start()
-    running = RunningServer(settings, server, port, health, servicer, asyncio.get_running_loop())
+    running = RunningServer(settings, server, port, health, servicer, asyncio.get_running_loop(), audit_sink=sink)
     log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", settings.host, port)
     return running
 

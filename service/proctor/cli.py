@@ -31,6 +31,21 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
                    help="compile time limit per constraint engine attempt, seconds (default 5)")
     p.add_argument("--compile-workers", type=int, help="constraint compile processes (default 1)")
     p.add_argument("--schema-dir", help="schema registry directory (default: the schemas shipped with proctor)")
+    p.add_argument("--forbidden-file", help="server-wide forbidden phrases, one per line, merged into every request")
+    p.add_argument("--plugins", help="plugin entry points to load, comma-separated, or '*' (PROCTOR_PLUGINS)")
+    audit = p.add_argument_group("audit trail (docs/audit-format.md)")
+    audit.add_argument("--audit-db", help="SQLite audit file (default .proctor/audit/audit.db; PROCTOR_AUDIT_DB)")
+    audit.add_argument("--audit-dsn", help="PostgreSQL audit store instead, postgresql://… (PROCTOR_AUDIT_DSN)")
+    audit.add_argument("--no-audit", dest="audit", action="store_false", default=None,
+                       help="do not record calls (not for production)")
+    audit.add_argument("--no-audit-compliance", dest="audit_compliance", action="store_false", default=None,
+                       help="return responses without waiting for their record to be committed")
+    audit.add_argument("--audit-top-n", type=int, help="alternatives recorded per token (default 5)")
+    audit.add_argument("--audit-prompt-policy", choices=("full", "hmac"), help="store the prompt, or only its HMAC")
+    audit.add_argument("--audit-output-policy", choices=("full", "hmac"), help="store the output, or only its HMAC")
+    audit.add_argument("--audit-hmac-key-file", help="HMAC key (>= 16 bytes), kept outside the store")
+    audit.add_argument("--audit-signing-key", help="Ed25519 PEM key for checkpoints (default <audit db>.key)")
+    audit.add_argument("--audit-read-token", help="token the Audit service requires (x-proctor-audit-token)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip the warm-up request")
     p.add_argument("--log-level", help="logging level (default INFO)")
     p.set_defaults(func=_serve)
@@ -39,7 +54,9 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 def _serve(args: argparse.Namespace) -> int:
     keys = ("host", "port", "model", "model_store", "device", "dtype", "threads", "max_batch_size",
             "max_new_tokens_limit", "grace_period_s", "reflection", "warmup", "log_level",
-            "constraint_timeout_s", "compile_workers", "schema_dir")
+            "constraint_timeout_s", "compile_workers", "schema_dir", "forbidden_file", "plugins", "audit",
+            "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",
+            "audit_hmac_key_file", "audit_signing_key", "audit_read_token")
     try:
         settings = Settings.load({k: getattr(args, k) for k in keys})
     except ValueError as exc:
@@ -72,6 +89,7 @@ def _install_default(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from proctor.audit.cli import add_audit_commands
     from proctor_client.cli import add_client_commands
 
     parser = argparse.ArgumentParser(prog="proctor", description="Constrained, audited text generation over gRPC.")
@@ -80,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(subparsers)
     add_client_commands(subparsers)
     _add_model(subparsers)
+    add_audit_commands(subparsers)
     return parser
 
 

@@ -15,6 +15,12 @@ from typing import Any
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
 
+def default_audit_db() -> str:
+    """``PROCTOR_AUDIT_DB`` or ``<repo>/.proctor/audit/audit.db``."""
+    return os.environ.get("PROCTOR_AUDIT_DB") or str(Path(__file__).resolve().parents[2] / ".proctor" / "audit"
+                                                     / "audit.db")
+
+
 def default_model_store() -> Path:
     """Where converted models live: ``PROCTOR_MODEL_STORE`` or ``<repo>/.proctor/models``."""
     env = os.environ.get("PROCTOR_MODEL_STORE")
@@ -53,6 +59,31 @@ class Settings:
     compile_workers: int = 1
     constraint_isolation: bool = True
     schema_dir: str = ""  # empty: the registry shipped with the package (proctor/schemas)
+    # Forbidden phrases: a server-wide list (a UTF-8 file, one phrase per line, "#" comments) merged
+    # into every request's list, and the per-request limits.
+    forbidden_file: str = ""
+    max_forbidden_phrases: int = 2000
+    max_forbidden_phrase_chars: int = 200
+    max_logit_bias: int = 1024
+    # Plugins: entry points (groups proctor.logits_processors / proctor.stopping_criteria) to load
+    # at start, comma-separated names; "*" loads every installed one. The built-ins are always there.
+    plugins: str = ""
+    # Audit trail (docs/audit-format.md). On by default, in SQLite; audit_dsn (postgresql://…) selects
+    # PostgreSQL. Compliance mode: a response completes only once its record is committed.
+    audit: bool = True
+    audit_db: str = field(default_factory=default_audit_db)
+    audit_dsn: str = ""
+    audit_compliance: bool = True
+    audit_top_n: int = 5
+    audit_prompt_policy: str = "full"  # full | hmac
+    audit_output_policy: str = "full"  # full | hmac
+    audit_hmac_key_file: str = ""
+    audit_signing_key: str = ""  # Ed25519 PEM; empty: <audit db>.key (created on first start)
+    audit_checkpoint_file: str = ""  # empty: <audit db>.checkpoints
+    audit_checkpoint_every: int = 1000
+    audit_checkpoint_interval_s: float = 60.0
+    audit_queue_size: int = 1024
+    audit_read_token: str = ""  # when set, the Audit service needs metadata x-proctor-audit-token: <token>
 
     @property
     def reflection_enabled(self) -> bool:

@@ -173,3 +173,27 @@ def test_commands_mount_on_another_parser(fake, capsys) -> None:
     args = parser.parse_args(["info", "--addr", addr])
     assert args.func(args) == 0
     assert "fake/model" in capsys.readouterr().out
+
+
+def test_generate_forbid_bias_and_plugins(fake, capsys) -> None:
+    servicer, addr = fake
+    argv = ["generate", "--addr", addr, "--prompt", "hi", "--forbid", "apple", "--forbid", "香蕉", "--whole-word",
+            "--case-sensitive", "--logit-bias", "12=-100", "--allow-token", "3", "--stop-repetition", "6,3",
+            "--processor", 'phrase_bias={"phrases": ["x"]}', "--criterion", "json_value_complete={\"path\": \"$.a\"}"]
+    assert cli.main(argv) == 0
+    sent = servicer.requests[0]
+    assert list(sent.forbidden.phrases) == ["apple", "香蕉"]
+    assert sent.forbidden.whole_word and sent.forbidden.HasField("case_insensitive")
+    assert not sent.forbidden.case_insensitive
+    assert dict(sent.logit_bias) == {12: -100.0} and list(sent.allowed_token_ids) == [3]
+    assert (sent.stopping.repetition.ngram_size, sent.stopping.repetition.repeats) == (6, 3)
+    assert sent.logits_processors[0].name == "phrase_bias"
+    assert list(sent.logits_processors[0].params["phrases"]) == ["x"]
+    assert sent.stopping_criteria[0].params["path"] == "$.a"
+
+
+@pytest.mark.parametrize("flags", [["--logit-bias", "12"], ["--logit-bias", "x=1"], ["--stop-repetition", "6"],
+                                   ["--processor", "p=[1]"], ["--criterion", "c={bad"]])
+def test_bad_mask_flags_are_usage_errors(flags: list[str], capsys) -> None:
+    assert cli.main(["generate", "--addr", "127.0.0.1:1", "--prompt", "hi", *flags]) == 2
+    assert "error" in capsys.readouterr().err

@@ -133,3 +133,19 @@ def test_proctor_error_renders_and_pickles() -> None:
     assert str(error) == "INVALID_ARGUMENT: bad (sampling.top_p: must be in (0, 1])"
     copy = pickle.loads(pickle.dumps(error))
     assert (copy.code, copy.message, copy.field_violations) == (error.code, error.message, error.field_violations)
+
+
+def test_forbidden_biases_and_plugins() -> None:
+    request = build_request("Hi", forbidden="apple", forbidden_whole_word=True, logit_bias={7: -100},
+                            allowed_token_ids=[1, 2], repetition=(4, 3),
+                            logits_processors=["plain", ("phrase_bias", {"phrases": ["a"], "bias": 2})],
+                            stopping_criteria=[("json_value_complete", {"path": "$.a"})])
+    assert list(request.forbidden.phrases) == ["apple"]  # a bare string is one phrase
+    assert request.forbidden.whole_word and not request.forbidden.HasField("case_insensitive")
+    assert dict(request.logit_bias) == {7: -100.0}
+    assert list(request.allowed_token_ids) == [1, 2]
+    assert (request.stopping.repetition.ngram_size, request.stopping.repetition.repeats) == (4, 3)
+    assert [p.name for p in request.logits_processors] == ["plain", "phrase_bias"]
+    assert not request.logits_processors[0].HasField("params")
+    assert dict(request.logits_processors[1].params)["bias"] == 2
+    assert request.stopping_criteria[0].params["path"] == "$.a"

@@ -268,3 +268,19 @@ def test_engines_are_imported_only_when_a_backend_is_built() -> None:
                             check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_rollback_restores_the_earlier_state(backends, tokenizer, engine: str) -> None:  # type: ignore[no-untyped-def]
+    """The forbidden-phrase lookahead advances and rolls back matchers: the masks must come back."""
+    vocab = len(tokenizer)
+    matcher = backends[engine].compile(ConstraintSpec.choice(["alpha beta", "alpha gamma", "delta"])).new_matcher()
+    tokens = tokenizer.encode("alpha beta", add_special_tokens=False)
+    masks = [allowed_now(matcher, vocab)]
+    for token in tokens:
+        assert matcher.advance(token)
+        masks.append(allowed_now(matcher, vocab))
+    for back in range(1, len(tokens) + 1):
+        matcher.rollback(1)
+        assert torch.equal(allowed_now(matcher, vocab), masks[-1 - back]), f"after rolling back {back}"
+    assert matcher.advance(tokens[0]) and torch.equal(allowed_now(matcher, vocab), masks[1])

@@ -24,9 +24,17 @@ class Row:
     top_logprobs: int = 0
     banned: tuple[int, ...] = ()
     matcher: object | None = None
+    forbidden: object | None = None
+    allowed_mask: torch.Tensor | None = None
+    last_step: bool = False
+    processors: tuple[tuple[str, object], ...] = ()
+    end_ids: tuple[int, ...] = (0,)
 
     def banned_token_ids(self) -> tuple[int, ...]:
         return self.banned
+
+    def end_token_ids(self) -> tuple[int, ...]:
+        return self.end_ids
 
 
 def greedy_row(**kw: object) -> Row:

@@ -207,3 +207,39 @@ def test_stop_token_id_outside_the_vocabulary_names_the_index(tokenizer) -> None
                                context_length=512, default_max_new_tokens=8, max_new_tokens_limit=16,
                                vocab_size=49152)
     assert prepared.request.stopping.stop_token_ids == (2,)
+
+
+def test_masks_and_plugins_convert() -> None:
+    message = req(forbidden=pb.ForbiddenPhrases(phrases=["Apple", "机密"], whole_word=True),
+                  logit_bias={5: -100.0, 7: 2.5}, allowed_token_ids=[1, 2, 3],
+                  stopping=pb.StoppingParams(repetition=pb.RepetitionStop(ngram_size=4, repeats=3)))
+    message.logits_processors.add(name="phrase_bias").params.update({"phrases": ["x"], "bias": 2})
+    message.stopping_criteria.add(name="json_value_complete").params.update({"path": "$.title"})
+    request = convert(message)
+    assert request.forbidden.phrases == ("Apple", "机密")
+    assert (request.forbidden.case_insensitive, request.forbidden.whole_word) == (True, True)
+    assert request.logit_bias == ((5, -100.0), (7, 2.5))
+    assert request.allowed_token_ids == (1, 2, 3)
+    assert (request.stopping.repetition.ngram_size, request.stopping.repetition.repeats) == (4, 3)  # type: ignore[union-attr]
+    assert request.logits_processors[0].name == "phrase_bias"
+    assert request.logits_processors[0].params == {"phrases": ["x"], "bias": 2}
+    assert request.logits_processors[0].field == "logits_processors[0]"
+    assert request.stopping_criteria[0].params == {"path": "$.title"}
+
+
+@pytest.mark.parametrize(("message", "field"), [
+    (req(forbidden=pb.ForbiddenPhrases(phrases=["ok", ""])), "forbidden.phrases[1]"),
+    (req(forbidden=pb.ForbiddenPhrases(phrases=["x" * 201])), "forbidden.phrases[0]"),
+    (req(forbidden=pb.ForbiddenPhrases(phrases=["a\ufffdb"])), "forbidden.phrases[0]"),
+    (req(forbidden=pb.ForbiddenPhrases(phrases=["--"], whole_word=True)), "forbidden.phrases[0]"),
+    (req(forbidden=pb.ForbiddenPhrases(phrases=[f"w{i}" for i in range(2001)])), "forbidden.phrases"),
+    (req(logit_bias={3: 101.0}), "logit_bias[3]"),
+    (req(logit_bias={-1: 1.0}), "logit_bias[-1]"),
+    (req(allowed_token_ids=[4, -2]), "allowed_token_ids[1]"),
+    (req(stopping=pb.StoppingParams(repetition=pb.RepetitionStop(ngram_size=0, repeats=3))),
+     "stopping.repetition.ngram_size"),
+    (req(stopping=pb.StoppingParams(repetition=pb.RepetitionStop(ngram_size=2, repeats=1))),
+     "stopping.repetition.repeats"),
+])
+def test_bad_masks_name_their_field(message: pb.GenerateRequest, field: str) -> None:
+    assert field in violations(message)

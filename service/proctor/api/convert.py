@@ -6,13 +6,18 @@ import time
 import uuid
 from collections.abc import Iterable
 
+from google.protobuf.json_format import MessageToDict
+
 from proctor.api.validation import validate
 from proctor.config import Settings
 from proctor.domain import (
     ChatMessage,
     ConstraintRequest,
     FinishReason,
+    ForbiddenParams,
     GenerationRequest,
+    PluginCall,
+    RepetitionParams,
     RequestValidationError,
     SamplingParams,
     StoppingParams,
@@ -31,6 +36,9 @@ FINISH_TO_PROTO: dict[FinishReason, int] = {
     FinishReason.ERROR: pb.FINISH_REASON_ERROR,
     FinishReason.CONSTRAINT_COMPLETE: pb.FINISH_REASON_CONSTRAINT_COMPLETE,
     FinishReason.DEAD_END: pb.FINISH_REASON_DEAD_END,
+    FinishReason.FORBIDDEN_PHRASE: pb.FINISH_REASON_FORBIDDEN_PHRASE,
+    FinishReason.REPETITION: pb.FINISH_REASON_REPETITION,
+    FinishReason.STOP_CRITERION: pb.FINISH_REASON_STOP_CRITERION,
 }
 BACKEND_FROM_PROTO: dict[int, str] = {
     pb.CONSTRAINT_BACKEND_UNSPECIFIED: "auto",
@@ -59,6 +67,17 @@ def constraint_from_proto(message: pb.GenerateRequest) -> ConstraintRequest | No
             raise RequestValidationError.single("grammar.syntax", "set the grammar syntax: LARK or EBNF")
         return ConstraintRequest("grammar", text=message.grammar.text, grammar_syntax=syntax, **common)  # type: ignore[arg-type]
     return ConstraintRequest(kind, text=getattr(message, kind), **common)  # type: ignore[arg-type]
+
+
+def _plugins(calls: Iterable[pb.PluginCall], field: str) -> tuple[PluginCall, ...]:
+    return tuple(PluginCall(c.name, MessageToDict(c.params) if c.HasField("params") else {}, f"{field}[{i}]")
+                 for i, c in enumerate(calls))
+
+
+def _forbidden(message: pb.GenerateRequest) -> ForbiddenParams:
+    f = message.forbidden
+    return ForbiddenParams(phrases=tuple(f.phrases), case_insensitive=_opt(f, "case_insensitive", True),  # type: ignore[arg-type]
+                           whole_word=_opt(f, "whole_word", False))  # type: ignore[arg-type]
 
 
 def _opt(message: object, name: str, default: object) -> object:
@@ -96,11 +115,18 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
             stop=tuple(st.stop),
             stop_token_ids=tuple(st.stop_token_ids),
             ignore_eos=st.ignore_eos,
+            repetition=RepetitionParams(st.repetition.ngram_size, st.repetition.repeats)
+            if st.HasField("repetition") else None,
         ),
         top_logprobs=_opt(message, "top_logprobs", 0),  # type: ignore[arg-type]
         token_details=message.token_details,
         deadline=None if time_remaining_s is None else time.monotonic() + time_remaining_s,
         constraint=constraint_from_proto(message),
+        forbidden=_forbidden(message),
+        logit_bias=tuple(sorted(message.logit_bias.items())),
+        allowed_token_ids=tuple(message.allowed_token_ids),
+        logits_processors=_plugins(message.logits_processors, "logits_processors"),
+        stopping_criteria=_plugins(message.stopping_criteria, "stopping_criteria"),
     )
     violations = validate(request, settings)
     if violations:
@@ -108,12 +134,16 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
     return request
 
 
-def details_to_proto(details: Iterable[TokenDetail]) -> list[pb.TokenDetail]:
+def details_to_proto(details: Iterable[TokenDetail], request: GenerationRequest | None = None) -> list[pb.TokenDetail]:
+    """Per-token details as the caller asked for them (the engine may compute more for the audit)."""
+    if request is not None and not (request.token_details or request.top_logprobs > 0):
+        return []
+    top = request.top_logprobs if request is not None else None
     return [
         pb.TokenDetail(
             token_id=d.token_id, text=d.text, logprob=d.logprob, final_logprob=d.final_logprob,
-            top_logprobs=[pb.TokenLogprob(token_id=a.token_id, text=a.text, logprob=a.logprob)
-                          for a in d.top_logprobs])
+            removed_by=d.removed_by, top_logprobs=[pb.TokenLogprob(token_id=a.token_id, text=a.text, logprob=a.logprob)
+                                                   for a in d.top_logprobs[:top]])
         for d in details
     ]
 
@@ -134,28 +164,33 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
         target.constraint.CopyFrom(pb.ConstraintInfo(kind=c.kind, backend=c.backend, spec_sha256=c.spec_sha256,
                                                      schema_ref=c.schema_ref, cache_hit=c.cache_hit,
                                                      compile_ms=c.compile_ms))
+    target.plugins.extend(pb.PluginInfo(name=p.name, version=p.version, kind=p.kind) for p in event.plugins)
     if event.timings is not None:
         target.timings.queue_ms = event.timings.queue_ms
         target.timings.time_to_first_token_ms = event.timings.time_to_first_token_ms
         target.timings.total_ms = event.timings.total_ms
 
 
-def chunk_from_event(event: TokenEvent) -> pb.GenerateChunk:
+def chunk_from_event(event: TokenEvent, request: GenerationRequest | None = None,
+                     audit_id: str = "") -> pb.GenerateChunk:
     chunk = pb.GenerateChunk(request_id=event.request_id, token_ids=event.token_ids, text=event.text,
-                             tokens=details_to_proto(event.details))
+                             tokens=details_to_proto(event.details, request))
     if event.finished:
         _fill_final(chunk, event)
+        chunk.audit_id = audit_id
     return chunk
 
 
-def response_from_events(events: list[TokenEvent]) -> pb.GenerateResponse:
+def response_from_events(events: list[TokenEvent], request: GenerationRequest | None = None,
+                         audit_id: str = "") -> pb.GenerateResponse:
     """Concatenate a finished request's events into the unary response (same text as the stream)."""
     final = events[-1]
     response = pb.GenerateResponse(
         request_id=final.request_id,
         text="".join(e.text for e in events),
         token_ids=[t for e in events for t in e.token_ids],
-        tokens=details_to_proto(d for e in events for d in e.details),
+        tokens=details_to_proto((d for e in events for d in e.details), request),
+        audit_id=audit_id,
     )
     _fill_final(response, final)
     return response

@@ -7,15 +7,19 @@ own thread; its events come back through ``loop.call_soon_threadsafe`` into an a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
 
 import grpc
+from google.protobuf.json_format import MessageToDict
 
 from proctor import __version__
+from proctor.api.audit_trail import MODEL_FIELDS, AuditTrail, AuditWriteFailed
 from proctor.api.convert import chunk_from_event, request_from_proto, response_from_events
 from proctor.api.errors import abort_with
+from proctor.audit.records import CallRecord, PrivacyPolicy
 from proctor.config import Settings
 from proctor.domain import (
     EngineFault,
@@ -31,6 +35,7 @@ from proctor_client.v1 import generation_pb2_grpc as pb_grpc
 
 log = logging.getLogger("proctor.api")
 EXPECTED = (RequestValidationError, Overloaded, ShuttingDown, EngineFault)
+DEADLINE_MESSAGE = "the call's deadline passed during generation"
 
 
 class GenerationEngine(Protocol):
@@ -50,20 +55,29 @@ class RegisteredSchemaView(Protocol):
     schema_json: str
 
 
+class PreparedView(Protocol):
+    """What the API reads from a prepared request (for the audit record)."""
+
+    rendered_prompt: str
+    prompt_ids: tuple[int, ...]
+
+
 class GenerationServicer(pb_grpc.GenerationServicer):
     """Serves once ``attach`` gave it a started engine; before that every call is UNAVAILABLE."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, audit: AuditTrail | None = None) -> None:
         self._settings = settings
         self._engine_or_none: GenerationEngine | None = None
         self._model_info: dict[str, object] = {}
         self._schemas: list[RegisteredSchemaView] = []
+        self.audit = audit or AuditTrail(None, PrivacyPolicy(), compliance=False, top_n=0)
 
     def attach(self, engine: GenerationEngine, model_info: dict[str, object],
                schemas: list[RegisteredSchemaView] | None = None) -> None:
         self._engine_or_none = engine
         self._model_info = model_info
         self._schemas = list(schemas or [])
+        self.audit.model = {k: model_info.get(k) for k in MODEL_FIELDS}
 
     @property
     def _engine(self) -> GenerationEngine:
@@ -71,24 +85,36 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             raise ShuttingDown("the model is still loading; retry shortly")
         return self._engine_or_none
 
-    async def _start(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext
-                     ) -> tuple[GenerationRequest, asyncio.Queue[TokenEvent]]:
+    def _convert(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext,
+                 call: CallRecord) -> GenerationRequest:
+        try:
+            request = request_from_proto(message, self._settings, context.time_remaining())
+        except Exception:
+            call.raw_request = MessageToDict(message)
+            raise
+        if self.audit.enabled:
+            request = dataclasses.replace(request, audited=True, audit_top_n=self.audit.top_n)
+        call.request = request
+        return request
+
+    async def _start(self, request: GenerationRequest, call: CallRecord) -> asyncio.Queue[TokenEvent]:
         engine = self._engine
-        request = request_from_proto(message, self._settings, context.time_remaining())
         prepared = await asyncio.to_thread(engine.prepare, request)
+        view: PreparedView = prepared  # type: ignore[assignment]
+        call.rendered_prompt, call.prompt_tokens = view.rendered_prompt, len(view.prompt_ids)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
         engine.submit(prepared, lambda event: loop.call_soon_threadsafe(queue.put_nowait, event))
-        return request, queue
+        return queue
 
-    async def _events(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext
-                      ) -> AsyncIterator[TokenEvent]:
-        """The request's events until the final one; aborts the request if the call goes away."""
-        request, queue = await self._start(message, context)
+    async def events(self, request: GenerationRequest, call: CallRecord) -> AsyncIterator[TokenEvent]:
+        """The request's events until the final one (also kept on ``call``); aborts it if the call goes away."""
+        queue = await self._start(request, call)
         finished = False
         try:
             while True:
                 event = await queue.get()
+                call.events.append(event)
                 if event.error is not None:
                     raise EngineFault(event.error)
                 yield event
@@ -99,39 +125,62 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             if not finished:
                 self._engine.abort(request.request_id)
 
-    async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> pb.GenerateResponse:
+    async def Generate(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> pb.GenerateResponse:
+        call = self.audit.begin("Generate", context)
         try:
-            events = [event async for event in self._events(request, context)]
-        except EXPECTED as exc:
-            await abort_with(context, exc)
-            raise AssertionError("unreachable") from exc
-        except Exception as exc:
-            log.exception("Generate failed")
-            await abort_with(context, exc)
-            raise AssertionError("unreachable") from exc
-        await self._finish_status(events[-1], context)
-        return response_from_events(events)
+            request = self._convert(message, context, call)
+            events = [event async for event in self.events(request, call)]
+            self._final_status(events[-1], call)
+            await self.audit.commit(call)
+        except BaseException as exc:
+            await self._fail(call, exc, context)
+            raise
+        await self._deadline_status(events[-1], context)
+        return response_from_events(events, request, call.audit_id)
 
-    async def StreamGenerate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    async def StreamGenerate(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext
                              ) -> AsyncIterator[pb.GenerateChunk]:
+        call = self.audit.begin("StreamGenerate", context)
         try:
-            async for event in self._events(request, context):
+            request = self._convert(message, context, call)
+            async for event in self.events(request, call):
                 if event.finished:
-                    await self._finish_status(event, context)
+                    self._final_status(event, call)
+                    await self.audit.commit(call)  # compliance: the final chunk waits for the record
+                    await self._deadline_status(event, context)
                 if event.token_ids or event.text or event.finished:
-                    yield chunk_from_event(event)
-        except EXPECTED as exc:
-            await abort_with(context, exc)
+                    yield chunk_from_event(event, request, call.audit_id)
         except grpc.aio.AbortError:
             raise
-        except Exception as exc:
-            log.exception("StreamGenerate failed")
-            await abort_with(context, exc)
+        except BaseException as exc:
+            await self._fail(call, exc, context)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
 
-    async def _finish_status(self, event: TokenEvent, context: grpc.aio.ServicerContext) -> None:
+    async def _fail(self, call: CallRecord, exc: BaseException, context: grpc.aio.ServicerContext) -> None:
+        """Record the failed call (once) and abort with the mapped status; a cancel is only recorded."""
+        if not isinstance(exc, grpc.aio.AbortError):
+            self.audit.status_from(call, exc)
+        if not isinstance(exc, AuditWriteFailed):
+            try:
+                await self.audit.commit(call, wait=False if isinstance(exc, asyncio.CancelledError) else None)
+            except AuditWriteFailed as audit_exc:
+                exc = audit_exc
+        if isinstance(exc, asyncio.CancelledError | grpc.aio.AbortError):
+            return
+        if not isinstance(exc, EXPECTED):
+            log.error("call failed", exc_info=exc)
+        await abort_with(context, exc)
+
+    @staticmethod
+    def _final_status(event: TokenEvent, call: CallRecord) -> None:
+        if event.finish_reason is FinishReason.DEADLINE:
+            call.status_code, call.status_message = "DEADLINE_EXCEEDED", DEADLINE_MESSAGE
+
+    async def _deadline_status(self, event: TokenEvent, context: grpc.aio.ServicerContext) -> None:
         """A request that ran out of time ends with DEADLINE_EXCEEDED, as gRPC callers expect."""
         if event.finish_reason is FinishReason.DEADLINE:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed during generation")
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_MESSAGE)
 
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext) -> pb.ModelInfo:
         if self._engine_or_none is None:

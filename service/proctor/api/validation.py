@@ -13,6 +13,7 @@ from proctor.domain.request import CHAT_ROLES, GenerationRequest
 
 MAX_TOP_LOGPROBS = 20
 MAX_SEED = 2**64 - 1
+MAX_REPETITION = 64
 
 
 def _finite(value: float) -> bool:
@@ -47,6 +48,7 @@ def validate(request: GenerationRequest, settings: Settings) -> list[FieldViolat
     if s.no_repeat_ngram_size < 0:
         bad("sampling.no_repeat_ngram_size", f"must be >= 0, got {s.no_repeat_ngram_size}")
     _validate_stopping(request, settings, bad)
+    _validate_masks(request, settings, bad)
     if not 0 <= request.top_logprobs <= MAX_TOP_LOGPROBS:
         bad("top_logprobs", f"must be between 0 and {MAX_TOP_LOGPROBS}, got {request.top_logprobs}")
     if len(request.request_id) > 256:
@@ -95,3 +97,43 @@ def _validate_stopping(request: GenerationRequest, settings: Settings, bad: Viol
     for index, token_id in enumerate(st.stop_token_ids):
         if token_id < 0:
             bad(f"stopping.stop_token_ids[{index}]", f"token ids are >= 0, got {token_id}")
+    if st.repetition is not None:
+        if not 1 <= st.repetition.ngram_size <= MAX_REPETITION:
+            bad("stopping.repetition.ngram_size",
+                f"must be between 1 and {MAX_REPETITION}, got {st.repetition.ngram_size}")
+        if not 2 <= st.repetition.repeats <= MAX_REPETITION:
+            bad("stopping.repetition.repeats", f"must be between 2 and {MAX_REPETITION}, got {st.repetition.repeats}")
+
+
+def _validate_masks(request: GenerationRequest, settings: Settings, bad: Violations) -> None:
+    """Forbidden phrases, logit bias and allowed ids (the engine checks ids against the vocabulary)."""
+    phrases = request.forbidden.phrases
+    if len(phrases) > settings.max_forbidden_phrases:
+        bad("forbidden.phrases", f"at most {settings.max_forbidden_phrases} phrases, got {len(phrases)}")
+    for index, phrase in enumerate(phrases[: settings.max_forbidden_phrases]):
+        problem = forbidden_phrase_problem(phrase, request.forbidden.whole_word, settings.max_forbidden_phrase_chars)
+        if problem:
+            bad(f"forbidden.phrases[{index}]", problem)
+    if len(request.logit_bias) > settings.max_logit_bias:
+        bad("logit_bias", f"at most {settings.max_logit_bias} entries, got {len(request.logit_bias)}")
+    for token_id, bias in request.logit_bias:
+        if token_id < 0:
+            bad(f"logit_bias[{token_id}]", "token ids are >= 0")
+        if not (_finite(bias) and -100 <= bias <= 100):
+            bad(f"logit_bias[{token_id}]", f"the bias must be in [-100, 100], got {bias}")
+    for index, token_id in enumerate(request.allowed_token_ids):
+        if token_id < 0:
+            bad(f"allowed_token_ids[{index}]", f"token ids are >= 0, got {token_id}")
+
+
+def forbidden_phrase_problem(phrase: str, whole_word: bool, max_chars: int) -> str:
+    """Why a forbidden phrase is unusable ("" when it is fine)."""
+    if not phrase.strip():
+        return "a forbidden phrase must not be empty or only spaces"
+    if len(phrase) > max_chars:
+        return f"longer than {max_chars} characters"
+    if "\ufffd" in phrase:
+        return "must not contain U+FFFD (the replacement character)"
+    if whole_word and not any(ch.isalnum() for ch in phrase):
+        return "with whole_word, a phrase needs at least one letter or digit"
+    return ""

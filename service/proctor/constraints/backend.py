@@ -43,6 +43,9 @@ class Matcher(Protocol):
     def must_end(self) -> bool:
         """Nothing but the end is allowed: the request ends now (CONSTRAINT_COMPLETE)."""
 
+    def rollback(self, tokens: int) -> None:
+        """Undo the last ``tokens`` advances (the forbidden-phrase lookahead tries tokens, then undoes them)."""
+
 
 class CompiledConstraint(Protocol):
     backend: str

@@ -2,35 +2,42 @@
 
 Processor order (the only place it is written down):
 
-1. **masks** — tokens a row may not produce, combined into one boolean [B, V] tensor: the
-   constraint mask (from each row's matcher, advanced by the engine after sampling) and
-   end-of-sequence ids while ``min_new_tokens`` is not reached (later also the forbidden-word
-   mask). A row left with no token is a dead end (``RowDecision.dead_end``);
-2. **penalties** — repetition, presence, frequency, no-repeat-n-gram (``penalties.py``);
-3. **temperature**, then **top-k → top-p → min-p** (``warpers.py``), sampling rows only;
-4. **sample** — argmax for greedy rows, a draw from the row's own seeded generator otherwise.
+1. **masks** — tokens a row may not produce, one boolean [B, V] tensor (``masks.py``): the
+   constraint, forbidden phrases, ``allowed_token_ids``, end-of-sequence before
+   ``min_new_tokens``. A row left with no token is a dead end (``RowDecision.dead_end``);
+2. **processors** — ``logit_bias``, then the request's logits-processor plugins in request
+   order; the masks are applied again afterwards, so no processor can revive a masked token;
+3. **penalties** — repetition, presence, frequency, no-repeat-n-gram (``penalties.py``);
+4. **temperature**, then **top-k → top-p → min-p** (``warpers.py``), sampling rows only;
+5. **sample** — argmax for greedy rows, a draw from the row's own seeded generator otherwise.
 
 Reported log-probabilities: ``raw_logprob`` is the chosen token's log-probability under the
 model's own distribution (log-softmax of the unprocessed logits); ``final_logprob`` is under the
-distribution actually used: after steps 1–3 for sampling rows, after steps 1–2 for greedy rows
+distribution actually used: after steps 1–4 for sampling rows, after steps 1–3 for greedy rows
 (temperature and filters do not change an argmax). Alternatives come from the raw distribution.
+``removed_by`` names the mask layer or processor that removed the model's own top choice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from proctor.constraints.backend import Matcher, allocate_bitmask, bitmask_to_bool
+from proctor.decoding.lookahead import DeadEndSearch
+from proctor.decoding.masks import MaskedRow, Masks, build_masks
 from proctor.decoding.penalties import PenaltyState
-from proctor.decoding.sampler import sample_rows
+from proctor.decoding.sampler import sample_one, sample_rows
 from proctor.decoding.warpers import warp
-from proctor.domain import SamplingParams
+from proctor.domain import FinishReason, SamplingParams
+
+RowProcessor = tuple[str, Callable[[torch.Tensor], None]]
+MAX_RECHOICES = 32  # tokens a row may reject as dead ends in one step before it takes the masked choice
 
 
-class DecodeRow(Protocol):
+class DecodeRow(MaskedRow, Protocol):
     """What the pipeline reads from one sequence's state (it never sees the batch's KV cache)."""
 
     @property
@@ -42,8 +49,7 @@ class DecodeRow(Protocol):
     @property
     def top_logprobs(self) -> int: ...
     @property
-    def matcher(self) -> Matcher | None: ...
-    def banned_token_ids(self) -> tuple[int, ...]: ...
+    def processors(self) -> tuple[RowProcessor, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,33 +59,23 @@ class RowDecision:
     final_logprob: float
     alternatives: tuple[tuple[int, float], ...] = ()
     dead_end: str = ""  # set (with token_id -1) when the masks left no token
+    dead_end_reason: FinishReason = FinishReason.DEAD_END
+    removed_by: str = ""
+    allowed_count: int = -1
 
 
-def _apply_masks(logits: torch.Tensor, rows: list[DecodeRow]) -> bool:
-    """Set every token a row may not produce to -inf, in place; return whether anything was masked.
-
-    The constraint masks of all rows are filled into one [B, W] bitmask and applied together
-    with the banned ids as one boolean [B, V] tensor.
-    """
-    banned = [row.banned_token_ids() for row in rows]
-    constrained = [index for index, row in enumerate(rows) if row.matcher is not None]
-    if not any(banned) and not constrained:
-        return False
-    vocab = logits.shape[-1]
-    if constrained:
-        bitmask = allocate_bitmask(len(rows), vocab)
-        for index in constrained:
-            matcher = rows[index].matcher
-            assert matcher is not None
-            matcher.fill_bitmask(bitmask, index)
-        forbidden = ~bitmask_to_bool(bitmask.to(logits.device), vocab)
-    else:
-        forbidden = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
-    for index, ids in enumerate(banned):
-        if ids:
-            forbidden[index, list(ids)] = True
-    logits.masked_fill_(forbidden, float("-inf"))
-    return True
+def _run_processors(logits: torch.Tensor, rows: list[DecodeRow], masks: Masks, top: list[int]) -> bool:
+    """Step 2: logit bias and plugins per row, then the masks once more. Returns whether any ran."""
+    ran = False
+    for index, row in enumerate(rows):
+        for name, process in row.processors:
+            process(logits[index])
+            ran = True
+            if not masks.removed_by[index] and bool(torch.isneginf(logits[index, top[index]])):
+                masks.removed_by[index] = name
+    if ran and masks.banned is not None:
+        logits.masked_fill_(masks.banned, float("-inf"))
+    return ran
 
 
 def _per_row(rows: list[DecodeRow], attr: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -89,7 +85,12 @@ def _per_row(rows: list[DecodeRow], attr: str, device: torch.device, dtype: torc
 def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow]) -> list[RowDecision]:
     """Process a [B, V] float32 logits tensor (consumed in place) and choose one token per row."""
     raw_logprobs = torch.log_softmax(logits, dim=-1)
-    processed = _apply_masks(logits, rows)
+    top = logits.argmax(dim=-1).tolist()
+    masks = build_masks(logits, rows, top)
+    processed = masks.banned is not None
+    if processed:
+        logits.masked_fill_(masks.banned, float("-inf"))
+    processed = _run_processors(logits, rows, masks, top) or processed
     for index, row in enumerate(rows):
         if row.penalties is not None:
             row.penalties.apply(logits[index])
@@ -111,6 +112,8 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow]) -> list[RowDecisio
         final = logits.index_copy(0, index, warped)
         processed = True
     chosen = sample_rows(final, greedy, [row.generator for row in rows])
+    if any(row.matcher is not None and row.forbidden is not None for row in rows):
+        processed = _avoid_dead_ends(final, rows, chosen, greedy, dead, masks) or processed
     final_logprobs = torch.log_softmax(final, dim=-1) if processed else raw_logprobs
     chosen_t = torch.tensor(chosen, device=logits.device).unsqueeze(-1)
     raw_chosen = raw_logprobs.gather(-1, chosen_t).squeeze(-1).tolist()
@@ -125,10 +128,45 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow]) -> list[RowDecisio
             values = top_values[index, : row.top_logprobs].tolist()
             alternatives = tuple(zip(ids, values, strict=True))
         if index in dead:
-            decisions.append(RowDecision(-1, 0.0, 0.0, (), dead_end="the constraint and masks left no token to choose"))
+            decisions.append(_dead_end(masks.forbidden_dead_end[index]))
             continue
-        decisions.append(RowDecision(chosen[index], raw_chosen[index], final_chosen[index], alternatives))
+        decisions.append(RowDecision(chosen[index], raw_chosen[index], final_chosen[index], alternatives,
+                                     removed_by=masks.removed_by[index], allowed_count=masks.allowed_count[index]))
     return decisions
+
+
+def _avoid_dead_ends(final: torch.Tensor, rows: list[DecodeRow], chosen: list[int], greedy: list[bool],
+                     dead: list[int], masks: Masks) -> bool:
+    """Rows with a constraint and forbidden phrases: re-choose while the chosen token leads only to dead ends.
+
+    A removed token is set to -inf in ``final`` (so the reported final logprobs account for it).
+    Returns whether any token was removed.
+    """
+    search = DeadEndSearch(final.shape[-1])
+    removed = False
+    for index, row in enumerate(rows):
+        if row.matcher is None or row.forbidden is None or index in dead:
+            continue
+        for _ in range(MAX_RECHOICES):
+            if search.viable(row.matcher, row.forbidden, chosen[index]):
+                break
+            final[index, chosen[index]] = float("-inf")
+            removed = True
+            if bool(torch.isneginf(final[index]).all()):
+                dead.append(index)
+                masks.forbidden_dead_end[index] = search.phrase or row.forbidden.index.phrases[0]
+                final[index] = 0.0
+                break
+            chosen[index] = sample_one(final[index], greedy[index], row.generator)
+    return removed
+
+
+def _dead_end(phrase: str) -> RowDecision:
+    if phrase:
+        return RowDecision(-1, 0.0, 0.0, (), dead_end=f"every way forward the constraint allows would complete the "
+                                                      f"forbidden phrase {phrase!r}",
+                           dead_end_reason=FinishReason.FORBIDDEN_PHRASE)
+    return RowDecision(-1, 0.0, 0.0, (), dead_end="the constraint and masks left no token to choose")
 
 
 def _dead_rows(logits: torch.Tensor) -> list[int]:

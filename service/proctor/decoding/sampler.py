@@ -14,3 +14,10 @@ def sample_rows(final_logits: torch.Tensor, greedy: list[bool], generators: list
             probs = final_logits[row].softmax(dim=-1)
             chosen[row] = int(torch.multinomial(probs, 1, generator=generators[row]).item())
     return chosen
+
+
+def sample_one(final_logits: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> int:
+    """Choose again for one row (after a token was removed from it)."""
+    if greedy:
+        return int(final_logits.argmax())
+    return int(torch.multinomial(final_logits.softmax(dim=-1), 1, generator=generator).item())

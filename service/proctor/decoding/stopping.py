@@ -1,11 +1,46 @@
-"""Stopping criteria: each check returns ``FinishReason | None``, never a bool and a string."""
+"""Stopping criteria: each check returns ``Stop | None`` (a typed reason), never a bool and a string.
+
+The built-ins are named criteria, checked after each committed token in this order:
+``stop_token_ids`` → ``eos`` → ``repetition`` → ``max_new_tokens``; then, on the text released with
+the token, ``stop_strings`` → stopping-criterion plugins (``plugin:<name>``, in request order, with
+the finish reason ``STOP_CRITERION``). The others live where their data is: ``min_new_tokens``
+is a mask (EOS is suppressed until it is reached), stop strings hold text back while streaming
+(``stop_strings.py``), ``deadline`` and cancellation are checked between steps (``check_external``) and
+``constraint_complete`` comes from the constraint's matcher.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from proctor.domain import FinishReason
+from proctor.domain import FinishReason, RepetitionParams
+
+BUILTIN_CRITERIA = ("eos", "max_new_tokens", "min_new_tokens", "stop_strings", "stop_token_ids", "deadline",
+                    "constraint_complete", "repetition")
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    reason: FinishReason
+    detail: str = ""
+
+
+TokenCriterion = Callable[[int, Sequence[int]], "Stop | None"]
+
+
+def repetition_stop(params: RepetitionParams, generated: Sequence[int]) -> Stop | None:
+    """The output ends in ``repeats`` consecutive copies of a unit of 1..``ngram_size`` tokens."""
+    for size in range(1, params.ngram_size + 1):
+        span = size * params.repeats
+        if len(generated) < span:
+            break
+        unit = generated[-size:]
+        if all(generated[-span + i] == unit[i % size] for i in range(span - size)):
+            return Stop(FinishReason.REPETITION,
+                        f"the last {size} token(s) repeated {params.repeats} times in a row")
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,20 +53,29 @@ class TokenStopRules:
     max_new_tokens: int
     min_new_tokens: int
     length_detail: str = ""
+    repetition: RepetitionParams | None = None
 
-    def check_token(self, token_id: int, generated: int) -> FinishReason | None:
-        """Called after committing a token; ``generated`` counts it."""
+    def check_token(self, token_id: int, generated: Sequence[int]) -> Stop | None:
+        """Called after committing a token; ``generated`` includes it."""
         if token_id in self.stop_token_ids:
-            return FinishReason.STOP_TOKEN
+            return Stop(FinishReason.STOP_TOKEN, f"stop token {token_id}")
         if not self.ignore_eos and token_id in self.eos_token_ids:
-            return FinishReason.EOS
-        if generated >= self.max_new_tokens:
-            return FinishReason.LENGTH
+            return Stop(FinishReason.EOS)
+        if self.repetition is not None:
+            stop = repetition_stop(self.repetition, generated)
+            if stop is not None:
+                return stop
+        if len(generated) >= self.max_new_tokens:
+            return Stop(FinishReason.LENGTH, self.length_detail)
         return None
 
     def suppress_eos(self, generated: int) -> bool:
         """EOS tokens are masked until ``min_new_tokens`` tokens were generated."""
         return generated < self.min_new_tokens and bool(self.eos_token_ids)
+
+    def is_last_step(self, generated: int) -> bool:
+        """The next token is the last one ``max_new_tokens`` allows."""
+        return generated + 1 >= self.max_new_tokens
 
 
 def check_external(cancelled: bool, deadline: float | None, now: float | None = None) -> FinishReason | None:

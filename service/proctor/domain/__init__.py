@@ -10,6 +10,7 @@ from proctor.domain.errors import (
 from proctor.domain.events import (
     ConstraintSummary,
     FinishReason,
+    PluginInfo,
     SchemaCheck,
     TokenAlternative,
     TokenDetail,
@@ -18,7 +19,10 @@ from proctor.domain.events import (
 from proctor.domain.request import (
     ChatMessage,
     ConstraintRequest,
+    ForbiddenParams,
     GenerationRequest,
+    PluginCall,
+    RepetitionParams,
     SamplingParams,
     StoppingParams,
 )
@@ -30,8 +34,12 @@ __all__ = [
     "EngineFault",
     "FieldViolation",
     "FinishReason",
+    "ForbiddenParams",
     "GenerationRequest",
     "Overloaded",
+    "PluginCall",
+    "PluginInfo",
+    "RepetitionParams",
     "RequestValidationError",
     "SamplingParams",
     "SchemaCheck",

@@ -18,6 +18,9 @@ class FinishReason(enum.Enum):
     ERROR = "error"
     CONSTRAINT_COMPLETE = "constraint_complete"
     DEAD_END = "dead_end"
+    FORBIDDEN_PHRASE = "forbidden_phrase"
+    REPETITION = "repetition"
+    STOP_CRITERION = "stop_criterion"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,8 @@ class TokenDetail:
     logprob: float
     final_logprob: float
     top_logprobs: tuple[TokenAlternative, ...] = ()
+    removed_by: str = ""  # the mask or processor that removed the model's top choice, if any
+    allowed_count: int = -1  # tokens the constraint allowed at this step (-1: no constraint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +77,13 @@ class ConstraintSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class PluginInfo:
+    name: str
+    version: str
+    kind: str  # "logits_processor" or "stopping_criterion"
+
+
+@dataclass(frozen=True, slots=True)
 class TokenEvent:
     """One step's output for one request.
 
@@ -92,6 +104,7 @@ class TokenEvent:
     error: str | None = None
     constraint: ConstraintSummary | None = None
     schema_check: SchemaCheck | None = None
+    plugins: tuple[PluginInfo, ...] = ()
 
     @property
     def finished(self) -> bool:

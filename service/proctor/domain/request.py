@@ -42,6 +42,14 @@ class SamplingParams:
 
 
 @dataclass(frozen=True, slots=True)
+class RepetitionParams:
+    """Stop when the last ``ngram_size`` tokens occurred ``repeats`` times in a row."""
+
+    ngram_size: int
+    repeats: int
+
+
+@dataclass(frozen=True, slots=True)
 class StoppingParams:
     """Stopping parameters; ``max_new_tokens`` None means the server default."""
 
@@ -50,6 +58,25 @@ class StoppingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    repetition: RepetitionParams | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ForbiddenParams:
+    """Phrases the output must never contain (the server's list is merged in by the engine)."""
+
+    phrases: tuple[str, ...] = ()
+    case_insensitive: bool = True
+    whole_word: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PluginCall:
+    """A named plugin with its parameters (plain JSON values); ``field`` is where it came from."""
+
+    name: str
+    params: dict[str, object]
+    field: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +116,14 @@ class GenerationRequest:
     token_details: bool = False
     deadline: float | None = None
     constraint: ConstraintRequest | None = None
+    forbidden: ForbiddenParams = field(default_factory=ForbiddenParams)
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    allowed_token_ids: tuple[int, ...] = ()
+    logits_processors: tuple[PluginCall, ...] = ()
+    stopping_criteria: tuple[PluginCall, ...] = ()
+    audit_top_n: int = 0  # alternatives the audit trail records per token (set by the server, not the caller)
+    audited: bool = False
 
     @property
     def wants_details(self) -> bool:
-        return self.token_details or self.top_logprobs > 0
+        return self.token_details or self.top_logprobs > 0 or self.audited

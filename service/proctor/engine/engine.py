@@ -18,10 +18,11 @@ import torch
 
 from proctor.config import Settings
 from proctor.decoding.pipeline import run_pipeline
+from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
 from proctor.engine.batch import DecodeBatch
 from proctor.engine.model_runner import ModelRunner
-from proctor.engine.preprocess import PreparedRequest, prepare_request
+from proctor.engine.preprocess import PreparedRequest, prepare_masks, prepare_request
 from proctor.engine.scheduler import Scheduler
 from proctor.engine.sequence import EventSink, SequenceState
 from proctor.models import LoadedModel
@@ -37,10 +38,14 @@ IDLE_WAIT_S = 0.05
 class Engine:
     def __init__(self, loaded: LoadedModel, settings: Settings,
                  on_health: Callable[[bool, str], None] | None = None,
-                 constraints: ConstraintService | None = None) -> None:
+                 constraints: ConstraintService | None = None, plugins: PluginRegistry | None = None,
+                 server_forbidden: tuple[str, ...] = ()) -> None:
         self.loaded = loaded
         self.settings = settings
         self.constraints = constraints
+        self.plugins = plugins if plugins is not None else PluginRegistry.load("")
+        self.server_forbidden = server_forbidden
+        self._plugin_context = PluginContext(loaded.tokenizer, loaded.vocab_size, frozenset(loaded.eos_token_ids))
         self._on_health = on_health
         pad = loaded.pad_token_id if loaded.pad_token_id is not None else min(loaded.eos_token_ids, default=0)
         self._batch = DecodeBatch(ModelRunner(loaded.model, loaded.device), pad)
@@ -60,13 +65,17 @@ class Engine:
         self._thread.start()
 
     def prepare(self, request: GenerationRequest) -> PreparedRequest:
-        """Render and tokenize the input, compile the constraint (off the decode thread).
+        """Render and tokenize the input, build the masks, compile the constraint (off the decode thread).
 
         Raises RequestValidationError naming the field."""
         prepared = prepare_request(
             self.loaded.tokenizer, request, context_length=self.loaded.context_length,
             default_max_new_tokens=self.settings.default_max_new_tokens,
             max_new_tokens_limit=self.settings.max_new_tokens_limit, vocab_size=self.loaded.vocab_size)
+        masks = prepare_masks(request, tokenizer=self.loaded.tokenizer, vocab_size=self.loaded.vocab_size,
+                              server_forbidden=self.server_forbidden, plugins=self.plugins,
+                              context=self._plugin_context)
+        prepared = dataclasses.replace(prepared, masks=masks)
         if request.constraint is None:
             return prepared
         if self.constraints is None:

@@ -9,10 +9,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from proctor.domain import GenerationRequest, RequestValidationError
+import torch
+
+from proctor.domain import FieldViolation, GenerationRequest, PluginInfo, RequestValidationError
 
 if TYPE_CHECKING:
     from proctor.constraints.service import PreparedConstraint
+    from proctor.decoding.forbidden import ForbiddenIndex
+    from proctor.decoding.plugins import PluginContext, PluginRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMasks:
+    """Per-request masks and processors, built off the decode thread (shared parts are cached)."""
+
+    forbidden: ForbiddenIndex | None = None
+    allowed_mask: torch.Tensor | None = None  # [V] bool, True = may be produced
+    logit_bias: tuple[torch.Tensor, torch.Tensor] | None = None  # (ids, values)
+    processors: tuple[tuple[str, Any], ...] = ()  # ("plugin:<name>", instance)
+    criteria: tuple[tuple[str, Any], ...] = ()
+    plugins: tuple[PluginInfo, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +38,8 @@ class PreparedRequest:
     max_new_tokens: int
     length_detail: str
     constraint: PreparedConstraint | None = None
+    masks: RequestMasks = RequestMasks()
+    rendered_prompt: str = ""  # the input as the model saw it (chat template applied), for the audit
 
 
 def render_prompt(tokenizer: Any, request: GenerationRequest) -> tuple[str, bool]:
@@ -59,4 +77,40 @@ def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_lengt
     if room < budget:
         detail = f"capped at {room} new tokens by the context length ({context_length})"
         budget = room
-    return PreparedRequest(request, tuple(ids), budget, detail)
+    return PreparedRequest(request, tuple(ids), budget, detail, rendered_prompt=text)
+
+
+def prepare_masks(request: GenerationRequest, *, tokenizer: Any, vocab_size: int, server_forbidden: tuple[str, ...],
+                  plugins: PluginRegistry, context: PluginContext) -> RequestMasks:
+    """Check token ids against the vocabulary, build the forbidden index and the plugin instances."""
+    from proctor.decoding.forbidden import ForbiddenOptions, build_index
+
+    bad = [FieldViolation(f"logit_bias[{i}]", f"{i} is outside the vocabulary (size {vocab_size})")
+           for i, _ in request.logit_bias if i >= vocab_size]
+    bad += [FieldViolation(f"allowed_token_ids[{n}]", f"{i} is outside the vocabulary (size {vocab_size})")
+            for n, i in enumerate(request.allowed_token_ids) if i >= vocab_size]
+    if bad:
+        raise RequestValidationError(bad)
+    phrases = tuple(dict.fromkeys((*server_forbidden, *request.forbidden.phrases)))
+    forbidden = None
+    if phrases:
+        options = ForbiddenOptions(request.forbidden.case_insensitive, request.forbidden.whole_word)
+        forbidden = build_index(tokenizer, vocab_size, phrases, options)
+    allowed = None
+    if request.allowed_token_ids:
+        allowed = torch.zeros(vocab_size, dtype=torch.bool)
+        allowed[list(request.allowed_token_ids)] = True
+    bias = None
+    if request.logit_bias:
+        bias = (torch.tensor([i for i, _ in request.logit_bias], dtype=torch.long),
+                torch.tensor([b for _, b in request.logit_bias], dtype=torch.float32))
+    processors: list[tuple[str, Any]] = []
+    criteria: list[tuple[str, Any]] = []
+    infos: list[PluginInfo] = []
+    if request.logits_processors or request.stopping_criteria:
+        for kind, calls, out in (("logits_processor", request.logits_processors, processors),
+                                 ("stopping_criterion", request.stopping_criteria, criteria)):
+            for spec, instance in plugins.instantiate(calls, kind, context):  # type: ignore[arg-type]
+                out.append((f"plugin:{spec.name}", instance))
+                infos.append(PluginInfo(spec.name, spec.version, spec.kind))
+    return RequestMasks(forbidden, allowed, bias, tuple(processors), tuple(criteria), tuple(infos))

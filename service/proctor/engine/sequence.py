@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -9,6 +10,8 @@ from typing import Any
 import torch
 
 from proctor.constraints.backend import Matcher
+from proctor.decoding.forbidden import ForbiddenTracker
+from proctor.decoding.logit_bias import LogitBias
 from proctor.decoding.penalties import PenaltyState
 from proctor.decoding.pipeline import RowDecision
 from proctor.decoding.stop_strings import StopStringMatcher
@@ -19,9 +22,11 @@ from proctor.engine.detokenizer import IncrementalDetokenizer
 from proctor.engine.preprocess import PreparedRequest
 
 EventSink = Callable[[TokenEvent], None]
+log = logging.getLogger("proctor.engine")
 # Finish reasons after which the constrained structure may be incomplete.
 UNFINISHED = frozenset({FinishReason.LENGTH, FinishReason.DEADLINE, FinishReason.CANCELLED,
-                        FinishReason.DEAD_END, FinishReason.ERROR})
+                        FinishReason.DEAD_END, FinishReason.ERROR, FinishReason.FORBIDDEN_PHRASE,
+                        FinishReason.REPETITION, FinishReason.STOP_CRITERION})
 
 
 class SequenceState:
@@ -38,18 +43,32 @@ class SequenceState:
         self.seed = seed
         self.sink = sink
         self.sampling = request.sampling
-        self.top_logprobs = request.top_logprobs
+        self.top_logprobs = max(request.top_logprobs, request.audit_top_n)
         self.generator: torch.Generator | None = None
         if not request.sampling.greedy:
             self.generator = torch.Generator(device=device)
             self.generator.manual_seed(seed)
         self.penalties = PenaltyState(request.sampling, self.prompt_ids, vocab_size) \
             if request.sampling.has_penalties else None
+        masks = prepared.masks
         self.rules = TokenStopRules(
             eos_token_ids=eos_token_ids, stop_token_ids=frozenset(request.stopping.stop_token_ids),
             ignore_eos=request.stopping.ignore_eos, max_new_tokens=prepared.max_new_tokens,
-            min_new_tokens=request.stopping.min_new_tokens, length_detail=prepared.length_detail)
+            min_new_tokens=request.stopping.min_new_tokens, length_detail=prepared.length_detail,
+            repetition=request.stopping.repetition)
+        self.plugin_error: str | None = None  # a plugin raised: the request fails, the engine goes on
+        self.criteria = tuple((name, self._guarded(name, criterion)) for name, criterion in masks.criteria)
+        self._step_text = ""
         self._eos_tuple = tuple(sorted(eos_token_ids))
+        self._end_ids = tuple(sorted(eos_token_ids | frozenset(request.stopping.stop_token_ids)))
+        self.forbidden = ForbiddenTracker(masks.forbidden) if masks.forbidden is not None else None
+        self.allowed_mask = masks.allowed_mask.to(device) if masks.allowed_mask is not None else None
+        processors: list[tuple[str, Callable[[torch.Tensor], None]]] = []
+        if masks.logit_bias is not None:
+            processors.append(("logit_bias", LogitBias(*masks.logit_bias).to(device)))
+        processors += [(name, self._guarded(name, processor)) for name, processor in masks.processors]
+        self.processors = tuple(processors)
+        self.plugins = masks.plugins
         self._tokenizer = tokenizer
         self.detokenizer = IncrementalDetokenizer(tokenizer, self.prompt_ids)
         self.stop_matcher = StopStringMatcher(request.stopping.stop)
@@ -62,9 +81,21 @@ class SequenceState:
         self.started: float | None = None
         self.first_token_at: float | None = None
 
-    # --- read by the pipeline -------------------------------------------------------------
+    # --- read by the pipeline and by plugins ------------------------------------------------
     def banned_token_ids(self) -> tuple[int, ...]:
         return self._eos_tuple if self.rules.suppress_eos(len(self.generated)) else ()
+
+    def end_token_ids(self) -> tuple[int, ...]:
+        return self._end_ids
+
+    @property
+    def last_step(self) -> bool:
+        return self.rules.is_last_step(len(self.generated))
+
+    @property
+    def text(self) -> str:
+        """The text released so far, this step's included (what the caller sees)."""
+        return "".join(self._text) + self._step_text
 
     # --- called by the engine -------------------------------------------------------------
     def check_external(self, now: float) -> FinishReason | None:
@@ -73,39 +104,75 @@ class SequenceState:
     def commit(self, decision: RowDecision, now: float) -> None:
         """Append the chosen token, run the stop checks and emit this step's event."""
         token_id = decision.token_id
-        if token_id < 0:
-            self.finish_without_token(FinishReason.DEAD_END, now, detail=decision.dead_end or "no token is allowed")
+        if self.plugin_error is not None:
+            self.finish_without_token(FinishReason.ERROR, now, error=self.plugin_error)
             return
+        if token_id < 0:
+            self.finish_without_token(decision.dead_end_reason, now, detail=decision.dead_end or "no token is allowed")
+            return
+        if self.forbidden is not None:
+            phrase = self.forbidden.advance(token_id)
+            if phrase is not None:  # the mask was bypassed: never emit the phrase
+                self.finish_without_token(FinishReason.ERROR, now, error=f"token {token_id} would complete the "
+                                                                         f"forbidden phrase {phrase!r}")
+                return
         self.generated.append(token_id)
         if self.first_token_at is None:
             self.first_token_at = now
         if self.penalties is not None:
             self.penalties.commit(token_id)
-        reason = self.rules.check_token(token_id, len(self.generated))
-        detail = ""
+        stop = self.rules.check_token(token_id, self.generated)
+        reason, detail = (stop.reason, stop.detail) if stop is not None else (None, "")
         if self.matcher is not None:
-            reason, detail = self._advance_constraint(token_id, reason)
+            reason, detail = self._advance_constraint(token_id, reason, detail)
         scan = self.stop_matcher.push(self.detokenizer.push(token_id))
         text = scan.release
         if scan.matched is not None:
             reason, detail = FinishReason.STOP_STRING, f"matched stop string {scan.matched!r}"
-        elif reason is not None:
+        elif reason is None and self.criteria:
+            self._step_text = text
+            reason, detail = self._check_criteria()
+            self._step_text = ""
+            if self.plugin_error is not None:
+                reason, detail = FinishReason.ERROR, self.plugin_error
+        if reason is not None and scan.matched is None:
             text += self._drain()
-            if reason is FinishReason.LENGTH:
-                detail = self.rules.length_detail
         details = (self._detail(decision),) if self.request.wants_details else ()
-        self._emit(TokenEvent(self.request_id, (token_id,), text, details), reason, detail, now)
+        event = TokenEvent(self.request_id, (token_id,), text, details, error=self.plugin_error)
+        self._emit(event, reason, detail, now)
 
-    def _advance_constraint(self, token_id: int, reason: FinishReason | None) -> tuple[FinishReason | None, str]:
+    def _advance_constraint(self, token_id: int, reason: FinishReason | None,
+                            detail: str) -> tuple[FinishReason | None, str]:
         """Advance the matcher after sampling; a complete constraint ends the request at once."""
         assert self.matcher is not None
         if reason is FinishReason.EOS and self.matcher.can_end():
-            return reason, ""
+            return reason, detail
         if not self.matcher.advance(token_id):
             return FinishReason.ERROR, f"the constraint rejected token {token_id} after masking"
         if reason in (None, FinishReason.LENGTH) and self.matcher.must_end():
             return FinishReason.CONSTRAINT_COMPLETE, "the constraint is complete"
-        return reason, ""
+        return reason, detail
+
+    def _guarded(self, name: str, plugin: Callable[..., Any]) -> Callable[..., Any]:
+        """Bind a plugin to this request; an exception in it fails this request only."""
+        def call(*args: Any) -> Any:
+            if self.plugin_error is not None:
+                return None
+            try:
+                return plugin(self, *args)
+            except Exception as exc:
+                log.exception("plugin %s failed in request %s", name, self.request_id)
+                self.plugin_error = f"{name} failed: {type(exc).__name__}: {exc}"
+                return None
+        return call
+
+    def _check_criteria(self) -> tuple[FinishReason | None, str]:
+        """Stopping-criterion plugins, in request order, on the text released so far."""
+        for name, criterion in self.criteria:
+            detail = criterion()
+            if detail:
+                return FinishReason.STOP_CRITERION, f"{name}: {detail}"
+        return None, ""
 
     def finish_without_token(self, reason: FinishReason, now: float, detail: str = "",
                              error: str | None = None) -> None:
@@ -123,7 +190,7 @@ class SequenceState:
         piece = self._piece
         alternatives = tuple(TokenAlternative(i, piece(i), lp) for i, lp in decision.alternatives)
         return TokenDetail(decision.token_id, piece(decision.token_id), decision.raw_logprob,
-                           decision.final_logprob, alternatives)
+                           decision.final_logprob, alternatives, decision.removed_by, decision.allowed_count)
 
     def _piece(self, token_id: int) -> str:
         return self._tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -153,7 +220,7 @@ class SequenceState:
                 timings=Timings((started - self.created) * 1000, ttft, (now - self.created) * 1000),
                 seed=self.seed, error=event.error,
                 constraint=self.constraint.summary if self.constraint else None,
-                schema_check=self._schema_check(reason))
+                schema_check=self._schema_check(reason), plugins=self.plugins)
         self.sink(event)
 
     @property

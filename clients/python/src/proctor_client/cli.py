@@ -64,6 +64,7 @@ def add_client_commands(subparsers: argparse._SubParsersAction) -> dict[str, arg
     generate.add_argument("--token-details", action="store_true", help="return per-token details")
     generate.add_argument("--stream", action="store_true", help="print text as it is generated (JSONL with json)")
     _add_constraint_flags(generate)
+    _add_mask_flags(generate)
     generate.set_defaults(func=run_generate)
 
     info = subparsers.add_parser("info", help="describe the served model", description="Describe the served model.")
@@ -107,6 +108,62 @@ def _add_constraint_flags(parser: argparse.ArgumentParser) -> None:
         choices=JSON_WHITESPACES,
         help="whitespace between JSON tokens for --json-schema/--schema-ref (server: compact)",
     )
+
+
+def _add_mask_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("forbidden phrases, biases and plugins")
+    group.add_argument("--forbid", action="append", default=[], metavar="PHRASE",
+                       help="the output never contains PHRASE, in any case or tokenization (repeatable)")
+    group.add_argument("--whole-word", action="store_true", default=None,
+                       help="forbid whole words only (not inside other words; leave off for Chinese/Japanese)")
+    group.add_argument("--case-sensitive", action="store_true", help="forbid the exact letter case only")
+    group.add_argument("--logit-bias", action="append", default=[], metavar="ID=BIAS",
+                       help="add BIAS (-100..100) to token ID's logit (repeatable)")
+    group.add_argument("--allow-token", action="append", type=int, default=[], metavar="ID",
+                       help="only these token ids may be produced (repeatable)")
+    group.add_argument("--processor", action="append", default=[], metavar="NAME[=JSON]",
+                       help="a logits-processor plugin with JSON object parameters (repeatable)")
+    group.add_argument("--criterion", action="append", default=[], metavar="NAME[=JSON]",
+                       help="a stopping-criterion plugin with JSON object parameters (repeatable)")
+    group.add_argument("--stop-repetition", metavar="N,K",
+                       help="stop when a unit of up to N tokens repeats K times in a row")
+
+
+def parse_plugin(text: str) -> tuple[str, dict[str, Any] | None]:
+    """``name`` or ``name={"json": "object"}``."""
+    name, sep, raw = text.partition("=")
+    if not sep:
+        return name, None
+    try:
+        params = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"plugin {name}: parameters are not JSON ({exc})") from exc
+    if not isinstance(params, dict):
+        raise ValueError(f"plugin {name}: parameters must be a JSON object")
+    return name, params
+
+
+def parse_logit_bias(items: Sequence[str]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for item in items:
+        token, sep, bias = item.partition("=")
+        try:
+            out[int(token)] = float(bias)
+        except ValueError:
+            raise ValueError(f"--logit-bias {item!r}: expected ID=BIAS, e.g. 1234=-100") from None
+        if not sep:
+            raise ValueError(f"--logit-bias {item!r}: expected ID=BIAS, e.g. 1234=-100")
+    return out
+
+
+def parse_repetition(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        size, repeats = (int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"--stop-repetition {text!r}: expected N,K, e.g. 8,3") from None
+    return size, repeats
 
 
 def _add_common(parser: argparse.ArgumentParser, *, timeout_s: float) -> None:
@@ -224,6 +281,14 @@ def request_from_args(args: argparse.Namespace) -> generation_pb2.GenerateReques
         schema_ref=args.schema_ref,
         constraint_backend=args.constraint_backend,
         json_whitespace=args.json_whitespace,
+        forbidden=args.forbid,
+        forbidden_case_insensitive=False if args.case_sensitive else None,
+        forbidden_whole_word=args.whole_word,
+        logit_bias=parse_logit_bias(args.logit_bias),
+        allowed_token_ids=args.allow_token,
+        logits_processors=[parse_plugin(p) for p in args.processor],
+        stopping_criteria=[parse_plugin(c) for c in args.criterion],
+        repetition=parse_repetition(args.stop_repetition),
     )
 
 

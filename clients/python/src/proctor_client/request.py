@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 from proctor_client.v1 import generation_pb2
 
 MessageLike = tuple[str, str] | Mapping[str, str] | generation_pb2.ChatMessage
+PluginLike = str | tuple[str, Mapping[str, Any] | None]
 GrammarSyntaxName = Literal["lark", "ebnf"]
 ConstraintBackendName = Literal["auto", "xgrammar", "llguidance", "outlines"]
 JsonWhitespaceName = Literal["compact", "flexible"]
@@ -53,6 +54,14 @@ def build_request(
     schema_ref: str | None = None,
     constraint_backend: ConstraintBackendName | None = None,
     json_whitespace: JsonWhitespaceName | None = None,
+    forbidden: Sequence[str] | str = (),
+    forbidden_case_insensitive: bool | None = None,
+    forbidden_whole_word: bool | None = None,
+    logit_bias: Mapping[int, float] | None = None,
+    allowed_token_ids: Sequence[int] = (),
+    logits_processors: Sequence[PluginLike] = (),
+    stopping_criteria: Sequence[PluginLike] = (),
+    repetition: tuple[int, int] | None = None,
 ) -> generation_pb2.GenerateRequest:
     """Return a request with exactly one of ``prompt`` (raw text) or ``messages`` (chat turns).
 
@@ -101,8 +110,13 @@ def build_request(
     request.stopping.stop_token_ids.extend(stop_token_ids)
     if ignore_eos:
         request.stopping.ignore_eos = True
+    if repetition is not None:
+        request.stopping.repetition.ngram_size, request.stopping.repetition.repeats = repetition
     if top_logprobs is not None:
         request.top_logprobs = top_logprobs
+    _set_masks(request, forbidden, forbidden_case_insensitive, forbidden_whole_word, logit_bias, allowed_token_ids)
+    request.logits_processors.extend(_plugin_call(call) for call in logits_processors)
+    request.stopping_criteria.extend(_plugin_call(call) for call in stopping_criteria)
     _set_constraint(
         request,
         json_schema=json_schema,
@@ -115,6 +129,27 @@ def build_request(
         json_whitespace=json_whitespace,
     )
     return request
+
+
+def _set_masks(request: generation_pb2.GenerateRequest, forbidden: Sequence[str] | str, case_insensitive: bool | None,
+               whole_word: bool | None, logit_bias: Mapping[int, float] | None, allowed: Sequence[int]) -> None:
+    # A bare string is one phrase, not a list of one-character phrases.
+    request.forbidden.phrases.extend([forbidden] if isinstance(forbidden, str) else forbidden)
+    if case_insensitive is not None:
+        request.forbidden.case_insensitive = case_insensitive
+    if whole_word is not None:
+        request.forbidden.whole_word = whole_word
+    for token_id, bias in (logit_bias or {}).items():
+        request.logit_bias[int(token_id)] = float(bias)
+    request.allowed_token_ids.extend(allowed)
+
+
+def _plugin_call(call: PluginLike) -> generation_pb2.PluginCall:
+    name, params = (call, None) if isinstance(call, str) else call
+    message = generation_pb2.PluginCall(name=_string("plugin name", name))
+    if params:
+        message.params.update(_plain_mapping(params))
+    return message
 
 
 def _set_constraint(

@@ -22,7 +22,7 @@ from proctor_client._common import (
     status_code,
 )
 from proctor_client.errors import ProctorError
-from proctor_client.v1 import generation_pb2, generation_pb2_grpc
+from proctor_client.v1 import audit_pb2, audit_pb2_grpc, generation_pb2, generation_pb2_grpc
 
 T = TypeVar("T")
 
@@ -53,6 +53,7 @@ class ProctorClient:
         else:
             self._channel = grpc.secure_channel(target, credentials, options=opts)
         self._stub = generation_pb2_grpc.GenerationStub(self._channel)
+        self._audit = audit_pb2_grpc.AuditStub(self._channel)
 
     def __enter__(self) -> Self:
         return self
@@ -103,6 +104,21 @@ class ProctorClient:
         request = generation_pb2.ListSchemasRequest()
         response = self._unary(self._stub.ListSchemas, request, resolve_timeout(timeout_s, self.timeout_s))
         return list(response.schemas)
+
+    def audit_record(self, audit_id: str, *, timeout_s: TimeoutArg = UNSET) -> audit_pb2.AuditRecord:
+        """One audit record (``record_json`` is its canonical JSON; see docs/audit-format.md)."""
+        request = audit_pb2.GetRecordRequest(audit_id=audit_id)
+        return self._unary(self._audit.GetRecord, request, resolve_timeout(timeout_s, self.timeout_s))
+
+    def verify_log(self, *, timeout_s: TimeoutArg = UNSET) -> audit_pb2.VerifyLogResponse:
+        """Have the server verify its whole audit log (hash chain, checkpoint signatures)."""
+        request = audit_pb2.VerifyLogRequest()
+        return self._unary(self._audit.VerifyLog, request, resolve_timeout(timeout_s, self.timeout_s))
+
+    def replay(self, audit_id: str, *, timeout_s: TimeoutArg = UNSET) -> audit_pb2.ReplayResponse:
+        """Re-run a recorded generation on the server and compare it token by token."""
+        request = audit_pb2.ReplayRequest(audit_id=audit_id)
+        return self._unary(self._audit.Replay, request, resolve_timeout(timeout_s, self.timeout_s))
 
     def wait_ready(self, timeout_s: float) -> generation_pb2.ModelInfo:
         """Poll GetModelInfo until it succeeds (server up and model loaded) or ``timeout_s`` passes.

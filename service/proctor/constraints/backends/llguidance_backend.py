@@ -55,6 +55,9 @@ class LLGuidanceMatcher:
     def must_end(self) -> bool:
         return bool(self._matcher.is_stopped())
 
+    def rollback(self, tokens: int) -> None:
+        self._matcher.rollback(tokens)
+
 
 class LLGuidanceCompiled:
     backend = NAME

@@ -61,6 +61,13 @@ class OutlinesMatcher:
     def can_end(self) -> bool:
         return self._ended or bool(self._guide.is_finished())
 
+    def rollback(self, tokens: int) -> None:
+        if self._ended:  # the EOS token was accepted without moving the guide
+            self._ended = False
+            tokens -= 1
+        if tokens:
+            self._guide.rollback_state(tokens)
+
     def must_end(self) -> bool:
         return self._ended or (bool(self._guide.is_finished()) and self._compiled.only_eos(self._guide.get_state()))
 

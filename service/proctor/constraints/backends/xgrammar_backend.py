@@ -53,6 +53,10 @@ class XGrammarMatcher:
     def can_end(self) -> bool:
         return bool(self._matcher.is_terminated() or self._matcher.is_completed())
 
+    def rollback(self, tokens: int) -> None:
+        self._mask = None
+        self._matcher.rollback(tokens)
+
     def must_end(self) -> bool:
         if self._matcher.is_terminated():
             return True

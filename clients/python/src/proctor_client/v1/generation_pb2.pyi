@@ -1,3 +1,4 @@
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -39,6 +40,9 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_ERROR: _ClassVar[FinishReason]
     FINISH_REASON_CONSTRAINT_COMPLETE: _ClassVar[FinishReason]
     FINISH_REASON_DEAD_END: _ClassVar[FinishReason]
+    FINISH_REASON_FORBIDDEN_PHRASE: _ClassVar[FinishReason]
+    FINISH_REASON_REPETITION: _ClassVar[FinishReason]
+    FINISH_REASON_STOP_CRITERION: _ClassVar[FinishReason]
 GRAMMAR_SYNTAX_UNSPECIFIED: GrammarSyntax
 GRAMMAR_SYNTAX_LARK: GrammarSyntax
 GRAMMAR_SYNTAX_EBNF: GrammarSyntax
@@ -60,6 +64,9 @@ FINISH_REASON_DEADLINE: FinishReason
 FINISH_REASON_ERROR: FinishReason
 FINISH_REASON_CONSTRAINT_COMPLETE: FinishReason
 FINISH_REASON_DEAD_END: FinishReason
+FINISH_REASON_FORBIDDEN_PHRASE: FinishReason
+FINISH_REASON_REPETITION: FinishReason
+FINISH_REASON_STOP_CRITERION: FinishReason
 
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content")
@@ -98,21 +105,66 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., no_repeat_ngram_size: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class StoppingParams(_message.Message):
-    __slots__ = ("max_new_tokens", "min_new_tokens", "stop", "stop_token_ids", "ignore_eos")
+    __slots__ = ("max_new_tokens", "min_new_tokens", "stop", "stop_token_ids", "ignore_eos", "repetition")
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MIN_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_FIELD_NUMBER: _ClassVar[int]
     max_new_tokens: int
     min_new_tokens: int
     stop: _containers.RepeatedScalarFieldContainer[str]
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
     ignore_eos: bool
-    def __init__(self, max_new_tokens: _Optional[int] = ..., min_new_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ...) -> None: ...
+    repetition: RepetitionStop
+    def __init__(self, max_new_tokens: _Optional[int] = ..., min_new_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., repetition: _Optional[_Union[RepetitionStop, _Mapping]] = ...) -> None: ...
+
+class RepetitionStop(_message.Message):
+    __slots__ = ("ngram_size", "repeats")
+    NGRAM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    REPEATS_FIELD_NUMBER: _ClassVar[int]
+    ngram_size: int
+    repeats: int
+    def __init__(self, ngram_size: _Optional[int] = ..., repeats: _Optional[int] = ...) -> None: ...
+
+class ForbiddenPhrases(_message.Message):
+    __slots__ = ("phrases", "case_insensitive", "whole_word")
+    PHRASES_FIELD_NUMBER: _ClassVar[int]
+    CASE_INSENSITIVE_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_WORD_FIELD_NUMBER: _ClassVar[int]
+    phrases: _containers.RepeatedScalarFieldContainer[str]
+    case_insensitive: bool
+    whole_word: bool
+    def __init__(self, phrases: _Optional[_Iterable[str]] = ..., case_insensitive: _Optional[bool] = ..., whole_word: _Optional[bool] = ...) -> None: ...
+
+class PluginCall(_message.Message):
+    __slots__ = ("name", "params")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    params: _struct_pb2.Struct
+    def __init__(self, name: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class PluginInfo(_message.Message):
+    __slots__ = ("name", "version", "kind")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    kind: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "prompt", "messages", "sampling", "stopping", "top_logprobs", "token_details", "json_schema", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace")
+    __slots__ = ("request_id", "prompt", "messages", "sampling", "stopping", "top_logprobs", "token_details", "json_schema", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace", "forbidden", "logit_bias", "allowed_token_ids", "logits_processors", "stopping_criteria")
+    class LogitBiasEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: float
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[float] = ...) -> None: ...
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +179,11 @@ class GenerateRequest(_message.Message):
     SCHEMA_REF_FIELD_NUMBER: _ClassVar[int]
     CONSTRAINT_BACKEND_FIELD_NUMBER: _ClassVar[int]
     JSON_WHITESPACE_FIELD_NUMBER: _ClassVar[int]
+    FORBIDDEN_FIELD_NUMBER: _ClassVar[int]
+    LOGIT_BIAS_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    LOGITS_PROCESSORS_FIELD_NUMBER: _ClassVar[int]
+    STOPPING_CRITERIA_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt: str
     messages: ChatMessages
@@ -141,7 +198,12 @@ class GenerateRequest(_message.Message):
     schema_ref: str
     constraint_backend: ConstraintBackend
     json_whitespace: JsonWhitespace
-    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingParams, _Mapping]] = ..., top_logprobs: _Optional[int] = ..., token_details: _Optional[bool] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Union[ChoiceConstraint, _Mapping]] = ..., grammar: _Optional[_Union[GrammarConstraint, _Mapping]] = ..., schema_ref: _Optional[str] = ..., constraint_backend: _Optional[_Union[ConstraintBackend, str]] = ..., json_whitespace: _Optional[_Union[JsonWhitespace, str]] = ...) -> None: ...
+    forbidden: ForbiddenPhrases
+    logit_bias: _containers.ScalarMap[int, float]
+    allowed_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    logits_processors: _containers.RepeatedCompositeFieldContainer[PluginCall]
+    stopping_criteria: _containers.RepeatedCompositeFieldContainer[PluginCall]
+    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingParams, _Mapping]] = ..., top_logprobs: _Optional[int] = ..., token_details: _Optional[bool] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Union[ChoiceConstraint, _Mapping]] = ..., grammar: _Optional[_Union[GrammarConstraint, _Mapping]] = ..., schema_ref: _Optional[str] = ..., constraint_backend: _Optional[_Union[ConstraintBackend, str]] = ..., json_whitespace: _Optional[_Union[JsonWhitespace, str]] = ..., forbidden: _Optional[_Union[ForbiddenPhrases, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., logits_processors: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., stopping_criteria: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ...) -> None: ...
 
 class ChoiceConstraint(_message.Message):
     __slots__ = ("options",)
@@ -200,18 +262,20 @@ class TokenLogprob(_message.Message):
     def __init__(self, token_id: _Optional[int] = ..., text: _Optional[str] = ..., logprob: _Optional[float] = ...) -> None: ...
 
 class TokenDetail(_message.Message):
-    __slots__ = ("token_id", "text", "logprob", "final_logprob", "top_logprobs")
+    __slots__ = ("token_id", "text", "logprob", "final_logprob", "top_logprobs", "removed_by")
     TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     LOGPROB_FIELD_NUMBER: _ClassVar[int]
     FINAL_LOGPROB_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_BY_FIELD_NUMBER: _ClassVar[int]
     token_id: int
     text: str
     logprob: float
     final_logprob: float
     top_logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
-    def __init__(self, token_id: _Optional[int] = ..., text: _Optional[str] = ..., logprob: _Optional[float] = ..., final_logprob: _Optional[float] = ..., top_logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
+    removed_by: str
+    def __init__(self, token_id: _Optional[int] = ..., text: _Optional[str] = ..., logprob: _Optional[float] = ..., final_logprob: _Optional[float] = ..., top_logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., removed_by: _Optional[str] = ...) -> None: ...
 
 class Timings(_message.Message):
     __slots__ = ("queue_ms", "time_to_first_token_ms", "total_ms")
@@ -224,7 +288,7 @@ class Timings(_message.Message):
     def __init__(self, queue_ms: _Optional[float] = ..., time_to_first_token_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "tokens", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint")
+    __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "tokens", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -237,6 +301,7 @@ class GenerateResponse(_message.Message):
     FINISH_DETAIL_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VALIDATION_FIELD_NUMBER: _ClassVar[int]
     CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
+    PLUGINS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -249,10 +314,11 @@ class GenerateResponse(_message.Message):
     finish_detail: str
     schema_validation: SchemaValidation
     constraint: ConstraintInfo
-    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ...) -> None: ...
+    plugins: _containers.RepeatedCompositeFieldContainer[PluginInfo]
+    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ...) -> None: ...
 
 class GenerateChunk(_message.Message):
-    __slots__ = ("request_id", "token_ids", "text", "tokens", "finish_reason", "usage", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint")
+    __slots__ = ("request_id", "token_ids", "text", "tokens", "finish_reason", "usage", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +331,7 @@ class GenerateChunk(_message.Message):
     FINISH_DETAIL_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VALIDATION_FIELD_NUMBER: _ClassVar[int]
     CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
+    PLUGINS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
@@ -277,7 +344,8 @@ class GenerateChunk(_message.Message):
     finish_detail: str
     schema_validation: SchemaValidation
     constraint: ConstraintInfo
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ...) -> None: ...
+    plugins: _containers.RepeatedCompositeFieldContainer[PluginInfo]
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ...) -> None: ...
 
 class GetModelInfoRequest(_message.Message):
     __slots__ = ()

@@ -1,0 +1,155 @@
+"""The Audit service: GetRecord, ExportRecords, VerifyLog and Replay.
+
+Reading the audit trail is its own permission: ``authorize_read`` is the one place that decides
+(today: the ``x-proctor-audit-token`` metadata must equal ``--audit-read-token`` when one is
+configured; otherwise any caller that can reach the server may read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from proctor.api.servicer import GenerationServicer
+from proctor.audit.records import request_from_dict
+from proctor.audit.store import AuditStore, Filters, Row
+from proctor.audit.verify import verify_log
+from proctor.config import Settings
+from proctor_client.v1 import audit_pb2 as apb
+from proctor_client.v1 import audit_pb2_grpc as apb_grpc
+
+
+def _record(row: Row) -> apb.AuditRecord:
+    return apb.AuditRecord(seq=row.seq, audit_id=row.audit_id, record_json=row.body.decode("utf-8"),
+                           hash=row.hash, prev_hash=row.prev_hash)
+
+
+class AuditServicer(apb_grpc.AuditServicer):
+    def __init__(self, settings: Settings, store: AuditStore, generation: GenerationServicer,
+                 checkpoint_file: Path | None) -> None:
+        self._settings = settings
+        self._store = store
+        self._generation = generation
+        self._checkpoint_file = checkpoint_file
+
+    async def authorize_read(self, context: grpc.aio.ServicerContext) -> None:
+        token = self._settings.audit_read_token
+        if not token:
+            return
+        given = dict(context.invocation_metadata() or ()).get("x-proctor-audit-token", "")
+        if not hmac.compare_digest(str(given), token):
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "reading the audit trail needs the audit token "
+                                                                   "(metadata x-proctor-audit-token)")
+
+    async def _get(self, audit_id: str, context: grpc.aio.ServicerContext) -> Row:
+        if not audit_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "audit_id is required")
+        row = await asyncio.to_thread(self._store.get, audit_id)
+        if row is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no audit record {audit_id!r}")
+        assert row is not None
+        return row
+
+    async def GetRecord(self, request: apb.GetRecordRequest, context: grpc.aio.ServicerContext) -> apb.AuditRecord:
+        await self.authorize_read(context)
+        return _record(await self._get(request.audit_id, context))
+
+    async def ExportRecords(self, request: apb.ExportRecordsRequest, context: grpc.aio.ServicerContext
+                            ) -> AsyncIterator[apb.AuditRecord]:
+        await self.authorize_read(context)
+        filters = Filters(since_ms=request.since_ms or None, until_ms=request.until_ms or None,
+                          caller=request.caller or None, request_id=request.request_id or None,
+                          finish_reason=request.finish_reason or None)
+        rows = iter(self._store.iterate(filters))
+        while True:
+            page = await asyncio.to_thread(lambda: [row for _, row in zip(range(200), rows, strict=False)])
+            if not page:
+                return
+            for row in page:
+                yield _record(row)
+
+    async def VerifyLog(self, request: apb.VerifyLogRequest, context: grpc.aio.ServicerContext
+                        ) -> apb.VerifyLogResponse:
+        await self.authorize_read(context)
+        result = await asyncio.to_thread(verify_log, self._store, checkpoint_file=self._checkpoint_file)
+        return apb.VerifyLogResponse(ok=result.ok, records=result.records, checkpoints=result.checkpoints,
+                                     first_bad_seq=result.first_bad_seq or 0, problem=result.problem,
+                                     seconds=result.seconds)
+
+    async def Replay(self, request: apb.ReplayRequest, context: grpc.aio.ServicerContext) -> apb.ReplayResponse:
+        await self.authorize_read(context)
+        body = json.loads((await self._get(request.audit_id, context)).body)
+        problem = self._replay_problem(body)
+        if problem:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, problem)
+        generation = self._generation
+        call = generation.audit.begin("Replay", context)
+        call.replay_of = request.audit_id
+        replayed = dataclasses.replace(
+            request_from_dict(body["request"], f"replay-{request.audit_id}-{uuid.uuid4().hex[:8]}"),
+            audited=True, audit_top_n=max(generation.audit.top_n, 1))
+        try:
+            call.request = replayed
+            events = [event async for event in generation.events(replayed, call)]
+            await generation.audit.commit(call)
+        except BaseException as exc:
+            await generation._fail(call, exc, context)
+            raise
+        return compare(body, events, generation.audit.policy.digest if body["output"]["policy"] == "hmac" else None,
+                       call.audit_id)
+
+    def _replay_problem(self, body: dict[str, Any]) -> str:
+        if body.get("kind") != "request" or body.get("request") is None:
+            return "this call was rejected before generation (nothing to replay)"
+        model = self._generation.audit.model
+        for key in ("weights_sha256", "tokenizer_sha256"):
+            if body["model"].get(key) != model.get(key):
+                return (f"the record was made with a different model ({key} {body['model'].get(key)}); this server "
+                        f"runs {model.get('model_id')} with {key} {model.get(key)}: replay would not be meaningful")
+        if body["request"].get("prompt") is None and body["request"].get("messages") is None:
+            return "the record keeps only an HMAC of the prompt (privacy policy), so it cannot be replayed"
+        if body["output"] and body["output"]["policy"] == "hmac" and self._generation.audit.policy.key is None:
+            return "the record keeps only HMACs of the output and this server has no HMAC key to compare them"
+        return ""
+
+
+def compare(body: dict[str, Any], events: list[Any], digest: Any, replay_audit_id: str) -> apb.ReplayResponse:
+    """Token by token: the first divergent step, both tokens, and the largest logprob drift."""
+    recorded = body["tokens"]
+    replayed = [d for e in events for d in e.details]
+    response = apb.ReplayResponse(first_divergent_step=-1, replay_audit_id=replay_audit_id,
+                                  recorded_finish_reason=(body.get("finish") or {}).get("reason", ""),
+                                  replayed_finish_reason=events[-1].finish_reason.value if events else "")
+    drift = 0.0
+    for step, (old, new) in enumerate(zip(recorded, replayed, strict=False)):
+        response.steps_compared = step + 1
+        if old.get("logprob") is not None:
+            drift = max(drift, abs(float(old["logprob"]) - new.logprob))
+        same = old["id_hmac"] == digest(str(new.token_id)) if digest else old["id"] == new.token_id
+        if not same:
+            response.first_divergent_step = step
+            response.recorded_token_id = int(old.get("id", -1))
+            response.recorded_token_text = old.get("text", "")
+            response.replayed_token_id, response.replayed_token_text = new.token_id, new.text
+            break
+    response.max_logprob_drift = drift
+    lengths_match = len(recorded) == len(replayed)
+    if response.first_divergent_step < 0 and not lengths_match:
+        response.first_divergent_step = min(len(recorded), len(replayed))
+    response.exact_match = (response.first_divergent_step < 0 and lengths_match
+                            and response.recorded_finish_reason == response.replayed_finish_reason)
+    if response.exact_match:
+        response.message = f"exact match: {len(replayed)} tokens, max logprob drift {drift:.2e}"
+    else:
+        response.message = (f"diverged at step {response.first_divergent_step}: recorded "
+                            f"{response.recorded_token_id} {response.recorded_token_text!r}, replayed "
+                            f"{response.replayed_token_id} {response.replayed_token_text!r}")
+    return response

@@ -1,0 +1,101 @@
+"""The API's side of the audit trail: exactly one record per call, whatever its outcome.
+
+``begin`` opens a record when a call arrives (audit id, server time, caller identity); the servicer
+fills it as the call runs; ``commit`` submits it once. In compliance mode ``commit`` waits until
+the record is durably written and raises ``AuditWriteFailed`` otherwise, so the caller gets an
+error instead of unaudited output. Without a sink (audit off) every method is a no-op.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+import uuid
+from typing import Any
+
+import grpc
+from google.rpc import code_pb2
+
+from proctor.audit.records import CallRecord, PrivacyPolicy, build_body
+from proctor.audit.sink import AuditSink
+from proctor.domain import EngineFault
+
+MODEL_FIELDS = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "device")
+DEADLINE_SLACK_S = 0.05  # gRPC cancels a call at its deadline; a cancel this close to it is the deadline
+
+
+class AuditWriteFailed(EngineFault):
+    """The record could not be committed: the output is withheld (INTERNAL)."""
+
+
+def new_audit_id() -> str:
+    """Time-ordered (ms prefix) and unique: sorts like the log, and needs no coordination."""
+    return f"{int(time.time() * 1000):013x}{uuid.uuid4().hex[:19]}"
+
+
+def caller_identity(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    """Who called: a bearer token's fingerprint, a TLS client certificate name, else the peer address.
+
+    ``x-proctor-caller`` metadata is recorded too but marked as asserted by the client.
+    """
+    metadata = {key: value for key, value in (context.invocation_metadata() or ())
+                if isinstance(value, str)}
+    peer = context.peer() or ""
+    auth = metadata.get("authorization")
+    if auth:
+        fingerprint = hashlib.sha256(auth.encode()).hexdigest()[:16]
+        return {"identity": f"token:{fingerprint}", "source": "authorization", "peer": peer}
+    names = (context.auth_context() or {}).get("x509_common_name") or []
+    if names:
+        return {"identity": names[0].decode(), "source": "tls", "peer": peer}
+    asserted = metadata.get("x-proctor-caller")
+    if asserted:
+        return {"identity": asserted, "source": "metadata (asserted by the client)", "peer": peer}
+    return {"identity": peer, "source": "peer", "peer": peer}
+
+
+class AuditTrail:
+    def __init__(self, sink: AuditSink | None, policy: PrivacyPolicy, *, compliance: bool, top_n: int) -> None:
+        self.sink = sink
+        self.policy = policy
+        self.compliance = compliance
+        self.top_n = top_n
+        self.model: dict[str, Any] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.sink is not None
+
+    def begin(self, method: str, context: grpc.aio.ServicerContext) -> CallRecord:
+        return CallRecord(audit_id=new_audit_id() if self.enabled else "", method=method,
+                          received_ms=int(time.time() * 1000), caller=caller_identity(context), model=self.model)
+
+    async def commit(self, call: CallRecord, *, wait: bool | None = None) -> None:
+        """Submit the call's record (once). Waits for the commit in compliance mode (or when asked)."""
+        if self.sink is None or call.submitted:
+            return
+        call.submitted = True
+        body = build_body(call, int(time.time() * 1000), self.policy)
+        try:
+            future = await asyncio.to_thread(self.sink.submit, body)  # a full queue blocks here, off the loop
+            if self.compliance if wait is None else wait:
+                await asyncio.wrap_future(future)
+        except Exception as exc:
+            raise AuditWriteFailed(f"the audit record could not be written, so the output is withheld: {exc}") from exc
+
+    def status_from(self, call: CallRecord, exc: BaseException) -> None:
+        """Record how a failed call ended (the gRPC code name and message)."""
+        from proctor.api.errors import status_for
+
+        if isinstance(exc, asyncio.CancelledError):
+            deadline = call.request.deadline if call.request is not None else None
+            if deadline is not None and time.monotonic() >= deadline - DEADLINE_SLACK_S:
+                call.status_code, call.status_message = "DEADLINE_EXCEEDED", "the call's deadline passed"
+            else:
+                call.status_code, call.status_message = "CANCELLED", "the client cancelled the call"
+            return
+        if isinstance(exc, grpc.aio.AbortError):
+            return  # already set by whoever aborted
+        status = status_for(exc)
+        call.status_code, call.status_message = code_pb2.Code.Name(status.code), status.message

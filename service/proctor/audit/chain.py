@@ -1,0 +1,101 @@
+"""Hash chain and signed checkpoints over canonical JSON (RFC 8785).
+
+Each stored row's hash covers its sequence number, the previous row's hash and its body, so
+changing, removing, inserting or reordering any row breaks the chain at that row. Every N rows
+(or T seconds) a checkpoint row carries an Ed25519 signature over the sequence number and hash
+it closes; checkpoints are also appended to a file outside the store, so cutting off the tail
+of the log (checkpoints included) is detected as well.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+import rfc8785
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+GENESIS = "0" * 64
+
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def clean(value: Any) -> Any:
+    """JSON-safe for RFC 8785: non-finite floats become None, integers beyond 2^53 become strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value
+
+
+def canonical(value: Any) -> bytes:
+    return rfc8785.dumps(clean(value))
+
+
+def row_hash(seq: int, prev_hash: str, body_json: bytes) -> str:
+    """sha256 over ``canonical({"seq", "prev", "body"})``; ``body_json`` is already canonical."""
+    head = canonical({"seq": seq, "prev": prev_hash})
+    return hashlib.sha256(head + b"\n" + body_json).hexdigest()
+
+
+def checkpoint_message(seq: int, hash_: str, time_ms: int) -> bytes:
+    return canonical({"checkpoint_seq": seq, "checkpoint_hash": hash_, "time_ms": time_ms})
+
+
+def load_or_create_signing_key(path: Path) -> Ed25519PrivateKey:
+    """The Ed25519 key (PEM, PKCS#8). Created (mode 0600) when the file does not exist yet."""
+    if path.exists():
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ValueError(f"{path}: not an Ed25519 private key")
+        return key
+    key = Ed25519PrivateKey.generate()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    path.touch(mode=0o600)
+    path.write_bytes(pem)
+    return key
+
+
+def public_key_text(key: Ed25519PublicKey) -> str:
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode()
+
+
+def load_public_key(text_or_path: str) -> Ed25519PublicKey:
+    """A base64 raw key, a PEM public key file, or a PEM private key file (its public half)."""
+    path = Path(text_or_path)
+    if path.is_file():
+        data = path.read_bytes()
+        if b"PRIVATE KEY" in data:
+            private = serialization.load_pem_private_key(data, password=None)
+            assert isinstance(private, Ed25519PrivateKey)
+            return private.public_key()
+        public = serialization.load_pem_public_key(data)
+        if not isinstance(public, Ed25519PublicKey):
+            raise ValueError(f"{path}: not an Ed25519 public key")
+        return public
+    return Ed25519PublicKey.from_public_bytes(base64.b64decode(text_or_path))
+
+
+def sign(key: Ed25519PrivateKey, message: bytes) -> str:
+    return base64.b64encode(key.sign(message)).decode()
+
+
+def signature_ok(key: Ed25519PublicKey, message: bytes, signature: str) -> bool:
+    try:
+        key.verify(base64.b64decode(signature), message)
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,214 @@
+"""``proctor audit show | export | verify | replay``.
+
+``show``, ``export`` and ``verify`` read the store directly (``--db`` SQLite file or ``--dsn``
+PostgreSQL), read-only; ``replay`` asks a running server (``--addr``), which owns the model.
+Exit status: 0 on success (for ``verify``: only when the log is intact; for ``replay``: only on an
+exact match), 1 when the check fails, 2 on usage or access errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from proctor.audit.store import AuditStore, Filters
+
+
+def add_audit_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    audit = subparsers.add_parser("audit", help="read, export, verify and replay the audit trail")
+    sub = audit.add_subparsers(dest="audit_command", required=True)
+
+    show = sub.add_parser("show", help="one record as a readable table of its tokens")
+    show.add_argument("audit_id")
+    _store_flags(show)
+    show.set_defaults(func=_show)
+
+    export = sub.add_parser("export", help="records as JSON Lines or CSV")
+    _store_flags(export)
+    export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    export.add_argument("--out", required=True, help="output file (- for stdout)")
+    export.add_argument("--since", help="server time, ISO 8601 (2026-11-30T08:00:00Z) or epoch ms; inclusive")
+    export.add_argument("--until", help="server time, ISO 8601 or epoch ms; exclusive")
+    export.add_argument("--caller", help="only this caller identity")
+    export.add_argument("--request-id", help="only this request id")
+    export.add_argument("--finish-reason", help="only this finish reason (eos, length, constraint_complete, ...)")
+    export.set_defaults(func=_export)
+
+    verify = sub.add_parser("verify", help="check the hash chain, checkpoint signatures and checkpoint file")
+    _store_flags(verify)
+    verify.add_argument("--public-key", help="expected signer: base64 key, or a PEM public/private key file "
+                                             "(default: <db>.key next to the database)")
+    verify.add_argument("--checkpoint-file", help="checkpoint file (default: <db>.checkpoints next to the database)")
+    verify.set_defaults(func=_verify)
+
+    init = sub.add_parser("init-postgres", help="create the PostgreSQL audit table as its owner and grant the "
+                                                "server's role only SELECT and INSERT")
+    init.add_argument("--dsn", required=True, help="the owner's DSN, postgresql://…")
+    init.add_argument("--grant-to", metavar="ROLE", help="the role the server connects as (gets SELECT, INSERT)")
+    init.set_defaults(func=_init_postgres)
+
+    replay = sub.add_parser("replay", help="re-run a recorded generation on a server and compare the tokens")
+    replay.add_argument("audit_id")
+    replay.add_argument("--addr", default=None, help="server address (default PROCTOR_ADDR or 127.0.0.1:50051)")
+    replay.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    replay.set_defaults(func=_replay)
+
+
+def _store_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--db", help="SQLite audit database (default: PROCTOR_AUDIT_DB or .proctor/audit/audit.db)")
+    group.add_argument("--dsn", help="PostgreSQL audit store, postgresql://…")
+
+
+def _open(args: argparse.Namespace) -> AuditStore:
+    from proctor.config import default_audit_db
+
+    if args.dsn:
+        from proctor.audit.postgres_store import PostgresAuditStore
+
+        return PostgresAuditStore(args.dsn)
+    from proctor.audit.sqlite_store import SQLiteAuditStore
+
+    return SQLiteAuditStore(Path(args.db or default_audit_db()), readonly=True)
+
+
+def _fail(message: str, status: int = 2) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return status
+
+
+def _time(value: str | None, flag: str) -> int | None:
+    if value is None:
+        return None
+    if value.isdigit():
+        return int(value)
+    try:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        raise ValueError(f"{flag} {value!r}: use ISO 8601 (2026-11-30T08:00:00Z) or epoch milliseconds") from None
+
+
+def _show(args: argparse.Namespace) -> int:
+    try:
+        store = _open(args)
+        row = store.get(args.audit_id)
+    except Exception as exc:
+        return _fail(str(exc))
+    if row is None:
+        return _fail(f"no audit record {args.audit_id!r}", 1)
+    for line in render_record(json.loads(row.body), row.seq, row.hash):
+        print(line)
+    return 0
+
+
+def render_record(body: dict[str, Any], seq: int, hash_: str) -> list[str]:
+    from proctor.audit.export import iso
+
+    finish = body.get("finish") or {}
+    usage = body.get("usage") or {}
+    caller = body["caller"]
+    lines = [f"audit id   {body['audit_id']}  (record {seq}, sha256 {hash_[:16]}…)",
+             f"time       {iso(body['received_ms'])}   caller {caller['identity']} ({caller['source']})",
+             f"model      {body['model'].get('model_id')}  weights {str(body['model'].get('weights_sha256'))[:16]}…  "
+             f"{body['model'].get('dtype')} on {body['model'].get('device')}",
+             f"status     {body['status']['code']} {body['status']['message']}".rstrip(),
+             f"finish     {finish.get('reason', '-')} {finish.get('detail', '')}".rstrip(),
+             f"usage      prompt {usage.get('prompt_tokens', '-')} tokens, "
+             f"output {usage.get('completion_tokens', '-')} tokens"]
+    for label, part in (("prompt", body.get("prompt")), ("output", body.get("output"))):
+        if part:
+            shown = repr(part["text"][-300:]) if part["policy"] == "full" else f"hmac-sha256 {part['hmac_sha256']}"
+            lines.append(f"{label:<10} {shown}")
+    if body.get("constraint"):
+        c = body["constraint"]
+        lines.append(f"constraint {c['kind']} via {c['backend']} (spec sha256 {c['spec_sha256'][:16]}…)")
+    tokens = body.get("tokens") or []
+    if tokens:
+        lines += ["", f"{'step':>4}  {'token':>6}  {'text':<16} {'logprob':>8} {'final':>8}  {'allowed':>7}  "
+                      f"{'removed':<10} alternatives (logprob)"]
+        for t in tokens:
+            alternatives = ", ".join(f"{a.get('text', '#')!r} {a['logprob']:.2f}" for a in t.get("top", []))
+            token_id = t.get("id", "hmac")
+            final = "-inf" if t.get("final_logprob") is None else f"{t['final_logprob']:.3f}"
+            lines.append(f"{t['step']:>4}  {token_id!s:>6}  {t.get('text', '')!r:<16} {t['logprob']:>8.3f} "
+                         f"{final:>8}  {t.get('allowed') if t.get('allowed') is not None else '-':>7}  "
+                         f"{t.get('removed_by') or '':<10} {alternatives}")
+    return lines
+
+
+def _export(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from proctor.audit.export import export_records
+
+    try:
+        filters = Filters(since_ms=_time(args.since, "--since"), until_ms=_time(args.until, "--until"),
+                          caller=args.caller, request_id=args.request_id, finish_reason=args.finish_reason)
+        store = _open(args)
+    except Exception as exc:
+        return _fail(str(exc))
+    out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8", newline="")  # noqa: SIM115
+    try:
+        with tqdm(total=store.count(), unit="rec", desc="export", file=sys.stderr, disable=args.out == "-") as bar:
+            count = export_records(store, out, args.format, filters, progress=lambda n: bar.update(n))
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    print(f"exported {count} records to {args.out} ({args.format})", file=sys.stderr)
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from proctor.audit.chain import load_public_key
+    from proctor.audit.verify import verify_log
+    from proctor.config import default_audit_db
+
+    base = Path(args.db or default_audit_db()) if not args.dsn else None
+    key_source = args.public_key or (f"{base}.key" if base is not None and Path(f"{base}.key").exists() else None)
+    checkpoints = Path(args.checkpoint_file) if args.checkpoint_file else (
+        Path(f"{base}.checkpoints") if base is not None else None)
+    try:
+        key = load_public_key(key_source) if key_source else None
+        store = _open(args)
+        with tqdm(total=store.count(), unit="rec", desc="verify", file=sys.stderr) as bar:
+            result = verify_log(store, public_key=key, checkpoint_file=checkpoints, progress=bar.update)
+    except Exception as exc:
+        return _fail(str(exc))
+    print(result.summary())
+    if key is None:
+        print("note: no --public-key given: checkpoint signatures were checked against the keys they name",
+              file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+def _init_postgres(args: argparse.Namespace) -> int:
+    from proctor.audit.postgres_store import init_schema
+
+    try:
+        init_schema(args.dsn, args.grant_to)
+    except Exception as exc:
+        return _fail(str(exc))
+    print(f"audit_log ready{f'; {args.grant_to} may SELECT and INSERT only' if args.grant_to else ''}")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from proctor_client import ProctorClient, ProctorError
+    from proctor_client.cli import resolve_addr
+
+    try:
+        with ProctorClient(resolve_addr(args.addr), timeout_s=args.timeout) as client:
+            result = client.replay(args.audit_id)
+    except ProctorError as exc:
+        return _fail(f"{exc.code.name}: {exc.message}")
+    print(result.message)
+    print(f"steps compared {result.steps_compared}, finish recorded {result.recorded_finish_reason} / replayed "
+          f"{result.replayed_finish_reason}, max logprob drift {result.max_logprob_drift:.3g}, "
+          f"replay audit id {result.replay_audit_id}")
+    return 0 if result.exact_match else 1

@@ -1,0 +1,148 @@
+"""The PostgreSQL audit store (psycopg 3): the same table and rules as SQLite, for scaled-out servers.
+
+Append-only twice over: triggers refuse UPDATE, DELETE and TRUNCATE, and the server should connect
+as a role that was granted only SELECT and INSERT (``init_schema`` creates the table as its owner
+and grants exactly that). Commits are durable only with ``synchronous_commit`` and ``fsync`` on,
+which is checked when the store opens.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import psycopg
+from psycopg import sql
+
+from proctor.audit.chain import GENESIS
+from proctor.audit.store import Filters, Row
+
+WRITER_LOCK = 0x70726F63  # pg_advisory_xact_lock key shared by every proctor writer ("proc")
+COLUMNS = "seq, audit_id, kind, time_ms, caller, request_id, finish_reason, body, prev_hash, hash"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit_log (
+    seq BIGINT PRIMARY KEY,
+    audit_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    time_ms BIGINT NOT NULL,
+    caller TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    finish_reason TEXT NOT NULL,
+    body BYTEA NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_log_audit_id ON audit_log (audit_id);
+CREATE INDEX IF NOT EXISTS audit_log_time ON audit_log (time_ms);
+CREATE INDEX IF NOT EXISTS audit_log_caller ON audit_log (caller, time_ms);
+CREATE INDEX IF NOT EXISTS audit_log_request ON audit_log (request_id);
+CREATE OR REPLACE FUNCTION proctor_audit_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'the audit log is append-only: % refused', TG_OP; END $$;
+DROP TRIGGER IF EXISTS audit_log_no_change ON audit_log;
+CREATE TRIGGER audit_log_no_change BEFORE UPDATE OR DELETE ON audit_log
+    FOR EACH ROW EXECUTE FUNCTION proctor_audit_refuse();
+DROP TRIGGER IF EXISTS audit_log_no_truncate ON audit_log;
+CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
+    FOR EACH STATEMENT EXECUTE FUNCTION proctor_audit_refuse();
+REVOKE ALL ON audit_log FROM PUBLIC;
+"""
+
+
+def init_schema(owner_dsn: str, appender_role: str | None = None) -> None:
+    """Create the table, indexes and triggers as the owner; grant only SELECT and INSERT to the appender."""
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+        if appender_role:
+            conn.execute(sql.SQL("GRANT SELECT, INSERT ON audit_log TO {}").format(sql.Identifier(appender_role)))
+
+
+class PostgresAuditStore:
+    def __init__(self, dsn: str) -> None:
+        self._conn = psycopg.connect(dsn, autocommit=False)
+        info = self._conn.info
+        self.description = f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}"
+        with self._conn.cursor() as cur:
+            for setting in ("synchronous_commit", "fsync"):
+                value = cur.execute(sql.SQL("SHOW {}").format(sql.Identifier(setting))).fetchone()[0]  # type: ignore[index]
+                if value == "off":
+                    raise RuntimeError(f"{self.description}: {setting} is off; audit commits would not be durable")
+            exists = cur.execute("SELECT to_regclass('audit_log') IS NOT NULL").fetchone()[0]  # type: ignore[index]
+        self._conn.commit()
+        if not exists:
+            try:
+                init_schema(dsn)
+            except psycopg.Error as exc:
+                raise RuntimeError(f"{self.description}: no audit_log table and this role cannot create it "
+                                   f"({exc}); create it as the owner with init_schema / `proctor audit "
+                                   "init-postgres`") from exc
+        self._lock = threading.Lock()
+
+    def append_chained(self, build: Callable[[int, str], list[Row]]) -> list[Row]:
+        with self._lock:
+            try:
+                with self._conn.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))  # writers take turns
+                    head = cur.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
+                    rows = build(*(head if head else (0, GENESIS)))
+                    cur.executemany(
+                        f"INSERT INTO audit_log ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                        [(r.seq, r.audit_id, r.kind, r.time_ms, r.caller, r.request_id, r.finish_reason, r.body,
+                          r.prev_hash, r.hash) for r in rows])
+                self._conn.commit()
+            except BaseException:
+                self._conn.rollback()
+                raise
+        return rows
+
+    def last(self) -> Row | None:
+        return self._one(f"SELECT {COLUMNS} FROM audit_log ORDER BY seq DESC LIMIT 1", ())
+
+    def get(self, audit_id: str) -> Row | None:
+        return self._one(f"SELECT {COLUMNS} FROM audit_log WHERE audit_id = %s AND kind = 'request' "
+                         "ORDER BY seq LIMIT 1", (audit_id,))
+
+    def count(self) -> int:
+        with self._lock:
+            value = self._conn.execute("SELECT count(*) FROM audit_log").fetchone()[0]  # type: ignore[index]
+            self._conn.commit()
+        return int(value)
+
+    def iterate(self, filters: Filters | None = None, start_seq: int = 1) -> Iterator[Row]:
+        where, params = ["seq >= %s"], [start_seq]
+        if filters is not None:
+            if not filters.include_checkpoints:
+                where.append("kind = 'request'")
+            for column, op, value in (("time_ms", ">=", filters.since_ms), ("time_ms", "<", filters.until_ms),
+                                      ("caller", "=", filters.caller), ("request_id", "=", filters.request_id),
+                                      ("finish_reason", "=", filters.finish_reason)):
+                if value is not None:
+                    where.append(f"{column} {op} %s")
+                    params.append(value)  # type: ignore[arg-type]
+        last_seq = start_seq - 1
+        while True:
+            params[0] = last_seq + 1
+            with self._lock:
+                page = self._conn.execute(f"SELECT {COLUMNS} FROM audit_log WHERE {' AND '.join(where)} "  # type: ignore[arg-type]
+                                          "ORDER BY seq LIMIT 500", params).fetchall()
+                self._conn.commit()
+            if not page:
+                return
+            for raw in page:
+                yield _row(raw)
+            last_seq = page[-1][0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _one(self, query: str, params: tuple[object, ...]) -> Row | None:
+        with self._lock:
+            raw = self._conn.execute(query, params).fetchone()  # type: ignore[arg-type]
+            self._conn.commit()
+        return _row(raw) if raw else None
+
+
+def _row(raw: tuple[object, ...]) -> Row:
+    seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, hash_ = raw
+    return Row(int(seq), str(audit_id), str(kind), int(time_ms), str(caller), str(request_id),  # type: ignore[call-overload]
+               str(finish), bytes(body), str(prev), str(hash_))  # type: ignore[arg-type]

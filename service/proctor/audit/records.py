@@ -1,0 +1,165 @@
+"""Building a request record (format ``proctor.audit/1``) from one call; and the request back from it.
+
+No torch and no protobuf here: the API layer hands over domain objects and plain dicts.
+The layout is documented in docs/audit-format.md; change it only with a new format version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+from typing import Any
+
+from proctor.audit import FORMAT
+from proctor.domain import (
+    ChatMessage,
+    ConstraintRequest,
+    ForbiddenParams,
+    GenerationRequest,
+    PluginCall,
+    RepetitionParams,
+    SamplingParams,
+    StoppingParams,
+    TokenEvent,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PrivacyPolicy:
+    """``full`` keeps the text; ``hmac`` keeps only HMAC-SHA256 under a key held outside the store."""
+
+    prompt: str = "full"
+    output: str = "full"
+    key: bytes | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("prompt", "output"):
+            if getattr(self, name) not in ("full", "hmac"):
+                raise ValueError(f"audit {name} policy must be 'full' or 'hmac', got {getattr(self, name)!r}")
+        if "hmac" in (self.prompt, self.output) and not self.key:
+            raise ValueError("an 'hmac' audit policy needs a key (--audit-hmac-key-file)")
+
+    def digest(self, text: str) -> str:
+        assert self.key is not None
+        return hmac.new(self.key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+@dataclass(slots=True)
+class CallRecord:
+    """Everything the API knows about one call, gathered as it runs."""
+
+    audit_id: str
+    method: str
+    received_ms: int
+    caller: dict[str, str]
+    model: dict[str, Any]
+    request: GenerationRequest | None = None
+    raw_request: dict[str, Any] | None = None  # the message as received, when it did not convert
+    rendered_prompt: str | None = None
+    prompt_tokens: int = 0
+    events: list[TokenEvent] = field(default_factory=list)
+    status_code: str = "OK"
+    status_message: str = ""
+    replay_of: str = ""
+    submitted: bool = False
+
+
+def request_to_dict(request: GenerationRequest, seed: int | None) -> dict[str, Any]:
+    """Every generation parameter, with the seed actually used (replay rebuilds the request from it)."""
+    data = dataclasses.asdict(request)
+    data.pop("deadline", None)
+    data["sampling"]["seed"] = None if seed is None else str(seed)  # 64-bit: beyond JSON's safe integers
+    return data
+
+
+def request_from_dict(data: dict[str, Any], request_id: str) -> GenerationRequest:
+    stopping = dict(data["stopping"])
+    if stopping.get("repetition"):
+        stopping["repetition"] = RepetitionParams(**stopping["repetition"])
+    for key in ("stop", "stop_token_ids"):
+        stopping[key] = tuple(stopping[key])
+    constraint = data.get("constraint")
+    return GenerationRequest(
+        request_id=request_id,
+        prompt=data.get("prompt"),
+        messages=tuple(ChatMessage(**m) for m in data["messages"]) if data.get("messages") is not None else None,
+        sampling=SamplingParams(**{**data["sampling"], "seed": None if data["sampling"]["seed"] is None
+                                   else int(data["sampling"]["seed"])}),
+        stopping=StoppingParams(**stopping),
+        top_logprobs=data.get("top_logprobs", 0),
+        token_details=data.get("token_details", False),
+        constraint=ConstraintRequest(**{**constraint, "options": tuple(constraint["options"])}) if constraint else None,
+        forbidden=ForbiddenParams(**{**data["forbidden"], "phrases": tuple(data["forbidden"]["phrases"])}),
+        logit_bias=tuple((int(i), float(b)) for i, b in data.get("logit_bias", ())),
+        allowed_token_ids=tuple(data.get("allowed_token_ids", ())),
+        logits_processors=tuple(PluginCall(**p) for p in data.get("logits_processors", ())),
+        stopping_criteria=tuple(PluginCall(**p) for p in data.get("stopping_criteria", ())),
+        audit_top_n=data.get("audit_top_n", 0),
+        audited=data.get("audited", False),
+    )
+
+
+def _tokens(events: list[TokenEvent], policy: PrivacyPolicy) -> list[dict[str, Any]]:
+    tokens: list[dict[str, Any]] = []
+    hashed = policy.output == "hmac"
+    for detail in (d for e in events for d in e.details):
+        entry: dict[str, Any] = {"step": len(tokens), "logprob": detail.logprob, "final_logprob": detail.final_logprob,
+                                 "allowed": detail.allowed_count if detail.allowed_count >= 0 else None,
+                                 "removed_by": detail.removed_by}
+        if hashed:
+            entry["id_hmac"] = policy.digest(str(detail.token_id))
+            entry["top"] = [{"logprob": a.logprob} for a in detail.top_logprobs]
+        else:
+            entry["id"] = detail.token_id
+            entry["text"] = detail.text
+            entry["top"] = [{"id": a.token_id, "text": a.text, "logprob": a.logprob} for a in detail.top_logprobs]
+        tokens.append(entry)
+    return tokens
+
+
+def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dict[str, Any]:
+    final = call.events[-1] if call.events and call.events[-1].finished else None
+    output = "".join(e.text for e in call.events)
+    body: dict[str, Any] = {
+        "format": FORMAT, "kind": "request", "audit_id": call.audit_id, "method": call.method,
+        "request_id": call.request.request_id if call.request else str((call.raw_request or {}).get("requestId", "")),
+        "received_ms": call.received_ms, "finished_ms": finished_ms, "caller": call.caller, "model": call.model,
+        "status": {"code": call.status_code, "message": call.status_message},
+        "request": request_to_dict(call.request, final.seed if final else call.request.sampling.seed)
+        if call.request else None,
+        "raw_request": call.raw_request if call.request is None else None,
+        "prompt": None, "output": None, "finish": None, "usage": None, "timings": None,
+        "schema_validation": None, "constraint": None, "plugins": [], "replay_of": call.replay_of or None,
+        "tokens": _tokens(call.events, policy),
+    }
+    if policy.prompt == "hmac":  # the input must not leak through the parameters either
+        for part in (body["request"], body["raw_request"]):
+            if part:
+                part.update({key: None for key in ("prompt", "messages") if key in part})
+    if call.rendered_prompt is not None:
+        body["prompt"] = ({"policy": "full", "text": call.rendered_prompt} if policy.prompt == "full"
+                          else {"policy": "hmac", "hmac_sha256": policy.digest(call.rendered_prompt)})
+        body["prompt"]["tokens"] = call.prompt_tokens
+    if call.events:
+        body["output"] = ({"policy": "full", "text": output} if policy.output == "full"
+                          else {"policy": "hmac", "hmac_sha256": policy.digest(output)})
+    if final is not None:
+        assert final.finish_reason is not None
+        body["finish"] = {"reason": final.finish_reason.value, "detail": final.finish_detail}
+        if final.usage is not None:
+            body["usage"] = dataclasses.asdict(final.usage)
+        if final.timings is not None:
+            body["timings"] = dataclasses.asdict(final.timings)
+        if final.schema_check is not None:
+            body["schema_validation"] = {"valid": final.schema_check.valid, "errors": list(final.schema_check.errors)}
+        if final.constraint is not None:
+            body["constraint"] = dataclasses.asdict(final.constraint)
+        body["plugins"] = [dataclasses.asdict(p) for p in final.plugins]
+    return body
+
+
+def finish_reason_of(body: dict[str, Any]) -> str:
+    finish = body.get("finish")
+    return finish["reason"] if finish else ""

@@ -1,0 +1,173 @@
+"""The audit sink: a bounded queue feeding one writer thread that commits records in batches.
+
+``submit`` returns a future that resolves (to the record's sequence number) once the record is
+durably committed, or fails with the write error. In compliance mode the API waits for it before
+completing a response, so no output leaves unaudited. A full queue blocks ``submit``: that is
+back-pressure on admission, never on the decode loop (which does not touch the sink).
+
+The writer also appends a signed checkpoint every ``checkpoint_every`` records or
+``checkpoint_interval_s`` seconds (whichever comes first, only when records arrived), to the
+store and to the checkpoint file, and one at shutdown.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from proctor.audit import FORMAT
+from proctor.audit.chain import canonical, checkpoint_message, public_key_text, row_hash, sign
+from proctor.audit.records import finish_reason_of
+from proctor.audit.store import AuditStore, Row
+
+log = logging.getLogger("proctor.audit")
+BATCH_MAX = 256
+
+
+class AuditUnavailable(RuntimeError):
+    """The audit trail cannot take records (closed, or its store failed)."""
+
+
+class AuditSink:
+    def __init__(self, store: AuditStore, key: Ed25519PrivateKey, *, checkpoint_file: Path | None,
+                 checkpoint_every: int = 1000, checkpoint_interval_s: float = 60.0, queue_size: int = 1024) -> None:
+        self.store = store
+        self._key = key
+        self.public_key = public_key_text(key.public_key())
+        self._checkpoint_file = checkpoint_file
+        self._every = checkpoint_every
+        self._interval = checkpoint_interval_s
+        self._queue: queue.Queue[tuple[dict[str, Any], Future[int]] | None] = queue.Queue(maxsize=queue_size)
+        last = store.last()
+        self._since_checkpoint = 0 if last is None or last.kind == "checkpoint" else 1
+        self._last_checkpoint = time.monotonic()
+        self._closed = False
+        self.written = 0
+        self._thread = threading.Thread(target=self._run, name="proctor-audit-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, body: dict[str, Any]) -> Future[int]:
+        if self._closed:
+            raise AuditUnavailable("the audit trail is closed")
+        future: Future[int] = Future()
+        self._queue.put((body, future))
+        return future
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Write what is queued, a final checkpoint, and stop."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+
+    # --- writer thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch, stopping = self._next_batch()
+            self._write(batch, final=stopping)
+
+    def _next_batch(self) -> tuple[list[tuple[dict[str, Any], Future[int]]], bool]:
+        """Up to BATCH_MAX queued records (waiting at most until the next checkpoint is due); and "stop"."""
+        batch: list[tuple[dict[str, Any], Future[int]]] = []
+        wait = max(0.05, self._interval - (time.monotonic() - self._last_checkpoint))
+        try:
+            item = self._queue.get(timeout=wait)
+        except queue.Empty:
+            return batch, False
+        while True:
+            if item is None:
+                return batch, True
+            batch.append(item)
+            if len(batch) >= BATCH_MAX:
+                return batch, False
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return batch, False
+
+    def _write(self, batch: list[tuple[dict[str, Any], Future[int]]], final: bool) -> None:
+        """Chain, checkpoint and commit one batch in one transaction; then resolve its futures.
+
+        The chain continues from the head the store reads *inside* the write transaction, so
+        several servers can share one store (PostgreSQL) without forking the chain.
+        """
+        items: list[tuple[bytes, dict[str, Any], Future[int]]] = []
+        for body, future in batch:
+            try:
+                items.append((canonical(body), body, future))
+            except Exception as exc:
+                log.exception("audit record %s cannot be serialised", body.get("audit_id"))
+                future.set_exception(AuditUnavailable(f"the audit record cannot be serialised: {exc}"))
+        due = final or time.monotonic() - self._last_checkpoint >= self._interval
+        if not items and not (due and self._since_checkpoint):
+            return
+
+        def build(head_seq: int, head_hash: str) -> list[Row]:
+            rows: list[Row] = []
+            seq, prev, pending = head_seq, head_hash, self._since_checkpoint
+            for data, body, _ in items:
+                seq += 1
+                digest = row_hash(seq, prev, data)
+                rows.append(Row(seq, body["audit_id"], "request", int(body["received_ms"]),
+                                body["caller"]["identity"], body["request_id"], finish_reason_of(body), data, prev,
+                                digest))
+                prev, pending = digest, pending + 1
+                if pending >= self._every:
+                    seq += 1
+                    rows.append(self._checkpoint_row(seq, seq - 1, prev))
+                    prev, pending = rows[-1].hash, 0
+            if pending and due:
+                seq += 1
+                rows.append(self._checkpoint_row(seq, seq - 1, prev))
+            return rows
+
+        try:
+            rows = self.store.append_chained(build)
+        except Exception as exc:
+            log.exception("audit write failed (%d records)", len(items))
+            for _, _, future in items:
+                future.set_exception(AuditUnavailable(f"the audit record could not be written: {exc}"))
+            return
+        records = [row for row in rows if row.kind == "request"]
+        for row in rows:
+            if row.kind == "checkpoint":
+                self._since_checkpoint = 0
+                self._last_checkpoint = time.monotonic()
+                self._append_checkpoint_file(row)
+            else:
+                self._since_checkpoint += 1
+        self.written += len(records)
+        for (_, _, future), row in zip(items, records, strict=True):
+            future.set_result(row.seq)
+
+    def _checkpoint_row(self, seq: int, covers_seq: int, covers_hash: str) -> Row:
+        now_ms = int(time.time() * 1000)
+        body = {"format": FORMAT, "kind": "checkpoint", "checkpoint_seq": covers_seq, "checkpoint_hash": covers_hash,
+                "time_ms": now_ms, "public_key": self.public_key,
+                "signature": sign(self._key, checkpoint_message(covers_seq, covers_hash, now_ms))}
+        data = canonical(body)
+        return Row(seq, f"checkpoint-{seq}", "checkpoint", now_ms, "", "", "", data, covers_hash,
+                   row_hash(seq, covers_hash, data))
+
+    def _append_checkpoint_file(self, row: Row) -> None:
+        if self._checkpoint_file is None:
+            return
+        body = json.loads(row.body)
+        line = json.dumps({"seq": row.seq, "hash": row.hash, "checkpoint_seq": body["checkpoint_seq"],
+                           "checkpoint_hash": body["checkpoint_hash"], "time_ms": body["time_ms"],
+                           "public_key": body["public_key"], "signature": body["signature"]})
+        with open(self._checkpoint_file, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())

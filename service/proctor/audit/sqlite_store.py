@@ -1,0 +1,123 @@
+"""The SQLite audit store: WAL, ``synchronous=FULL`` (checked at open), UPDATE/DELETE refused by triggers."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from proctor.audit.chain import GENESIS
+from proctor.audit.store import Filters, Row
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit_log (
+    seq INTEGER PRIMARY KEY,
+    audit_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    time_ms INTEGER NOT NULL,
+    caller TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    finish_reason TEXT NOT NULL,
+    body BLOB NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_log_audit_id ON audit_log (audit_id);
+CREATE INDEX IF NOT EXISTS audit_log_time ON audit_log (time_ms);
+CREATE INDEX IF NOT EXISTS audit_log_caller ON audit_log (caller, time_ms);
+CREATE INDEX IF NOT EXISTS audit_log_request ON audit_log (request_id);
+CREATE TRIGGER IF NOT EXISTS audit_log_no_update BEFORE UPDATE ON audit_log
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: UPDATE refused'); END;
+CREATE TRIGGER IF NOT EXISTS audit_log_no_delete BEFORE DELETE ON audit_log
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: DELETE refused'); END;
+"""
+COLUMNS = "seq, audit_id, kind, time_ms, caller, request_id, finish_reason, body, prev_hash, hash"
+
+
+class SQLiteAuditStore:
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        self.path = path
+        self.description = f"sqlite:{path}"
+        if readonly:
+            if not path.exists():
+                raise FileNotFoundError(f"no audit database at {path}")
+            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            mode = self._db.execute("PRAGMA journal_mode").fetchone()[0]
+            sync = self._db.execute("PRAGMA synchronous").fetchone()[0]
+            if mode.lower() != "wal" or sync != 2:
+                raise RuntimeError(f"{path}: SQLite refused WAL/synchronous=FULL (got {mode}, {sync}); "
+                                   "the audit log needs durable commits")
+            self._db.executescript(SCHEMA)
+        self._lock = threading.Lock()
+
+    def append_chained(self, build: Callable[[int, str], list[Row]]) -> list[Row]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")  # the write lock: other processes wait
+            try:
+                head = self._db.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
+                rows = build(*(head if head else (0, GENESIS)))
+                self._db.executemany(
+                    f"INSERT INTO audit_log ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(r.seq, r.audit_id, r.kind, r.time_ms, r.caller, r.request_id, r.finish_reason, r.body,
+                      r.prev_hash, r.hash) for r in rows])
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        return rows
+
+    def last(self) -> Row | None:
+        return self._one(f"SELECT {COLUMNS} FROM audit_log ORDER BY seq DESC LIMIT 1", ())
+
+    def get(self, audit_id: str) -> Row | None:
+        return self._one(f"SELECT {COLUMNS} FROM audit_log WHERE audit_id = ? AND kind = 'request' "
+                         "ORDER BY seq LIMIT 1", (audit_id,))
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM audit_log").fetchone()[0])
+
+    def iterate(self, filters: Filters | None = None, start_seq: int = 1) -> Iterator[Row]:
+        where, params = ["seq >= ?"], [start_seq]
+        if filters is not None:
+            if not filters.include_checkpoints:
+                where.append("kind = 'request'")
+            for column, op, value in (("time_ms", ">=", filters.since_ms), ("time_ms", "<", filters.until_ms),
+                                      ("caller", "=", filters.caller), ("request_id", "=", filters.request_id),
+                                      ("finish_reason", "=", filters.finish_reason)):
+                if value is not None:
+                    where.append(f"{column} {op} ?")
+                    params.append(value)  # type: ignore[arg-type]
+        last_seq = start_seq - 1
+        while True:  # pages, so a long export neither holds the lock nor loads the whole log
+            params[0] = last_seq + 1
+            with self._lock:
+                page = self._db.execute(f"SELECT {COLUMNS} FROM audit_log WHERE {' AND '.join(where)} "
+                                        "ORDER BY seq LIMIT 500", params).fetchall()
+            if not page:
+                return
+            for raw in page:
+                yield _row(raw)
+            last_seq = page[-1][0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _one(self, sql: str, params: tuple[object, ...]) -> Row | None:
+        with self._lock:
+            raw = self._db.execute(sql, params).fetchone()
+        return _row(raw) if raw else None
+
+
+def _row(raw: tuple[object, ...]) -> Row:
+    seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, hash_ = raw
+    return Row(int(seq), str(audit_id), str(kind), int(time_ms), str(caller), str(request_id),  # type: ignore[call-overload]
+               str(finish), bytes(body), str(prev), str(hash_))  # type: ignore[arg-type]

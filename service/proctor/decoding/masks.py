@@ -1,0 +1,103 @@
+"""Step 1 of the pipeline: every token a row may not produce, as one boolean [B, V] tensor.
+
+Layers, in order (the name of the layer that removed the model's top choice is reported):
+
+1. ``constraint`` — the grammar's allowed set (all rows' bitmasks filled into one tensor);
+2. ``forbidden`` — tokens that would complete a forbidden phrase (a cached mask per automaton
+   state), plus end-of-sequence/stop tokens when ending now would complete a whole-word phrase;
+3. ``allowed_token_ids`` — the request's own allow-list;
+4. ``min_new_tokens`` — end-of-sequence tokens until enough tokens were generated.
+
+A row that had tokens left after layer 1 but none after layer 2 is a forbidden-phrase dead end;
+the phrase that the best remaining token would have completed is named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from proctor.constraints.backend import Matcher, allocate_bitmask, bitmask_to_bool
+from proctor.decoding.forbidden import ForbiddenTracker
+
+
+class MaskedRow(Protocol):
+    @property
+    def matcher(self) -> Matcher | None: ...
+    @property
+    def forbidden(self) -> ForbiddenTracker | None: ...
+    @property
+    def allowed_mask(self) -> torch.Tensor | None: ...
+    @property
+    def last_step(self) -> bool: ...
+    def end_token_ids(self) -> tuple[int, ...]: ...
+    def banned_token_ids(self) -> tuple[int, ...]: ...
+
+
+@dataclass(slots=True)
+class Masks:
+    banned: torch.Tensor | None  # [B, V] bool, None when nothing is masked
+    removed_by: list[str]  # per row: the layer that removed the model's top choice, or ""
+    forbidden_dead_end: list[str]  # per row: the phrase that left no token, or ""
+    allowed_count: list[int]  # per row: tokens the constraint allowed (-1: no constraint)
+
+
+def build_masks(logits: torch.Tensor, rows: list[MaskedRow], top: list[int]) -> Masks:
+    size, vocab = logits.shape
+    removed = [""] * size
+    dead = [""] * size
+    counts = [-1] * size
+    constrained = [i for i, row in enumerate(rows) if row.matcher is not None]
+    layered = [i for i, row in enumerate(rows)
+               if row.forbidden is not None or row.allowed_mask is not None or row.banned_token_ids()]
+    if not constrained and not layered:
+        return Masks(None, removed, dead, counts)
+    if constrained:
+        bitmask = allocate_bitmask(size, vocab)
+        for index in constrained:
+            rows[index].matcher.fill_bitmask(bitmask, index)  # type: ignore[union-attr]
+        banned = ~bitmask_to_bool(bitmask.to(logits.device), vocab)
+        allowed = (~banned).sum(dim=-1).tolist()
+        for index in constrained:
+            counts[index] = int(allowed[index])
+            if banned[index, top[index]]:
+                removed[index] = "constraint"
+    else:
+        banned = torch.zeros((size, vocab), dtype=torch.bool, device=logits.device)
+    for index in layered:
+        row = rows[index]
+        if row.forbidden is not None:
+            _forbid(banned, index, row, top, removed, dead, logits)
+        if row.allowed_mask is not None:
+            banned[index] |= ~row.allowed_mask
+            _note(banned, index, top, removed, "allowed_token_ids")
+        ids = row.banned_token_ids()
+        if ids:
+            banned[index, list(ids)] = True
+            _note(banned, index, top, removed, "min_new_tokens")
+    return Masks(banned, removed, dead, counts)
+
+
+def _note(banned: torch.Tensor, index: int, top: list[int], removed: list[str], layer: str) -> None:
+    if not removed[index] and bool(banned[index, top[index]]):
+        removed[index] = layer
+
+
+def _forbid(banned: torch.Tensor, index: int, row: MaskedRow, top: list[int], removed: list[str],
+            dead: list[str], logits: torch.Tensor) -> None:
+    tracker = row.forbidden
+    assert tracker is not None
+    before = banned[index].clone()
+    ban = tracker.banned(row.last_step)
+    banned[index] |= ban.base
+    if ban.extra.numel():
+        banned[index, ban.extra] = True
+    ending = tracker.end_blocked()
+    if ending is not None:
+        banned[index, list(row.end_token_ids())] = True
+    _note(banned, index, top, removed, "forbidden")
+    if bool(banned[index].all()) and not bool(before.all()):
+        candidate = int(logits[index].masked_fill(before, float("-inf")).argmax())
+        dead[index] = tracker.would_complete(candidate) or ending or tracker.index.phrases[0]

@@ -1,0 +1,209 @@
+"""The audit trail through gRPC with the real model: one record per call outcome, tokens as streamed,
+exact replay, the Audit service, the CLI, and compliance mode when the store fails."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from proctor_client import ProctorClient, ProctorError
+from proctor_client.v1 import audit_pb2, audit_pb2_grpc
+from proctor_client.v1 import generation_pb2 as pb
+
+pytestmark = pytest.mark.real_model
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def audit(server: object) -> audit_pb2_grpc.AuditStub:
+    channel = grpc.insecure_channel(server.address)  # type: ignore[attr-defined]
+    yield audit_pb2_grpc.AuditStub(channel)
+    channel.close()
+
+
+def records_for(audit: audit_pb2_grpc.AuditStub, request_id: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """The records of a request id (waiting briefly: a cancelled call's record is written after it ends)."""
+    end = time.monotonic() + timeout_s
+    while True:
+        found = [json.loads(r.record_json) for r in audit.ExportRecords(
+            audit_pb2.ExportRecordsRequest(request_id=request_id))]
+        if found or time.monotonic() > end:
+            return found
+        time.sleep(0.1)
+
+
+def test_a_successful_stream_is_recorded_with_every_token(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]
+    chunks = list(client.stream_generate("The capital of France is", request_id="audit-ok", max_new_tokens=12,
+                                         temperature=0))
+    streamed = [t for c in chunks for t in c.token_ids]
+    assert chunks[-1].audit_id
+    (record,) = records_for(audit, "audit-ok")
+    assert record["audit_id"] == chunks[-1].audit_id
+    assert record["status"]["code"] == "OK" and record["method"] == "StreamGenerate"
+    assert [t["id"] for t in record["tokens"]] == streamed
+    assert all(len(t["top"]) == 5 for t in record["tokens"])
+    assert record["output"]["text"] == "".join(c.text for c in chunks)
+    assert record["prompt"]["text"] == "The capital of France is"
+    assert record["model"]["weights_sha256"] and record["request"]["sampling"]["seed"] is not None
+    assert record["caller"]["identity"].startswith(("ipv4:", "ipv6:"))
+
+
+def test_a_rejected_call_is_recorded_once(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ProctorError):
+        client.generate("Hi", request_id="audit-bad", max_new_tokens=-3)
+    (record,) = records_for(audit, "audit-bad")
+    assert record["status"]["code"] == "INVALID_ARGUMENT" and "max_new_tokens" in record["status"]["message"]
+    assert record["tokens"] == [] and record["raw_request"]["requestId"] == "audit-bad"
+
+
+def test_a_cancelled_call_is_recorded_with_what_was_generated(client: ProctorClient, audit, wait_engine_idle) -> None:  # type: ignore[no-untyped-def]
+    received: list[int] = []
+    stream = client.stream_generate("Once upon a time", request_id="audit-cancel", max_new_tokens=400,
+                                    temperature=0, ignore_eos=True)
+    for chunk in stream:
+        received += chunk.token_ids
+        if len(received) >= 5:
+            stream.close()  # type: ignore[attr-defined]  # closing the iterator cancels the call
+            break
+    assert wait_engine_idle(10)
+    (record,) = records_for(audit, "audit-cancel")
+    assert record["status"]["code"] == "CANCELLED"
+    assert 5 <= len(record["tokens"]) < 400
+    assert [t["id"] for t in record["tokens"]][: len(received)] == received
+
+
+def test_a_deadline_is_recorded(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ProctorError) as caught:
+        client.generate("Once upon a time", request_id="audit-deadline", max_new_tokens=400, ignore_eos=True,
+                        timeout_s=1.5)
+    assert caught.value.code.name == "DEADLINE_EXCEEDED"
+    (record,) = records_for(audit, "audit-deadline")
+    assert record["status"]["code"] == "DEADLINE_EXCEEDED"
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.9, "top_p": 0.95, "seed": 1234}],
+                         ids=["greedy", "seeded"])
+def test_replay_matches_exactly(client: ProctorClient, audit, sampling: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
+    original = client.generate(messages=[("user", "Name three colours.")], max_new_tokens=20, **sampling)
+    result = audit.Replay(audit_pb2.ReplayRequest(audit_id=original.audit_id), timeout=120)
+    assert result.exact_match, result.message
+    assert result.steps_compared == len(original.token_ids) and result.first_divergent_step == -1
+    replay = json.loads(audit.GetRecord(audit_pb2.GetRecordRequest(audit_id=result.replay_audit_id)).record_json)
+    assert replay["method"] == "Replay" and replay["replay_of"] == original.audit_id
+
+
+def test_unknown_and_rejected_records_are_clear_errors(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(grpc.RpcError) as caught:
+        audit.GetRecord(audit_pb2.GetRecordRequest(audit_id="nope"))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    bad = records_for(audit, "audit-bad") or [None]
+    if bad[0] is not None:
+        with pytest.raises(grpc.RpcError) as replay_error:
+            audit.Replay(audit_pb2.ReplayRequest(audit_id=bad[0]["audit_id"]))
+        assert replay_error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_the_cli_shows_exports_verifies_and_replays(client: ProctorClient, server, audit_db: Path,  # type: ignore[no-untyped-def]
+                                                    tmp_path: Path) -> None:
+    response = client.generate("Decision:", choice=["approve", "reject"], max_new_tokens=4, request_id="audit-cli")
+    env = {"PYTHONPATH": f"{REPO / 'service'}:{REPO / 'clients' / 'python' / 'src'}", "PATH": "/usr/bin:/bin"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "proctor.cli", "audit", *args], env=env, text=True,
+                              capture_output=True, timeout=300, cwd=REPO)
+
+    shown = cli("show", response.audit_id, "--db", str(audit_db))
+    assert shown.returncode == 0, shown.stderr
+    assert response.audit_id in shown.stdout and "allowed" in shown.stdout and response.text in shown.stdout
+    out = tmp_path / "export.csv"
+    exported = cli("export", "--db", str(audit_db), "--format", "csv", "--out", str(out), "--request-id", "audit-cli")
+    assert exported.returncode == 0, exported.stderr
+    lines = out.read_text().splitlines()
+    assert len(lines) == 2 and response.audit_id in lines[1]
+    verified = cli("verify", "--db", str(audit_db))
+    assert verified.returncode == 0 and "intact" in verified.stdout, verified.stdout + verified.stderr
+    replayed = cli("replay", response.audit_id, "--addr", server.address)
+    assert replayed.returncode == 0 and "exact match" in replayed.stdout, replayed.stdout + replayed.stderr
+
+
+def test_compliance_mode_withholds_output_when_the_record_cannot_be_written(tmp_path: Path) -> None:
+    from proctor.app import BackgroundServer
+    from proctor.config import Settings
+
+    background = BackgroundServer(Settings.load({"port": 0, "host": "127.0.0.1", "warmup": False,
+                                                 "audit_db": str(tmp_path / "audit.db")})).start()
+    try:
+        with ProctorClient(background.address, timeout_s=60) as proctor:
+            assert proctor.generate("Hi", max_new_tokens=2).audit_id
+            sink = background.running.audit_sink  # type: ignore[union-attr]
+            sink.store.close()  # the database goes away under the running server
+            with pytest.raises(ProctorError) as caught:
+                proctor.generate("Hi", max_new_tokens=2)
+            assert caught.value.code.name == "INTERNAL" and "audit" in caught.value.message
+            chunks: list[pb.GenerateChunk] = []
+            with pytest.raises(ProctorError):
+                chunks.extend(proctor.stream_generate("Hi", max_new_tokens=2))
+            assert not any(c.finish_reason for c in chunks), "a final chunk was sent without its audit record"
+    finally:
+        background.stop()  # (its final checkpoint fails too, and is logged)
+
+
+def test_concurrent_calls_each_get_one_record(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]
+    results: dict[str, list[int]] = {}
+
+    def one(index: int) -> None:
+        response = client.generate(f"Count to {index}:", request_id=f"audit-many-{index}", max_new_tokens=6)
+        results[f"audit-many-{index}"] = list(response.token_ids)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    for request_id, tokens in results.items():
+        (record,) = records_for(audit, request_id)
+        assert [t["id"] for t in record["tokens"]] == tokens
+    assert audit.VerifyLog(audit_pb2.VerifyLogRequest()).ok
+
+
+def test_a_server_audits_into_postgresql(tmp_path: Path) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    from helpers.postgres import appender_dsn, postgres_dsn
+    from psycopg.conninfo import make_conninfo
+
+    from proctor.app import BackgroundServer
+    from proctor.audit.postgres_store import PostgresAuditStore, init_schema
+    from proctor.audit.verify import verify_log
+    from proctor.config import Settings
+
+    owner = postgres_dsn()
+    if owner is None:
+        pytest.skip("PostgreSQL is not running (make test starts it; PROCTOR_TEST_POSTGRES_DSN)")
+    schema = f"srv_{int(time.time() * 1000)}"
+    with psycopg.connect(owner, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO proctor_appender")
+    init_schema(make_conninfo(owner, options=f"-c search_path={schema}"), "proctor_appender")
+    dsn = make_conninfo(appender_dsn(owner), options=f"-c search_path={schema}")
+    settings = Settings.load({"port": 0, "host": "127.0.0.1", "warmup": False, "audit_dsn": dsn,
+                              "audit_signing_key": str(tmp_path / "pg.key"),
+                              "audit_checkpoint_file": str(tmp_path / "pg.checkpoints")})
+    background = BackgroundServer(settings).start()
+    try:
+        with ProctorClient(background.address, timeout_s=60) as proctor:
+            response = proctor.generate("Hello", max_new_tokens=3, request_id="pg-1")
+            record = json.loads(proctor.audit_record(response.audit_id).record_json)
+            assert [t["id"] for t in record["tokens"]] == list(response.token_ids)
+            assert proctor.verify_log().ok
+    finally:
+        background.stop()
+    result = verify_log(PostgresAuditStore(dsn), checkpoint_file=tmp_path / "pg.checkpoints")
+    assert result.ok and result.records == 1 and result.checkpoints == 1
