@@ -9,6 +9,7 @@ engine → flush the audit trail (final signed checkpoint) → exit.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import signal
 import threading
@@ -21,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from proctor import __version__
 from proctor.api.audit_servicer import AuditServicer
 from proctor.api.audit_trail import AuditTrail
 from proctor.api.servicer import GenerationServicer
@@ -76,6 +78,9 @@ class RunningServer:
             raise
         self.engine = engine
         self.servicer.attach(engine, info, schemas)  # type: ignore[arg-type]
+        phrases = sorted(getattr(engine, "server_forbidden", ()))
+        self.servicer.audit.server = {"version": __version__, "server_forbidden_phrases": {
+            "count": len(phrases), "sha256": hashlib.sha256("\n".join(phrases).encode()).hexdigest()}}
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         log.info("ready: serving %s on %s:%d", info["model_id"], self.settings.host, self.port)

@@ -54,6 +54,7 @@ def test_a_successful_stream_is_recorded_with_every_token(client: ProctorClient,
     assert record["prompt"]["text"] == "The capital of France is"
     assert record["model"]["weights_sha256"] and record["request"]["sampling"]["seed"] is not None
     assert record["caller"]["identity"].startswith(("ipv4:", "ipv6:"))
+    assert record["server"]["server_forbidden_phrases"]["count"] == 0 and record["server"]["version"]
 
 
 def test_a_rejected_call_is_recorded_once(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]

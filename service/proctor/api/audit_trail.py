@@ -62,6 +62,7 @@ class AuditTrail:
         self.compliance = compliance
         self.top_n = top_n
         self.model: dict[str, Any] = {}
+        self.server: dict[str, Any] = {}  # server-side context of every call (version, server-wide ban list)
 
     @property
     def enabled(self) -> bool:
@@ -77,6 +78,7 @@ class AuditTrail:
             return
         call.submitted = True
         body = build_body(call, int(time.time() * 1000), self.policy)
+        body["server"] = self.server
         try:
             future = await asyncio.to_thread(self.sink.submit, body)  # a full queue blocks here, off the loop
             if self.compliance if wait is None else wait:
