@@ -51,6 +51,7 @@ class Engine:
         self._batch = DecodeBatch(ModelRunner(loaded.model, loaded.device), pad)
         self._scheduler = Scheduler(settings.max_batch_size, settings.max_waiting)
         self._eos = frozenset(loaded.eos_token_ids)
+        self._pieces: dict[int, str] = {}  # per-token text for token details, filled on first use
         self._by_id: dict[str, SequenceState] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -95,7 +96,7 @@ class Engine:
                 self._forget(state)
             sink(event)
 
-        state = SequenceState(prepared, tokenizer=self.loaded.tokenizer, eos_token_ids=self._eos,
+        state = SequenceState(prepared, tokenizer=self.loaded.tokenizer, eos_token_ids=self._eos, pieces=self._pieces,
                               vocab_size=self.loaded.vocab_size, device=self.loaded.device, seed=seed,
                               sink=deliver)
         with self._lock:

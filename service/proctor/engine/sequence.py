@@ -33,6 +33,7 @@ class SequenceState:
     """Tokens, detokenizer, stop state, penalties, RNG and timings of one request."""
 
     def __init__(self, prepared: PreparedRequest, *, tokenizer: Any, eos_token_ids: frozenset[int],
+                 pieces: dict[int, str] | None = None,
                  vocab_size: int, device: torch.device, seed: int, sink: EventSink) -> None:
         request = prepared.request
         self.prepared = prepared
@@ -70,6 +71,7 @@ class SequenceState:
         self.processors = tuple(processors)
         self.plugins = masks.plugins
         self._tokenizer = tokenizer
+        self._pieces = pieces if pieces is not None else {}  # token id -> its text; shared, ids never change text
         self.detokenizer = IncrementalDetokenizer(tokenizer, self.prompt_ids)
         self.stop_matcher = StopStringMatcher(request.stopping.stop)
         self.constraint = prepared.constraint
@@ -193,7 +195,11 @@ class SequenceState:
                            decision.final_logprob, alternatives, decision.removed_by, decision.allowed_count)
 
     def _piece(self, token_id: int) -> str:
-        return self._tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            piece = self._tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            self._pieces[token_id] = piece
+        return piece
 
     def _schema_check(self, reason: FinishReason) -> SchemaCheck | None:
         """Validate a JSON output against its schema; an unfinished output is never valid."""
