@@ -90,10 +90,10 @@ def _forbid(banned: torch.Tensor, index: int, row: MaskedRow, top: list[int], re
     tracker = row.forbidden
     assert tracker is not None
     before = banned[index].clone()
-    ban = tracker.banned(row.last_step)
-    banned[index] |= ban.base
+    ban = tracker.banned(row.last_step)  # cached on the CPU; a no-op move there
+    banned[index] |= ban.base.to(banned.device, non_blocking=True)
     if ban.extra.numel():
-        banned[index, ban.extra] = True
+        banned[index, ban.extra.to(banned.device, non_blocking=True)] = True
     ending = tracker.end_blocked()
     if ending is not None:
         banned[index, list(row.end_token_ids())] = True
