@@ -121,7 +121,9 @@ def render_record(body: dict[str, Any], seq: int, hash_: str) -> list[str]:
              f"output {usage.get('completion_tokens', '-')} tokens"]
     for label, part in (("prompt", body.get("prompt")), ("output", body.get("output"))):
         if part:
-            shown = repr(part["text"][-300:]) if part["policy"] == "full" else f"hmac-sha256 {part['hmac_sha256']}"
+            text = part.get("text", "")
+            shown = (("… " if len(text) > 300 else "") + repr(text[-300:]) if part["policy"] == "full"
+                     else f"hmac-sha256 {part['hmac_sha256']}")
             lines.append(f"{label:<10} {shown}")
     if body.get("constraint"):
         c = body["constraint"]
