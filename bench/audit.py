@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "service"), str(ROOT / "clients" / "python" / "src")]
 
+from prompts import PROMPTS  # noqa: E402
+
 from proctor.app import BackgroundServer  # noqa: E402
 from proctor.audit.chain import load_or_create_signing_key  # noqa: E402
 from proctor.audit.sink import AuditSink  # noqa: E402
@@ -29,13 +31,6 @@ from proctor.audit.sqlite_store import SQLiteAuditStore  # noqa: E402
 from proctor.audit.verify import verify_log  # noqa: E402
 from proctor.config import Settings  # noqa: E402
 from proctor_client import ProctorClient  # noqa: E402
-
-PROMPTS = [
-    "Summarise in plain English what a mutual non-disclosure agreement is for a small business owner.",
-    "Write a short story about a fisherman who finds a message in a bottle.",
-    "Explain how a contract's governing law clause works, with an example.",
-    "List ten everyday objects in a kitchen and what each is used for.",
-]
 
 
 def synthetic_log(directory: Path, records: int, tokens: int) -> tuple[SQLiteAuditStore, float]:

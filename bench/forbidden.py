@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "service"), str(ROOT / "clients" / "python" / "src")]
 
 import torch  # noqa: E402
+from prompts import PROMPTS  # noqa: E402
 
 from proctor.config import Settings  # noqa: E402
 from proctor.constraints.backends.vocab import token_bytes  # noqa: E402
@@ -32,13 +33,6 @@ from proctor.decoding.forbidden.index import clear_index_cache  # noqa: E402
 from proctor.domain import ForbiddenParams, GenerationRequest, StoppingParams  # noqa: E402
 from proctor.engine.engine import Engine  # noqa: E402
 from proctor.models import load_model  # noqa: E402
-
-PROMPTS = [
-    "Summarise in plain English what a mutual non-disclosure agreement is for a small business owner.",
-    "Write a short story about a fisherman who finds a message in a bottle.",
-    "Explain how a contract's governing law clause works, with an example.",
-    "List ten everyday objects in a kitchen and what each is used for.",
-]
 
 
 def phrase_list(tokenizer: object, count: int, seed: int = 7) -> tuple[str, ...]:

@@ -35,3 +35,21 @@ def appender_dsn(owner_dsn: str) -> str:
     Accepts a URL or key=value DSN and returns a key=value one (libpq and psycopg accept both).
     """
     return make_conninfo(owner_dsn, user=APPENDER_USER, password=APPENDER_PASSWORD)
+
+
+def audit_schema(owner: str) -> tuple[str, str]:
+    """A fresh schema holding an initialised audit table: (owner DSN, appender DSN), both scoped to it.
+
+    Each test gets its own schema, so tests never see each other's rows.
+    """
+    import uuid
+
+    from proctor.audit.postgres_store import init_schema
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(owner, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {APPENDER_USER}")
+    owner_dsn = make_conninfo(owner, options=f"-c search_path={schema}")
+    init_schema(owner_dsn, APPENDER_USER)
+    return owner_dsn, make_conninfo(appender_dsn(owner), options=f"-c search_path={schema}")

@@ -105,11 +105,13 @@ def test_unknown_and_rejected_records_are_clear_errors(client: ProctorClient, au
     with pytest.raises(grpc.RpcError) as caught:
         audit.GetRecord(audit_pb2.GetRecordRequest(audit_id="nope"))
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
-    bad = records_for(audit, "audit-bad") or [None]
-    if bad[0] is not None:
-        with pytest.raises(grpc.RpcError) as replay_error:
-            audit.Replay(audit_pb2.ReplayRequest(audit_id=bad[0]["audit_id"]))
-        assert replay_error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    with pytest.raises(ProctorError):
+        client.generate("Hi", request_id="audit-rejected-replay", top_logprobs=99)
+    (rejected,) = records_for(audit, "audit-rejected-replay")
+    with pytest.raises(grpc.RpcError) as replay_error:
+        audit.Replay(audit_pb2.ReplayRequest(audit_id=rejected["audit_id"]))
+    assert replay_error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "rejected" in replay_error.value.details()
 
 
 def test_the_cli_shows_exports_verifies_and_replays(client: ProctorClient, server, audit_db: Path,  # type: ignore[no-untyped-def]
@@ -176,24 +178,18 @@ def test_concurrent_calls_each_get_one_record(client: ProctorClient, audit) -> N
 
 
 def test_a_server_audits_into_postgresql(tmp_path: Path) -> None:
-    psycopg = pytest.importorskip("psycopg")
-    from helpers.postgres import appender_dsn, postgres_dsn
-    from psycopg.conninfo import make_conninfo
+    pytest.importorskip("psycopg")
+    from helpers.postgres import audit_schema, postgres_dsn
 
     from proctor.app import BackgroundServer
-    from proctor.audit.postgres_store import PostgresAuditStore, init_schema
+    from proctor.audit.postgres_store import PostgresAuditStore
     from proctor.audit.verify import verify_log
     from proctor.config import Settings
 
     owner = postgres_dsn()
     if owner is None:
         pytest.skip("PostgreSQL is not running (make test starts it; PROCTOR_TEST_POSTGRES_DSN)")
-    schema = f"srv_{int(time.time() * 1000)}"
-    with psycopg.connect(owner, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO proctor_appender")
-    init_schema(make_conninfo(owner, options=f"-c search_path={schema}"), "proctor_appender")
-    dsn = make_conninfo(appender_dsn(owner), options=f"-c search_path={schema}")
+    _, dsn = audit_schema(owner)
     settings = Settings.load({"port": 0, "host": "127.0.0.1", "warmup": False, "audit_dsn": dsn,
                               "audit_signing_key": str(tmp_path / "pg.key"),
                               "audit_checkpoint_file": str(tmp_path / "pg.checkpoints")})

@@ -54,31 +54,25 @@ def es6_number(value: float) -> str:
     return sign + text
 
 
-def clean(value: Any) -> Any:
-    """JSON-safe for RFC 8785: non-finite floats become None, integers beyond 2^53 become strings."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [clean(v) for v in value]
-    return value
+def clean(value: Any, *, mark_floats: bool = False) -> Any:
+    """JSON-safe for RFC 8785: non-finite floats become None, integers beyond 2^53 become strings.
 
-
-def _mark_floats(value: Any) -> Any:
-    """``clean`` plus: floats become marked strings holding their ES6 form (restored after dumps)."""
+    With ``mark_floats`` (the fast path of ``canonical``), finite floats become marked strings
+    holding their ECMAScript form, restored after ``json.dumps``; a dict key outside the BMP raises
+    ``_NeedsReference`` (keys are then ordered by UTF-16 units, unlike Python's order).
+    """
     if isinstance(value, float):
-        return f"{_MARK}{es6_number(value)}\x00" if math.isfinite(value) else None
+        if not math.isfinite(value):
+            return None
+        return f"{_MARK}{es6_number(value)}\x00" if mark_floats else value
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
         return str(value)
     if isinstance(value, dict):
-        if any(any(ord(ch) > 0xFFFF for ch in str(k)) for k in value):
-            raise _NeedsReference  # key order by UTF-16 units differs from Python's for these
-        return {str(k): _mark_floats(v) for k, v in value.items()}
+        if mark_floats and any(any(ord(ch) > 0xFFFF for ch in str(k)) for k in value):
+            raise _NeedsReference
+        return {str(k): clean(v, mark_floats=mark_floats) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_mark_floats(v) for v in value]
+        return [clean(v, mark_floats=mark_floats) for v in value]
     return value
 
 
@@ -91,7 +85,7 @@ def canonical(value: Any) -> bytes:
     pre-formatted the ECMAScript way (equal to the reference for our data, checked by a property
     test); keys outside the BMP take the reference implementation."""
     try:
-        text = json.dumps(_mark_floats(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+        text = json.dumps(clean(value, mark_floats=True), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False)
     except _NeedsReference:
         return rfc8785.dumps(clean(value))

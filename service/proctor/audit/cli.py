@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor.audit.store import AuditStore, Filters
+from proctor.config import Settings
 
 
 def add_audit_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -64,16 +65,15 @@ def _store_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dsn", help="PostgreSQL audit store, postgresql://…")
 
 
+def _settings(args: argparse.Namespace) -> Settings:
+    """The server's conventions for where the store, key and checkpoint file are (one home: audit/setup.py)."""
+    return Settings.load({"audit_db": args.db, "audit_dsn": args.dsn})
+
+
 def _open(args: argparse.Namespace) -> AuditStore:
-    from proctor.config import default_audit_db
+    from proctor.audit.setup import open_store
 
-    if args.dsn:
-        from proctor.audit.postgres_store import PostgresAuditStore
-
-        return PostgresAuditStore(args.dsn)
-    from proctor.audit.sqlite_store import SQLiteAuditStore
-
-    return SQLiteAuditStore(Path(args.db or default_audit_db()), readonly=True)
+    return open_store(_settings(args), readonly=True)
 
 
 def _fail(message: str, status: int = 2) -> int:
@@ -168,13 +168,13 @@ def _verify(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from proctor.audit.chain import load_public_key
+    from proctor.audit.setup import checkpoint_path, signing_key_path
     from proctor.audit.verify import verify_log
-    from proctor.config import default_audit_db
 
-    base = Path(args.db or default_audit_db()) if not args.dsn else None
-    key_source = args.public_key or (f"{base}.key" if base is not None and Path(f"{base}.key").exists() else None)
-    checkpoints = Path(args.checkpoint_file) if args.checkpoint_file else (
-        Path(f"{base}.checkpoints") if base is not None else None)
+    settings = _settings(args)
+    key_file = signing_key_path(settings)
+    key_source = args.public_key or (str(key_file) if key_file.exists() else None)
+    checkpoints = Path(args.checkpoint_file) if args.checkpoint_file else checkpoint_path(settings)
     try:
         key = load_public_key(key_source) if key_source else None
         store = _open(args)

@@ -15,7 +15,7 @@ import psycopg
 from psycopg import sql
 
 from proctor.audit.chain import GENESIS
-from proctor.audit.store import Filters, Row
+from proctor.audit.store import Filters, Row, filter_sql
 
 WRITER_LOCK = 0x70726F63  # pg_advisory_xact_lock key shared by every proctor writer ("proc")
 COLUMNS = "seq, audit_id, kind, time_ms, caller, request_id, finish_reason, body, prev_hash, hash"
@@ -108,16 +108,7 @@ class PostgresAuditStore:
         return int(value)
 
     def iterate(self, filters: Filters | None = None, start_seq: int = 1) -> Iterator[Row]:
-        where, params = ["seq >= %s"], [start_seq]
-        if filters is not None:
-            if not filters.include_checkpoints:
-                where.append("kind = 'request'")
-            for column, op, value in (("time_ms", ">=", filters.since_ms), ("time_ms", "<", filters.until_ms),
-                                      ("caller", "=", filters.caller), ("request_id", "=", filters.request_id),
-                                      ("finish_reason", "=", filters.finish_reason)):
-                if value is not None:
-                    where.append(f"{column} {op} %s")
-                    params.append(value)  # type: ignore[arg-type]
+        where, params = filter_sql(filters, "%s")
         last_seq = start_seq - 1
         while True:
             params[0] = last_seq + 1

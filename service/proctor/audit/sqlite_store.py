@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from proctor.audit.chain import GENESIS
-from proctor.audit.store import Filters, Row
+from proctor.audit.store import Filters, Row, filter_sql
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit_log (
@@ -85,16 +85,7 @@ class SQLiteAuditStore:
             return int(self._db.execute("SELECT count(*) FROM audit_log").fetchone()[0])
 
     def iterate(self, filters: Filters | None = None, start_seq: int = 1) -> Iterator[Row]:
-        where, params = ["seq >= ?"], [start_seq]
-        if filters is not None:
-            if not filters.include_checkpoints:
-                where.append("kind = 'request'")
-            for column, op, value in (("time_ms", ">=", filters.since_ms), ("time_ms", "<", filters.until_ms),
-                                      ("caller", "=", filters.caller), ("request_id", "=", filters.request_id),
-                                      ("finish_reason", "=", filters.finish_reason)):
-                if value is not None:
-                    where.append(f"{column} {op} ?")
-                    params.append(value)  # type: ignore[arg-type]
+        where, params = filter_sql(filters, "?")
         last_seq = start_seq - 1
         while True:  # pages, so a long export neither holds the lock nor loads the whole log
             params[0] = last_seq + 1

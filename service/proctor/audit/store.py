@@ -56,11 +56,18 @@ class AuditStore(Protocol):
     def close(self) -> None: ...
 
 
-def row_matches(row: Row, filters: Filters) -> bool:
-    if row.kind == "checkpoint" and not filters.include_checkpoints:
-        return False
-    return ((filters.since_ms is None or row.time_ms >= filters.since_ms)
-            and (filters.until_ms is None or row.time_ms < filters.until_ms)
-            and (filters.caller is None or row.caller == filters.caller)
-            and (filters.request_id is None or row.request_id == filters.request_id)
-            and (filters.finish_reason is None or row.finish_reason == filters.finish_reason))
+def filter_sql(filters: Filters | None, placeholder: str) -> tuple[list[str], list[object]]:
+    """WHERE terms and parameters for ``filters`` (``placeholder`` is "?" or "%s"); the first term,
+    ``seq >= ?``, is the paging cursor, its parameter set by the caller."""
+    where, params = [f"seq >= {placeholder}"], [0]
+    if filters is None:
+        return where, params
+    if not filters.include_checkpoints:
+        where.append("kind = 'request'")
+    for column, op, value in (("time_ms", ">=", filters.since_ms), ("time_ms", "<", filters.until_ms),
+                              ("caller", "=", filters.caller), ("request_id", "=", filters.request_id),
+                              ("finish_reason", "=", filters.finish_reason)):
+        if value is not None:
+            where.append(f"{column} {op} {placeholder}")
+            params.append(value)
+    return where, params

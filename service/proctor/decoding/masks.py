@@ -50,8 +50,9 @@ def build_masks(logits: torch.Tensor, rows: list[MaskedRow], top: list[int]) -> 
     dead = [""] * size
     counts = [-1] * size
     constrained = [i for i, row in enumerate(rows) if row.matcher is not None]
+    eos_bans = [row.banned_token_ids() for row in rows]
     layered = [i for i, row in enumerate(rows)
-               if row.forbidden is not None or row.allowed_mask is not None or row.banned_token_ids()]
+               if row.forbidden is not None or row.allowed_mask is not None or eos_bans[i]]
     if not constrained and not layered:
         return Masks(None, removed, dead, counts)
     if constrained:
@@ -73,9 +74,8 @@ def build_masks(logits: torch.Tensor, rows: list[MaskedRow], top: list[int]) -> 
         if row.allowed_mask is not None:
             banned[index] |= ~row.allowed_mask
             _note(banned, index, top, removed, "allowed_token_ids")
-        ids = row.banned_token_ids()
-        if ids:
-            banned[index, list(ids)] = True
+        if eos_bans[index]:
+            banned[index, list(eos_bans[index])] = True
             _note(banned, index, top, removed, "min_new_tokens")
     return Masks(banned, removed, dead, counts)
 

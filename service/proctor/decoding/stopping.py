@@ -12,22 +12,16 @@ is a mask (EOS is suppressed until it is reached), stop strings hold text back w
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proctor.domain import FinishReason, RepetitionParams
-
-BUILTIN_CRITERIA = ("eos", "max_new_tokens", "min_new_tokens", "stop_strings", "stop_token_ids", "deadline",
-                    "constraint_complete", "repetition")
 
 
 @dataclass(frozen=True, slots=True)
 class Stop:
     reason: FinishReason
     detail: str = ""
-
-
-TokenCriterion = Callable[[int, Sequence[int]], "Stop | None"]
 
 
 def repetition_stop(params: RepetitionParams, generated: Sequence[int]) -> Stop | None:

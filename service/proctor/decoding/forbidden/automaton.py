@@ -58,10 +58,6 @@ class PhraseAutomaton:
                 queue.append(child)
         self._delta: list[dict[str, tuple[int, int]]] = [{} for _ in goto]
 
-    @property
-    def state_count(self) -> int:
-        return len(self._goto)
-
     def step(self, state: int, ch: str) -> tuple[int, int]:
         """Read one normalised character."""
         cached = self._delta[state].get(ch)
@@ -77,11 +73,3 @@ class PhraseAutomaton:
             result = (nxt, self._out[nxt])
         self._delta[state][ch] = result
         return result
-
-    def feed(self, state: int, text: str) -> tuple[int, int]:
-        """Read several characters; stops at the first match (its pattern is returned)."""
-        for ch in text:
-            state, matched = self.step(state, ch)
-            if matched != NO_MATCH:
-                return state, matched
-        return state, NO_MATCH

@@ -84,6 +84,7 @@ class ForbiddenIndex:
         self._root_outside_cont = self._mask_from(self._outside(ranges, *self._cont_range), vocab)
         # Banned on the last step (whole-word): as ever, plus tokens that would end the text in a phrase.
         self._root_final = self._root | self._mask_from(finals, vocab) if options.whole_word else self._root
+        self._root_final_outside_cont = self._mask_from(self._outside(ranges + finals, *self._cont_range), vocab)
         self._not_continuation = frozenset(b for b in first if not 0x80 <= b <= 0xBF)
         self._cache: OrderedDict[tuple[State, bool], BanSet] = OrderedDict()
         self._empty = torch.zeros(0, dtype=torch.long)
@@ -196,8 +197,7 @@ class ForbiddenIndex:
             return BanSet(torch.zeros(vocab, dtype=torch.bool), self._ids(outside + inside))
         banned, finals = self._walk(flushed, b"", prune=True, first_bytes=self._not_continuation)
         if last_step:
-            base = self._mask_from(self._outside(self._positions_of(self._root_final), cont_lo, cont_hi), vocab)
-            return BanSet(base, self._ids(banned + finals + inside + inside_finals))
+            return BanSet(self._root_final_outside_cont, self._ids(banned + finals + inside + inside_finals))
         return BanSet(self._root_outside_cont, self._ids(banned + inside))
 
     # --- small helpers --------------------------------------------------------------------------
@@ -213,10 +213,6 @@ class ForbiddenIndex:
         for lo, hi in ranges:
             mask[order[lo:hi]] = True
         return torch.from_numpy(mask)
-
-    def _positions_of(self, mask: torch.Tensor) -> list[tuple[int, int]]:
-        hits = np.nonzero(mask.numpy()[self._trie.order])[0]
-        return [(int(p), int(p) + 1) for p in hits]
 
     @staticmethod
     def _outside(ranges: list[tuple[int, int]], lo_cut: int, hi_cut: int) -> list[tuple[int, int]]:
