@@ -92,3 +92,23 @@ def tiny_engine(tiny_loaded):  # type: ignore[no-untyped-def]
     engine.start()
     yield engine
     engine.shutdown(grace_s=1.0)
+
+
+@pytest.fixture
+def make_engine(tiny_loaded):  # type: ignore[no-untyped-def]
+    """``make_engine(start=True, loaded=None, **settings)``; every engine is shut down at teardown."""
+    from proctor.engine.engine import Engine
+
+    engines: list[Engine] = []
+
+    def _make(start: bool = True, loaded=None, **settings: object) -> Engine:  # type: ignore[no-untyped-def]
+        engine = Engine(loaded or tiny_loaded, tiny_settings(**settings))
+        engines.append(engine)
+        if start:
+            engine.start()
+        return engine
+
+    yield _make
+    for engine in engines:
+        if engine._thread.is_alive():  # an engine that was never started has nothing to stop
+            engine.shutdown(grace_s=0.5)

@@ -22,7 +22,10 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"],
                    help="weights/activations dtype (auto: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--max-batch-size", type=int, help="sequences decoded together (default 1)")
+    p.add_argument("--max-batch-size", type=int, help="requests decoded together (default 32)")
+    p.add_argument("--max-waiting", type=int, help="requests allowed to wait; beyond, RESOURCE_EXHAUSTED (default 64)")
+    p.add_argument("--kv-cache-mb", type=int, help="KV-cache memory budget in MiB (default 4096)")
+    p.add_argument("--max-prefill-tokens", type=int, help="prompt tokens prefilled per step (default 2048)")
     p.add_argument("--max-new-tokens-limit", type=int, help="server cap on max_new_tokens (default 4096)")
     p.add_argument("--grace-period", dest="grace_period_s", type=float, help="seconds to drain on shutdown")
     p.add_argument("--reflection", action=argparse.BooleanOptionalAction, default=None,
@@ -53,6 +56,7 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 
 def _serve(args: argparse.Namespace) -> int:
     keys = ("host", "port", "model", "model_store", "device", "dtype", "threads", "max_batch_size",
+            "max_waiting", "kv_cache_mb", "max_prefill_tokens",
             "max_new_tokens_limit", "grace_period_s", "reflection", "warmup", "log_level",
             "constraint_timeout_s", "compile_workers", "schema_dir", "forbidden_file", "plugins", "audit",
             "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",

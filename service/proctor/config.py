@@ -45,8 +45,12 @@ class Settings:
     max_stop_string_chars: int = 256
     max_stop_token_ids: int = 64
     max_prompt_chars: int = 1_000_000
-    max_batch_size: int = 1
+    # Continuous batching (engine/scheduler.py): requests decoded together, requests allowed to wait
+    # (beyond: RESOURCE_EXHAUSTED), KV-cache memory budget, prompt tokens prefilled per step.
+    max_batch_size: int = 32
     max_waiting: int = 64
+    kv_cache_mb: int = 4096
+    max_prefill_tokens: int = 2048
     max_message_bytes: int = 16 * 1024 * 1024
     reflection: bool | None = None  # None: on when bound to loopback
     grace_period_s: float = 10.0

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from helpers.engine import Collector, tiny_settings
+from helpers.engine import Collector
 
 from proctor.domain import (
     FinishReason,
@@ -64,24 +64,6 @@ def run(engine: Engine, request: GenerationRequest, timeout_s: float = 60) -> Co
     engine.submit(engine.prepare(request), sink)
     sink.wait(timeout_s)
     return sink
-
-
-@pytest.fixture
-def make_engine(tiny_loaded):  # type: ignore[no-untyped-def]
-    """``make_engine(start=True, loaded=None, **settings)``; every engine is shut down at teardown."""
-    engines: list[Engine] = []
-
-    def _make(start: bool = True, loaded=None, **settings: object) -> Engine:  # type: ignore[no-untyped-def]
-        engine = Engine(loaded or tiny_loaded, tiny_settings(**settings))
-        engines.append(engine)
-        if start:
-            engine.start()
-        return engine
-
-    yield _make
-    for engine in engines:
-        if engine._thread.is_alive():  # an engine that was never started has nothing to stop
-            engine.shutdown(grace_s=0.5)
 
 
 @pytest.mark.parametrize("name", ["english", "chinese"])

@@ -1,83 +1,69 @@
-"""The running batch and its KV cache: the only module that indexes the cache by batch position.
+"""The running batch: which request is in which KV-cache slot (the only module that knows).
 
-Prompts of a group are left-padded together and prefilled in one forward pass; each decode step
-feeds one token per row. Finished rows are dropped by selecting cache rows. A single unpadded
-row skips the attention mask and position ids entirely (the common batch-1 case, cheapest path).
-Merging new prompts into a running batch (continuous batching) extends this module later.
+Row ``i`` of every step is slot ``i``. Requests join by a prefill into the next free slot and leave
+by moving the last row into their place, so the running rows are always ``0..B-1`` and a decode
+step needs no gather. Each prompt is prefilled on its own: a forward over a whole prompt already
+runs at matrix-product speed on CPU, and a prompt's cache then never depends on its companions.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
-from proctor.engine.model_runner import ModelRunner
+from proctor.engine.model_runner import SlotRunner
 from proctor.engine.sequence import SequenceState
 
 
 class DecodeBatch:
-    def __init__(self, runner: ModelRunner, pad_token_id: int) -> None:
+    def __init__(self, runner: SlotRunner, kv_budget_bytes: int) -> None:
         self._runner = runner
-        self._pad = pad_token_id
+        self.kv_budget_bytes = kv_budget_bytes
         self.states: list[SequenceState] = []
-        self._cache: DynamicCache | None = None
-        self._mask: torch.Tensor | None = None  # [B, L] 1 = real token; None = no padding anywhere
-        self._next_pos: torch.Tensor | None = None  # [B] position id of the next token
 
     def __len__(self) -> int:
         return len(self.states)
 
-    def prefill(self, states: list[SequenceState]) -> torch.Tensor:
-        """Start a new batch from these sequences; return their next-token logits [B, V]."""
-        device = self._runner.device
-        self.states = list(states)
-        self._cache = DynamicCache()
-        lengths = [len(s.prompt_ids) for s in states]
-        width = max(lengths)
-        ids = torch.full((len(states), width), self._pad, dtype=torch.long)
-        mask = torch.zeros((len(states), width), dtype=torch.long)
-        for row, s in enumerate(states):
-            ids[row, width - lengths[row]:] = torch.tensor(s.prompt_ids)
-            mask[row, width - lengths[row]:] = 1
-        self._next_pos = torch.tensor(lengths, device=device)
-        if min(lengths) == width:
-            self._mask = None
-            return self._runner.forward(ids.to(device), self._cache, None, None)
-        self._mask = mask.to(device)
-        positions = (self._mask.cumsum(-1) - 1).clamp(min=0)
-        return self._runner.forward(ids.to(device), self._cache, self._mask, positions)
+    @property
+    def max_rows(self) -> int:
+        return self._runner.max_slots
 
-    def decode(self, token_ids: list[int]) -> torch.Tensor:
-        """Feed one new token per row (in ``states`` order); return the next logits [B, V]."""
-        device = self._runner.device
-        ids = torch.tensor(token_ids, dtype=torch.long, device=device).unsqueeze(-1)
-        assert self._next_pos is not None
-        if self._mask is None:
-            logits = self._runner.forward(ids, self._cache, None, None)
-        else:
-            self._mask = torch.cat([self._mask, self._mask.new_ones((len(token_ids), 1))], dim=-1)
-            logits = self._runner.forward(ids, self._cache, self._mask, self._next_pos.unsqueeze(-1))
-        self._next_pos = self._next_pos + 1
-        return logits
+    def fits(self, joining: list[SequenceState]) -> bool:
+        """Whether the cache for the running rows plus ``joining`` stays within the memory budget.
 
-    def keep(self, keep_rows: list[int]) -> None:
-        """Drop every row not listed, freeing its slice of the KV cache."""
-        if len(keep_rows) == len(self.states):
-            return
-        self.states = [self.states[i] for i in keep_rows]
-        if not keep_rows:
-            self.clear()
-            return
-        device = self._runner.device
-        index = torch.tensor(keep_rows, dtype=torch.long, device=device)
-        assert self._cache is not None and self._next_pos is not None
-        self._cache.batch_select_indices(index)
-        self._next_pos = self._next_pos.index_select(0, index)
-        if self._mask is not None:
-            self._mask = self._mask.index_select(0, index)
+        Each request reserves its prompt plus ``max_new_tokens``, so a request admitted never runs
+        out of cache. A request alone in the batch is always admitted (its size was validated)."""
+        everyone = self.states + joining
+        if len(everyone) > self.max_rows:
+            return False
+        if len(everyone) <= 1:
+            return True
+        longest = max(len(s.prompt_ids) + s.max_new_tokens for s in everyone)
+        return self._runner.bytes_for(len(everyone), longest) <= self.kv_budget_bytes
+
+    def decode(self) -> torch.Tensor:
+        """Feed every running row its last token; return next-token logits [B, V]."""
+        return self._runner.decode([s.generated[-1] for s in self.states])
+
+    def admit(self, joining: list[SequenceState]) -> torch.Tensor:
+        """Prefill each joining request into the next free slot; return their logits [n, V]."""
+        logits = []
+        for state in joining:
+            logits.append(self._runner.prefill(len(self.states), state.prompt_ids))
+            self.states.append(state)
+        return torch.cat(logits)
+
+    def remove(self, rows: list[int]) -> None:
+        """Free the slots of these rows; the last running row moves into each hole."""
+        for row in sorted(rows, reverse=True):
+            last = len(self.states) - 1
+            if row != last:
+                self._runner.move(last, row)
+                self.states[row] = self.states[last]
+            else:
+                self._runner.free(row)
+            self.states.pop()
 
     def clear(self) -> None:
+        for slot in range(len(self.states)):
+            self._runner.free(slot)
         self.states = []
-        self._cache = None
-        self._mask = None
-        self._next_pos = None

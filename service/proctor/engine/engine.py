@@ -1,7 +1,10 @@
 """The engine: one thread runs the decode loop; callers submit and abort from any thread.
 
-A step reads ``build → forward → process → sample → commit``. Events go to each request's sink
-from the engine thread; the sink must not block (the API hands them to its event loop).
+Continuous batching: a step reads ``expire → decode the running rows → prefill the joining ones →
+process → sample → commit → retire``. Requests join at any step boundary and leave the step they
+finish (or are cancelled / pass their deadline), freeing their KV-cache slot for the next one.
+Events go to each request's sink from the engine thread; the sink must not block (the API hands
+them to its event loop).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from proctor.decoding.pipeline import run_pipeline
 from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
 from proctor.engine.batch import DecodeBatch
-from proctor.engine.model_runner import ModelRunner
+from proctor.engine.model_runner import make_runner
 from proctor.engine.preprocess import PreparedRequest, prepare_masks, prepare_request
 from proctor.engine.scheduler import Scheduler
 from proctor.engine.sequence import EventSink, SequenceState
@@ -47,9 +50,9 @@ class Engine:
         self.server_forbidden = server_forbidden
         self._plugin_context = PluginContext(loaded.tokenizer, loaded.vocab_size, frozenset(loaded.eos_token_ids))
         self._on_health = on_health
-        pad = loaded.pad_token_id if loaded.pad_token_id is not None else min(loaded.eos_token_ids, default=0)
-        self._batch = DecodeBatch(ModelRunner(loaded.model, loaded.device), pad)
-        self._scheduler = Scheduler(settings.max_batch_size, settings.max_waiting)
+        runner = make_runner(loaded.model, max(1, settings.max_batch_size), loaded.device)
+        self._batch = DecodeBatch(runner, settings.kv_cache_mb * 1024 * 1024)
+        self._scheduler = Scheduler(settings.max_waiting, settings.max_prefill_tokens)
         self._eos = frozenset(loaded.eos_token_ids)
         self._pieces: dict[int, str] = {}  # per-token text for token details, filled on first use
         self._by_id: dict[str, SequenceState] = {}
@@ -58,6 +61,7 @@ class Engine:
         self._accepting = True
         self._stop = False
         self._faults = 0
+        self.steps = 0  # decode steps run (tests and diagnostics: "within one step")
         self.healthy = True
         self._thread = threading.Thread(target=self._run, name="proctor-engine", daemon=True)
 
@@ -197,20 +201,22 @@ class Engine:
         now = time.monotonic()
         self._expire(now)
         batch = self._batch
-        if batch.states:
-            logits = batch.decode([s.generated[-1] for s in batch.states])
-        else:
-            group = self._scheduler.take_group(0)
-            if not group:
-                return False
-            for state in group:
+        parts = [batch.decode()] if batch.states else []
+        if not self._stop:
+            joining = self._scheduler.take_joining(batch)
+            for state in joining:
                 state.started = now
-            logits = batch.prefill(group)
+            if joining:
+                parts.append(batch.admit(joining))
+        if not parts:
+            return False
+        logits = parts[0] if len(parts) == 1 else torch.cat(parts)
         decisions = run_pipeline(logits, batch.states)
         now = time.monotonic()
         for state, decision in zip(batch.states, decisions, strict=True):
             state.commit(decision, now)
         self._retire()
+        self.steps += 1
         return True
 
     def _expire(self, now: float) -> None:
@@ -227,11 +233,12 @@ class Engine:
 
     def _retire(self) -> None:
         batch = self._batch
-        done = [s for s in batch.states if s.finished]
+        done = [i for i, s in enumerate(batch.states) if s.finished]
         if not done:
             return
-        batch.keep([i for i, s in enumerate(batch.states) if not s.finished])
-        for state in done:
+        states = [batch.states[i] for i in done]
+        batch.remove(done)
+        for state in states:
             self._forget(state)
 
     def _forget(self, state: SequenceState) -> None:

@@ -1,7 +1,9 @@
-"""Admission: a bounded waiting queue in front of the running batch.
+"""Admission: a bounded waiting queue in front of the running batch (continuous batching).
 
-Today a new group is admitted only when the batch is empty (static batching, up to
-``max_batch_size``, default 1); continuous batching will admit at every step boundary.
+At every step boundary the oldest waiting requests join the running batch while there is a free
+slot and the KV-cache budget allows, up to ``max_prefill_tokens`` of prompt per step (always at
+least one request), so a burst of long prompts cannot stall the running rows for long. Beyond
+``max_waiting`` waiting requests a new one is refused at once (``Overloaded`` → RESOURCE_EXHAUSTED).
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ from collections import deque
 from collections.abc import Callable
 
 from proctor.domain import Overloaded
+from proctor.engine.batch import DecodeBatch
 from proctor.engine.sequence import SequenceState
 
 
 class Scheduler:
-    def __init__(self, max_batch_size: int, max_waiting: int) -> None:
-        self.max_batch_size = max(1, max_batch_size)
+    def __init__(self, max_waiting: int, max_prefill_tokens: int) -> None:
         self.max_waiting = max_waiting
+        self.max_prefill_tokens = max_prefill_tokens
         self._waiting: deque[SequenceState] = deque()
         self._lock = threading.Lock()
 
@@ -27,14 +30,23 @@ class Scheduler:
                 raise Overloaded(f"the waiting queue is full ({self.max_waiting} requests); retry later")
             self._waiting.append(state)
 
-    def take_group(self, running: int) -> list[SequenceState]:
-        """Waiting sequences to prefill now (empty while a batch is running)."""
-        if running:
-            return []
+    def waiting_count(self) -> int:
         with self._lock:
-            group = []
-            while self._waiting and len(group) < self.max_batch_size:
+            return len(self._waiting)
+
+    def take_joining(self, batch: DecodeBatch) -> list[SequenceState]:
+        """The waiting requests that join ``batch`` at this step boundary (oldest first)."""
+        with self._lock:
+            group: list[SequenceState] = []
+            prompt_tokens = 0
+            while self._waiting:
+                candidate = self._waiting[0]
+                if group and prompt_tokens + len(candidate.prompt_ids) > self.max_prefill_tokens:
+                    break
+                if not batch.fits([*group, candidate]):
+                    break
                 group.append(self._waiting.popleft())
+                prompt_tokens += len(candidate.prompt_ids)
             return group
 
     def remove_where(self, predicate: Callable[[SequenceState], bool]) -> list[SequenceState]:

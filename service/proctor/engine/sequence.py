@@ -40,6 +40,7 @@ class SequenceState:
         self.request = request
         self.request_id = request.request_id
         self.prompt_ids = list(prepared.prompt_ids)
+        self.max_new_tokens = prepared.max_new_tokens
         self.generated: list[int] = []
         self.seed = seed
         self.sink = sink

@@ -26,10 +26,12 @@ STATUS_DETAILS_KEY = "grpc-status-details-bin"
 class ProctorError(Exception):
     """A failed call: gRPC status code, message, and the (field, description) pairs of a BadRequest."""
 
-    def __init__(self, code: grpc.StatusCode, message: str, field_violations: Iterable[tuple[str, str]] = ()) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str, field_violations: Iterable[tuple[str, str]] = (),
+                 retry_after_s: float | None = None) -> None:
         self.code: grpc.StatusCode = code
         self.message: str = message
         self.field_violations: list[tuple[str, str]] = [(str(f), str(d)) for f, d in field_violations]
+        self.retry_after_s: float | None = retry_after_s  # the server's RetryInfo hint (RESOURCE_EXHAUSTED)
         super().__init__(self._render())
 
     def _render(self) -> str:
@@ -40,7 +42,7 @@ class ProctorError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Exceptions pickle by their args; ours are rendered text, so rebuild from the fields instead.
-        return (type(self), (self.code, self.message, self.field_violations))
+        return (type(self), (self.code, self.message, self.field_violations, self.retry_after_s))
 
     @classmethod
     def from_rpc_error(cls, error: grpc.RpcError) -> ProctorError:
@@ -50,9 +52,10 @@ class ProctorError(Exception):
         trailing = _call(error, "trailing_metadata") or ()
         blob = next((value for key, value in trailing if key == STATUS_DETAILS_KEY), None)
         status_message, violations = decode_status_details(blob) if isinstance(blob, bytes) else ("", [])
+        retry = decode_retry_delay(blob) if isinstance(blob, bytes) else None
         if not isinstance(code, grpc.StatusCode):
             code = grpc.StatusCode.UNKNOWN
-        return cls(code, message or status_message or str(error), violations)
+        return cls(code, message or status_message or str(error), violations, retry)
 
 
 def decode_status_details(blob: bytes) -> tuple[str, list[tuple[str, str]]]:
@@ -70,6 +73,22 @@ def decode_status_details(blob: bytes) -> tuple[str, list[tuple[str, str]]]:
             detail.Unpack(bad_request)
             violations.extend((v.field, v.description) for v in bad_request.field_violations)
     return status.message, violations
+
+
+def decode_retry_delay(blob: bytes) -> float | None:
+    """The RetryInfo delay in seconds from a serialized google.rpc.Status, or None."""
+    if status_pb2 is None or error_details_pb2 is None:
+        return None
+    try:
+        status = status_pb2.Status.FromString(blob)
+    except DecodeError:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+    return None
 
 
 def _call(error: grpc.RpcError, name: str) -> Any:
