@@ -11,7 +11,7 @@ server's peak resident memory. Then the same with a JSON-schema constraint on ev
 The baseline is ``model.generate()`` (greedy, batch 1, same prompts and new-token count, same
 dtype as the server) run in this process while the server is idle, in the same run.
 
-    python bench/load.py [--concurrency 1,4,16,32] [--requests 0] [--new-tokens 64] [--time-limit-s 240]
+    python bench/load.py [--concurrency 1,4,16,32] [--requests 0] [--new-tokens 128] [--time-limit-s 240]
 """
 
 from __future__ import annotations
@@ -41,14 +41,16 @@ from proctor_client import AsyncProctorClient, ProctorClient, ProctorError  # no
 CLAUSE = ("The Receiving Party shall hold the Confidential Information in strict confidence, shall not disclose "
           "it to any third party without the prior written consent of the Disclosing Party, and shall use it "
           "solely for the Purpose. ")
-# Mixed lengths: the four short shared prompts plus two long ones (about 120 and 330 tokens).
-LOAD_PROMPTS = [*PROMPTS, "Summarise this clause in one sentence: " + CLAUSE * 3,
-                "List the obligations in this agreement: " + CLAUSE * 8]
+# Mixed lengths: the four short shared prompts (15-20 tokens) plus two longer ones (about 50 and 95 tokens).
+LOAD_PROMPTS = [*PROMPTS, "Summarise this clause in one sentence: " + CLAUSE,
+                "List the obligations in this agreement: " + CLAUSE * 2]
+# Long enough that constrained requests also run to --new-tokens: both modes then produce the same
+# number of tokens per request and the ratio compares the cost of a step, not output lengths.
 SCHEMA = {
     "type": "object",
     "properties": {
         "title": {"type": "string", "maxLength": 60},
-        "summary": {"type": "string", "maxLength": 300},
+        "summary": {"type": "string", "minLength": 600, "maxLength": 900},
         "keywords": {"type": "array", "items": {"type": "string", "maxLength": 24}, "maxItems": 6},
     },
     "required": ["title", "summary", "keywords"],
@@ -212,7 +214,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", default="1,4,16,32")
     parser.add_argument("--requests", type=int, default=0, help="requests per level (default: max(6, 2 x streams))")
-    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--modes", default="plain,json")
     parser.add_argument("--ramp-s", type=float, default=2.0, help="streams start spread over this many seconds")
     parser.add_argument("--time-limit-s", type=float, default=240.0, help="per level")

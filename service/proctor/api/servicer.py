@@ -1,7 +1,7 @@
 """The Generation servicer: validate and convert, hand over to the engine, stream events back.
 
 It never imports torch and never lets a protobuf type past ``convert.py``. The engine runs on its
-own thread; its events come back through ``loop.call_soon_threadsafe`` into an asyncio queue.
+own thread; its events come back through a ``LoopRelay`` (one loop wake-up per burst) into an asyncio queue.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from proctor import __version__
 from proctor.api.audit_trail import MODEL_FIELDS, AuditTrail, AuditWriteFailed
 from proctor.api.convert import chunk_from_event, request_from_proto, response_from_events
 from proctor.api.errors import abort_with
+from proctor.api.loop_relay import LoopRelay
 from proctor.audit.records import CallRecord, PrivacyPolicy
 from proctor.config import Settings
 from proctor.domain import (
@@ -71,6 +72,7 @@ class GenerationServicer(pb_grpc.GenerationServicer):
         self._model_info: dict[str, object] = {}
         self._schemas: list[RegisteredSchemaView] = []
         self.audit = audit or AuditTrail(None, PrivacyPolicy(), compliance=False, top_n=0)
+        self._relays: dict[asyncio.AbstractEventLoop, LoopRelay] = {}
 
     def attach(self, engine: GenerationEngine, model_info: dict[str, object],
                schemas: list[RegisteredSchemaView] | None = None) -> None:
@@ -102,10 +104,16 @@ class GenerationServicer(pb_grpc.GenerationServicer):
         prepared = await asyncio.to_thread(engine.prepare, request)
         view: PreparedView = prepared  # type: ignore[assignment]
         call.rendered_prompt, call.prompt_tokens = view.rendered_prompt, len(view.prompt_ids)
-        loop = asyncio.get_running_loop()
+        relay = self._relay_for(asyncio.get_running_loop())
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
-        engine.submit(prepared, lambda event: loop.call_soon_threadsafe(queue.put_nowait, event))
+        engine.submit(prepared, lambda event: relay.send(queue.put_nowait, event))
         return queue
+
+    def _relay_for(self, loop: asyncio.AbstractEventLoop) -> LoopRelay:
+        relay = self._relays.get(loop)
+        if relay is None:
+            relay = self._relays[loop] = LoopRelay(loop)
+        return relay
 
     async def events(self, request: GenerationRequest, call: CallRecord) -> AsyncIterator[TokenEvent]:
         """The request's events until the final one (also kept on ``call``); aborts it if the call goes away."""

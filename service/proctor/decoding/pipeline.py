@@ -171,7 +171,7 @@ def _dead_end(phrase: str) -> RowDecision:
 
 def _dead_rows(logits: torch.Tensor) -> list[int]:
     """Rows with no finite logit left; they are given dummy logits so the batch can still sample."""
-    dead = torch.isinf(logits).all(dim=-1).nonzero().flatten().tolist()
+    dead = (logits.amax(dim=-1) == float("-inf")).nonzero().flatten().tolist()
     for index in dead:
         logits[index] = 0.0
     return dead
