@@ -7,7 +7,7 @@ PIP    := $(BIN)/python -m pip
 ARGS   ?=
 PG     := bash scripts/postgres.sh
 
-.PHONY: setup model postgres serve test test-fast bench proto lint clean
+.PHONY: setup model postgres serve test test-fast bench bench-load proto lint clean
 
 setup: $(STAMP) model
 
@@ -38,6 +38,9 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python bench/decode.py $(ARGS)
+
+bench-load: setup
+	$(BIN)/python bench/load.py $(ARGS)
 
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py

@@ -146,3 +146,31 @@ def test_other_architectures_use_the_per_slot_runner(tokenizer) -> None:  # type
         logits = runner.decode([9])
         reference = model(input_ids=torch.tensor([rows[1] + [9]])).logits[0, -1]
     assert torch.allclose(logits[0], reference, atol=1e-4)
+
+
+def test_a_failing_prefill_fails_its_batch_cleanly_and_the_engine_goes_on(make_engine, tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    runner = make_runner(tiny_loaded.model, 4, torch.device("cpu"))
+    poisoned = list(tiny_loaded.tokenizer(PROMPTS[4])["input_ids"])
+
+    class FaultyRunner:  # the real runner, with a fault injected for one prompt
+        max_slots = runner.max_slots
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(runner, name)
+
+        def prefill(self, slot: int, token_ids: list[int]) -> torch.Tensor:
+            if list(token_ids) == poisoned:
+                raise RuntimeError("injected prefill fault")
+            return runner.prefill(slot, token_ids)
+
+    engine = make_engine(max_batch_size=4, start=False)
+    engine._batch._runner_built = FaultyRunner()
+    ok, bad = Collector(), Collector()
+    engine.submit(engine.prepare(request(0, 6, "ok")), ok)
+    engine.submit(engine.prepare(request(4, 6, "bad")), bad)
+    engine.start()
+    assert bad.wait(30)[-1].finish_reason is FinishReason.ERROR
+    assert "injected prefill fault" in (bad.final.error or "")
+    ok.wait(30)
+    assert engine.active_count() == 0
+    assert run_alone(engine, request(1, 4, "after")) != []  # the engine still serves

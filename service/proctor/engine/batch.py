@@ -56,8 +56,9 @@ class DecodeBatch:
         """Prefill each joining request into the next free slot; return their logits [n, V]."""
         logits = []
         for state in joining:
-            logits.append(self._runner.prefill(len(self.states), state.prompt_ids))
+            # Joined before the prefill: if it fails, the engine fails every row of the batch, this one too.
             self.states.append(state)
+            logits.append(self._runner.prefill(len(self.states) - 1, state.prompt_ids))
         return torch.cat(logits)
 
     def remove(self, rows: list[int]) -> None:
