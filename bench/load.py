@@ -4,14 +4,15 @@ Starts ``proctor serve`` in a subprocess (real default model, audit on in a temp
 then for each concurrency N runs a closed loop of N asyncio streams (each sends its next request
 when the previous one ends) over a fixed set of prompts of mixed lengths, a fixed number of
 requests per level, bounded in time. Streams start spread over ``--ramp-s`` seconds, the way a
-fleet of callers arrives, instead of all in the same millisecond. Reports per level: aggregate
-output tokens/s, time to first token p50/p99, time per output token p50/p99, errors, and the
-server's peak resident memory. Then the same with a JSON-schema constraint on every request.
+fleet of callers arrives, instead of all in the same millisecond. Each level runs without and
+with a JSON-schema constraint on every request, the two alternating, ``--rounds`` times. Reports
+per level: aggregate output tokens/s (median over rounds), time to first token p50/p99 and time
+per output token p50/p99 (over all rounds' requests), errors, and the server's peak resident memory.
 
 The baseline is ``model.generate()`` (greedy, batch 1, same prompts and new-token count, same
 dtype as the server) run in this process while the server is idle, in the same run.
 
-    python bench/load.py [--concurrency 1,4,16,32] [--requests 0] [--new-tokens 128] [--time-limit-s 240]
+    python bench/load.py [--concurrency 1,4,16,32] [--rounds 2] [--new-tokens 128] [--time-limit-s 240]
 """
 
 from __future__ import annotations
@@ -69,10 +70,12 @@ class Level:
     errors: list[str] = field(default_factory=list)
     completed: int = 0
     peak_rss_mb: float = 0.0
+    round_rates: list[float] = field(default_factory=list)  # tokens/s of each round
 
     @property
     def tokens_per_s(self) -> float:
-        return self.tokens / self.wall_s if self.wall_s else 0.0
+        """Median over rounds (each round: its tokens / its wall time)."""
+        return statistics.median(self.round_rates) if self.round_rates else 0.0
 
 
 def pct(values: list[float], q: float) -> float:
@@ -148,7 +151,7 @@ async def run_level(address: str, level: Level, requests: int, new_tokens: int, 
     async with AsyncProctorClient(address, timeout_s=time_limit_s, retries=0) as client:
         begin = time.perf_counter()
         await asyncio.gather(*(worker(client, n) for n in range(level.concurrency)))
-        level.wall_s = time.perf_counter() - begin
+        level.wall_s += time.perf_counter() - begin
 
 
 def baseline(model_info: object, new_tokens: int, repeats: int) -> tuple[float, float]:
@@ -196,8 +199,8 @@ def print_table(levels: list[Level], base_rate: float, base_ttft: float, command
     print(f"\n`{command}`\n")
     print(f"Baseline `model.generate()` (batch 1, same prompts): {base_rate:.1f} tok/s, "
           f"time to first token {base_ttft * 1000:.0f} ms\n")
-    print("| mode | streams | requests | tok/s | × generate() | × 1 stream | × plain | TTFT p50 / p99 ms "
-          "| TTFT p99 × 1 stream | TPOT p50 / p99 ms | errors | peak RSS MB |")
+    print("| mode | streams | requests | tok/s (median of rounds) | × generate() | × 1 stream | × plain "
+          "| TTFT p50 / p99 ms | TTFT p99 × 1 stream | TPOT p50 / p99 ms | errors | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for lv in levels:
         vs_plain = f"{lv.tokens_per_s / plain[lv.concurrency]:.2f}" if lv.mode == "json" and plain.get(
@@ -218,7 +221,8 @@ def main() -> None:
     parser.add_argument("--modes", default="plain,json")
     parser.add_argument("--ramp-s", type=float, default=2.0, help="streams start spread over this many seconds")
     parser.add_argument("--time-limit-s", type=float, default=240.0, help="per level")
-    parser.add_argument("--baseline-repeats", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=2, help="repeat every level; figures are medians")
+    parser.add_argument("--baseline-repeats", type=int, default=2)
     parser.add_argument("--server-arg", action="append", default=[], help="extra `proctor serve` argument")
     args = parser.parse_args()
     levels_n = [int(c) for c in args.concurrency.split(",")]
@@ -229,17 +233,22 @@ def main() -> None:
         with ProctorClient(address, timeout_s=600) as client:
             info = client.wait_ready(600)
         print(f"server ready: {info.model_id} {info.dtype} on {info.device}", file=sys.stderr, flush=True)
-        for mode in args.modes.split(","):
+        modes = args.modes.split(",")
+        levels = [Level(n, mode) for mode in modes for n in levels_n]
+        for round_ in range(args.rounds):
             for n in levels_n:
-                level = Level(n, mode)
-                requests = args.requests or max(6, 2 * n)
-                with RssSampler(process.pid) as rss:
-                    asyncio.run(run_level(address, level, requests, args.new_tokens, args.ramp_s if n > 1 else 0,
-                                          args.time_limit_s))
-                level.peak_rss_mb = rss.peak_kb / 1024
-                levels.append(level)
-                print(f"{mode} x{n}: {level.tokens_per_s:.1f} tok/s, TTFT p99 {pct(level.ttft_s, 0.99) * 1000:.0f} ms, "
-                      f"{len(level.errors)} errors {level.errors[:2]}", file=sys.stderr, flush=True)
+                # Modes alternate within a level, in a different order each round, so machine noise
+                # hits both alike; figures are medians over rounds.
+                for mode in modes if round_ % 2 == 0 else modes[::-1]:
+                    level = next(lv for lv in levels if lv.concurrency == n and lv.mode == mode)
+                    tokens_before, wall_before = level.tokens, level.wall_s
+                    with RssSampler(process.pid) as rss:
+                        asyncio.run(run_level(address, level, args.requests or max(6, 2 * n), args.new_tokens,
+                                              args.ramp_s if n > 1 else 0, args.time_limit_s))
+                    level.peak_rss_mb = max(level.peak_rss_mb, rss.peak_kb / 1024)
+                    level.round_rates.append((level.tokens - tokens_before) / (level.wall_s - wall_before))
+                    print(f"round {round_ + 1}: {mode} x{n}: {level.round_rates[-1]:.1f} tok/s, "
+                          f"{len(level.errors)} errors {level.errors[:2]}", file=sys.stderr, flush=True)
         base_rate, base_ttft = baseline(info, args.new_tokens, args.baseline_repeats)
         print(f"generate(): {base_rate:.1f} tok/s", file=sys.stderr, flush=True)
     finally:
