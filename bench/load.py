@@ -119,8 +119,8 @@ async def run_level(address: str, level: Level, requests: int, new_tokens: int, 
         kwargs: dict[str, object] = {"max_new_tokens": new_tokens, "temperature": 0}
         if level.mode == "json":
             kwargs["json_schema"] = SCHEMA
-        else:
-            kwargs["min_new_tokens"] = new_tokens
+        else:  # run to the full length without an EOS mask (min_new_tokens would add one per step)
+            kwargs["ignore_eos"] = True
         start = time.perf_counter()
         first = last = 0.0
         count = 0
