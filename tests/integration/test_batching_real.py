@@ -82,7 +82,7 @@ def test_sixteen_concurrent_streams_match_their_solo_runs(server: Any, client: P
     finally:
         stop.set()
         watcher.join()
-    assert widest["rows"] >= 12, f"the requests did not run together (widest batch {widest['rows']})"
+    assert widest["rows"] >= 10, f"the requests did not run together (widest batch {widest['rows']})"
     for index, (solo, batched) in enumerate(zip(alone, together, strict=True)):
         assert solo, f"request {index} produced nothing alone"
         assert batched == solo, f"request {index} ({REQUESTS[index][0][:30]!r}) differs in a batch: {batched} vs {solo}"
