@@ -174,3 +174,18 @@ def test_a_failing_prefill_fails_its_batch_cleanly_and_the_engine_goes_on(make_e
     ok.wait(30)
     assert engine.active_count() == 0
     assert run_alone(engine, request(1, 4, "after")) != []  # the engine still serves
+
+
+def test_slot_forward_runs_in_bfloat16_on_cpu(tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    import copy
+
+    model = copy.deepcopy(tiny_model).to(torch.bfloat16)
+    slots = LlamaSlots(model, 2, torch.device("cpu"))
+    ids = tokenizer(PROMPTS[0])["input_ids"]
+    with torch.inference_mode():
+        first = slots.prefill(0, ids)
+        second = slots.decode([int(first.argmax())])
+        reference = model(input_ids=torch.tensor([[*ids, int(first.argmax())]])).logits[0, -2:].float()
+    assert first.dtype == torch.float32
+    assert torch.allclose(first[0], reference[0], atol=0.1, rtol=0.05)
+    assert torch.allclose(second[0], reference[1], atol=0.1, rtol=0.05)

@@ -70,9 +70,10 @@ class LlamaSlots:
         self.eps = float(cfg.rms_norm_eps)
         self.max_slots = max_slots
         self._scale = self.head_dim ** -0.5
-        self.context_length = int(getattr(cfg, "max_position_embeddings", 2048))
-        self._packed = device.type == "cpu" and torch.backends.mkldnn.is_available()
+        self._packed = device.type == "cpu" and _can_pack(model.lm_head.weight.dtype)
         store = self._pack
+        # The model's own linear weights stay referenced by the model; the packed copies double the
+        # weight memory on CPU (about 0.5 GB for the default model in fp32).
         self._embed = inner.embed_tokens.weight
         self._final_norm = inner.norm.weight
         self._lm_head = store(model.lm_head.weight)
@@ -82,7 +83,7 @@ class LlamaSlots:
             _Layer(
                 in_norm=layer.input_layernorm.weight,
                 qkv=store(torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
-                               layer.self_attn.v_proj.weight])),
+                                     layer.self_attn.v_proj.weight])),
                 o=store(layer.self_attn.o_proj.weight),
                 post_norm=layer.post_attention_layernorm.weight,
                 gate_up=store(torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])),
@@ -98,9 +99,6 @@ class LlamaSlots:
         self.lengths = [0] * max_slots  # tokens held per slot
 
     # --- cache management ---------------------------------------------------------------------
-    def allocated_bytes(self) -> int:
-        return self._rows * self._capacity * self.bytes_per_token
-
     def bytes_for(self, rows: int, length: int) -> int:
         """Cache size once ``rows`` slots can each hold ``length`` tokens."""
         return self._round_rows(max(rows, self._rows)) * _round_up(max(length, self._capacity)) * self.bytes_per_token
@@ -229,6 +227,17 @@ class LlamaSlots:
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         return self._linear(self._norm(h, self._final_norm), self._lm_head).float()
+
+
+def _can_pack(dtype: torch.dtype) -> bool:
+    """Whether oneDNN packs weights of this type here (bf16 needs AVX-512 or AVX-NE-CONVERT)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros((8, 8), dtype=dtype), PACK_ROWS_HINT)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
