@@ -111,7 +111,7 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow]) -> list[RowDecisio
         )
         final = logits.index_copy(0, index, warped)
         processed = True
-    chosen = sample_rows(final, greedy, [row.generator for row in rows])
+    chosen = sample_rows(final, greedy, [row.generator for row in rows], argmax=None if processed else top)
     if any(row.matcher is not None and row.forbidden is not None for row in rows):
         processed = _avoid_dead_ends(final, rows, chosen, greedy, dead, masks) or processed
     final_logprobs = torch.log_softmax(final, dim=-1) if processed else raw_logprobs
