@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers.engine import TINY_CONTEXT, tiny_settings
+from helpers.requirements import missing
 
 from proctor.config import default_model_store
 
@@ -38,7 +39,7 @@ def audit_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def default_model_dir() -> Path:
     path = default_model_store() / DEFAULT_MODEL_NAME
     if not (path / "tokenizer.json").is_file() or not (path / "config.json").is_file():
-        pytest.skip(f"the default model is not installed at {path}; run `make setup`")
+        missing(f"the default model is not installed at {path}; run `make setup`")
     return path
 
 

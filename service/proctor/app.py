@@ -124,7 +124,7 @@ def _build_constraints(loaded: object, settings: Settings) -> object:
         isolate=settings.constraint_isolation, workers=settings.compile_workers)
     compiler.prewarm()
     registry = SchemaRegistry.load(Path(settings.schema_dir) if settings.schema_dir else None)
-    service = ConstraintService(compiler, registry)
+    service = ConstraintService(compiler, registry, max_schema_depth=settings.max_schema_depth)
     for entry in registry.list():
         prepared = service.prepare(ConstraintRequest("schema_ref", text=entry.ref))
         log.info("schema %s compiled with %s in %.0f ms", entry.ref, prepared.summary.backend,

@@ -60,6 +60,12 @@ class Settings:
     # (isolation makes a runaway compile killable; off only for in-process tests), schema registry.
     constraint_timeout_s: float = 5.0
     max_constraint_bytes: int = 1024 * 1024
+    max_schema_depth: int = 64  # JSON nesting of a schema (brackets), checked on the text before parsing
+    # Validated fallback for JSON schemas no engine enforces exactly: attempts per request (each one
+    # generated under the relaxed schema and validated against the full one), and the temperature
+    # of the retries of a greedy request (a retry with the same settings would repeat itself).
+    fallback_attempts: int = 3
+    fallback_temperature: float = 0.7
     compile_workers: int = 1
     constraint_isolation: bool = True
     schema_dir: str = ""  # empty: the registry shipped with the package (proctor/schemas)

@@ -37,15 +37,17 @@ TABLE = [
      {b: [("#", "minProperties")] for b in ALL}),
     ({"type": "object", "properties": {"foo": {"type": "integer"}}, "patternProperties": {"f.o": {"type": "integer"}}},
      {"xgrammar": [("#", "patternProperties")], "outlines": [("#", "patternProperties")]}),
-    ({"type": "object", "dependentRequired": {"a": ["b"]}}, {b: [("#", "dependentRequired")] for b in ALL}),
-    ({"oneOf": [{"type": "integer"}, {"type": "string"}]},
-     {"xgrammar": [("#", "oneOf")], "outlines": [("#", "oneOf")]}),
+    # dependentRequired is rewritten to an anyOf (exact), which llguidance enforces; the others
+    # drop siblings of anyOf or ignore required names outside properties.
+    ({"type": "object", "dependentRequired": {"a": ["b"]}},
+     {b: [("#", "type"), ("#/anyOf/0", "properties"), ("#/anyOf/1", "required")] for b in ("xgrammar", "outlines")}),
+    ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, {}),  # disjoint: rewritten to anyOf
+    ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, {b: [("#", "oneOf")] for b in ("xgrammar", "outlines")}),
     ({"allOf": [{"type": "integer"}, {"type": "integer", "minimum": 2}]},
-     {"xgrammar": [("#", "allOf")], "outlines": [("#", "allOf")]}),
+     {"xgrammar": [("#", "type")], "outlines": [("#", "allOf")]}),
     ({"type": "string", "anyOf": [{"type": "string"}]}, {"xgrammar": [("#", "type")], "outlines": [("#", "type")]}),
     ({"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n", "minimum": 3},
      {"xgrammar": [("#", "minimum")], "outlines": [("#", "minimum")]}),
-    ({"$ref": "#/$defs/missing"}, {b: [("#", "$ref")] for b in ALL}),
     ({"$ref": "http://example.com/s.json"}, {b: [("#", "$ref")] for b in ALL}),
     ({"type": "integer", "not": {"const": 3}}, {b: [("#", "not")] for b in ALL}),
     ({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}},
@@ -53,7 +55,9 @@ TABLE = [
     ({"type": "string", "format": "date"}, {b: [("#", "format")] for b in ALL}),
     ({"type": "string", "format": "uuid"}, {}),
     ({"type": "string", "format": "ipv6"}, {"xgrammar": [("#", "format")], "outlines": [("#", "format")]}),
-    ({"type": "string", "format": "no-such-format"}, {b: [("#", "format")] for b in ALL}),
+    ({"type": "string", "format": "no-such-format"}, {}),  # not a format the spec defines: an annotation
+    ({"type": "object", "x-kubernetes-group-version-kind": [{"kind": "Pod"}], "_format": "x", "readonly": True,
+      "preferredOrder": ["a"], "id": "v1", "properties": {"a": {"type": "string", "name": "a"}}}, {}),
     ({"type": "string", "pattern": "(a)\\1"}, {b: [("#", "pattern")] for b in ALL}),
     ({"const": "a\u0000b"}, {"llguidance": [("#", "const")]}),
     # Patterns are matched against raw JSON text by xgrammar and outlines: '"', '\\' or a control character
@@ -70,8 +74,10 @@ TABLE = [
     ({"type": "string", "format": "email", "minLength": 3, "maxLength": 8},
      {"xgrammar": [("#", "minLength"), ("#", "maxLength")], "outlines": [("#", "format")]}),
     ({"type": "string", "pattern": "^[a-z]+$"}, {}),
-    ({"type": "object", "x-guidance": {"lenient": True}}, {b: [("#", "x-guidance")] for b in ALL}),
-    ({"type": "object", "properties": {"a": {"$id": "other.json", "type": "integer"}}},
+    ({"type": "object", "x-guidance": {"lenient": True}}, {}),  # our llguidance options are overrides; stripped
+    ({"type": "object", "properties": {"a": {"$id": "other.json", "type": "integer"}}}, {}),  # no $ref to re-base
+    ({"type": "object", "properties": {"a": {"$id": "other.json", "$defs": {"n": {"type": "integer"}},
+                                             "$ref": "#/properties/a/$defs/n"}}},
      {b: [("#/properties/a", "$id")] for b in ALL}),
     ({"$id": "root.json", "title": "t", "description": "d", "$comment": "c", "examples": [1], "default": 1,
       "deprecated": False, "readOnly": True, "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -125,8 +131,6 @@ def test_limits_are_checked_depth_first_and_name_the_limit() -> None:
         check_limits(deep)
     with pytest.raises(ConstraintError, match=r"limit \(max_bytes\) is 100"):
         check_limits({"enum": ["x" * 200]}, max_bytes=100)
-    with pytest.raises(ConstraintError, match=r"max_depth"):
-        check_schema({"type": "array", "items": {"type": "array", "items": {}}}, "llguidance", max_depth=2)
     check_limits({"type": "array", "items": {}}, max_depth=2)
 
 
@@ -153,3 +157,32 @@ def test_whitespace_classes_follow_ecma() -> None:
                                      "[a&&b]", "(?i)a", "\\cA", "abc\\"])
 def test_untranslatable_patterns_are_refused(pattern: str) -> None:
     assert translate(pattern) is None
+
+
+def test_dangling_refs_and_cycles_without_base_case_are_refused() -> None:
+    with pytest.raises(ConstraintError, match="does not exist"):
+        check_schema({"$ref": "#/$defs/missing"}, "llguidance")
+    cycle = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+    with pytest.raises(ConstraintError, match="no finite value"):
+        check_schema(cycle, "llguidance")
+    forced = {"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}
+    with pytest.raises(ConstraintError, match="no finite value"):
+        check_schema(forced, "llguidance")
+    # A recursive schema with a way out is fine: null ends the chain, or the property is optional.
+    chain = {"type": ["object", "null"], "properties": {"next": {"$ref": "#"}}, "required": ["next"]}
+    check_schema(chain, "llguidance")
+    check_schema({"type": "object", "properties": {"next": {"$ref": "#"}}}, "llguidance")
+
+
+def test_every_problem_is_named_with_its_pointer() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True},
+                                               "b": {"not": {"type": "string"}}},
+              "propertyNames": {"maxLength": 3}}
+    with pytest.raises(ConstraintError) as info:
+        check_schema(schema, "llguidance")
+    reason = info.value.reason
+    for expected in ("'propertyNames' at #", "'uniqueItems' at #/properties/a", "'not' at #/properties/b"):
+        assert expected in reason
+    many = {"type": "object", "properties": {f"p{i}": {"type": "array", "uniqueItems": True} for i in range(30)}}
+    with pytest.raises(ConstraintError, match="and 18 more"):
+        check_schema(many, "llguidance")

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.requirements import BENCHDATA, missing
 
 from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends import create_backend
@@ -20,7 +21,6 @@ from proctor.constraints.spec import ConstraintSpec
 
 pytestmark = pytest.mark.real_model
 
-BENCHDATA = Path(__file__).resolve().parents[3] / "shared" / "benchdata"
 SUITE = BENCHDATA / "json-schema-test-suite" / "tests" / "draft2020-12"
 # outlines-core takes minutes to index an unconstrained array-or-object (4.5 min each measured).
 SLOW = {("outlines", "type.json", "type: array or object"), ("outlines", "type.json", "type: array, object or null")}
@@ -42,7 +42,7 @@ def spellings(data: object) -> set[str]:
 def test_no_invalid_instance_passes_a_guarded_schema(tokenizer, engine: str) -> None:  # type: ignore[no-untyped-def]
     files = suite_files()
     if not files:
-        pytest.skip(f"the JSON Schema Test Suite is not at {SUITE}")
+        missing(f"the JSON Schema Test Suite is not at {SUITE}")
     backend = create_backend(engine, tokenizer, len(tokenizer), (tokenizer.eos_token_id,))
     leaks, compiled_groups = [], 0
     for path in files:

@@ -46,7 +46,9 @@ def test_auto_falls_back_and_results_are_cached(compiler: ConstraintCompiler) ->
     again = compiler.compile(grammar)
     assert again.cache_hit and again.compiled is first.compiled
     schema = ConstraintSpec.json_schema({"type": "object", "not": {"required": ["a"]}})
+    relaxed = compiler.compile(schema)  # no engine enforces `not`: the validated fallback
+    assert relaxed.backend == "llguidance" and not relaxed.exact and relaxed.relaxed == ("not at #",)
     with pytest.raises(ConstraintError) as caught:
-        compiler.compile(schema)
+        compiler.compile(schema, exact_only=True)
     message = str(caught.value)
     assert "not" in message and "llguidance" in message and "xgrammar" in message

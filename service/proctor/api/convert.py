@@ -47,6 +47,11 @@ BACKEND_FROM_PROTO: dict[int, str] = {
     pb.CONSTRAINT_BACKEND_LLGUIDANCE: "llguidance",
     pb.CONSTRAINT_BACKEND_OUTLINES: "outlines",
 }
+FORMAT_TO_PROTO: dict[str, int] = {
+    "enforced": pb.FORMAT_HANDLING_ENFORCED,
+    "validated": pb.FORMAT_HANDLING_VALIDATED,
+    "annotation": pb.FORMAT_HANDLING_ANNOTATION,
+}
 SYNTAX_FROM_PROTO: dict[int, str] = {pb.GRAMMAR_SYNTAX_LARK: "lark", pb.GRAMMAR_SYNTAX_EBNF: "ebnf"}
 
 
@@ -58,7 +63,8 @@ def constraint_from_proto(message: pb.GenerateRequest) -> ConstraintRequest | No
     if message.constraint_backend not in BACKEND_FROM_PROTO:
         raise RequestValidationError.single("constraint_backend", f"unknown backend {message.constraint_backend}")
     common = {"backend": BACKEND_FROM_PROTO[message.constraint_backend],
-              "flexible_whitespace": message.json_whitespace == pb.JSON_WHITESPACE_FLEXIBLE}
+              "flexible_whitespace": message.json_whitespace == pb.JSON_WHITESPACE_FLEXIBLE,
+              "exact_only": message.constraint_exact_only}
     if kind == "choice":
         return ConstraintRequest("choice", options=tuple(message.choice.options), **common)  # type: ignore[arg-type]
     if kind == "grammar":
@@ -161,9 +167,16 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
         target.schema_validation.errors.extend(event.schema_check.errors)
     if event.constraint is not None:
         c = event.constraint
-        target.constraint.CopyFrom(pb.ConstraintInfo(kind=c.kind, backend=c.backend, spec_sha256=c.spec_sha256,
-                                                     schema_ref=c.schema_ref, cache_hit=c.cache_hit,
-                                                     compile_ms=c.compile_ms))
+        target.constraint.CopyFrom(pb.ConstraintInfo(
+            kind=c.kind, backend=c.backend, spec_sha256=c.spec_sha256, schema_ref=c.schema_ref,
+            cache_hit=c.cache_hit, compile_ms=c.compile_ms, exact=c.exact, relaxed_keywords=c.relaxed,
+            formats=[pb.FormatUse(path=f.path, format=f.format, handling=FORMAT_TO_PROTO[f.handling])
+                     for f in c.formats]))
+    target.attempts.extend(
+        pb.GenerationAttempt(attempt=a.number, seed=a.seed, temperature=a.temperature,
+                             completion_tokens=a.completion_tokens, finish_reason=FINISH_TO_PROTO[a.finish_reason],
+                             valid=a.valid, errors=a.errors)
+        for a in event.attempts)
     target.plugins.extend(pb.PluginInfo(name=p.name, version=p.version, kind=p.kind) for p in event.plugins)
     if event.timings is not None:
         target.timings.queue_ms = event.timings.queue_ms

@@ -157,6 +157,9 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
         if final.constraint is not None:
             body["constraint"] = dataclasses.asdict(final.constraint)
         body["plugins"] = [dataclasses.asdict(p) for p in final.plugins]
+        if final.attempts:  # the validated fallback: every attempt, the returned one last
+            body["attempts"] = [{**dataclasses.asdict(a), "finish_reason": a.finish_reason.value}
+                                for a in final.attempts]
     return body
 
 

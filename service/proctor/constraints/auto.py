@@ -85,6 +85,11 @@ ORDER: dict[str, tuple[str, ...]] = {
     EBNF: ("xgrammar", "llguidance"),
 }
 
+# The validated fallback (a JSON schema no engine enforces exactly): its relaxed superset is
+# compiled by this engine — llguidance, which was sound on both benches and refuses what it does
+# not implement, so the superset it is given is the superset it enforces.
+FALLBACK: dict[str, str] = {JSON: "llguidance"}
+
 
 def policy_key(spec: ConstraintSpec) -> str:
     """The row of ``ORDER`` for ``spec``: its kind, and for grammars the syntax."""

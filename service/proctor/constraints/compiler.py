@@ -7,17 +7,20 @@ limit and the result is loaded here; with it off (tests with a tiny model) it ru
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from proctor.constraints.auto import backend_order
+from proctor.constraints import schema_relax
+from proctor.constraints.auto import FALLBACK, backend_order, policy_key
 from proctor.constraints.backend import Backend, CompiledConstraint, ConstraintError
 from proctor.constraints.cache import CacheEntry, CompiledCache, cache_key
-from proctor.constraints.spec import AUTO, BACKEND_NAMES, ConstraintSpec
+from proctor.constraints.spec import AUTO, BACKEND_NAMES, ConstraintKind, ConstraintSpec
 from proctor.constraints.worker import WorkerConfig
-from proctor.constraints.worker_pool import WorkerPool
+from proctor.constraints.worker_pool import STUCK_PREFIXES, WorkerPool
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +31,15 @@ class CompileLimits:
 
 @dataclass(frozen=True, slots=True)
 class CompileResult:
+    """``exact``: the mask enforces the whole constraint; else it enforces the superset that
+    ``relaxed`` (keyword at pointer) describes, and the output must be validated (and retried)."""
+
     compiled: CompiledConstraint
     backend: str
     cache_hit: bool
     compile_ms: float
+    exact: bool = True
+    relaxed: tuple[str, ...] = ()
 
 
 class ConstraintCompiler:
@@ -70,8 +78,12 @@ class ConstraintCompiler:
                 self._backends[name] = create_backend(name, self._tokenizer, self._vocab_size, self._eos)
             return self._backends[name]
 
-    def compile(self, spec: ConstraintSpec, backend: str = AUTO) -> CompileResult:
-        """Compile with the named engine, or with AUTO's order falling back on refusal."""
+    def compile(self, spec: ConstraintSpec, backend: str = AUTO, *, exact_only: bool = False) -> CompileResult:
+        """Compile with the named engine, or with AUTO's order falling back on refusal.
+
+        A JSON schema that no engine enforces exactly goes to the validated fallback (the relaxed
+        superset, compiled by ``FALLBACK``'s engine or the one named) unless ``exact_only``.
+        """
         size = len(spec.text.encode())
         if size > self.limits.max_spec_bytes:
             raise ConstraintError(f"the constraint is {size} bytes; the limit is {self.limits.max_spec_bytes} bytes")
@@ -82,9 +94,23 @@ class ConstraintCompiler:
                 return self._compile_with(name, spec)
             except ConstraintError as exc:
                 reasons.append(f"{name}: {exc.reason}")
+        fallback = FALLBACK.get(policy_key(spec)) if backend == AUTO else backend
+        # An engine that ran out of time (or crashed) on the schema would do so again on its superset.
+        stuck = any(r.startswith(f"{fallback}: {prefix}") for r in reasons for prefix in STUCK_PREFIXES)
+        if spec.kind is ConstraintKind.JSON_SCHEMA and fallback and not exact_only and not stuck:
+            try:
+                return self._compile_relaxed(fallback, spec)
+            except ConstraintError as exc:
+                reasons.append(f"validated fallback ({fallback}): {exc.reason}")
         if len(reasons) == 1:
             raise ConstraintError(reasons[0])
         raise ConstraintError("no constraint engine accepted it — " + "; ".join(reasons))
+
+    def _compile_relaxed(self, name: str, spec: ConstraintSpec) -> CompileResult:
+        """The relaxed superset of a JSON schema, compiled by ``name`` (cached like any spec)."""
+        relaxed_spec, relaxed = _relaxed(spec, name)
+        result = self._compile_with(name, relaxed_spec)
+        return dataclasses.replace(result, exact=False, relaxed=relaxed)
 
     def _compile_with(self, name: str, spec: ConstraintSpec) -> CompileResult:
         key = cache_key(name, spec, self._fingerprint)
@@ -115,3 +141,14 @@ class ConstraintCompiler:
         stats = self.cache.stats()
         stats["worker_restarts"] = self._pool.restarts if self._pool is not None else 0
         return stats
+
+
+@functools.lru_cache(maxsize=256)
+def _relaxed(spec: ConstraintSpec, engine: str) -> tuple[ConstraintSpec, tuple[str, ...]]:
+    """The relaxed spec and what was relaxed (``keyword at pointer``); cached per spec and engine."""
+    try:
+        result = schema_relax.relax(spec.schema, engine)
+    except RecursionError as exc:
+        raise ConstraintError("the schema nests too deeply to analyse (max_schema_depth)", engine) from exc
+    relaxed_spec = ConstraintSpec.json_schema(result.schema, spec.flexible_whitespace)
+    return relaxed_spec, tuple(f"{kw} at {path}" for path, kw in result.relaxed)

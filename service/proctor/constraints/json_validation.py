@@ -14,6 +14,9 @@ reports, so it errs on the strict side:
   constrained output: ``$`` matches only at the very end (Python's also matches before a final newline)
   and ``\\d``/``\\w``/``\\b`` are ASCII (Python's match any Unicode digit or letter). Constraint engines
   read patterns the ECMA way, so this validator agrees with the mask instead of being laxer than it.
+* Each schema is read by its own draft (``$schema``: draft-04, -06, -07, 2019-09, 2020-12; none means
+  2020-12), with that draft's validator class — the same reading ``schema_dialect`` gives the engines.
+  Formats are asserted with the 2020-12 checkers whatever the draft (one list of asserted formats).
 * ``$ref`` is resolved locally only: jsonschema's default would fetch unknown ``$ref`` URLs over HTTP,
   which a server must never do for a client-supplied schema.
 """
@@ -29,9 +32,10 @@ from typing import Any
 
 import referencing
 import referencing.exceptions
-from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema import Draft7Validator, Draft202012Validator, ValidationError, validators
 from jsonschema.exceptions import SchemaError
 
+from proctor.constraints.schema_dialect import validator_class
 from proctor.constraints.spec import canonical_json
 
 TRUNCATED_ERROR = "output truncated at max_new_tokens before the JSON was complete; it is not a valid instance"
@@ -80,14 +84,14 @@ def validate_json_output(text: str, schema: dict[str, Any] | bool, *, truncated:
 
 
 def check_json_schema(schema: object) -> None:
-    """Raise InvalidSchemaError unless ``schema`` is a usable Draft 2020-12 schema with local ``$ref``s only.
+    """Raise InvalidSchemaError unless ``schema`` is a usable schema of its draft with local ``$ref``s only.
 
     For request schemas (before compiling them) and the registry (at load), so both reject the same things.
     """
     if not isinstance(schema, dict | bool):
         raise InvalidSchemaError("a JSON Schema must be an object or a boolean")
     try:
-        Draft202012Validator.check_schema(schema)
+        validator_class(schema).check_schema(schema)
     except SchemaError as exc:
         raise InvalidSchemaError(f"invalid JSON Schema at {json_path(exc.absolute_path)}: {exc.message}") from exc
     for where, ref in _refs(schema, ()):
@@ -163,7 +167,19 @@ def _ecma_pattern_keyword(
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-_Validator = validators.extend(Draft202012Validator, {"pattern": _ecma_pattern_keyword})
+def server_validator_class(schema: object) -> Any:
+    """The validator class the server judges ``schema``'s outputs with (its draft, as extended below)."""
+    return _ecma_validator_class(validator_class(schema))
+
+
+@functools.lru_cache(maxsize=8)
+def _ecma_validator_class(cls: Any) -> Any:
+    """The draft's validator class with ``pattern`` read the ECMA way, and ``dependencies`` asserted
+    in every draft (its draft 4-7 meaning; see ``schema_dialect.normalize``)."""
+    extra = {"pattern": _ecma_pattern_keyword}
+    if "dependencies" not in cls.VALIDATORS:
+        extra["dependencies"] = Draft7Validator.VALIDATORS["dependencies"]
+    return validators.extend(cls, extra)
 
 
 @functools.lru_cache(maxsize=VALIDATOR_CACHE_SIZE)
@@ -172,7 +188,8 @@ def _validator(schema_json: str) -> Any:
     schema = json.loads(schema_json)
     check_json_schema(schema)
     # An empty registry (jsonschema adds the metaschemas) keeps $ref resolution offline.
-    return _Validator(schema, format_checker=FORMAT_CHECKER, registry=referencing.Registry())
+    cls = server_validator_class(schema)
+    return cls(schema, format_checker=FORMAT_CHECKER, registry=referencing.Registry())
 
 
 def _refs(node: object, where: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], str]]:

@@ -1,50 +1,53 @@
-"""Soundness guard for JSON Schemas: refuse what an engine would silently not enforce.
+"""Soundness guard for JSON Schemas: refuse only what an engine would silently not enforce.
 
-Every engine compiles some keywords faithfully, refuses some, and silently ignores others (the
-output then looks constrained but may violate the schema). This module lists, per engine, the
-keywords it enforces and the conditions under which it does; anything else is reported so the
-adapter can refuse the schema before compiling. The lists come from running the JSON Schema Test
-Suite (draft 2020-12, with ``optional/format``) and targeted probes through each engine with the
-real tokenizer: a keyword is allowed only where no invalid instance got through. An allowlist,
-so a keyword nobody checked (or a misspelled one) is refused rather than ignored.
+A deny-list over the known vocabularies (``schema_keywords``): keywords no draft defines are
+annotations — the specification and the server's validator ignore them, so refusing them
+protects nothing — and so are ``format`` values the specification does not define. For each
+engine, ``Policy`` lists the assertion keywords it enforces and the conditions under which it
+does (found by running the JSON Schema Test Suite, MaskBench and targeted probes through each
+engine with the real tokenizer: a keyword counts as enforced only where no invalid instance got
+through). Any other assertion keyword is a problem, reported with its JSON pointer; all of
+them are named at once (bounded), so a caller can fix a schema in one round trip.
+
+Before the guard looks, the schema is read by its own draft and restated in 2020-12 terms
+(``schema_dialect``), rewritten exactly where that helps (``schema_rewrite``), and its local
+references checked. ``relax`` builds the documented superset for the validated fallback: the
+problems dropped (``oneOf`` read as ``anyOf``), only ever in positive positions
+(``schema_relax``).
 
 Known gaps that no keyword list can express are documented in the adapters' module docstrings.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends.ecma_regex import takes_json_escaped, translate
+from proctor.constraints.schema_dialect import normalize
+from proctor.constraints.schema_keywords import (
+    ASSERTIONS,
+    FORMATS,
+    JSON_TYPES,
+    KEYWORD_TYPE,
+    SCHEMA_LISTS,
+    SCHEMA_MAPS,
+    TYPE_KEYWORDS,
+    pointer,
+    pointer_tokens,
+    resolve_pointer,
+    subschemas,
+)
+from proctor.constraints.schema_rewrite import check_refs, rewrite
+from proctor.constraints.schema_walk import canonical_pointer, contains_ref, reachable
 from proctor.constraints.spec import canonical_json
 
 DEFAULT_MAX_DEPTH = 64
 DEFAULT_MAX_BYTES = 1 << 20
-
-# Keywords that never constrain an instance (``$id`` only at the root: elsewhere it re-bases $ref).
-# OpenAPI's ``discriminator`` is a hint beside oneOf/anyOf, which still decide validity.
-ANNOTATIONS = frozenset({
-    "title", "description", "$comment", "examples", "default", "deprecated", "readOnly", "writeOnly",
-    "$schema", "$defs", "definitions", "contentMediaType", "contentEncoding", "contentSchema", "discriminator",
-})
-TYPE_KEYWORDS = {
-    "string": frozenset({"minLength", "maxLength", "pattern", "format"}),
-    "number": frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}),
-    "array": frozenset({"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains", "minContains",
-                        "maxContains", "unevaluatedItems"}),
-    "object": frozenset({"properties", "required", "additionalProperties", "patternProperties", "minProperties",
-                         "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas",
-                         "unevaluatedProperties"}),
-}
-KEYWORD_TYPE = {kw: t for t, kws in TYPE_KEYWORDS.items() for kw in kws}
-JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "null", "array", "object"})
-
-# Subschema positions, for the walk.
-SCHEMA_MAPS = ("$defs", "definitions", "properties", "patternProperties", "dependentSchemas")
-SCHEMA_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf")
-SCHEMA_SINGLES = ("items", "additionalProperties", "contains", "not", "if", "then", "else", "propertyNames",
-                  "unevaluatedItems", "unevaluatedProperties")
+MAX_NAMED_PROBLEMS = 12  # problems named in one error message (a count of the rest follows)
+DRAFT_2020 = "https://json-schema.org/draft/2020-12/schema"
+Problem = tuple[str, str]  # (JSON pointer as a URI fragment, keyword)
 
 
 @dataclass(frozen=True)
@@ -118,28 +121,6 @@ POLICIES: dict[str, Policy] = {
 }
 
 
-def _pointer(path: str, *tokens: str | int) -> str:
-    for token in tokens:
-        path += "/" + str(token).replace("~", "~0").replace("/", "~1")
-    return path
-
-
-def _resolve(root: object, ref: str) -> bool:
-    """Whether ``ref`` is a local JSON-pointer reference that resolves to a schema inside ``root``."""
-    if ref != "#" and not ref.startswith("#/"):
-        return False
-    node = root
-    for raw in ref[2:].split("/") if ref != "#" else []:
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return False
-    return isinstance(node, dict | bool)
-
-
 def _declared_types(node: dict) -> list[object] | None:
     declared = node.get("type")
     return [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else None
@@ -191,7 +172,12 @@ def _pattern_ok(pattern: str, policy: Policy) -> bool:
     return translated is not None and not (policy.raw_patterns and takes_json_escaped(translated))
 
 
-def _keyword_ok(kw: str, node: dict, path: str, root: object, policy: Policy, allow_approx: bool) -> bool:
+def _is_annotation(kw: str, node: dict) -> bool:
+    """Unknown keywords, and ``format`` values the specification does not define, constrain nothing."""
+    return kw not in ASSERTIONS or (kw == "format" and node[kw] not in FORMATS)
+
+
+def _keyword_ok(kw: str, node: dict, root: object, policy: Policy, allow_approx: bool) -> bool:
     """Whether ``policy``'s engine enforces ``node[kw]`` here (``kw`` is in its keyword list)."""
     value = node[kw]
     malformed = (kw in SCHEMA_MAPS and not isinstance(value, dict)) or (
@@ -207,7 +193,7 @@ def _keyword_ok(kw: str, node: dict, path: str, root: object, policy: Policy, al
     if kw == "type":
         return bool(types) and types <= JSON_TYPES
     if kw == "$ref":
-        return isinstance(value, str) and _resolve(root, value)
+        return isinstance(value, str) and resolve_pointer(root, value) is not None
     if kw == "pattern" and not (isinstance(value, str) and _pattern_ok(value, policy)):
         return False
     if kw == "patternProperties" and not all(_pattern_ok(p, policy) for p in value):
@@ -236,14 +222,16 @@ def _keyword_ok(kw: str, node: dict, path: str, root: object, policy: Policy, al
     return True
 
 
-def _check_node(node: dict, path: str, root: object, policy: Policy, allow_approx: bool) -> list[tuple[str, str]]:
-    found: list[tuple[str, str]] = []
+def _check_node(node: dict, path: str, root: object, policy: Policy, allow_approx: bool) -> list[Problem]:
+    found: list[Problem] = []
     for kw in node:
-        if kw in ANNOTATIONS or (kw == "$id" and path == "#"):
-            continue  # a nested $id is refused: it changes what $ref resolves to
-        if kw not in policy.keywords or not _keyword_ok(kw, node, path, root, policy, allow_approx):
+        if kw == "$id" and path != "#" and contains_ref(node):
+            found.append((path, kw))  # it re-bases the $refs below it, which engines resolve from the root
+        elif _is_annotation(kw, node):
+            continue
+        elif kw not in policy.keywords or not _keyword_ok(kw, node, root, policy, allow_approx):
             found.append((path, kw))
-    constraints = [kw for kw in node if kw not in ANNOTATIONS and kw != "$id"]
+    constraints = [kw for kw in node if not _is_annotation(kw, node)]
     exclusive = [kw for kw in constraints if kw in policy.exclusive]
     if exclusive:
         kept = exclusive[0]
@@ -253,39 +241,60 @@ def _check_node(node: dict, path: str, root: object, policy: Policy, allow_appro
     return found
 
 
-def _walk(node: object, path: str, root: object, policy: Policy, allow_approx: bool) -> list[tuple[str, str]]:
-    """Check ``node`` and, below keywords that passed, its subschemas (a refused subtree says enough)."""
-    if isinstance(node, bool):
-        return []
-    if not isinstance(node, dict):
-        return [(path, "(not a schema)")]
-    found = _check_node(node, path, root, policy, allow_approx)
-    refused = {kw for at, kw in found if at == path}
-    children: list[tuple[object, str]] = []
-    for kw in SCHEMA_MAPS:
-        if kw not in refused and isinstance(node.get(kw), dict):
-            children += [(sub, _pointer(path, kw, name)) for name, sub in node[kw].items()]
-    for kw in SCHEMA_LISTS:
-        if kw not in refused and isinstance(node.get(kw), list):
-            children += [(sub, _pointer(path, kw, index)) for index, sub in enumerate(node[kw])]
-    children += [(node[kw], _pointer(path, kw)) for kw in SCHEMA_SINGLES if kw in node and kw not in refused]
-    for sub, sub_path in children:
-        found += _walk(sub, sub_path, root, policy, allow_approx)
-    return found
+def problems_for(schema: object, policy: Policy, *, allow_approximate_formats: bool = False) -> list[Problem]:
+    """Every problem, walking subschemas and $ref targets (below a refused keyword: not looked into)."""
+    found: list[Problem] = []
+    seen: set[str] = set()
+    stack: list[tuple[str, object]] = [("#", schema)]
+    while stack:
+        path, node = stack.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        if isinstance(node, bool):
+            continue
+        if not isinstance(node, dict):
+            found.append((path, "(not a schema)"))
+            continue
+        here = _check_node(node, path, schema, policy, allow_approximate_formats)
+        found += here
+        refused = {kw for _, kw in here}
+        children = [(pointer(path, *tokens), sub) for tokens, sub in subschemas(node) if tokens[0] not in refused]
+        ref = node.get("$ref")
+        if isinstance(ref, str) and "$ref" not in refused and resolve_pointer(schema, ref) is not None:
+            children.append((canonical_pointer(ref), resolve_pointer(schema, ref)))
+        stack.extend(reversed(children))
+    return list(dict.fromkeys(found))
 
 
-def unsupported_keywords(
-    schema: object, backend: str, *, allow_approximate_formats: bool = False
-) -> list[tuple[str, str]]:
+def prepare(schema: object) -> object:
+    """The schema in 2020-12 terms with the exact rewrites applied and its references checked."""
+    normalized = normalize(schema)
+    if isinstance(normalized, dict) and "$schema" in normalized:
+        normalized = {**normalized, "$schema": DRAFT_2020}
+    prepared = rewrite(normalized)
+    check_refs(prepared)
+    return prepared
+
+
+def unsupported_keywords(schema: object, backend: str, *, allow_approximate_formats: bool = False) -> list[Problem]:
     """(JSON pointer as a URI fragment, keyword) for each keyword ``backend`` would not enforce.
 
-    A sibling that the engine drops is reported under its own name (``type`` beside ``anyOf``
-    for xgrammar, say). ``allow_approximate_formats`` accepts formats an engine checks except
-    for calendar details (2021-02-29 passes as a date); off by default, since such output can
-    be invalid. The walk recurses: bound untrusted input with ``check_limits`` first.
+    Pointers are into the prepared schema (``prepare``): for a 2020-12 schema that is the
+    schema as written. A sibling that the engine drops is reported under its own name (``type``
+    beside ``anyOf`` for xgrammar, say). ``allow_approximate_formats`` accepts formats an engine
+    checks except for calendar details (2021-02-29 passes as a date); off by default, since such
+    output can be invalid — the validated fallback turns it on.
     """
-    found = _walk(schema, "#", schema, POLICIES[backend], allow_approximate_formats)
-    return list(dict.fromkeys(found))
+    return problems_for(prepare(schema), POLICIES[backend], allow_approximate_formats=allow_approximate_formats)
+
+
+def describe(problems: list[Problem]) -> str:
+    """``unsupported keywords: 'not' at #/x, 'uniqueItems' at #/y`` (bounded, with a count of the rest)."""
+    named = [f"'{kw}' at {path}" for path, kw in problems[:MAX_NAMED_PROBLEMS]]
+    more = len(problems) - len(named)
+    word = "keyword" if len(problems) == 1 else "keywords"
+    return f"unsupported {word} " + ", ".join(named) + (f" and {more} more" if more else "")
 
 
 def json_depth(value: object) -> int:
@@ -314,42 +323,47 @@ def check_limits(schema: object, *, max_depth: int = DEFAULT_MAX_DEPTH, max_byte
         raise ConstraintError(f"the schema is {size} bytes; the limit (max_bytes) is {max_bytes}", backend)
 
 
-def translate_patterns(node: object) -> object:
-    """A copy of the schema with every ``pattern`` and patternProperties key in ECMA terms.
+def finalize(schema: object) -> object:
+    """A copy for the engine: every ``pattern`` and patternProperties key in ECMA terms, and
+    ``format`` values the specification does not define removed (annotations engines would refuse).
 
-    Only subschema positions are rewritten (never const/enum/default data); key order is kept.
-    Call after the guard: an untranslatable pattern is left as it was.
+    Subschemas are found by ``reachable`` (ref targets included), deepest first, so renaming a
+    patternProperties key never moves a node still to be visited. Call after the guard: an
+    untranslatable pattern is left as it was.
     """
-    if not isinstance(node, dict):
-        return node
-    out: dict = {}
-    for kw, value in node.items():
-        if kw == "pattern" and isinstance(value, str):
-            out[kw] = translate(value) or value
-        elif kw == "patternProperties" and isinstance(value, dict):
-            out[kw] = {translate(p) or p: translate_patterns(sub) for p, sub in value.items()}
-        elif kw in SCHEMA_MAPS and isinstance(value, dict):
-            out[kw] = {name: translate_patterns(sub) for name, sub in value.items()}
-        elif kw in SCHEMA_LISTS and isinstance(value, list):
-            out[kw] = [translate_patterns(sub) for sub in value]
-        elif kw in SCHEMA_SINGLES:
-            out[kw] = translate_patterns(value)
-        else:
-            out[kw] = value
+    out = copy.deepcopy(schema)
+    paths = sorted((site.path for site in reachable(out)), key=lambda p: -len(pointer_tokens(p)))
+    for path in paths:
+        node = resolve_pointer(out, path)
+        if not isinstance(node, dict):
+            continue
+        if isinstance(node.get("format"), str) and node["format"] not in FORMATS:
+            del node["format"]
+        node.pop("x-guidance", None)  # llguidance reads it as options; ours are overrides, but leave no doubt
+        if isinstance(node.get("pattern"), str):
+            node["pattern"] = translate(node["pattern"]) or node["pattern"]
+        if isinstance(node.get("patternProperties"), dict):
+            node["patternProperties"] = {translate(p) or p: sub for p, sub in node["patternProperties"].items()}
     return out
 
 
-def check_schema(schema: object, backend: str, *, max_depth: int = DEFAULT_MAX_DEPTH,
-                 max_bytes: int = DEFAULT_MAX_BYTES, allow_approximate_formats: bool = False) -> object:
-    """Check limits (cheap, and they bound the walk) and the guard; return the schema to compile.
+def check_schema(schema: object, backend: str, *, allow_approximate_formats: bool = False) -> object:
+    """Prepare the schema, run the guard, and return what the engine compiles.
 
-    Raises ConstraintError on the first problem: ``unsupported keyword 'kw' at #/path``.
+    Raises ConstraintError naming every problem (bounded): ``unsupported keywords 'not' at #/x, ...``.
+    Limits (depth, size) are the server's, checked once before a compile is sent anywhere.
     """
-    check_limits(schema, max_depth=max_depth, max_bytes=max_bytes, backend=backend)
     if not isinstance(schema, dict | bool):
         raise ConstraintError("a JSON schema must be an object or a boolean", backend)
-    problems = unsupported_keywords(schema, backend, allow_approximate_formats=allow_approximate_formats)
+    prepared = prepare(schema)
+    problems = problems_for(prepared, POLICIES[backend], allow_approximate_formats=allow_approximate_formats)
     if problems:
-        path, keyword = problems[0]
-        raise ConstraintError(f"unsupported keyword '{keyword}' at {path}", backend)
-    return translate_patterns(schema)
+        raise ConstraintError(describe(problems), backend)
+    return finalize(prepared)
+
+
+def format_uses(schema: object) -> list[tuple[str, str, bool]]:
+    """(pointer, format, known) for every ``format`` in a prepared schema (known: defined by the spec)."""
+    return [(site.path, site.node["format"], site.node["format"] in FORMATS) for site in reachable(schema)
+            if isinstance(site.node, dict) and isinstance(site.node.get("format"), str)]
+

@@ -7,20 +7,22 @@ but uses a keyword no engine enforces is refused with the keyword and where it i
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from proctor.constraints import schema_support
 from proctor.constraints.backend import CompiledConstraint, ConstraintError
-from proctor.constraints.compiler import ConstraintCompiler
+from proctor.constraints.compiler import CompileResult, ConstraintCompiler
 from proctor.constraints.json_validation import InvalidSchemaError, check_json_schema
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax
-from proctor.domain import ConstraintRequest, ConstraintSummary, RequestValidationError
+from proctor.domain import ConstraintRequest, ConstraintSummary, FormatUse, RequestValidationError
 
 if TYPE_CHECKING:
     from proctor.constraints.registry import SchemaRegistry
 
 MAX_CHOICES = 1024
-MAX_SCHEMA_DEPTH = 128  # JSON nesting of the schema text (object/array brackets), checked before parsing
+DEFAULT_MAX_SCHEMA_DEPTH = 64  # the Settings default (max_schema_depth); tests build services without Settings
 
 
 def json_nesting_depth(text: str) -> int:
@@ -51,11 +53,18 @@ class PreparedConstraint:
     summary: ConstraintSummary
     schema: object | None  # the JSON schema to validate the output against, if any
 
+    @property
+    def exact(self) -> bool:
+        """False on the validated fallback: outputs are validated and retried within a budget."""
+        return self.summary.exact
+
 
 class ConstraintService:
-    def __init__(self, compiler: ConstraintCompiler, registry: SchemaRegistry | None = None) -> None:
+    def __init__(self, compiler: ConstraintCompiler, registry: SchemaRegistry | None = None, *,
+                 max_schema_depth: int = DEFAULT_MAX_SCHEMA_DEPTH) -> None:
         self.compiler = compiler
         self.registry = registry
+        self.max_schema_depth = max_schema_depth
 
     def to_spec(self, request: ConstraintRequest) -> tuple[ConstraintSpec, str]:
         """Canonical spec and the resolved schema reference ("" when none); errors name the field."""
@@ -70,10 +79,12 @@ class ConstraintService:
             spec = ConstraintSpec.json_schema(entry.schema, request.flexible_whitespace)
             return spec, f"{entry.name}@{entry.version}"
         if request.kind == "json_schema":
+            # The one depth limit, on the text before parsing (the parser and every later walk recurse).
             depth = json_nesting_depth(request.text)
-            if depth > MAX_SCHEMA_DEPTH:
+            if depth > self.max_schema_depth:
                 raise RequestValidationError.single(
-                    field, f"the schema nests {depth} levels deep; the limit is {MAX_SCHEMA_DEPTH}")
+                    field, f"the schema nests {depth} levels deep; the limit (max_schema_depth) is "
+                           f"{self.max_schema_depth}")
             try:
                 schema = json.loads(request.text)
             except json.JSONDecodeError as exc:
@@ -88,6 +99,10 @@ class ConstraintService:
         if request.kind == "regex":
             if not request.text:
                 raise RequestValidationError.single(field, "the regex is empty")
+            try:
+                re.compile(request.text)
+            except re.error as exc:  # engines read some broken patterns leniently (`a**`, a lone `\`)
+                raise RequestValidationError.single(field, f"the regex does not compile: {exc}") from None
             return ConstraintSpec.regex(request.text), ""
         if request.kind == "choice":
             if not request.options:
@@ -106,10 +121,30 @@ class ConstraintService:
     def prepare(self, request: ConstraintRequest) -> PreparedConstraint:
         spec, ref = self.to_spec(request)
         try:
-            result = self.compiler.compile(spec, request.backend)
+            result = self.compiler.compile(spec, request.backend, exact_only=request.exact_only)
         except ConstraintError as exc:
             raise RequestValidationError.single(request.field, f"cannot be compiled: {exc}") from None
-        summary = ConstraintSummary(kind=spec.kind.value, backend=result.backend, spec_sha256=spec.sha256(),
-                                    schema_ref=ref, cache_hit=result.cache_hit, compile_ms=result.compile_ms)
         schema = spec.schema if spec.kind is ConstraintKind.JSON_SCHEMA else None
+        summary = ConstraintSummary(kind=spec.kind.value, backend=result.backend, spec_sha256=spec.sha256(),
+                                    schema_ref=ref, cache_hit=result.cache_hit, compile_ms=result.compile_ms,
+                                    exact=result.exact, relaxed=result.relaxed,
+                                    formats=format_handling(schema, result) if schema is not None else ())
         return PreparedConstraint(result.compiled, summary, schema)
+
+
+def format_handling(schema: object, result: CompileResult) -> tuple[FormatUse, ...]:
+    """How each ``format`` was held: unknown → annotation; one the engine checks exactly and that was
+    not relaxed → enforced; else (approximated or dropped by the fallback) → validated."""
+    try:
+        uses = schema_support.format_uses(schema_support.prepare(schema))
+    except (ConstraintError, RecursionError):
+        return ()
+    exact_formats = schema_support.POLICIES[result.backend].formats if result.backend in schema_support.POLICIES \
+        else frozenset()
+
+    def handling(path: str, name: str, known: bool) -> str:
+        if not known:
+            return "annotation"
+        return "enforced" if name in exact_formats and f"format at {path}" not in result.relaxed else "validated"
+
+    return tuple(FormatUse(path, name, handling(path, name, known)) for path, name, known in uses)

@@ -20,6 +20,9 @@ from proctor.constraints.worker import WorkerConfig
 
 log = logging.getLogger("proctor.constraints")
 STARTUP_TIMEOUT_S = 120.0
+TIME_LIMIT = "compile time limit"
+WORKER_DIED = "the compile worker died"
+STUCK_PREFIXES = (TIME_LIMIT, WORKER_DIED)  # failures that say the engine cannot take this schema at all
 
 
 @dataclass
@@ -88,11 +91,11 @@ class WorkerPool:
                 worker.conn.send((backend, spec))
                 if not worker.conn.poll(timeout_s):
                     self._replace(worker)
-                    raise ConstraintError(f"compile time limit of {timeout_s:g} s exceeded", backend)
+                    raise ConstraintError(f"{TIME_LIMIT} of {timeout_s:g} s exceeded", backend)
                 reply = worker.conn.recv()
             except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as exc:
                 self._replace(worker)
-                raise ConstraintError(f"the compile worker died on this constraint ({exc!r})", backend) from exc
+                raise ConstraintError(f"{WORKER_DIED} on this constraint ({exc!r})", backend) from exc
             self._idle.put(worker)
         status, payload, ms = reply
         if status != "ok":

@@ -8,8 +8,10 @@ from proctor.domain.errors import (
     ShuttingDown,
 )
 from proctor.domain.events import (
+    Attempt,
     ConstraintSummary,
     FinishReason,
+    FormatUse,
     PluginInfo,
     SchemaCheck,
     TokenAlternative,
@@ -28,6 +30,7 @@ from proctor.domain.request import (
 )
 
 __all__ = [
+    "Attempt",
     "ChatMessage",
     "ConstraintRequest",
     "ConstraintSummary",
@@ -35,6 +38,7 @@ __all__ = [
     "FieldViolation",
     "FinishReason",
     "ForbiddenParams",
+    "FormatUse",
     "GenerationRequest",
     "Overloaded",
     "PluginCall",

@@ -65,8 +65,24 @@ class SchemaCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class FormatUse:
+    """One ``format`` in a JSON schema and how it was held: "enforced" by the mask, "validated"
+    (the mask enforces an approximation or nothing; the server's validator decides), or
+    "annotation" (a format the specification does not define: it constrains nothing)."""
+
+    path: str
+    format: str
+    handling: str
+
+
+@dataclass(frozen=True, slots=True)
 class ConstraintSummary:
-    """Which constraint a request ran under and how it was compiled."""
+    """Which constraint a request ran under and how it was compiled.
+
+    ``exact`` False: the validated fallback — the mask enforces a superset of the schema with the
+    ``relaxed`` keywords (``"uniqueItems at #/properties/tags"``) dropped, and each output is
+    validated against the full schema and retried within a budget.
+    """
 
     kind: str
     backend: str
@@ -74,6 +90,22 @@ class ConstraintSummary:
     schema_ref: str = ""
     cache_hit: bool = False
     compile_ms: float = 0.0
+    exact: bool = True
+    relaxed: tuple[str, ...] = ()
+    formats: tuple[FormatUse, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One generation of a request on the validated fallback path (the last one is the output)."""
+
+    number: int
+    seed: int
+    temperature: float  # 0: greedy
+    completion_tokens: int
+    finish_reason: FinishReason
+    valid: bool
+    errors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +137,7 @@ class TokenEvent:
     constraint: ConstraintSummary | None = None
     schema_check: SchemaCheck | None = None
     plugins: tuple[PluginInfo, ...] = ()
+    attempts: tuple[Attempt, ...] = ()  # validated fallback only: every attempt, the returned one last
 
     @property
     def finished(self) -> bool:

@@ -94,6 +94,7 @@ class ConstraintRequest:
     grammar_syntax: str = "lark"
     backend: str = "auto"
     flexible_whitespace: bool = False
+    exact_only: bool = False  # refuse a JSON schema no engine enforces exactly (no validated fallback)
 
     @property
     def field(self) -> str:

@@ -24,6 +24,7 @@ from proctor.config import Settings
 from proctor.decoding.pipeline import run_pipeline
 from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
+from proctor.engine.attempts import FallbackAttempts
 from proctor.engine.batch import DecodeBatch
 from proctor.engine.model_runner import make_runner
 from proctor.engine.preprocess import PreparedRequest, prepare_masks, prepare_request
@@ -90,11 +91,26 @@ class Engine:
         return dataclasses.replace(prepared, constraint=self.constraints.prepare(request.constraint))
 
     def submit(self, prepared: PreparedRequest, sink: EventSink) -> int:
-        """Queue a prepared request; return the seed its generator uses. Raises Overloaded/ShuttingDown."""
+        """Queue a prepared request; return the seed its generator uses. Raises Overloaded/ShuttingDown.
+
+        A request on the validated fallback (a constraint that is not exact) runs as attempts
+        (``engine/attempts.py``): validated, retried within ``fallback_attempts``, released whole.
+        """
         if not self._accepting:
             raise ShuttingDown("the server is shutting down")
         request = prepared.request
         seed = request.sampling.seed if request.sampling.seed is not None else secrets.randbits(63)
+        constraint = prepared.constraint
+        if constraint is not None and not constraint.exact:
+            FallbackAttempts(prepared, seed, sink, budget=self.settings.fallback_attempts,
+                             retry_temperature=self.settings.fallback_temperature, start=self._start).begin()
+        else:
+            self._start(prepared, seed, sink, None)
+        return seed
+
+    def _start(self, prepared: PreparedRequest, seed: int, sink: EventSink, created: float | None) -> None:
+        """Build the request's state and queue it (``created``: when an earlier attempt began)."""
+        request = prepared.request
 
         def deliver(event: TokenEvent) -> None:
             # Forget a request before its final event goes out, so the caller may reuse its id at once.
@@ -105,6 +121,8 @@ class Engine:
         state = SequenceState(prepared, tokenizer=self.loaded.tokenizer, eos_token_ids=self._eos, pieces=self._pieces,
                               vocab_size=self.loaded.vocab_size, device=self.loaded.device, seed=seed,
                               sink=deliver)
+        if created is not None:
+            state.created = created
         with self._lock:
             if request.request_id in self._by_id:
                 raise RequestValidationError.single("request_id", f"request {request.request_id!r} is already running")
@@ -116,7 +134,6 @@ class Engine:
                 self._by_id.pop(request.request_id, None)
             raise
         self._wake.set()
-        return seed
 
     def abort(self, request_id: str) -> None:
         """Cancel a request; it ends with CANCELLED within one step and its cache slot is freed."""

@@ -104,6 +104,10 @@ def _add_constraint_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--constraint-backend", choices=CONSTRAINT_BACKENDS, help="constraint engine (server: auto)")
     group.add_argument(
+        "--exact-only", action="store_true",
+        help="refuse a JSON schema no engine enforces exactly (no validated fallback)",
+    )
+    group.add_argument(
         "--json-whitespace",
         choices=JSON_WHITESPACES,
         help="whitespace between JSON tokens for --json-schema/--schema-ref (server: compact)",
@@ -281,6 +285,7 @@ def request_from_args(args: argparse.Namespace) -> generation_pb2.GenerateReques
         schema_ref=args.schema_ref,
         constraint_backend=args.constraint_backend,
         json_whitespace=args.json_whitespace,
+        exact_only=args.exact_only,
         forbidden=args.forbid,
         forbidden_case_insensitive=False if args.case_sensitive else None,
         forbidden_whole_word=args.whole_word,
@@ -310,6 +315,8 @@ def load_json_schema(path: str) -> str:
         json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:
+        pass  # nested deeper than Python parses: the server judges it (its depth limit answers at once)
     return text
 
 

@@ -45,6 +45,10 @@ def summary_line(message: generation_pb2.GenerateResponse | generation_pb2.Gener
         parts.append(f"backend={constraint.backend or '-'}")
         if constraint.schema_ref:
             parts.append(f"schema_ref={constraint.schema_ref}")
+        if constraint.kind == "json_schema":
+            parts.append(f"exact={str(constraint.exact).lower()}")
+        if message.attempts:
+            parts.append(f"attempts={len(message.attempts)}")
     if message.HasField("schema_validation"):
         parts.append(f"schema_valid={str(message.schema_validation.valid).lower()}")
     return " ".join(parts)
@@ -52,9 +56,16 @@ def summary_line(message: generation_pb2.GenerateResponse | generation_pb2.Gener
 
 def validation_lines(message: generation_pb2.GenerateResponse | generation_pb2.GenerateChunk) -> list[str]:
     """One indented line per schema validation error (none when the output validated or was not JSON-checked)."""
-    if not message.HasField("schema_validation"):
-        return []
-    return [f"  schema error: {error}" for error in message.schema_validation.errors]
+    lines = []
+    if message.HasField("constraint") and message.constraint.relaxed_keywords:
+        lines.append("  validated fallback, relaxed: " + ", ".join(message.constraint.relaxed_keywords))
+    for attempt in message.attempts:
+        verdict = "valid" if attempt.valid else "invalid: " + "; ".join(attempt.errors[:2])
+        lines.append(f"  attempt {attempt.attempt} (seed {attempt.seed}, temperature {attempt.temperature:g}): "
+                     f"{attempt.completion_tokens} tokens, {verdict}")
+    if message.HasField("schema_validation"):
+        lines += [f"  schema error: {error}" for error in message.schema_validation.errors]
+    return lines
 
 
 def schema_lines(schemas: Sequence[generation_pb2.RegisteredSchema]) -> list[str]:

@@ -54,6 +54,7 @@ def build_request(
     schema_ref: str | None = None,
     constraint_backend: ConstraintBackendName | None = None,
     json_whitespace: JsonWhitespaceName | None = None,
+    exact_only: bool = False,
     forbidden: Sequence[str] | str = (),
     forbidden_case_insensitive: bool | None = None,
     forbidden_whole_word: bool | None = None,
@@ -69,7 +70,8 @@ def build_request(
     ``choice`` (the output is one of these strings), ``grammar`` (its ``grammar_syntax`` defaults to lark) or
     ``schema_ref`` (a schema registered on the server, ``"name@version"`` or ``"name"`` for the latest).
     ``constraint_backend`` picks the engine (unset: the server's AUTO); ``json_whitespace`` applies to JSON
-    constraints only.
+    constraints only; ``exact_only`` refuses a JSON schema no engine enforces exactly instead of serving it
+    through the server's validated fallback.
 
     Raises ValueError when both or neither input is given, a message is malformed, more than one constraint
     is given, or an option does not fit its constraint; range checks and compiling are left to the server,
@@ -127,6 +129,7 @@ def build_request(
         schema_ref=schema_ref,
         constraint_backend=constraint_backend,
         json_whitespace=json_whitespace,
+        exact_only=exact_only,
     )
     return request
 
@@ -163,6 +166,7 @@ def _set_constraint(
     schema_ref: str | None,
     constraint_backend: str | None,
     json_whitespace: str | None,
+    exact_only: bool = False,
 ) -> None:
     """Fill the ``constraint`` oneof and its options; ValueError for combinations the server could only guess at."""
     given = {
@@ -182,6 +186,9 @@ def _set_constraint(
         raise ValueError("json_whitespace applies to json_schema and schema_ref only")
     if constraint_backend is not None and kind is None:
         raise ValueError("constraint_backend needs a constraint")
+    if exact_only and kind not in ("json_schema", "schema_ref"):
+        raise ValueError("exact_only applies to json_schema and schema_ref only")
+    request.constraint_exact_only = exact_only
 
     if json_schema is not None:
         request.json_schema = json_schema if isinstance(json_schema, str) else _schema_text(json_schema)

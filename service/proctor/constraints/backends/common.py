@@ -29,17 +29,20 @@ def allows_other_than(row: torch.Tensor, eos: torch.Tensor) -> bool:
 
 
 def checked_schema(spec: ConstraintSpec, backend: str) -> str:
-    """The schema text to compile, once the spec passed the limits and the soundness guard.
+    """The schema text to compile, once the spec passed the soundness guard (``schema_support``).
 
-    Compact, in the author's key order, with ``pattern`` regexes carried into ECMA terms.
+    Compact, in the author's key order, in 2020-12 terms, with ``pattern`` regexes carried into
+    ECMA terms. Limits are the server's (checked before the compile is sent); a schema that still
+    nests too deeply for the recursive walks is refused here rather than crashing the worker.
     """
     try:
-        parsed = spec.schema
+        schema = schema_support.check_schema(spec.schema, backend)
     except RecursionError as exc:
-        raise ConstraintError("the schema nests too deeply to parse (max_depth)", backend) from exc
+        raise ConstraintError("the schema nests too deeply to analyse (max_schema_depth)", backend) from exc
     except ValueError as exc:
+        if isinstance(exc, ConstraintError):
+            raise ConstraintError(exc.reason, backend) from None
         raise ConstraintError(f"the schema is not valid JSON: {exc}", backend) from exc
-    schema = schema_support.check_schema(parsed, backend)
     return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
 
 

@@ -43,6 +43,13 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_FORBIDDEN_PHRASE: _ClassVar[FinishReason]
     FINISH_REASON_REPETITION: _ClassVar[FinishReason]
     FINISH_REASON_STOP_CRITERION: _ClassVar[FinishReason]
+
+class FormatHandling(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FORMAT_HANDLING_UNSPECIFIED: _ClassVar[FormatHandling]
+    FORMAT_HANDLING_ENFORCED: _ClassVar[FormatHandling]
+    FORMAT_HANDLING_VALIDATED: _ClassVar[FormatHandling]
+    FORMAT_HANDLING_ANNOTATION: _ClassVar[FormatHandling]
 GRAMMAR_SYNTAX_UNSPECIFIED: GrammarSyntax
 GRAMMAR_SYNTAX_LARK: GrammarSyntax
 GRAMMAR_SYNTAX_EBNF: GrammarSyntax
@@ -67,6 +74,10 @@ FINISH_REASON_DEAD_END: FinishReason
 FINISH_REASON_FORBIDDEN_PHRASE: FinishReason
 FINISH_REASON_REPETITION: FinishReason
 FINISH_REASON_STOP_CRITERION: FinishReason
+FORMAT_HANDLING_UNSPECIFIED: FormatHandling
+FORMAT_HANDLING_ENFORCED: FormatHandling
+FORMAT_HANDLING_VALIDATED: FormatHandling
+FORMAT_HANDLING_ANNOTATION: FormatHandling
 
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content")
@@ -157,7 +168,7 @@ class PluginInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "prompt", "messages", "sampling", "stopping", "top_logprobs", "token_details", "json_schema", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace", "forbidden", "logit_bias", "allowed_token_ids", "logits_processors", "stopping_criteria")
+    __slots__ = ("request_id", "prompt", "messages", "sampling", "stopping", "top_logprobs", "token_details", "json_schema", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace", "constraint_exact_only", "forbidden", "logit_bias", "allowed_token_ids", "logits_processors", "stopping_criteria")
     class LogitBiasEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +190,7 @@ class GenerateRequest(_message.Message):
     SCHEMA_REF_FIELD_NUMBER: _ClassVar[int]
     CONSTRAINT_BACKEND_FIELD_NUMBER: _ClassVar[int]
     JSON_WHITESPACE_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINT_EXACT_ONLY_FIELD_NUMBER: _ClassVar[int]
     FORBIDDEN_FIELD_NUMBER: _ClassVar[int]
     LOGIT_BIAS_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -198,12 +210,13 @@ class GenerateRequest(_message.Message):
     schema_ref: str
     constraint_backend: ConstraintBackend
     json_whitespace: JsonWhitespace
+    constraint_exact_only: bool
     forbidden: ForbiddenPhrases
     logit_bias: _containers.ScalarMap[int, float]
     allowed_token_ids: _containers.RepeatedScalarFieldContainer[int]
     logits_processors: _containers.RepeatedCompositeFieldContainer[PluginCall]
     stopping_criteria: _containers.RepeatedCompositeFieldContainer[PluginCall]
-    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingParams, _Mapping]] = ..., top_logprobs: _Optional[int] = ..., token_details: _Optional[bool] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Union[ChoiceConstraint, _Mapping]] = ..., grammar: _Optional[_Union[GrammarConstraint, _Mapping]] = ..., schema_ref: _Optional[str] = ..., constraint_backend: _Optional[_Union[ConstraintBackend, str]] = ..., json_whitespace: _Optional[_Union[JsonWhitespace, str]] = ..., forbidden: _Optional[_Union[ForbiddenPhrases, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., logits_processors: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., stopping_criteria: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingParams, _Mapping]] = ..., top_logprobs: _Optional[int] = ..., token_details: _Optional[bool] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Union[ChoiceConstraint, _Mapping]] = ..., grammar: _Optional[_Union[GrammarConstraint, _Mapping]] = ..., schema_ref: _Optional[str] = ..., constraint_backend: _Optional[_Union[ConstraintBackend, str]] = ..., json_whitespace: _Optional[_Union[JsonWhitespace, str]] = ..., constraint_exact_only: _Optional[bool] = ..., forbidden: _Optional[_Union[ForbiddenPhrases, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., logits_processors: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., stopping_criteria: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ...) -> None: ...
 
 class ChoiceConstraint(_message.Message):
     __slots__ = ("options",)
@@ -228,20 +241,54 @@ class SchemaValidation(_message.Message):
     def __init__(self, valid: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ConstraintInfo(_message.Message):
-    __slots__ = ("kind", "backend", "spec_sha256", "schema_ref", "cache_hit", "compile_ms")
+    __slots__ = ("kind", "backend", "spec_sha256", "schema_ref", "cache_hit", "compile_ms", "exact", "relaxed_keywords", "formats")
     KIND_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     SPEC_SHA256_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_REF_FIELD_NUMBER: _ClassVar[int]
     CACHE_HIT_FIELD_NUMBER: _ClassVar[int]
     COMPILE_MS_FIELD_NUMBER: _ClassVar[int]
+    EXACT_FIELD_NUMBER: _ClassVar[int]
+    RELAXED_KEYWORDS_FIELD_NUMBER: _ClassVar[int]
+    FORMATS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     backend: str
     spec_sha256: str
     schema_ref: str
     cache_hit: bool
     compile_ms: float
-    def __init__(self, kind: _Optional[str] = ..., backend: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., schema_ref: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., compile_ms: _Optional[float] = ...) -> None: ...
+    exact: bool
+    relaxed_keywords: _containers.RepeatedScalarFieldContainer[str]
+    formats: _containers.RepeatedCompositeFieldContainer[FormatUse]
+    def __init__(self, kind: _Optional[str] = ..., backend: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., schema_ref: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., compile_ms: _Optional[float] = ..., exact: _Optional[bool] = ..., relaxed_keywords: _Optional[_Iterable[str]] = ..., formats: _Optional[_Iterable[_Union[FormatUse, _Mapping]]] = ...) -> None: ...
+
+class FormatUse(_message.Message):
+    __slots__ = ("path", "format", "handling")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    HANDLING_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    format: str
+    handling: FormatHandling
+    def __init__(self, path: _Optional[str] = ..., format: _Optional[str] = ..., handling: _Optional[_Union[FormatHandling, str]] = ...) -> None: ...
+
+class GenerationAttempt(_message.Message):
+    __slots__ = ("attempt", "seed", "temperature", "completion_tokens", "finish_reason", "valid", "errors")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    VALID_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    seed: int
+    temperature: float
+    completion_tokens: int
+    finish_reason: FinishReason
+    valid: bool
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, attempt: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., completion_tokens: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., valid: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("prompt_tokens", "completion_tokens")
@@ -288,7 +335,7 @@ class Timings(_message.Message):
     def __init__(self, queue_ms: _Optional[float] = ..., time_to_first_token_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "tokens", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins")
+    __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "tokens", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -302,6 +349,7 @@ class GenerateResponse(_message.Message):
     SCHEMA_VALIDATION_FIELD_NUMBER: _ClassVar[int]
     CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
     PLUGINS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -315,10 +363,11 @@ class GenerateResponse(_message.Message):
     schema_validation: SchemaValidation
     constraint: ConstraintInfo
     plugins: _containers.RepeatedCompositeFieldContainer[PluginInfo]
-    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ...) -> None: ...
+    attempts: _containers.RepeatedCompositeFieldContainer[GenerationAttempt]
+    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ...) -> None: ...
 
 class GenerateChunk(_message.Message):
-    __slots__ = ("request_id", "token_ids", "text", "tokens", "finish_reason", "usage", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins")
+    __slots__ = ("request_id", "token_ids", "text", "tokens", "finish_reason", "usage", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -332,6 +381,7 @@ class GenerateChunk(_message.Message):
     SCHEMA_VALIDATION_FIELD_NUMBER: _ClassVar[int]
     CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
     PLUGINS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
@@ -345,7 +395,8 @@ class GenerateChunk(_message.Message):
     schema_validation: SchemaValidation
     constraint: ConstraintInfo
     plugins: _containers.RepeatedCompositeFieldContainer[PluginInfo]
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ...) -> None: ...
+    attempts: _containers.RepeatedCompositeFieldContainer[GenerationAttempt]
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ...) -> None: ...
 
 class GetModelInfoRequest(_message.Message):
     __slots__ = ()

@@ -1,0 +1,97 @@
+"""Read a schema by its own draft (``$schema``) and restate it in Draft 2020-12 terms for the engines.
+
+Real schemas say ``draft-04`` or ``draft-07`` and use that draft's words: ``id``,
+``definitions``, ``dependencies``, boolean ``exclusiveMinimum``, array-form ``items`` with
+``additionalItems``, and (up to draft 7) ``$ref`` that hides its siblings. The engines read
+2020-12, so each of those is rewritten to the 2020-12 keyword that means the same; the server's
+validator reads the original with the validator class of the same draft, so mask and verdict
+agree. A schema without ``$schema`` is read as 2020-12 (the API's documented dialect).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema import validators
+
+from proctor.constraints.schema_keywords import SCHEMA_LISTS, SCHEMA_MAPS, SCHEMA_SINGLES
+
+DRAFT4, DRAFT6, DRAFT7, DRAFT2019, DRAFT2020 = "draft-04", "draft-06", "draft-07", "2019-09", "2020-12"
+_MARKERS = ((DRAFT4, "draft-04"), (DRAFT6, "draft-06"), (DRAFT7, "draft-07"), (DRAFT2019, "2019-09"),
+            (DRAFT2020, "2020-12"))
+LEGACY = frozenset({DRAFT4, DRAFT6, DRAFT7})  # $ref hides its siblings; items may be an array
+
+
+def draft_of(schema: object) -> str:
+    """The draft a schema declares with ``$schema`` (2020-12 when absent or not recognised)."""
+    declared = schema.get("$schema") if isinstance(schema, dict) else None
+    if isinstance(declared, str):
+        for draft, marker in _MARKERS:
+            if marker in declared:
+                return draft
+    return DRAFT2020
+
+
+def validator_class(schema: object) -> Any:
+    """The jsonschema validator class for the schema's own draft."""
+    from jsonschema import Draft202012Validator
+
+    return validators.validator_for(schema, default=Draft202012Validator) if isinstance(schema, dict) \
+        else Draft202012Validator
+
+
+def normalize(schema: object) -> object:
+    """A copy of ``schema`` in 2020-12 terms, meaning the same under its own draft.
+
+    ``dependencies`` keeps its draft 4-7 meaning in every draft: 2019-09 split it into
+    ``dependentRequired``/``dependentSchemas`` without giving the old word another meaning, and
+    schemas without ``$schema`` still use it as their authors intended; the server's validator
+    asserts it too (``json_validation``), as the Test Suite's optional compatibility tests expect.
+    """
+    return _normalize(schema, draft_of(schema))
+
+
+def _normalize(node: object, draft: str) -> object:
+    """One schema node (and, through the schema positions only, its subschemas)."""
+    if not isinstance(node, dict):
+        return node
+    if draft in LEGACY and isinstance(node.get("$ref"), str):
+        # Up to draft 7 a $ref's siblings are ignored; keep only what a pointer may reach into.
+        node = {k: v for k, v in node.items() if k in ("$ref", "definitions", "$defs")}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _normalize(sub, draft) for name, sub in value.items()}
+        elif key in SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_normalize(sub, draft) for sub in value]
+        elif key == "id" and draft == DRAFT4 and isinstance(value, str):
+            out["$id"] = value
+        elif key == "dependencies" and isinstance(value, dict):
+            _split_dependencies(value, out, draft)
+        elif key == "items" and isinstance(value, list) and draft != DRAFT2020:
+            out["prefixItems"] = [_normalize(sub, draft) for sub in value]
+            if "additionalItems" in node:
+                out["items"] = _normalize(node["additionalItems"], draft)
+        elif key == "additionalItems" and draft != DRAFT2020:
+            continue  # meaningful only beside array-form items (handled there)
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(value, bool):
+            bound = "minimum" if key == "exclusiveMinimum" else "maximum"
+            if value and isinstance(node.get(bound), int | float):
+                out[key] = node[bound]
+        elif key in ("minimum", "maximum") and node.get("exclusive" + key.capitalize()) is True:
+            continue  # became the exclusive bound
+        elif key in SCHEMA_SINGLES:
+            out[key] = _normalize(value, draft)
+        else:
+            out[key] = value  # data (const, enum, required...) and unknown keywords: as written
+    return out
+
+
+def _split_dependencies(value: dict, out: dict[str, Any], draft: str) -> None:
+    """``dependencies`` (draft 4-7): name lists → dependentRequired, schemas → dependentSchemas."""
+    required = {k: v for k, v in value.items() if isinstance(v, list)}
+    schemas = {k: _normalize(v, draft) for k, v in value.items() if not isinstance(v, list)}
+    if required:
+        out["dependentRequired"] = required
+    if schemas:
+        out["dependentSchemas"] = schemas

@@ -1,0 +1,359 @@
+"""Rewrites that keep a schema's meaning exactly, so an engine can enforce what it could not before.
+
+Applied after ``schema_dialect.normalize`` and before the guard. Each one is exact — an instance
+is valid before iff it is valid after — and each has a property test
+(tests/unit/test_schema_rewrite.py):
+
+* ``oneOf`` whose branches are pairwise provably disjoint → ``anyOf`` (at most one branch can
+  match, so "exactly one" is "at least one"). Disjoint: the branches' possible instance types do
+  not meet (integer counts as a number), or both are objects that require one property with
+  different ``const``/``enum`` values (the usual discriminated union), or top-level
+  ``const``/``enum`` values differ.
+* ``dependentRequired`` / ``dependentSchemas`` → an ``anyOf`` per dependency: the trigger
+  property is absent (``properties: {p: false}``) or present together with what it needs.
+* ``if``/``then``/``else`` whose ``if`` tests one property against ``const``/``enum`` on an
+  object whose schema gives that property a finite set of values → ``anyOf`` of the two cases.
+* ``allOf`` members whose keywords do not overlap the parent's (and do not interact through
+  ``additionalProperties`` or ``items``) are merged into the parent.
+
+A rewrite is skipped where a ``$ref`` points into the structure it would move. ``check_refs``
+refuses a schema that admits no finite value (a ``$ref`` cycle with no base case).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+from proctor.constraints.backend import ConstraintError
+from proctor.constraints.schema_keywords import (
+    ANNOTATIONS,
+    SCHEMA_LISTS,
+    SCHEMA_MAPS,
+    SCHEMA_SINGLES,
+    resolve_pointer,
+)
+from proctor.constraints.schema_walk import all_refs, reachable
+
+MAX_DEPENDENCIES = 4  # one anyOf each; more would multiply the branches an engine explores
+MAX_ENUM = 256
+_TYPES = frozenset({"string", "integer", "float", "boolean", "null", "array", "object"})
+_NEVER_MERGED = frozenset({"if", "then", "else", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
+                           "$recursiveRef"})
+_INTERACTING = (frozenset({"properties", "patternProperties", "additionalProperties", "unevaluatedProperties"}),
+                frozenset({"prefixItems", "items", "unevaluatedItems", "contains"}))
+
+
+def rewrite(schema: object) -> object:
+    """The schema with every exact rewrite applied (a new object; the input is not changed)."""
+    refs = all_refs(schema)
+    blocked = {kw for kw in ("oneOf", "allOf", "if", "then", "else", "dependentRequired", "dependentSchemas")
+               if any(f"/{kw}" in ref for ref in refs)}
+    return _rewrite(schema, schema, blocked)
+
+
+def _rewrite(node: object, root: object, blocked: set[str]) -> object:
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _rewrite(sub, root, blocked) for name, sub in value.items()}
+        elif key in SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_rewrite(sub, root, blocked) for sub in value]
+        elif key in SCHEMA_SINGLES:
+            out[key] = _rewrite(value, root, blocked)
+        else:
+            out[key] = value
+    if "oneOf" not in blocked:
+        out = _one_of(out, root)
+    if "dependentRequired" not in blocked and "dependentSchemas" not in blocked:
+        out = _dependencies(out)
+    if not blocked & {"if", "then", "else"}:
+        out = _if_then_else(out, root)
+    if "allOf" not in blocked:
+        out = _merge_all_of(out)
+    return out
+
+
+# --- oneOf ------------------------------------------------------------------------------------
+
+def _value_types(value: object) -> set[str]:
+    if isinstance(value, bool):
+        return {"boolean"}
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return {"integer"}
+    if isinstance(value, float):
+        return {"float"}
+    return {{str: "string", list: "array", dict: "object", type(None): "null"}.get(type(value), "null")}
+
+
+def _deref(node: object, root: object, hops: int = 8) -> object:
+    while hops and isinstance(node, dict) and isinstance(node.get("$ref"), str) and len(node) == 1:
+        target = resolve_pointer(root, node["$ref"])
+        if target is None:
+            return node
+        node, hops = target, hops - 1
+    return node
+
+
+def possible_types(node: object, root: object, depth: int = 0) -> set[str]:
+    """Instance types ``node`` may accept (a superset is fine; "float": a number that is not an integer)."""
+    if node is False:
+        return set()
+    if not isinstance(node, dict) or depth > 8:
+        return set(_TYPES)
+    types = set(_TYPES)
+    declared = node.get("type")
+    names = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else None
+    if names is not None:
+        allowed: set[str] = set()
+        for name in names:
+            allowed |= {"integer", "float"} if name == "number" else {name} if name in _TYPES else set()
+        types &= allowed
+    if "const" in node:
+        types &= _value_types(node["const"])
+    if isinstance(node.get("enum"), list):
+        types &= set().union(*(_value_types(v) for v in node["enum"])) if node["enum"] else set()
+    if isinstance(node.get("$ref"), str):
+        target = resolve_pointer(root, node["$ref"])
+        if target is not None:
+            types &= possible_types(target, root, depth + 1)
+    for member in node.get("allOf") or [] if isinstance(node.get("allOf"), list) else []:
+        types &= possible_types(member, root, depth + 1)
+    for kw in ("anyOf", "oneOf"):
+        if isinstance(node.get(kw), list):
+            types &= set().union(*(possible_types(m, root, depth + 1) for m in node[kw])) if node[kw] else set()
+    return types
+
+
+def _values(node: object) -> set[str] | None:
+    """The finite set of values ``node`` admits (canonical JSON), when it says so with const/enum."""
+    if not isinstance(node, dict):
+        return None
+    if "const" in node:
+        return {_canonical(node["const"])}
+    if isinstance(node.get("enum"), list):
+        return {_canonical(v) for v in node["enum"]}
+    return None
+
+
+def _canonical(value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _discriminators(branch: object, root: object) -> dict[str, set[str]]:
+    """property → values, for each required property of an object-only branch with const/enum values."""
+    branch = _deref(branch, root)
+    if not isinstance(branch, dict) or possible_types(branch, root) - {"object"}:
+        return {}
+    props = branch.get("properties") if isinstance(branch.get("properties"), dict) else {}
+    required = branch.get("required") if isinstance(branch.get("required"), list) else []
+    found = {}
+    for name in required:
+        values = _values(_deref(props.get(name), root)) if isinstance(name, str) else None
+        if values is not None:
+            found[name] = values
+    return found
+
+
+def disjoint(a: object, b: object, root: object) -> bool:
+    """Whether no instance can satisfy both ``a`` and ``b`` (False when it cannot be shown)."""
+    if not possible_types(a, root) & possible_types(b, root):
+        return True
+    values_a, values_b = _values(_deref(a, root)), _values(_deref(b, root))
+    if values_a is not None and values_b is not None and not values_a & values_b:
+        return True
+    da, db = _discriminators(a, root), _discriminators(b, root)
+    return any(not (da[name] & db[name]) for name in da.keys() & db.keys())
+
+
+def _one_of(node: dict, root: object) -> dict:
+    branches = node.get("oneOf")
+    if not isinstance(branches, list) or "anyOf" in node:
+        return node
+    if all(disjoint(a, b, root) for a, b in itertools.combinations(branches, 2)):
+        return {("anyOf" if k == "oneOf" else k): v for k, v in node.items()}
+    return node
+
+
+# --- dependencies -----------------------------------------------------------------------------
+
+def _dependencies(node: dict) -> dict:
+    required = node.get("dependentRequired")
+    schemas = node.get("dependentSchemas")
+    required = required if isinstance(required, dict) else {}
+    schemas = schemas if isinstance(schemas, dict) else {}
+    if not (required or schemas) or len(required) + len(schemas) > MAX_DEPENDENCIES:
+        return node
+    if any(not isinstance(v, list) for v in required.values()):
+        return node
+    cases = []
+    for name, needed in required.items():
+        cases.append([{"properties": {name: False}}, {"required": list(dict.fromkeys([name, *needed]))}])
+    for name, sub in schemas.items():
+        cases.append([{"properties": {name: False}}, {"required": [name], "allOf": [sub]}])
+    out = {k: v for k, v in node.items() if k not in ("dependentRequired", "dependentSchemas")}
+    return _add_any_ofs(out, cases)
+
+
+def _add_any_ofs(node: dict, cases: list[list[object]]) -> dict:
+    """Require each list of ``cases`` as an anyOf beside what ``node`` already says."""
+    if len(cases) == 1 and "anyOf" not in node:
+        return {**node, "anyOf": cases[0]}
+    members = list(node.get("allOf") or []) if isinstance(node.get("allOf"), list) else []
+    return {**node, "allOf": members + [{"anyOf": c} for c in cases]}
+
+
+# --- if / then / else -------------------------------------------------------------------------
+
+def _if_then_else(node: dict, root: object) -> dict:
+    test = node.get("if")
+    if not isinstance(test, dict) or node.get("type") != "object":
+        return node
+    keys = {k for k in test if k not in ANNOTATIONS}
+    props = test.get("properties")
+    if not keys <= {"properties", "required", "type"} or not isinstance(props, dict) or len(props) != 1:
+        return node
+    (name, condition), = props.items()
+    values = _values(condition)
+    required = test.get("required", [])
+    if values is None or test.get("type", "object") != "object" or not isinstance(required, list) \
+            or not set(required) <= {name} or not isinstance(condition, dict) \
+            or {k for k in condition if k not in ANNOTATIONS} - {"const", "enum"}:
+        return node
+    parent_props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    domain = _domain(_deref(parent_props.get(name), root))
+    if domain is None:
+        return node
+    then, otherwise = node.get("then", True), node.get("else", True)
+    hit = [json.loads(v) for v in sorted(values & domain)]
+    miss = [json.loads(v) for v in sorted(domain - values)]
+    branches: list[object] = []
+    if hit:
+        branches.append({"properties": {name: {"enum": hit}}, **({"required": [name]} if required else {}),
+                         "allOf": [then]})
+    elif not required:  # no listed value triggers `if`, but an absent property does
+        branches.append({"properties": {name: False}, "allOf": [then]})
+    if miss:
+        branches.append({"required": [name], "properties": {name: {"enum": miss}}, "allOf": [otherwise]})
+    if required:
+        branches.append({"properties": {name: False}, "allOf": [otherwise]})
+    if not branches:
+        return node
+    out = {k: v for k, v in node.items() if k not in ("if", "then", "else")}
+    return _add_any_ofs(out, [branches])
+
+
+def _domain(node: object) -> set[str] | None:
+    """The finite set of values a property schema allows (enum/const, or boolean), if it has one."""
+    values = _values(node)
+    if values is not None:
+        return values if len(values) <= MAX_ENUM else None
+    if isinstance(node, dict) and node.get("type") == "boolean":
+        return {"true", "false"}
+    return None
+
+
+# --- allOf ------------------------------------------------------------------------------------
+
+def _merge_all_of(node: dict) -> dict:
+    members = node.get("allOf")
+    if not isinstance(members, list):
+        return node
+    out = {k: v for k, v in node.items() if k != "allOf"}
+    kept = []
+    for member in members:
+        if member is True or member == {}:
+            continue
+        if not isinstance(member, dict) or not _mergeable(out, member):
+            kept.append(member)
+            continue
+        for key, value in member.items():
+            if key == "required" and key in out:
+                out[key] = list(dict.fromkeys([*out[key], *value]))
+            elif key == "properties" and key in out:
+                out[key] = {**out[key], **value}
+            elif key not in out:
+                out[key] = value
+    if kept:
+        out["allOf"] = kept
+    return out
+
+
+def _mergeable(node: dict, member: dict) -> bool:
+    """Whether member's keywords can sit in node without changing what either means."""
+    if any(k in member for k in ("$id", "$defs", "definitions", "$schema", "$anchor")):
+        return False
+    if (node.keys() | member.keys()) & _NEVER_MERGED:
+        return False  # they read the annotations of their siblings, or each other
+    for key in (node.keys() & member.keys()) - ANNOTATIONS:
+        lists = isinstance(node[key], list) and isinstance(member[key], list)
+        maps = isinstance(node[key], dict) and isinstance(member[key], dict)
+        if not (key == "required" and lists) and not (key == "properties" and maps
+                                                         and not node[key].keys() & member[key].keys()):
+            return False
+    objects, arrays = _INTERACTING
+    if node.keys() & objects and member.keys() & objects and (node.keys() | member.keys()) & objects != {"properties"}:
+        return False  # additionalProperties & co. read their siblings' property names
+    return not (node.keys() & arrays and member.keys() & arrays)
+
+
+# --- $ref -------------------------------------------------------------------------------------
+
+def check_refs(schema: object) -> None:
+    """Refuse local references that point nowhere and schemas with no finite instance (ref cycles)."""
+    for site in reachable(schema):
+        node = site.node
+        if isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            ref = node["$ref"]
+            if ref.startswith("#") and resolve_pointer(schema, ref) is None and (ref == "#" or ref.startswith("#/")):
+                raise ConstraintError(f"'$ref' at {site.path} points to {ref!r}, which does not exist in the schema")
+    if isinstance(schema, dict) and not _productive_root(schema):
+        raise ConstraintError("the schema admits no finite value: a '$ref' cycle with no base case")
+
+
+def _productive_root(root: dict) -> bool:
+    """Least fixed point of "has a finite instance", over necessary conditions only (sound for refusal)."""
+    nodes = [site.node for site in reachable(root) if isinstance(site.node, dict)]
+    good: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for node in nodes:
+            if id(node) not in good and _finite(node, root, good):
+                good.add(id(node))
+                changed = True
+    return id(root) in good
+
+
+def _ok(sub: object, good: set[int]) -> bool:
+    return sub is not False and (not isinstance(sub, dict) or id(sub) in good)
+
+
+def _finite(node: dict, root: object, good: set[int]) -> bool:
+    if isinstance(node.get("$ref"), str):
+        target = resolve_pointer(root, node["$ref"])
+        if target is not None and not _ok(target, good):
+            return False
+    if isinstance(node.get("allOf"), list) and not all(_ok(m, good) for m in node["allOf"]):
+        return False
+    for kw in ("anyOf", "oneOf"):
+        if isinstance(node.get(kw), list) and node[kw] and not any(_ok(m, good) for m in node[kw]):
+            return False
+    declared = node.get("type")
+    props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    required = node.get("required") if declared in ("object", ["object"]) else None
+    if isinstance(required, list) and not all(_ok(props.get(n, True), good) for n in required if isinstance(n, str)):
+        return False
+    if declared in ("array", ["array"]) and isinstance(node.get("minItems"), int) and node["minItems"] > 0:
+        prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
+        needed = prefix[: node["minItems"]]
+        if node["minItems"] > len(prefix):
+            needed = [*needed, node.get("items", True)]
+        if not all(_ok(sub, good) for sub in needed):
+            return False
+    return True

@@ -1,0 +1,96 @@
+"""The validated fallback's retry loop: generate under the relaxed schema, validate, retry within a budget.
+
+A JSON schema that no engine enforces exactly is compiled as a documented superset (see
+``constraints/schema_support.relax``). Each attempt's events are held back until the attempt ends
+and its output has been validated against the full schema: a valid output is released (with every
+attempt listed on its final event); an invalid one starts the next attempt, until the budget is
+spent — then the last output is released with ``schema_validation.valid = false`` and a finish
+detail that says so, never as valid. Streams on this path therefore arrive whole at the end.
+
+Attempt 1 runs with the request's own settings and seed; attempt ``k`` uses a seed derived from
+the request's (``attempt_seed``) and, for a greedy request, ``fallback_temperature`` (a greedy
+retry would repeat itself). The final event reports the request's seed, so replaying the record
+runs the same attempts and returns the same output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+from proctor.domain import Attempt, FinishReason, TokenEvent
+from proctor.engine.preprocess import PreparedRequest
+
+# Attempts end for good on these: the caller went away, time ran out, or the engine failed.
+FINAL_REASONS = frozenset({FinishReason.CANCELLED, FinishReason.DEADLINE, FinishReason.ERROR})
+_GOLDEN = 0x9E3779B97F4A7C15
+EventSink = Callable[[TokenEvent], None]
+StartAttempt = Callable[[PreparedRequest, int, EventSink, float], None]
+
+
+def attempt_seed(seed: int, number: int) -> int:
+    """The seed of attempt ``number`` (1-based) of a request seeded with ``seed``."""
+    return seed if number == 1 else (seed + (number - 1) * _GOLDEN) % (1 << 63)
+
+
+class FallbackAttempts:
+    """One request's attempts; ``sink`` gets only the released attempt's events."""
+
+    def __init__(self, prepared: PreparedRequest, seed: int, sink: EventSink, *, budget: int,
+                 retry_temperature: float, start: StartAttempt) -> None:
+        self._prepared = prepared
+        self._seed = seed
+        self._sink = sink
+        self._budget = max(1, budget)
+        self._retry_temperature = retry_temperature
+        self._start = start
+        self._created = time.monotonic()
+        self._attempts: list[Attempt] = []
+        self._held: list[TokenEvent] = []
+
+    def begin(self) -> None:
+        self._launch(1)
+
+    def _launch(self, number: int) -> None:
+        request = self._prepared.request
+        sampling = request.sampling
+        temperature = sampling.temperature or 0.0
+        if number > 1 and sampling.greedy:
+            temperature = self._retry_temperature
+        seed = attempt_seed(self._seed, number)
+        changed = dataclasses.replace(request, sampling=dataclasses.replace(sampling, temperature=temperature or None,
+                                                                              seed=seed))
+        self._held = []
+        self._start(dataclasses.replace(self._prepared, request=changed), seed, self._receive, self._created)
+
+    def _receive(self, event: TokenEvent) -> None:
+        self._held.append(event)
+        if not event.finished:
+            return
+        number = len(self._attempts) + 1
+        check = event.schema_check
+        valid = check is not None and check.valid
+        sampling = self._prepared.request.sampling
+        temperature = (sampling.temperature or 0.0) if number == 1 or not sampling.greedy else self._retry_temperature
+        assert event.finish_reason is not None
+        self._attempts.append(Attempt(number, attempt_seed(self._seed, number), temperature,
+                                      event.usage.completion_tokens if event.usage else 0, event.finish_reason,
+                                      valid, check.errors if check else ()))
+        if valid or number >= self._budget or event.finish_reason in FINAL_REASONS or event.error:
+            self._release(event, valid, number)
+            return
+        try:
+            self._launch(number + 1)
+        except Exception as exc:  # overloaded or shutting down: the last output stands, said plainly
+            self._release(event, valid, number, why=f"no retry possible ({exc})")
+
+    def _release(self, final: TokenEvent, valid: bool, number: int, why: str = "") -> None:
+        detail = final.finish_detail
+        if not valid and final.finish_reason not in FINAL_REASONS:
+            note = f"no valid output in {number} attempt{'s' if number > 1 else ''}"
+            note += f"; {why}" if why else ""
+            detail = f"{detail}; {note}" if detail else note
+        for event in self._held[:-1]:
+            self._sink(event)
+        self._sink(dataclasses.replace(final, finish_detail=detail, seed=self._seed, attempts=tuple(self._attempts)))
