@@ -42,6 +42,10 @@ BENCHDATA = ROOT.parent / "shared" / "benchdata"
 MODEL_DIR = ROOT / ".proctor" / "models" / "SmolLM2-135M-Instruct"
 ENGINES = ("xgrammar", "llguidance", "outlines")
 AUTO = "auto"
+# The validated fallback as a pseudo-engine: the schema relaxed for FALLBACK's engine
+# (proctor.constraints.schema_relax), compiled by it, and every instance also judged by the
+# server's validator against the full schema (what the server does before returning an output).
+FALLBACK = "fallback"
 
 
 def require_benchdata(sub: str) -> Path:
@@ -68,10 +72,16 @@ class Outcome:
     n_tokens: int = 0
     mask_ns: list[int] = field(default_factory=list)
     note: str = ""  # an adapter inconsistency (not an engine verdict), or the error
+    validator_valid: bool | None = None  # fallback only: the server's validator on the full schema
 
     @property
     def accepted(self) -> bool:
         return self.status == "accepted"
+
+    @property
+    def served(self) -> bool:
+        """Would the server return this text as a valid output (mask, then validator when it judges)?"""
+        return self.accepted and self.validator_valid is not False
 
     def describe(self) -> str:
         if self.status == "rejected_step":
@@ -102,7 +112,34 @@ def eos_token_ids(tokenizer: Any) -> tuple[int, ...]:
 def make_backend(name: str, tokenizer: Any) -> Any:
     from proctor.constraints.backends import create_backend
 
+    if name == FALLBACK:
+        return FallbackBackend(create_backend(fallback_engine(), tokenizer, len(tokenizer), eos_token_ids(tokenizer)))
     return create_backend(name, tokenizer, len(tokenizer), eos_token_ids(tokenizer))
+
+
+def fallback_engine() -> str:
+    from proctor.constraints.auto import FALLBACK as BY_KIND
+
+    return BY_KIND["json_schema"]
+
+
+class FallbackBackend:
+    """Relax the schema (server-side step), then compile the superset with the fallback engine."""
+
+    name = FALLBACK
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def compile(self, spec: ConstraintSpec) -> Any:
+        from proctor.constraints.backend import ConstraintError
+        from proctor.constraints.schema_relax import relax
+
+        try:
+            relaxed = relax(spec.schema, self._inner.name)
+        except RecursionError as exc:
+            raise ConstraintError("too deep to relax") from exc
+        return self._inner.compile(ConstraintSpec.json_schema(relaxed.schema, spec.flexible_whitespace))
 
 
 def check_instance(backend: Any, compiled: Any, text: str, *, tokenizer: Any = None) -> Outcome:
@@ -178,6 +215,7 @@ def _worker_main(engine: str, conn: Any, model_dir: str) -> None:
             return
         spec, texts = job
         start = time.perf_counter_ns()
+        validate = _validator_for(spec) if engine == FALLBACK else None
         try:
             compiled = backend.compile(spec)
         except ConstraintError as exc:
@@ -191,10 +229,20 @@ def _worker_main(engine: str, conn: Any, model_dir: str) -> None:
         outcomes = []
         for text in texts:
             try:
-                outcomes.append(check_instance(backend, compiled, text, tokenizer=tokenizer))
+                outcome = check_instance(backend, compiled, text, tokenizer=tokenizer)
+                if validate is not None:
+                    outcome.validator_valid = validate(text)
+                outcomes.append(outcome)
             except Exception as exc:
                 outcomes.append(Outcome("error", note=f"{type(exc).__name__}: {exc}"[:500]))
         conn.send(("checked", outcomes))
+
+
+def _validator_for(spec: ConstraintSpec) -> Any:
+    from proctor.constraints.json_validation import validate_json_output
+
+    schema = spec.schema
+    return lambda text: validate_json_output(text, schema, truncated=False).valid
 
 
 class EngineWorker:
@@ -315,9 +363,11 @@ class Runner:
 
 
 def auto_order(spec: ConstraintSpec) -> tuple[str, ...]:
-    from proctor.constraints.auto import backend_order
+    """AUTO's exact engines in order, then the validated fallback for JSON schemas (as the server does)."""
+    from proctor.constraints.auto import FALLBACK as BY_KIND
+    from proctor.constraints.auto import backend_order, policy_key
 
-    return tuple(backend_order(spec))
+    return (*backend_order(spec), *((FALLBACK,) if policy_key(spec) in BY_KIND else ()))
 
 
 def engines_needed(spec: ConstraintSpec, requested: Sequence[str]) -> list[str]:
@@ -328,11 +378,13 @@ def engines_needed(spec: ConstraintSpec, requested: Sequence[str]) -> list[str]:
 
 
 def auto_result(spec: ConstraintSpec, results: dict[str, EngineResult]) -> EngineResult:
-    """AUTO: the first engine in backend_order(spec) that compiles; compile time = all tried."""
+    """AUTO: the first engine in auto_order(spec) that compiles; compile time = all tried."""
     spent = 0
     reasons = []
     for name in auto_order(spec):
-        result = results[name]
+        result = results.get(name)
+        if result is None:
+            break
         spent += result.compile_ns
         if result.compiled:
             return replace(result, engine=AUTO, compile_ns=spent, chosen=name)
@@ -342,8 +394,14 @@ def auto_result(spec: ConstraintSpec, results: dict[str, EngineResult]) -> Engin
 
 def evaluate(runner: Runner, spec: ConstraintSpec, texts: Sequence[str],
              requested: Sequence[str]) -> dict[str, EngineResult]:
-    results = {engine: runner.run(engine, spec, texts) for engine in engines_needed(spec, requested)}
+    """Run the requested engines; AUTO's own engines run in order only until one compiles."""
+    results = {engine: runner.run(engine, spec, texts) for engine in requested if engine != AUTO}
     if AUTO in requested:
+        for name in auto_order(spec):
+            if name not in results:
+                results[name] = runner.run(name, spec, texts)
+            if results[name].compiled:
+                break
         results[AUTO] = auto_result(spec, results)
     return {e: results[e] for e in requested}
 
@@ -364,9 +422,9 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_limit: int | Non
 
 def parse_engines(text: str) -> list[str]:
     engines = [e.strip() for e in text.split(",") if e.strip()]
-    unknown = [e for e in engines if e not in (*ENGINES, AUTO)]
+    unknown = [e for e in engines if e not in (*ENGINES, FALLBACK, AUTO)]
     if unknown:
-        sys.exit(f"unknown engines {unknown}; choose from {', '.join((*ENGINES, AUTO))}")
+        sys.exit(f"unknown engines {unknown}; choose from {', '.join((*ENGINES, FALLBACK, AUTO))}")
     return engines
 
 
@@ -425,7 +483,8 @@ def result_json(result: EngineResult) -> dict[str, Any]:
         "engine": result.engine, "chosen": result.chosen, "compiled": result.compiled,
         "compile_ms": result.compile_ns / 1e6, "kind": result.kind, "error": result.error,
         "outcomes": [{"status": o.status, "step": o.step, "n_tokens": o.n_tokens, "note": o.note,
-                      "mask_us_median": statistics.median(o.mask_ns) / 1e3 if o.mask_ns else None}
+                      "mask_us_median": statistics.median(o.mask_ns) / 1e3 if o.mask_ns else None,
+                      "validator_valid": o.validator_valid}
                      for o in result.outcomes],
     }
 

@@ -44,8 +44,9 @@ def test_the_table_covers_every_kind_and_syntax_and_nothing_else() -> None:
     keys |= {f"grammar:{syntax.value}" for syntax in GrammarSyntax}
     assert set(ORDER) == keys
     assert set(SUPPORTS) == set(BACKEND_NAMES)
-    for key, order in ORDER.items():  # no engine that implements a kind is left out of its order
-        assert set(order) == {engine for engine, kinds in SUPPORTS.items() if key in kinds}, key
+    for key, order in ORDER.items():  # no engine that implements a kind is left out of its order...
+        left_out = {"outlines"} if key == "json_schema" else set()  # ...but outlines for JSON (measured)
+        assert set(order) == {engine for engine, kinds in SUPPORTS.items() if key in kinds} - left_out, key
 
 
 def test_lark_goes_to_llguidance_only() -> None:
@@ -60,12 +61,15 @@ def test_outlines_never_gets_a_grammar() -> None:
     assert "outlines" not in backend_order(SPECS["lark"]) + backend_order(SPECS["ebnf"])
 
 
-def test_json_schema_tries_the_refusing_engine_first_and_outlines_last() -> None:
-    """llguidance refuses what it cannot enforce; outlines measured under-constrained (regex \\d, \\s)."""
+def test_json_schema_tries_the_refusing_engine_first_then_the_validated_fallback() -> None:
+    """llguidance refuses what it cannot enforce; outlines (under-constrained on MaskBench, the slowest
+    compile) is not in AUTO: what the exact engines refuse goes to the validated fallback on llguidance."""
+    from proctor.constraints.auto import FALLBACK, policy_key
+
     for name in ("json_schema", "json_schema_flexible", "json_schema_boolean"):
         order = backend_order(SPECS[name])
-        assert order[0] == "llguidance"
-        assert order[-1] == "outlines"
+        assert order == ("llguidance", "xgrammar")
+        assert FALLBACK[policy_key(SPECS[name])] == "llguidance"
 
 
 def test_regex_and_choice_start_with_llguidance() -> None:

@@ -78,7 +78,7 @@ SUPPORTS: dict[str, frozenset[str]] = {
 }
 
 ORDER: dict[str, tuple[str, ...]] = {
-    JSON: ("llguidance", "xgrammar", "outlines"),
+    JSON: ("llguidance", "xgrammar"),  # then the validated fallback (FALLBACK); outlines only when named
     REGEX: ("llguidance", "xgrammar", "outlines"),
     CHOICE: ("llguidance", "xgrammar", "outlines"),
     LARK: ("llguidance",),
