@@ -52,7 +52,8 @@ TABLE = [
     ({"type": "integer", "not": {"const": 3}}, {b: [("#", "not")] for b in ALL}),
     ({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}},
      {b: [("#", "if"), ("#", "then")] for b in ALL}),
-    ({"type": "string", "format": "date"}, {b: [("#", "format")] for b in ALL}),
+    ({"type": "string", "format": "date"}, {}),  # spelled out as an exact pattern (schema_formats)
+    ({"type": "string", "format": "date", "pattern": "^2"}, {b: [("#", "format")] for b in ALL}),  # approximate
     ({"type": "string", "format": "uuid"}, {}),
     ({"type": "string", "format": "ipv6"}, {"xgrammar": [("#", "format")], "outlines": [("#", "format")]}),
     ({"type": "string", "format": "no-such-format"}, {}),  # not a format the spec defines: an annotation
@@ -93,27 +94,27 @@ def test_guard_flags_what_the_engine_does_not_enforce(schema: object, expected: 
 
 
 def test_nested_paths_are_json_pointers() -> None:
-    schema = {"type": "object", "properties": {"a/b": {"type": "array", "items": {"type": "integer", "not": {}}}},
+    schema = {"type": "object", "properties": {"a/b": {"type": "array", "items": {"type": "integer", "not": {"multipleOf": 2}}}},
               "$defs": {"x~y": {"type": "string", "format": "hostname"}}}
     assert unsupported_keywords(schema, "llguidance") == [
         ("#/$defs/x~0y", "format"), ("#/properties/a~1b/items", "not")]
 
 
 def test_calendar_formats_need_the_opt_in() -> None:
-    schema = {"type": "string", "format": "date-time"}
+    schema = {"type": "string", "format": "date-time", "pattern": "^2"}  # no exact pattern can stand in
     assert unsupported_keywords(schema, "llguidance") == [("#", "format")]
     assert unsupported_keywords(schema, "llguidance", allow_approximate_formats=True) == []
 
 
 def test_outlines_date_time_is_approximate() -> None:
-    schema = {"type": "string", "format": "date-time"}  # outlines makes the offset optional
+    schema = {"type": "string", "format": "date-time", "pattern": "^2"}  # outlines makes the offset optional
     assert unsupported_keywords(schema, "outlines") == [("#", "format")]
     assert unsupported_keywords(schema, "outlines", allow_approximate_formats=True) == []
 
 
 def test_check_schema_names_keyword_and_path_and_translates_patterns() -> None:
     with pytest.raises(ConstraintError) as info:
-        check_schema({"type": "object", "properties": {"p": {"type": "integer", "not": {}}}}, "xgrammar")
+        check_schema({"type": "object", "properties": {"p": {"type": "integer", "not": {"multipleOf": 2}}}}, "xgrammar")
     assert info.value.reason == "unsupported keyword 'not' at #/properties/p" and info.value.backend == "xgrammar"
     schema = {"type": "object", "properties": {"z": {"type": "string", "pattern": "^\\d+$"}, "a": {"const": "."}}}
     checked = check_schema(schema, "llguidance")
@@ -176,7 +177,7 @@ def test_dangling_refs_and_cycles_without_base_case_are_refused() -> None:
 
 def test_every_problem_is_named_with_its_pointer() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True},
-                                               "b": {"not": {"type": "string"}}},
+                                               "b": {"not": {"multipleOf": 2}}},
               "propertyNames": {"maxLength": 3}}
     with pytest.raises(ConstraintError) as info:
         check_schema(schema, "llguidance")

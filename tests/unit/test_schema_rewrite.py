@@ -23,7 +23,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry
 
 from proctor.constraints.backend import ConstraintError
-from proctor.constraints.json_validation import server_validator_class
+from proctor.constraints.json_validation import FORMAT_CHECKER, server_validator_class
 from proctor.constraints.schema_dialect import draft_of, normalize
 from proctor.constraints.schema_relax import relax
 from proctor.constraints.schema_rewrite import disjoint, rewrite
@@ -41,7 +41,7 @@ def _valid(cls: type, schema: object, instance: object) -> bool | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return cls(schema, registry=Registry()).is_valid(instance)
+            return cls(schema, registry=Registry(), format_checker=FORMAT_CHECKER).is_valid(instance)
     except Exception:
         return None
 
@@ -201,3 +201,17 @@ def test_benchdata_is_present_under_ci() -> None:
     for path in (SUITE / "draft7", SUITE / "draft2020-12", MASKBENCH):
         if not Path(path).is_dir():
             missing(f"benchmark data missing: {path}")
+
+
+@pytest.mark.parametrize("negated", [
+    {}, True, False, {"not": {"type": "string"}}, {"anyOf": [{"required": ["a"]}, {"type": "array"}]},
+    {"allOf": [{"required": ["a"]}, {"required": ["b"]}]}, {"required": ["a", "b"]}, {"type": ["null", "number"]},
+])
+def test_not_is_restated_positively_and_exactly(negated: object) -> None:
+    schema = {"properties": {"a": {}, "b": {}}, "not": negated}
+    after = rewrite(schema)
+    assert after is False or "not" not in json.dumps(after)
+    instances: list[object] = [None, True, 0, 1.5, "s", [], [1], {}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2}, {"c": 1}]
+    for instance in instances:
+        assert Draft202012Validator(schema).is_valid(instance) == Draft202012Validator(after).is_valid(instance), \
+            (negated, instance)

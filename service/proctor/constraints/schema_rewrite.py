@@ -27,6 +27,7 @@ import json
 from typing import Any
 
 from proctor.constraints.backend import ConstraintError
+from proctor.constraints.schema_formats import with_pattern
 from proctor.constraints.schema_keywords import (
     ANNOTATIONS,
     SCHEMA_LISTS,
@@ -48,9 +49,18 @@ _INTERACTING = (frozenset({"properties", "patternProperties", "additionalPropert
 def rewrite(schema: object) -> object:
     """The schema with every exact rewrite applied (a new object; the input is not changed)."""
     refs = all_refs(schema)
-    blocked = {kw for kw in ("oneOf", "allOf", "if", "then", "else", "dependentRequired", "dependentSchemas")
+    blocked = {kw for kw in ("oneOf", "allOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas")
                if any(f"/{kw}" in ref for ref in refs)}
+    if _uses_unevaluated(schema):
+        # unevaluated* read the annotations of in-place applicators: a rewrite that adds an anyOf
+        # or allOf where there was a `not` or a dependency changes what they see. Leave those be.
+        blocked |= {"not", "if", "then", "else", "dependentRequired", "dependentSchemas"}
     return _rewrite(schema, schema, blocked)
+
+
+def _uses_unevaluated(schema: object) -> bool:
+    return any(isinstance(site.node, dict) and ("unevaluatedProperties" in site.node or "unevaluatedItems" in site.node)
+               for site in reachable(schema))
 
 
 def _rewrite(node: object, root: object, blocked: set[str]) -> object:
@@ -66,6 +76,12 @@ def _rewrite(node: object, root: object, blocked: set[str]) -> object:
             out[key] = _rewrite(value, root, blocked)
         else:
             out[key] = value
+    out = with_pattern(out)
+    if "not" not in blocked:
+        negated = _not(out, root, blocked)
+        if not isinstance(negated, dict):
+            return negated
+        out = negated
     if "oneOf" not in blocked:
         out = _one_of(out, root)
     if "dependentRequired" not in blocked and "dependentSchemas" not in blocked:
@@ -178,6 +194,62 @@ def _one_of(node: dict, root: object) -> dict:
     if all(disjoint(a, b, root) for a, b in itertools.combinations(branches, 2)):
         return {("anyOf" if k == "oneOf" else k): v for k, v in node.items()}
     return node
+
+
+# --- not ---------------------------------------------------------------------------------------
+
+_ALL_TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
+
+
+def _not(node: dict, root: object, blocked: set[str]) -> object:
+    """``not`` restated positively where that is exact; the node (or ``False``) after it."""
+    if "not" not in node:
+        return node
+    sub = _deref(node["not"], root)
+    rest = {k: v for k, v in node.items() if k != "not"}
+    if sub is True or (isinstance(sub, dict) and not {k for k in sub if k not in ANNOTATIONS}):
+        return False  # not {}: nothing is valid
+    if sub is False:
+        return rest
+    if not isinstance(sub, dict):
+        return node
+    keys = {k for k in sub if k not in ANNOTATIONS}
+    if keys == {"not"}:  # not not X = X
+        return _rewrite(_add_all_of(rest, [sub["not"]]), root, blocked)
+    if keys == {"anyOf"} and isinstance(sub["anyOf"], list):  # not (A or B) = not A and not B
+        return _rewrite(_add_all_of(rest, [{"not": branch} for branch in sub["anyOf"]]), root, blocked)
+    if keys == {"allOf"} and isinstance(sub["allOf"], list) and sub["allOf"]:  # not (A and B) = not A or not B
+        return _rewrite(_add_any_ofs(rest, [[{"not": member} for member in sub["allOf"]]]), root, blocked)
+    if keys == {"required"} and isinstance(sub["required"], list) and sub["required"] \
+            and all(isinstance(n, str) for n in sub["required"]):
+        # required holds for anything that is not an object: only objects missing a name pass `not`.
+        absent = [{"properties": {name: False}} for name in dict.fromkeys(sub["required"])]
+        case = {"type": "object", **({"anyOf": absent} if len(absent) > 1 else absent[0])}
+        return _add_all_of(rest, [case])
+    if keys == {"type"}:
+        return _not_type(rest, sub["type"], node)
+    return node
+
+
+def _not_type(rest: dict, excluded: object, node: dict) -> object:
+    names = {excluded} if isinstance(excluded, str) else set(excluded) if isinstance(excluded, list) else None
+    if names is None or not names <= set(_ALL_TYPES) or ("integer" in names and "number" not in names):
+        return node  # "a number that is not an integer" has no type name
+    if "number" in names:
+        names.add("integer")
+    declared = rest.get("type")
+    current = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else list(_ALL_TYPES)
+    if "number" in current and "integer" in names and "number" not in names:
+        return node
+    kept = [t for t in current if t not in names]
+    if not kept:
+        return False
+    return {**rest, "type": kept[0] if len(kept) == 1 else kept}
+
+
+def _add_all_of(node: dict, members: list[object]) -> dict:
+    existing = list(node.get("allOf") or []) if isinstance(node.get("allOf"), list) else []
+    return {**node, "allOf": existing + members}
 
 
 # --- dependencies -----------------------------------------------------------------------------

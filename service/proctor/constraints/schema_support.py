@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends.ecma_regex import takes_json_escaped, translate
 from proctor.constraints.schema_dialect import normalize
+from proctor.constraints.schema_formats import exact_pattern
 from proctor.constraints.schema_keywords import (
     ASSERTIONS,
     FORMATS,
@@ -204,8 +205,8 @@ def _keyword_ok(kw: str, node: dict, root: object, policy: Policy, allow_approx:
         return False
     if kw in ("const", "enum") and policy.plain_literals and _needs_u_escape(value):
         return False
-    if kw == "format":
-        return value in policy.formats or (allow_approx and value in policy.approximate_formats)
+    if kw == "format":  # a calendar format with its exact pattern beside it is that pattern (schema_formats)
+        return value in policy.formats or exact_pattern(node) or (allow_approx and value in policy.approximate_formats)
     if kw == "allOf" and policy.single_all_of:
         return isinstance(value, list) and len(value) == 1
     if kw == "multipleOf" and policy.integer_multiple_of:
@@ -337,8 +338,8 @@ def finalize(schema: object) -> object:
         node = resolve_pointer(out, path)
         if not isinstance(node, dict):
             continue
-        if isinstance(node.get("format"), str) and node["format"] not in FORMATS:
-            del node["format"]
+        if isinstance(node.get("format"), str) and (node["format"] not in FORMATS or exact_pattern(node)):
+            del node["format"]  # an annotation, or spelled out by the pattern beside it
         node.pop("x-guidance", None)  # llguidance reads it as options; ours are overrides, but leave no doubt
         if isinstance(node.get("pattern"), str):
             node["pattern"] = translate(node["pattern"]) or node["pattern"]
@@ -362,8 +363,11 @@ def check_schema(schema: object, backend: str, *, allow_approximate_formats: boo
     return finalize(prepared)
 
 
-def format_uses(schema: object) -> list[tuple[str, str, bool]]:
-    """(pointer, format, known) for every ``format`` in a prepared schema (known: defined by the spec)."""
-    return [(site.path, site.node["format"], site.node["format"] in FORMATS) for site in reachable(schema)
-            if isinstance(site.node, dict) and isinstance(site.node.get("format"), str)]
+def format_uses(schema: object) -> list[tuple[str, str, bool, bool]]:
+    """(pointer, format, known, spelled out) for every ``format`` in a prepared schema.
+
+    known: the specification defines it; spelled out: an exact pattern stands beside it (``schema_formats``).
+    """
+    return [(site.path, site.node["format"], site.node["format"] in FORMATS, exact_pattern(site.node))
+            for site in reachable(schema) if isinstance(site.node, dict) and isinstance(site.node.get("format"), str)]
 

@@ -142,9 +142,11 @@ def format_handling(schema: object, result: CompileResult) -> tuple[FormatUse, .
     exact_formats = schema_support.POLICIES[result.backend].formats if result.backend in schema_support.POLICIES \
         else frozenset()
 
-    def handling(path: str, name: str, known: bool) -> str:
+    def handling(path: str, name: str, known: bool, spelled: bool) -> str:
         if not known:
             return "annotation"
-        return "enforced" if name in exact_formats and f"format at {path}" not in result.relaxed else "validated"
+        if f"format at {path}" in result.relaxed or f"pattern at {path}" in result.relaxed:
+            return "validated"
+        return "enforced" if name in exact_formats or spelled else "validated"
 
-    return tuple(FormatUse(path, name, handling(path, name, known)) for path, name, known in uses)
+    return tuple(FormatUse(path, name, handling(path, name, known, spelled)) for path, name, known, spelled in uses)
