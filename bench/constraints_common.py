@@ -124,7 +124,7 @@ def fallback_engine() -> str:
 
 
 class FallbackBackend:
-    """Relax the schema (server-side step), then compile the superset with the fallback engine."""
+    """Relax the schema and compile the superset with the fallback engine, as the server's compiler does."""
 
     name = FALLBACK
 
@@ -132,14 +132,9 @@ class FallbackBackend:
         self._inner = inner
 
     def compile(self, spec: ConstraintSpec) -> Any:
-        from proctor.constraints.backend import ConstraintError
-        from proctor.constraints.schema_relax import relax
+        from proctor.constraints.compiler import compile_relaxed
 
-        try:
-            relaxed = relax(spec.schema, self._inner.name)
-        except RecursionError as exc:
-            raise ConstraintError("too deep to relax") from exc
-        return self._inner.compile(ConstraintSpec.json_schema(relaxed.schema, spec.flexible_whitespace))
+        return compile_relaxed(spec, self._inner.name, self._inner.compile)[0]
 
 
 def check_instance(backend: Any, compiled: Any, text: str, *, tokenizer: Any = None) -> Outcome:

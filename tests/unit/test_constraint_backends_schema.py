@@ -94,7 +94,8 @@ def test_guard_flags_what_the_engine_does_not_enforce(schema: object, expected: 
 
 
 def test_nested_paths_are_json_pointers() -> None:
-    schema = {"type": "object", "properties": {"a/b": {"type": "array", "items": {"type": "integer", "not": {"multipleOf": 2}}}},
+    items = {"type": "integer", "not": {"multipleOf": 2}}
+    schema = {"type": "object", "properties": {"a/b": {"type": "array", "items": items}},
               "$defs": {"x~y": {"type": "string", "format": "hostname"}}}
     assert unsupported_keywords(schema, "llguidance") == [
         ("#/$defs/x~0y", "format"), ("#/properties/a~1b/items", "not")]

@@ -44,8 +44,8 @@ def run(engine, schema: object, *, seed: int = 11, temperature: float | None = N
 
 
 def test_an_output_the_relaxed_mask_cannot_make_valid_is_never_called_valid(engine) -> None:  # type: ignore[no-untyped-def]
-    # The mask enforces {"type": "boolean"}; `not` (relaxed) rejects every boolean.
-    events = run(engine, {"type": "boolean", "not": {"type": "boolean"}})
+    # The mask enforces {"type": "boolean"}; `not` (relaxed: no engine enforces it) rejects every boolean.
+    events = run(engine, {"type": "boolean", "not": {"enum": [True, False]}})
     final = events[-1]
     assert final.constraint is not None and not final.constraint.exact
     assert final.constraint.relaxed == ("not at #",)
@@ -60,7 +60,7 @@ def test_an_output_the_relaxed_mask_cannot_make_valid_is_never_called_valid(engi
 
 
 def test_a_valid_first_attempt_is_returned_at_once(engine) -> None:  # type: ignore[no-untyped-def]
-    events = run(engine, {"type": "boolean", "not": {"type": "string"}})
+    events = run(engine, {"type": "boolean", "not": {"enum": ["x"]}})
     final = events[-1]
     assert final.schema_check is not None and final.schema_check.valid
     assert len(final.attempts) == 1 and final.attempts[0].valid

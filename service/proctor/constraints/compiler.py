@@ -11,8 +11,9 @@ import dataclasses
 import functools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from proctor.constraints import schema_relax
 from proctor.constraints.auto import FALLBACK, backend_order, policy_key
@@ -108,8 +109,7 @@ class ConstraintCompiler:
 
     def _compile_relaxed(self, name: str, spec: ConstraintSpec) -> CompileResult:
         """The relaxed superset of a JSON schema, compiled by ``name`` (cached like any spec)."""
-        relaxed_spec, relaxed = _relaxed(spec, name)
-        result = self._compile_with(name, relaxed_spec)
+        result, relaxed = compile_relaxed(spec, name, lambda relaxed_spec: self._compile_with(name, relaxed_spec))
         return dataclasses.replace(result, exact=False, relaxed=relaxed)
 
     def _compile_with(self, name: str, spec: ConstraintSpec) -> CompileResult:
@@ -143,11 +143,28 @@ class ConstraintCompiler:
         return stats
 
 
+T = TypeVar("T")
+
+
+def compile_relaxed(spec: ConstraintSpec, engine: str, compile_one: Callable[[ConstraintSpec], T]
+                    ) -> tuple[T, tuple[str, ...]]:
+    """Compile the relaxed superset with ``compile_one``; when the engine refuses it, the coarse one
+    (``schema_relax.COARSE`` dropped too). Returns the compile result and what was relaxed."""
+    fine_spec, fine = _relaxed(spec, engine, False)
+    try:
+        return compile_one(fine_spec), fine
+    except ConstraintError as exc:
+        coarse_spec, coarse = _relaxed(spec, engine, True)
+        if coarse_spec == fine_spec or exc.reason.startswith(STUCK_PREFIXES):
+            raise
+        return compile_one(coarse_spec), coarse
+
+
 @functools.lru_cache(maxsize=256)
-def _relaxed(spec: ConstraintSpec, engine: str) -> tuple[ConstraintSpec, tuple[str, ...]]:
+def _relaxed(spec: ConstraintSpec, engine: str, coarse: bool) -> tuple[ConstraintSpec, tuple[str, ...]]:
     """The relaxed spec and what was relaxed (``keyword at pointer``); cached per spec and engine."""
     try:
-        result = schema_relax.relax(spec.schema, engine)
+        result = schema_relax.relax(spec.schema, engine, coarse=coarse)
     except RecursionError as exc:
         raise ConstraintError("the schema nests too deeply to analyse (max_schema_depth)", engine) from exc
     relaxed_spec = ConstraintSpec.json_schema(result.schema, spec.flexible_whitespace)

@@ -30,6 +30,9 @@ DROP_WITH = {
     "contains": ("minContains", "maxContains"),
     "if": ("then", "else"),
 }
+# What the coarse relaxation drops besides: keywords whose combinations an engine checks itself
+# and may refuse (overlapping patternProperties, intersections of regexes it cannot decide).
+COARSE = ("patternProperties", "pattern", "propertyNames")
 # Problems no superset can stand in for: a nested $id re-bases the references below it.
 UNRELAXABLE = frozenset({"$id", "(not a schema)"})
 
@@ -42,14 +45,21 @@ class Relaxed:
     relaxed: tuple[Problem, ...]
 
 
-def relax(schema: object, backend: str) -> Relaxed:
+def relax(schema: object, backend: str, *, coarse: bool = False) -> Relaxed:
     """The schema with every keyword ``backend`` would not enforce dropped: a superset (see module doc).
 
+    ``coarse`` also drops the keywords an engine may still refuse in combination (``COARSE``: its own
+    checks, e.g. llguidance's "patternProperty regexes are not disjoint"): the second try.
     Raises ConstraintError when a problem has no superset (a nested ``$id`` that re-bases refs).
     """
     policy = POLICIES[backend]
     current = prepare(schema)
     current, relaxed = _one_of_as_any_of(current)
+    if coarse:
+        found = [(site.path, kw) for site in reachable(current) if isinstance(site.node, dict)
+                 for kw in COARSE if kw in site.node]
+        current = _drop(current, found)
+        relaxed += found
     for _ in range(MAX_RELAX_PASSES):
         problems = problems_for(current, policy, allow_approximate_formats=True)
         if not problems:

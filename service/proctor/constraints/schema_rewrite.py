@@ -362,6 +362,8 @@ def _mergeable(node: dict, member: dict) -> bool:
         return False
     if (node.keys() | member.keys()) & _NEVER_MERGED:
         return False  # they read the annotations of their siblings, or each other
+    if "$ref" in node or "$ref" in member:
+        return False  # engines take a (possibly recursive) $ref best alone: llguidance refuses cycles with siblings
     for key in (node.keys() & member.keys()) - ANNOTATIONS:
         lists = isinstance(node[key], list) and isinstance(member[key], list)
         maps = isinstance(node[key], dict) and isinstance(member[key], dict)
