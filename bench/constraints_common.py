@@ -233,6 +233,16 @@ def _worker_main(engine: str, conn: Any, model_dir: str) -> None:
         conn.send(("checked", outcomes))
 
 
+UNSATISFIABLE = ("admits no value", "admits no finite value", "Unsatisfiable schema", "cannot accept any value",
+                 "enum array must not be empty")
+
+
+def unsatisfiable(result: EngineResult) -> bool:
+    """A refusal because the schema admits no value at all, from every engine tried (a correct verdict)."""
+    reasons = [r for r in result.error.split("; ") if r]
+    return bool(reasons) and all(any(m in r for m in UNSATISFIABLE) for r in reasons)
+
+
 def _validator_for(spec: ConstraintSpec) -> Any:
     from proctor.constraints.json_validation import validate_json_output
 

@@ -19,7 +19,9 @@ from proctor.constraints.schema_keywords import SCHEMA_LISTS, SCHEMA_MAPS, SCHEM
 DRAFT4, DRAFT6, DRAFT7, DRAFT2019, DRAFT2020 = "draft-04", "draft-06", "draft-07", "2019-09", "2020-12"
 _MARKERS = ((DRAFT4, "draft-04"), (DRAFT6, "draft-06"), (DRAFT7, "draft-07"), (DRAFT2019, "2019-09"),
             (DRAFT2020, "2020-12"))
-LEGACY = frozenset({DRAFT4, DRAFT6, DRAFT7})  # $ref hides its siblings; items may be an array
+LEGACY = frozenset({DRAFT4, DRAFT6, DRAFT7})
+COUNTS = frozenset({"minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties",
+                    "minContains", "maxContains"})  # $ref hides its siblings; items may be an array
 
 
 def draft_of(schema: object) -> str:
@@ -82,6 +84,8 @@ def _normalize(node: object, draft: str) -> object:
             continue  # became the exclusive bound
         elif key in SCHEMA_SINGLES:
             out[key] = _normalize(value, draft)
+        elif key in COUNTS and isinstance(value, float) and value.is_integer():
+            out[key] = int(value)  # 2.0 counts as 2 in every draft; engines want an integer
         else:
             out[key] = value  # data (const, enum, required...) and unknown keywords: as written
     return out

@@ -265,7 +265,8 @@ def _dependencies(node: dict) -> dict:
         return node
     cases = []
     for name, needed in required.items():
-        cases.append([{"properties": {name: False}}, {"required": list(dict.fromkeys([name, *needed]))}])
+        # The dependents before the trigger: engines write required names in list order.
+        cases.append([{"properties": {name: False}}, {"required": list(dict.fromkeys([*needed, name]))}])
     for name, sub in schemas.items():
         cases.append([{"properties": {name: False}}, {"required": [name], "allOf": [sub]}])
     out = {k: v for k, v in node.items() if k not in ("dependentRequired", "dependentSchemas")}
@@ -387,7 +388,8 @@ def check_refs(schema: object) -> None:
             if ref.startswith("#") and resolve_pointer(schema, ref) is None and (ref == "#" or ref.startswith("#/")):
                 raise ConstraintError(f"'$ref' at {site.path} points to {ref!r}, which does not exist in the schema")
     if isinstance(schema, dict) and not _productive_root(schema):
-        raise ConstraintError("the schema admits no finite value: a '$ref' cycle with no base case")
+        raise ConstraintError("the schema admits no finite value (a '$ref' cycle with no base case, or only "
+                              "false branches)")
 
 
 def _productive_root(root: dict) -> bool:
