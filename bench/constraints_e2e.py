@@ -1,17 +1,21 @@
 """End-to-end constrained generation through gRPC with the real default model.
 
-For the registered contract schemas (N varied prompts each) and a sample of MaskBench schemas per
-split: generate greedily with the schema, then check every output whose finish reason is not
-LENGTH validates (the server's own verdict and an independent ``jsonschema`` check here), count
-truncations, and compare tokens/s constrained vs unconstrained in the same run (same prompts,
-same max_new_tokens, alternating).
+For the registered contract schemas (N varied prompts each) and a sample of MaskBench schemas
+(``--maskbench N``, spread over the splits by a hash of the file name, the same ones every run):
+generate greedily with the schema, then check every output the server reports valid also passes
+an independent ``jsonschema`` check here (its draft's validator, formats asserted) — the count of
+outputs reported valid that fail it must be 0 — count truncations and refusals, and compare
+tokens/s constrained vs unconstrained in the same run (same prompts, same max_new_tokens).
+Per group: served (compiled: exact or through the validated fallback), outputs valid, attempts
+per valid output (the fallback retries), tokens/s.
 
-    python bench/constraints_e2e.py [--prompts 20] [--per-split 3] [--max-new-tokens 512]
+    python bench/constraints_e2e.py [--prompts 20] [--maskbench 100] [--max-new-tokens 512] [--compare N]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -44,19 +48,24 @@ def contract_prompts(n: int) -> list[str]:
     return prompts
 
 
-def maskbench_sample(per_split: int) -> list[tuple[str, dict[str, object]]]:
-    if per_split <= 0:
+def maskbench_sample(count: int) -> list[tuple[str, dict[str, object]]]:
+    """``count`` MaskBench schemas, round-robin over the splits, each split in a fixed hash order."""
+    if count <= 0:
         return []
     if not MASKBENCH.is_dir():
-        print(f"note: {MASKBENCH} not found; MaskBench sample skipped", file=sys.stderr)
-        return []
+        sys.exit(f"{MASKBENCH} not found: the MaskBench sample needs ../shared/benchdata")
     by_split: dict[str, list[Path]] = {}
-    for path in sorted(MASKBENCH.glob("*.json")):
+    for path in MASKBENCH.glob("*.json"):
         by_split.setdefault(path.name.split("---")[0], []).append(path)
-    sample = []
-    for split, paths in sorted(by_split.items()):
-        for path in paths[:: max(1, len(paths) // per_split)][:per_split]:
-            sample.append((f"{split}/{path.stem.split('---')[1]}", json.loads(path.read_text())["schema"]))
+    queues = [sorted(paths, key=lambda p: hashlib.sha256(p.name.encode()).hexdigest())
+              for _, paths in sorted(by_split.items())]
+    sample: list[tuple[str, dict[str, object]]] = []
+    while len(sample) < count and any(queues):
+        for queue in queues:
+            if queue and len(sample) < count:
+                path = queue.pop(0)
+                sample.append((f"{path.name.split('---')[0]}/{path.stem.split('---')[1]}",
+                               json.loads(path.read_text(encoding="utf-8"))["schema"]))
     return sample
 
 
@@ -71,8 +80,19 @@ def run_one(client: ProctorClient, prompt: str, max_new: int, **constraint: obje
     return {"response": response, "tps": response.usage.completion_tokens / elapsed}
 
 
+def independent_valid(text: str, schema: object) -> bool:
+    """jsonschema alone, by the schema's own draft, formats asserted (no Proctor code involved)."""
+    try:
+        instance = json.loads(text)
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        return cls(schema, format_checker=cls.FORMAT_CHECKER).is_valid(instance)
+    except (ValueError, jsonschema.SchemaError, jsonschema.exceptions.RefResolutionError):
+        return False
+
+
 def check(result: dict[str, object], schema: object) -> str:
-    """'valid', 'length', 'unsupported' or 'INVALID' (an output that should have validated but did not)."""
+    """'valid', 'length', 'invalid' (reported invalid: the fallback's budget ran out, or it ended early),
+    'unsupported' (refused), or 'WRONG' (reported valid, but jsonschema disagrees: must never happen)."""
     if "error" in result:
         return "unsupported"
     response = result["response"]
@@ -80,19 +100,16 @@ def check(result: dict[str, object], schema: object) -> str:
     if response.finish_reason == pb.FINISH_REASON_LENGTH:
         assert not response.schema_validation.valid, "a truncated output was reported valid"
         return "length"
-    try:
-        jsonschema.validate(json.loads(response.text), schema)  # type: ignore[arg-type]
-        independent = True
-    except (ValueError, jsonschema.ValidationError):
-        independent = False
-    return "valid" if response.schema_validation.valid and independent else "INVALID"
+    if not response.schema_validation.valid:
+        return "invalid"
+    return "valid" if independent_valid(response.text, schema) else "WRONG"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=20, help="prompts per registered contract schema")
     parser.add_argument("--schemas", default="", help="only these registered schemas (comma-separated name@version)")
-    parser.add_argument("--per-split", type=int, default=3, help="MaskBench schemas per split (0: none)")
+    parser.add_argument("--maskbench", type=int, default=100, help="MaskBench schemas over all splits (0: none)")
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--compare", type=int, default=1_000_000,
                         help="measure unconstrained tokens/s on the first N cases only (saves time)")
@@ -111,7 +128,7 @@ def main() -> None:
                     continue
                 for prompt in contract_prompts(args.prompts):
                     cases.append((ref, prompt, {"schema_ref": ref}, json.loads(entry.schema)))
-            for name, schema in maskbench_sample(args.per_split):
+            for name, schema in maskbench_sample(args.maskbench):
                 cases.append((name.split("/")[0], "Produce an example instance of the data.",
                               {"json_schema": json.dumps(schema)}, schema))
             for index, (group, prompt, constraint, schema) in enumerate(cases):
@@ -122,6 +139,11 @@ def main() -> None:
                     counts = {}
                     rows.append((group, counts))
                 counts[verdict] = counts.get(verdict, 0) + 1
+                if "response" in result:
+                    response = result["response"]
+                    counts["fallback"] = counts.get("fallback", 0) + (not response.constraint.exact)  # type: ignore[union-attr]
+                    if verdict == "valid":
+                        counts["attempts"] = counts.get("attempts", 0) + max(1, len(response.attempts))  # type: ignore[union-attr]
                 if "tps" in result and index < args.compare:
                     tps_constrained.append(float(result["tps"]))  # type: ignore[arg-type]
                     free = run_one(client, prompt, int(result["response"].usage.completion_tokens) or 1)  # type: ignore[union-attr]
@@ -131,14 +153,23 @@ def main() -> None:
     finally:
         server.stop()
     print(f"\nEnd to end, greedy, max_new_tokens {args.max_new_tokens} "
-          f"(`python bench/constraints_e2e.py --prompts {args.prompts} --per-split {args.per_split}"
+          f"(`python bench/constraints_e2e.py --prompts {args.prompts} --maskbench {args.maskbench}"
           f"{' --compare ' + str(args.compare) if args.compare < 1_000_000 else ''}`):\n")
-    print("| schemas | requests | valid | LENGTH (reported invalid) | refused at compile | invalid but finished |")
-    print("|---|---|---|---|---|---|")
-    for group, counts in rows:
-        total = sum(counts.values())
-        print(f"| {group} | {total} | {counts.get('valid', 0)} | {counts.get('length', 0)} | "
-              f"{counts.get('unsupported', 0)} | {counts.get('INVALID', 0)} |")
+    print("| schemas | requests | served (of which fallback) | valid | attempts per valid | LENGTH | reported invalid "
+          "| refused | reported valid, jsonschema disagrees |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    totals: dict[str, int] = {}
+    for group, counts in [*rows, ("**all**", totals)]:
+        if group != "**all**":
+            for key, value in counts.items():
+                totals[key] = totals.get(key, 0) + value
+        requests = sum(counts.get(k, 0) for k in ("valid", "length", "invalid", "unsupported", "WRONG"))
+        served = requests - counts.get("unsupported", 0)
+        valid = counts.get("valid", 0)
+        per_valid = f"{counts.get('attempts', 0) / valid:.2f}" if valid else "–"
+        print(f"| {group} | {requests} | {served} ({counts.get('fallback', 0)}) | {valid} | {per_valid} | "
+              f"{counts.get('length', 0)} | {counts.get('invalid', 0)} | {counts.get('unsupported', 0)} | "
+              f"{counts.get('WRONG', 0)} |")
     if tps_constrained and tps_free:
         c, f = statistics.median(tps_constrained), statistics.median(tps_free)
         print(f"\nTokens/s median: constrained {c:.1f}, unconstrained {f:.1f} (same prompts and lengths) "
