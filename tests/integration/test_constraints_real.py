@@ -105,8 +105,11 @@ def invalid_field(client: ProctorClient, **kwargs: object) -> tuple[str, str]:
 def test_bad_constraints_name_the_reason(client: ProctorClient) -> None:
     field, description = invalid_field(client, json_schema="{not json")
     assert field == "json_schema" and "not valid JSON" in description
-    field, description = invalid_field(client, json_schema={"type": "object", "not": {"required": ["a"]}})
-    assert field == "json_schema" and "not" in description
+    # exact_only: refused (with every problem named) instead of the validated fallback
+    two_problems = {"type": "object", "not": {"multipleOf": 2},
+                    "properties": {"t": {"type": "array", "uniqueItems": True}}}
+    field, description = invalid_field(client, json_schema=two_problems, exact_only=True)
+    assert field == "json_schema" and "'not' at #" in description and "'uniqueItems' at #/properties/t" in description
     empty_choice = pb.GenerateRequest(prompt="Hi", choice=pb.ChoiceConstraint())
     with pytest.raises(ProctorError) as caught:
         client.generate(empty_choice)
@@ -114,10 +117,44 @@ def test_bad_constraints_name_the_reason(client: ProctorClient) -> None:
     field, description = invalid_field(client, json_schema={"type": "object", "properties": {"n": {
         "type": "integer", "minimum": 0}}}, constraint_backend="outlines")
     assert field == "json_schema" and "minimum" in description
-    field, _ = invalid_field(client, regex="(unclosed")
-    assert field == "regex"
+    for bad in ("(unclosed", "a**", "\\"):  # engines read the last two leniently; they do not compile
+        field, description = invalid_field(client, regex=bad)
+        assert field == "regex" and "does not compile" in description, (bad, description)
+    cycle = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+    field, description = invalid_field(client, json_schema=cycle)
+    assert field == "json_schema" and "no finite value" in description
     field, description = invalid_field(client, schema_ref="contract/does-not-exist")
     assert field == "schema_ref" and "contract/nda" in description
+
+
+def test_a_schema_no_engine_enforces_is_served_through_the_validated_fallback(client: ProctorClient) -> None:
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": ["nda", "msa", "sow"]},
+                                                        "minItems": 2, "maxItems": 2, "uniqueItems": True}},
+              "required": ["tags"], "additionalProperties": False}
+    response = client.generate("Two document types as JSON:", json_schema=schema, max_new_tokens=24, temperature=0)
+    info = response.constraint
+    assert not info.exact and list(info.relaxed_keywords) == ["uniqueItems at #/properties/tags"]
+    assert 1 <= len(response.attempts) <= 3 and response.attempts[0].temperature == 0
+    assert response.attempts[-1].valid == response.schema_validation.valid
+    tags = json.loads(response.text)["tags"]
+    assert response.schema_validation.valid == (len(set(tags)) == 2)
+    if not response.schema_validation.valid:
+        assert "no valid output in 3 attempts" in response.finish_detail
+    chunks = list(client.stream_generate("Two document types as JSON:", json_schema=schema, max_new_tokens=24,
+                                         temperature=0))
+    assert "".join(c.text for c in chunks) == response.text and len(chunks[-1].attempts) == len(response.attempts)
+
+
+def test_formats_say_how_they_were_held(client: ProctorClient) -> None:
+    schema = {"type": "object", "properties": {"start": {"type": "string", "format": "date"},
+                                               "mail": {"type": "string", "format": "email"},
+                                               "n": {"type": "string", "format": "int64"}},
+              "required": ["start", "mail", "n"], "additionalProperties": False}
+    response = client.generate("A start date, an e-mail and a number as JSON:", json_schema=schema, max_new_tokens=60)
+    handling = {f.format: f.handling for f in response.constraint.formats}
+    assert handling == {"date": pb.FORMAT_HANDLING_ENFORCED, "email": pb.FORMAT_HANDLING_ENFORCED,
+                        "int64": pb.FORMAT_HANDLING_ANNOTATION}
+    assert response.constraint.exact
 
 
 def nested(depth: int) -> str:

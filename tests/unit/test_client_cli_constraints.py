@@ -252,3 +252,13 @@ def test_schemas_on_a_server_without_the_rpc_exits_1(capsys) -> None:
     with serve_fake(generation_pb2_grpc.GenerationServicer()) as addr:
         assert cli.main(["schemas", "--addr", addr]) == 1
     assert capsys.readouterr().err.startswith("error: UNIMPLEMENTED")
+
+
+def test_a_schema_nested_beyond_python_parsing_is_left_to_the_server(fake, tmp_path: Path, capsys) -> None:
+    servicer, addr = fake
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"type":"object","properties":{"a":' * 1000 + "{}" + "}}" * 1000, encoding="utf-8")
+    assert cli.main(generate(addr, "--json-schema", str(deep), "--exact-only")) == 0
+    capsys.readouterr()
+    sent = servicer.requests[0]
+    assert sent.json_schema == deep.read_text(encoding="utf-8") and sent.constraint_exact_only

@@ -65,3 +65,51 @@ def test_no_invalid_instance_passes_a_guarded_schema(tokenizer, engine: str) -> 
                         leaks.append(f"{name} / {group['description']} / {test['description']}: {text}")
     assert compiled_groups > 50
     assert not leaks, "\n".join(leaks)
+
+
+MASKBENCH = BENCHDATA / "maskbench"
+MASKBENCH_SAMPLE = 240  # schemas, spread over the splits by a hash of the name (the same ones every run)
+
+
+def maskbench_sample() -> list[dict]:
+    import hashlib
+
+    if not MASKBENCH.is_dir():
+        missing(f"MaskBench is not at {MASKBENCH}")
+    paths = sorted(MASKBENCH.glob("*.json"), key=lambda p: hashlib.sha256(p.name.encode()).hexdigest())
+    return [json.loads(p.read_text(encoding="utf-8")) | {"name": p.name} for p in paths[:MASKBENCH_SAMPLE]]
+
+
+def accepts(compiled, tokenizer, text: str) -> bool:  # type: ignore[no-untyped-def]
+    matcher = compiled.new_matcher()
+    return all(matcher.advance(t) for t in tokenizer.encode(text, add_special_tokens=False)) and matcher.can_end()
+
+
+@pytest.mark.parametrize("engine", ["xgrammar", "llguidance", "fallback"])
+def test_no_invalid_maskbench_instance_is_served(tokenizer, engine: str) -> None:  # type: ignore[no-untyped-def]
+    """Exact engines: the mask rejects every invalid instance. The fallback: the relaxed mask or the
+    server's validator does (an invalid instance is never returned as valid)."""
+    from proctor.constraints.compiler import compile_relaxed
+    from proctor.constraints.json_validation import validate_json_output
+
+    inner = "llguidance" if engine == "fallback" else engine
+    backend = create_backend(inner, tokenizer, len(tokenizer), (tokenizer.eos_token_id,))
+    leaks, compiled_count = [], 0
+    for item in maskbench_sample():
+        spec = ConstraintSpec.json_schema(item["schema"])
+        try:
+            compiled = (compile_relaxed(spec, inner, backend.compile)[0] if engine == "fallback"
+                        else backend.compile(spec))
+        except ConstraintError:
+            continue
+        compiled_count += 1
+        for test in item["tests"]:
+            if test["valid"]:
+                continue
+            text = json.dumps(test["data"], separators=(",", ":"), ensure_ascii=False)
+            served = accepts(compiled, tokenizer, text) and (
+                engine != "fallback" or validate_json_output(text, item["schema"], truncated=False).valid)
+            if served:
+                leaks.append(f"{item['name']}: {text[:100]}")
+    assert compiled_count > MASKBENCH_SAMPLE // 2
+    assert not leaks, "\n".join(leaks)
