@@ -46,6 +46,9 @@ AUTO = "auto"
 # (proctor.constraints.schema_relax), compiled by it, and every instance also judged by the
 # server's validator against the full schema (what the server does before returning an output).
 FALLBACK = "fallback"
+# llguidance called directly on the schema as written: no guard, no rewrites (its own lenient=False
+# refusals only) — the baseline the issue measured against.
+RAW_LLGUIDANCE = "llguidance-raw"
 
 
 def require_benchdata(sub: str) -> Path:
@@ -114,7 +117,31 @@ def make_backend(name: str, tokenizer: Any) -> Any:
 
     if name == FALLBACK:
         return FallbackBackend(create_backend(fallback_engine(), tokenizer, len(tokenizer), eos_token_ids(tokenizer)))
+    if name == RAW_LLGUIDANCE:
+        return RawLLGuidance(create_backend("llguidance", tokenizer, len(tokenizer), eos_token_ids(tokenizer)))
     return create_backend(name, tokenizer, len(tokenizer), eos_token_ids(tokenizer))
+
+
+class RawLLGuidance:
+    """llguidance on the schema text as given, with the adapter's options (the same matcher, no guard)."""
+
+    name = RAW_LLGUIDANCE
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def compile(self, spec: ConstraintSpec) -> Any:
+        import llguidance
+
+        from proctor.constraints.backend import ConstraintError
+        from proctor.constraints.backends.llguidance_backend import json_options
+
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(spec.text,
+                                                                     overrides=json_options(spec.flexible_whitespace))
+        except Exception as exc:
+            raise ConstraintError(str(exc)[:300]) from exc
+        return self._inner._build(spec, grammar)
 
 
 def fallback_engine() -> str:
@@ -427,9 +454,10 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_limit: int | Non
 
 def parse_engines(text: str) -> list[str]:
     engines = [e.strip() for e in text.split(",") if e.strip()]
-    unknown = [e for e in engines if e not in (*ENGINES, FALLBACK, AUTO)]
+    known = (*ENGINES, RAW_LLGUIDANCE, FALLBACK, AUTO)
+    unknown = [e for e in engines if e not in known]
     if unknown:
-        sys.exit(f"unknown engines {unknown}; choose from {', '.join((*ENGINES, FALLBACK, AUTO))}")
+        sys.exit(f"unknown engines {unknown}; choose from {', '.join(known)}")
     return engines
 
 

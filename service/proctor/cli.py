@@ -33,6 +33,11 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--constraint-timeout", dest="constraint_timeout_s", type=float,
                    help="compile time limit per constraint engine attempt, seconds (default 5)")
     p.add_argument("--compile-workers", type=int, help="constraint compile processes (default 1)")
+    p.add_argument("--max-schema-depth", type=int, help="deepest JSON nesting of a schema (default 64)")
+    p.add_argument("--fallback-attempts", type=int,
+                   help="attempts per request on the validated fallback (default 3; 1: validate, never retry)")
+    p.add_argument("--fallback-temperature", type=float,
+                   help="temperature of the fallback's retries of a greedy request (default 0.7)")
     p.add_argument("--schema-dir", help="schema registry directory (default: the schemas shipped with proctor)")
     p.add_argument("--forbidden-file", help="server-wide forbidden phrases, one per line, merged into every request")
     p.add_argument("--plugins", help="plugin entry points to load, comma-separated, or '*' (PROCTOR_PLUGINS)")
@@ -58,7 +63,8 @@ def _serve(args: argparse.Namespace) -> int:
     keys = ("host", "port", "model", "model_store", "device", "dtype", "threads", "max_batch_size",
             "max_waiting", "kv_cache_mb", "max_prefill_tokens",
             "max_new_tokens_limit", "grace_period_s", "reflection", "warmup", "log_level",
-            "constraint_timeout_s", "compile_workers", "schema_dir", "forbidden_file", "plugins", "audit",
+            "constraint_timeout_s", "compile_workers", "max_schema_depth", "fallback_attempts",
+            "fallback_temperature", "schema_dir", "forbidden_file", "plugins", "audit",
             "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",
             "audit_hmac_key_file", "audit_signing_key", "audit_read_token")
     try:

@@ -95,6 +95,14 @@ class Settings:
     audit_queue_size: int = 1024
     audit_read_token: str = ""  # when set, the Audit service needs metadata x-proctor-audit-token: <token>
 
+    def __post_init__(self) -> None:
+        if self.fallback_attempts < 1:
+            raise ValueError(f"fallback_attempts must be at least 1, got {self.fallback_attempts}")
+        if not self.fallback_temperature > 0:
+            raise ValueError(f"fallback_temperature must be above 0, got {self.fallback_temperature}")
+        if self.max_schema_depth < 1:
+            raise ValueError(f"max_schema_depth must be at least 1, got {self.max_schema_depth}")
+
     @property
     def reflection_enabled(self) -> bool:
         if self.reflection is not None:

@@ -204,3 +204,14 @@ def test_a_server_audits_into_postgresql(tmp_path: Path) -> None:
         background.stop()
     result = verify_log(PostgresAuditStore(dsn), checkpoint_file=tmp_path / "pg.checkpoints")
     assert result.ok and result.records == 1 and result.checkpoints == 1
+
+
+def test_a_fallback_request_records_its_attempts_and_replays_them(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]
+    schema = {"type": "array", "items": {"enum": ["a", "b", "c"]}, "minItems": 3, "maxItems": 3, "uniqueItems": True}
+    original = client.generate("Three letters as a JSON array:", json_schema=schema, max_new_tokens=16)
+    record = json.loads(audit.GetRecord(audit_pb2.GetRecordRequest(audit_id=original.audit_id)).record_json)
+    assert record["constraint"]["exact"] is False and record["constraint"]["relaxed"] == ["uniqueItems at #"]
+    assert [a["number"] for a in record["attempts"]] == [a.attempt for a in original.attempts]
+    assert record["attempts"][-1]["valid"] == record["schema_validation"]["valid"] == original.schema_validation.valid
+    result = audit.Replay(audit_pb2.ReplayRequest(audit_id=original.audit_id), timeout=300)
+    assert result.exact_match, result.message  # the same attempts, the same returned output

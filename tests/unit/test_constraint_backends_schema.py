@@ -12,7 +12,7 @@ import pytest
 
 from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends.ecma_regex import translate
-from proctor.constraints.schema_support import check_limits, check_schema, json_depth, unsupported_keywords
+from proctor.constraints.schema_support import check_schema, unsupported_keywords
 
 OBJ = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 ALL = ("xgrammar", "llguidance", "outlines")
@@ -122,18 +122,6 @@ def test_check_schema_names_keyword_and_path_and_translates_patterns() -> None:
     assert list(checked["properties"]) == ["z", "a"]  # author's order kept
     assert checked["properties"]["z"]["pattern"] == "^[0-9]+$" and checked["properties"]["a"]["const"] == "."
     assert schema["properties"]["z"]["pattern"] == "^\\d+$"  # the input is not modified
-
-
-def test_limits_are_checked_depth_first_and_name_the_limit() -> None:
-    deep: object = {"type": "string"}
-    for _ in range(5000):  # deeper than Python's recursion limit: must not blow up
-        deep = {"type": "array", "items": deep}
-    assert json_depth(deep) == 5001
-    with pytest.raises(ConstraintError, match=r"limit \(max_depth\) is 64"):
-        check_limits(deep)
-    with pytest.raises(ConstraintError, match=r"limit \(max_bytes\) is 100"):
-        check_limits({"enum": ["x" * 200]}, max_bytes=100)
-    check_limits({"type": "array", "items": {}}, max_depth=2)
 
 
 @pytest.mark.parametrize(("pattern", "expected"), [

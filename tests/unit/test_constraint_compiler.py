@@ -3,6 +3,7 @@ replaced, AUTO falls back on refusal, results and failures are cached."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,10 +46,25 @@ def test_auto_falls_back_and_results_are_cached(compiler: ConstraintCompiler) ->
     assert first.backend == "xgrammar" and not first.cache_hit
     again = compiler.compile(grammar)
     assert again.cache_hit and again.compiled is first.compiled
-    schema = ConstraintSpec.json_schema({"type": "object", "not": {"required": ["a"]}})
+    schema = ConstraintSpec.json_schema({"type": "integer", "not": {"multipleOf": 2}})
     relaxed = compiler.compile(schema)  # no engine enforces `not`: the validated fallback
     assert relaxed.backend == "llguidance" and not relaxed.exact and relaxed.relaxed == ("not at #",)
     with pytest.raises(ConstraintError) as caught:
         compiler.compile(schema, exact_only=True)
     message = str(caught.value)
     assert "not" in message and "llguidance" in message and "xgrammar" in message
+
+
+def test_schema_limits_come_from_settings_and_are_checked_on_the_text(compiler: ConstraintCompiler) -> None:
+    """Size, then depth, before anything parses the schema (the depth is far past Python's recursion limit)."""
+    from proctor.constraints.service import ConstraintService
+    from proctor.domain import ConstraintRequest, RequestValidationError
+
+    service = ConstraintService(compiler, max_schema_depth=8)
+    deep = '{"type":"array","items":' * 5000 + "{}" + "}" * 5000
+    with pytest.raises(RequestValidationError, match=r"5001 levels deep; the limit \(max_schema_depth\) is 8"):
+        service.to_spec(ConstraintRequest("json_schema", text=deep))
+    big = json.dumps({"enum": ["x" * 1000] * 1100})
+    with pytest.raises(RequestValidationError, match=r"the limit \(max_constraint_bytes\) is 1048576"):
+        service.to_spec(ConstraintRequest("json_schema", text=big))
+    service.to_spec(ConstraintRequest("json_schema", text='{"type":"array","items":{"type":"string"}}'))

@@ -42,10 +42,7 @@ from proctor.constraints.schema_keywords import (
 )
 from proctor.constraints.schema_rewrite import check_refs, rewrite
 from proctor.constraints.schema_walk import canonical_pointer, contains_ref, reachable
-from proctor.constraints.spec import canonical_json
 
-DEFAULT_MAX_DEPTH = 64
-DEFAULT_MAX_BYTES = 1 << 20
 MAX_NAMED_PROBLEMS = 12  # problems named in one error message (a count of the rest follows)
 DRAFT_2020 = "https://json-schema.org/draft/2020-12/schema"
 Problem = tuple[str, str]  # (JSON pointer as a URI fragment, keyword)
@@ -296,32 +293,6 @@ def describe(problems: list[Problem]) -> str:
     more = len(problems) - len(named)
     word = "keyword" if len(problems) == 1 else "keywords"
     return f"unsupported {word} " + ", ".join(named) + (f" and {more} more" if more else "")
-
-
-def json_depth(value: object) -> int:
-    """Nesting depth of containers, computed without recursion (the input may be hostile)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
-
-
-def check_limits(schema: object, *, max_depth: int = DEFAULT_MAX_DEPTH, max_bytes: int = DEFAULT_MAX_BYTES,
-                 backend: str | None = None) -> None:
-    """Raise ConstraintError naming the limit when the schema is too deeply nested or too large.
-
-    Depth is checked first and without recursion, so the size check (which serializes) and the
-    keyword walk (which recurses) only ever see bounded input.
-    """
-    depth = json_depth(schema)
-    if depth > max_depth:
-        raise ConstraintError(f"the schema nests {depth} levels deep; the limit (max_depth) is {max_depth}", backend)
-    size = len(canonical_json(schema).encode("utf-8"))
-    if size > max_bytes:
-        raise ConstraintError(f"the schema is {size} bytes; the limit (max_bytes) is {max_bytes}", backend)
 
 
 def finalize(schema: object) -> object:

@@ -6,6 +6,7 @@ but uses a keyword no engine enforces is refused with the keyword and where it i
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -79,7 +80,12 @@ class ConstraintService:
             spec = ConstraintSpec.json_schema(entry.schema, request.flexible_whitespace)
             return spec, f"{entry.name}@{entry.version}"
         if request.kind == "json_schema":
-            # The one depth limit, on the text before parsing (the parser and every later walk recurse).
+            # The limits first, on the text, before anything parses or walks it (both would recurse or
+            # take time in proportion): size (max_constraint_bytes), then depth (max_schema_depth).
+            size, limit = len(request.text.encode()), self.compiler.limits.max_spec_bytes
+            if size > limit:
+                raise RequestValidationError.single(
+                    field, f"the schema is {size} bytes; the limit (max_constraint_bytes) is {limit}")
             depth = json_nesting_depth(request.text)
             if depth > self.max_schema_depth:
                 raise RequestValidationError.single(
@@ -128,17 +134,14 @@ class ConstraintService:
         summary = ConstraintSummary(kind=spec.kind.value, backend=result.backend, spec_sha256=spec.sha256(),
                                     schema_ref=ref, cache_hit=result.cache_hit, compile_ms=result.compile_ms,
                                     exact=result.exact, relaxed=result.relaxed,
-                                    formats=format_handling(schema, result) if schema is not None else ())
+                                    formats=format_handling(spec, result) if schema is not None else ())
         return PreparedConstraint(result.compiled, summary, schema)
 
 
-def format_handling(schema: object, result: CompileResult) -> tuple[FormatUse, ...]:
+def format_handling(spec: ConstraintSpec, result: CompileResult) -> tuple[FormatUse, ...]:
     """How each ``format`` was held: unknown → annotation; one the engine checks exactly and that was
     not relaxed → enforced; else (approximated or dropped by the fallback) → validated."""
-    try:
-        uses = schema_support.format_uses(schema_support.prepare(schema))
-    except (ConstraintError, RecursionError):
-        return ()
+    uses = _format_uses(spec.text)
     exact_formats = schema_support.POLICIES[result.backend].formats if result.backend in schema_support.POLICIES \
         else frozenset()
 
@@ -150,3 +153,12 @@ def format_handling(schema: object, result: CompileResult) -> tuple[FormatUse, .
         return "enforced" if name in exact_formats or spelled else "validated"
 
     return tuple(FormatUse(path, name, handling(path, name, known, spelled)) for path, name, known, spelled in uses)
+
+
+@functools.lru_cache(maxsize=256)
+def _format_uses(schema_text: str) -> tuple[tuple[str, str, bool, bool], ...]:
+    """The formats of a schema (prepared once per distinct schema, not per request)."""
+    try:
+        return tuple(schema_support.format_uses(schema_support.prepare(json.loads(schema_text))))
+    except (ConstraintError, RecursionError):
+        return ()
