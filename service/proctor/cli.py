@@ -33,7 +33,7 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--constraint-timeout", dest="constraint_timeout_s", type=float,
                    help="compile time limit per constraint engine attempt, seconds (default 5)")
     p.add_argument("--compile-workers", type=int, help="constraint compile processes (default 1)")
-    p.add_argument("--max-schema-depth", type=int, help="deepest JSON nesting of a schema (default 64)")
+    p.add_argument("--max-schema-depth", type=int, help="deepest JSON nesting of a schema (default 128)")
     p.add_argument("--fallback-attempts", type=int,
                    help="attempts per request on the validated fallback (default 3; 1: validate, never retry)")
     p.add_argument("--fallback-temperature", type=float,

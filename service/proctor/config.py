@@ -60,7 +60,8 @@ class Settings:
     # (isolation makes a runaway compile killable; off only for in-process tests), schema registry.
     constraint_timeout_s: float = 5.0
     max_constraint_bytes: int = 1024 * 1024
-    max_schema_depth: int = 64  # JSON nesting of a schema (brackets), checked on the text before parsing
+    max_schema_depth: int = 128  # JSON nesting of a schema (brackets), checked on the text before parsing;
+    # MaskBench's deepest real schemas reach 63
     # Validated fallback for JSON schemas no engine enforces exactly: attempts per request (each one
     # generated under the relaxed schema and validated against the full one), and the temperature
     # of the retries of a greedy request (a retry with the same settings would repeat itself).

@@ -6,7 +6,24 @@ soundness guard (``schema_support``) or the engine itself cannot enforce, so a l
 sees what the earlier ones refused, and the order decides coverage. Only engines that implement
 a kind are listed for it (``SUPPORTS``).
 
-Measured with bench/constraints_soundness.py and bench/maskbench.py (SmolLM2-135M tokenizer,
+JSON Schema, measured 2026-12-01 with the deny-list guard, the exact rewrites and the validated
+fallback (bench/README.md has the tables and commands; SmolLM2-135M tokenizer, xgrammar 0.2.9,
+llguidance 1.9.1, outlines-core 0.2.14):
+
+    whole MaskBench (7,158)   exact (mask alone)   served (exact or fallback)   invalid served
+    llguidance + guard        see bench/README.md  –                            0
+    AUTO                      90%                  97%                          0
+    Test Suite 2020-12 / 7    19/43 / 19/35 categories exact, 31/43 / 28/35 served, 0 under-constrained
+
+  AUTO chose llguidance for 6,481 schemas, xgrammar for 27 (schemas llguidance refuses that
+  xgrammar enforces soundly) and the fallback for 602. outlines-core added nothing once the
+  fallback existed (1 schema in 320 beyond the other two, 2 invalid instances accepted, the
+  slowest compile with multi-second tails that delay the fallback): it is not in AUTO's JSON
+  order, only served when named.
+
+Before (2026-11-29, allow-list guard; 40 schemas per split):
+
+Measured then with bench/constraints_soundness.py and bench/maskbench.py (SmolLM2-135M tokenizer,
 xgrammar 0.2.9, llguidance 1.9.1, outlines-core 0.2.14, adapters and guard as of 2026-11-29; a
 2-core CPU shared with other jobs, so times are indicative, ratios hold across runs):
 
@@ -52,8 +69,8 @@ Hence:
 
 * JSON Schema: llguidance first (sound on both benches, most coverage, fastest compile; it
   refuses what it does not implement), then xgrammar (fastest masks; under-constrained on
-  MaskBench, so after llguidance), then outlines (under-constrained on MaskBench, slowest
-  compile, timeouts). AUTO on MaskBench: 123 passed, llguidance chosen 122 times.
+  MaskBench before its guard conditions, so after llguidance), then the validated fallback on
+  llguidance (``FALLBACK``). outlines only when named.
 * Regex: llguidance, xgrammar, outlines: equally sound on the set; llguidance's compile stays
   in milliseconds where xgrammar's bounded repetitions take seconds (past the server's 5 s
   limit); outlines over-constrains and compiles slowest.

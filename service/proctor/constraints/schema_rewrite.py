@@ -16,8 +16,8 @@ is valid before iff it is valid after — and each has a property test
 * ``allOf`` members whose keywords do not overlap the parent's (and do not interact through
   ``additionalProperties`` or ``items``) are merged into the parent.
 
-A rewrite is skipped where a ``$ref`` points into the structure it would move. ``check_refs``
-refuses a schema that admits no finite value (a ``$ref`` cycle with no base case).
+A rewrite is skipped where a ``$ref`` points into the structure it would move; references
+themselves are checked in ``schema_refs``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import itertools
 import json
 from typing import Any
 
-from proctor.constraints.backend import ConstraintError
 from proctor.constraints.schema_formats import with_pattern
 from proctor.constraints.schema_keywords import (
     ANNOTATIONS,
@@ -35,6 +34,7 @@ from proctor.constraints.schema_keywords import (
     SCHEMA_SINGLES,
     resolve_pointer,
 )
+from proctor.constraints.schema_refs import deref
 from proctor.constraints.schema_walk import all_refs, reachable
 
 MAX_DEPENDENCIES = 4  # one anyOf each; more would multiply the branches an engine explores
@@ -105,15 +105,6 @@ def _value_types(value: object) -> set[str]:
     return {{str: "string", list: "array", dict: "object", type(None): "null"}.get(type(value), "null")}
 
 
-def _deref(node: object, root: object, hops: int = 8) -> object:
-    while hops and isinstance(node, dict) and isinstance(node.get("$ref"), str) and len(node) == 1:
-        target = resolve_pointer(root, node["$ref"])
-        if target is None:
-            return node
-        node, hops = target, hops - 1
-    return node
-
-
 def possible_types(node: object, root: object, depth: int = 0) -> set[str]:
     """Instance types ``node`` may accept (a superset is fine; "float": a number that is not an integer)."""
     if node is False:
@@ -163,14 +154,14 @@ def _canonical(value: object) -> str:
 
 def _discriminators(branch: object, root: object) -> dict[str, set[str]]:
     """property → values, for each required property of an object-only branch with const/enum values."""
-    branch = _deref(branch, root)
+    branch = deref(branch, root)
     if not isinstance(branch, dict) or possible_types(branch, root) - {"object"}:
         return {}
     props = branch.get("properties") if isinstance(branch.get("properties"), dict) else {}
     required = branch.get("required") if isinstance(branch.get("required"), list) else []
     found = {}
     for name in required:
-        values = _values(_deref(props.get(name), root)) if isinstance(name, str) else None
+        values = _values(deref(props.get(name), root)) if isinstance(name, str) else None
         if values is not None:
             found[name] = values
     return found
@@ -180,7 +171,7 @@ def disjoint(a: object, b: object, root: object) -> bool:
     """Whether no instance can satisfy both ``a`` and ``b`` (False when it cannot be shown)."""
     if not possible_types(a, root) & possible_types(b, root):
         return True
-    values_a, values_b = _values(_deref(a, root)), _values(_deref(b, root))
+    values_a, values_b = _values(deref(a, root)), _values(deref(b, root))
     if values_a is not None and values_b is not None and not values_a & values_b:
         return True
     da, db = _discriminators(a, root), _discriminators(b, root)
@@ -205,7 +196,7 @@ def _not(node: dict, root: object, blocked: set[str]) -> object:
     """``not`` restated positively where that is exact; the node (or ``False``) after it."""
     if "not" not in node:
         return node
-    sub = _deref(node["not"], root)
+    sub = deref(node["not"], root)
     rest = {k: v for k, v in node.items() if k != "not"}
     if sub is True or (isinstance(sub, dict) and not {k for k in sub if k not in ANNOTATIONS}):
         return False  # not {}: nothing is valid
@@ -299,7 +290,7 @@ def _if_then_else(node: dict, root: object) -> dict:
             or {k for k in condition if k not in ANNOTATIONS} - {"const", "enum"}:
         return node
     parent_props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
-    domain = _domain(_deref(parent_props.get(name), root))
+    domain = _domain(deref(parent_props.get(name), root))
     if domain is None:
         return node
     then, otherwise = node.get("then", True), node.get("else", True)
@@ -375,61 +366,3 @@ def _mergeable(node: dict, member: dict) -> bool:
     if node.keys() & objects and member.keys() & objects and (node.keys() | member.keys()) & objects != {"properties"}:
         return False  # additionalProperties & co. read their siblings' property names
     return not (node.keys() & arrays and member.keys() & arrays)
-
-
-# --- $ref -------------------------------------------------------------------------------------
-
-def check_refs(schema: object) -> None:
-    """Refuse local references that point nowhere and schemas with no finite instance (ref cycles)."""
-    for site in reachable(schema):
-        node = site.node
-        if isinstance(node, dict) and isinstance(node.get("$ref"), str):
-            ref = node["$ref"]
-            if ref.startswith("#") and resolve_pointer(schema, ref) is None and (ref == "#" or ref.startswith("#/")):
-                raise ConstraintError(f"'$ref' at {site.path} points to {ref!r}, which does not exist in the schema")
-    if isinstance(schema, dict) and not _productive_root(schema):
-        raise ConstraintError("the schema admits no finite value (a '$ref' cycle with no base case, or only "
-                              "false branches)")
-
-
-def _productive_root(root: dict) -> bool:
-    """Least fixed point of "has a finite instance", over necessary conditions only (sound for refusal)."""
-    nodes = [site.node for site in reachable(root) if isinstance(site.node, dict)]
-    good: set[int] = set()
-    changed = True
-    while changed:
-        changed = False
-        for node in nodes:
-            if id(node) not in good and _finite(node, root, good):
-                good.add(id(node))
-                changed = True
-    return id(root) in good
-
-
-def _ok(sub: object, good: set[int]) -> bool:
-    return sub is not False and (not isinstance(sub, dict) or id(sub) in good)
-
-
-def _finite(node: dict, root: object, good: set[int]) -> bool:
-    if isinstance(node.get("$ref"), str):
-        target = resolve_pointer(root, node["$ref"])
-        if target is not None and not _ok(target, good):
-            return False
-    if isinstance(node.get("allOf"), list) and not all(_ok(m, good) for m in node["allOf"]):
-        return False
-    for kw in ("anyOf", "oneOf"):
-        if isinstance(node.get(kw), list) and node[kw] and not any(_ok(m, good) for m in node[kw]):
-            return False
-    declared = node.get("type")
-    props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
-    required = node.get("required") if declared in ("object", ["object"]) else None
-    if isinstance(required, list) and not all(_ok(props.get(n, True), good) for n in required if isinstance(n, str)):
-        return False
-    if declared in ("array", ["array"]) and isinstance(node.get("minItems"), int) and node["minItems"] > 0:
-        prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
-        needed = prefix[: node["minItems"]]
-        if node["minItems"] > len(prefix):
-            needed = [*needed, node.get("items", True)]
-        if not all(_ok(sub, good) for sub in needed):
-            return False
-    return True

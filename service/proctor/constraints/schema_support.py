@@ -40,7 +40,8 @@ from proctor.constraints.schema_keywords import (
     resolve_pointer,
     subschemas,
 )
-from proctor.constraints.schema_rewrite import check_refs, rewrite
+from proctor.constraints.schema_refs import check_refs
+from proctor.constraints.schema_rewrite import rewrite
 from proctor.constraints.schema_walk import canonical_pointer, contains_ref, reachable
 
 MAX_NAMED_PROBLEMS = 12  # problems named in one error message (a count of the rest follows)

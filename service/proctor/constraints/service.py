@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from proctor.config import Settings
 from proctor.constraints import schema_support
 from proctor.constraints.backend import CompiledConstraint, ConstraintError
 from proctor.constraints.compiler import CompileResult, ConstraintCompiler
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from proctor.constraints.registry import SchemaRegistry
 
 MAX_CHOICES = 1024
-DEFAULT_MAX_SCHEMA_DEPTH = 64  # the Settings default (max_schema_depth); tests build services without Settings
 
 
 def json_nesting_depth(text: str) -> int:
@@ -62,7 +62,7 @@ class PreparedConstraint:
 
 class ConstraintService:
     def __init__(self, compiler: ConstraintCompiler, registry: SchemaRegistry | None = None, *,
-                 max_schema_depth: int = DEFAULT_MAX_SCHEMA_DEPTH) -> None:
+                 max_schema_depth: int = Settings.max_schema_depth) -> None:
         self.compiler = compiler
         self.registry = registry
         self.max_schema_depth = max_schema_depth
