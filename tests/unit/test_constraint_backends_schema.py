@@ -33,8 +33,10 @@ TABLE = [
     ({"type": "object", "required": ["a"]}, {"xgrammar": [("#", "required")], "outlines": [("#", "required")]}),
     ({**OBJ, "additionalProperties": {"type": "string"}}, {"xgrammar": [("#", "additionalProperties")]}),
     ({"type": "object", "additionalProperties": {"type": "string"}}, {}),
+    ({"type": "object", "minProperties": 2, "additionalProperties": {"type": "integer"}},
+     {b: [("#", "minProperties")] for b in ALL}),  # {"a":1,"a":2} reaches 2 keys while it holds one
     ({"type": "object", "minProperties": 1, "additionalProperties": {"type": "integer"}},
-     {b: [("#", "minProperties")] for b in ALL}),
+     {"outlines": [("#", "minProperties")]}),  # one key is one key, duplicated or not
     ({"type": "object", "properties": {"foo": {"type": "integer"}}, "patternProperties": {"f.o": {"type": "integer"}}},
      {"xgrammar": [("#", "patternProperties")], "outlines": [("#", "patternProperties")]}),
     # dependentRequired is rewritten to an anyOf (exact), which llguidance enforces; the others

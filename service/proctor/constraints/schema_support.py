@@ -215,7 +215,9 @@ def _keyword_ok(kw: str, node: dict, root: object, policy: Policy, allow_approx:
         return not node.get("properties") and not node.get("patternProperties")
     if kw == "patternProperties" and policy.disjoint_pattern_properties:
         return not _patterns_overlap(node)
-    if kw == "minProperties":  # duplicate keys reach the count while the parsed object has fewer
+    if kw == "minProperties":  # duplicate keys reach the count while the parsed object has fewer...
+        if isinstance(value, int) and not isinstance(value, bool) and value <= 1:
+            return True  # ...but one key, duplicated or not, is one key
         extra = node.get("additionalProperties", not policy.closed_by_default)
         return extra is False and not node.get("patternProperties")
     return True
