@@ -215,3 +215,20 @@ def test_not_is_restated_positively_and_exactly(negated: object) -> None:
     for instance in instances:
         assert Draft202012Validator(schema).is_valid(instance) == Draft202012Validator(after).is_valid(instance), \
             (negated, instance)
+
+
+def test_schemas_kept_under_unknown_keys_and_reached_by_ref_are_restated_and_rewritten() -> None:
+    """OpenAPI-style ``#/components/...``: not a schema position, but a $ref target."""
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+              "properties": {"event": {"$ref": "#/components/schemas/Event"}},
+              "components": {"schemas": {"Event": {
+                  "type": "object", "properties": {"at": {"type": "string", "format": "date-time"},
+                                                   "card": {}, "address": {}},
+                  "dependencies": {"card": ["address"]}}}}}
+    out = prepare(schema)
+    event = out["components"]["schemas"]["Event"]
+    assert "dependencies" not in event and "anyOf" in event  # restated, then rewritten
+    assert event["properties"]["at"]["pattern"].startswith("^(")  # the exact date-time pattern
+    assert out["components"] != schema["components"] and "dependencies" in schema["components"]["schemas"]["Event"]
+    for instance, valid in (({"event": {"card": 1}}, False), ({"event": {"card": 1, "address": 2}}, True)):
+        assert Draft202012Validator(out).is_valid(instance) == valid

@@ -14,9 +14,11 @@ from typing import Any
 
 from jsonschema import validators
 
-from proctor.constraints.schema_keywords import SCHEMA_LISTS, SCHEMA_MAPS, SCHEMA_SINGLES
+from proctor.constraints.schema_keywords import SCHEMA_LISTS, SCHEMA_MAPS, SCHEMA_SINGLES, pointer
+from proctor.constraints.schema_walk import RefIndex
 
 DRAFT4, DRAFT6, DRAFT7, DRAFT2019, DRAFT2020 = "draft-04", "draft-06", "draft-07", "2019-09", "2020-12"
+DRAFT2020_URI = "https://json-schema.org/draft/2020-12/schema"  # what a restated schema declares
 _MARKERS = ((DRAFT4, "draft-04"), (DRAFT6, "draft-06"), (DRAFT7, "draft-07"), (DRAFT2019, "2019-09"),
             (DRAFT2020, "2020-12"))
 LEGACY = frozenset({DRAFT4, DRAFT6, DRAFT7})
@@ -50,11 +52,11 @@ def normalize(schema: object) -> object:
     schemas without ``$schema`` still use it as their authors intended; the server's validator
     asserts it too (``json_validation``), as the Test Suite's optional compatibility tests expect.
     """
-    return _normalize(schema, draft_of(schema))
+    return _normalize(schema, draft_of(schema), "#", RefIndex.of(schema))
 
 
-def _normalize(node: object, draft: str) -> object:
-    """One schema node (and, through the schema positions only, its subschemas)."""
+def _normalize(node: object, draft: str, path: str, refs: RefIndex) -> object:
+    """One schema node and its subschemas (schema positions, and ref targets kept elsewhere)."""
     if not isinstance(node, dict):
         return node
     if draft in LEGACY and isinstance(node.get("$ref"), str):
@@ -63,17 +65,17 @@ def _normalize(node: object, draft: str) -> object:
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in SCHEMA_MAPS and isinstance(value, dict):
-            out[key] = {name: _normalize(sub, draft) for name, sub in value.items()}
+            out[key] = {name: _normalize(sub, draft, pointer(path, key, name), refs) for name, sub in value.items()}
         elif key in SCHEMA_LISTS and isinstance(value, list):
-            out[key] = [_normalize(sub, draft) for sub in value]
+            out[key] = [_normalize(sub, draft, pointer(path, key, i), refs) for i, sub in enumerate(value)]
         elif key == "id" and draft == DRAFT4 and isinstance(value, str):
             out["$id"] = value
         elif key == "dependencies" and isinstance(value, dict):
-            _split_dependencies(value, out, draft)
+            _split_dependencies(value, out, draft, pointer(path, key), refs)
         elif key == "items" and isinstance(value, list) and draft != DRAFT2020:
-            out["prefixItems"] = [_normalize(sub, draft) for sub in value]
+            out["prefixItems"] = [_normalize(sub, draft, pointer(path, key, i), refs) for i, sub in enumerate(value)]
             if "additionalItems" in node:
-                out["items"] = _normalize(node["additionalItems"], draft)
+                out["items"] = _normalize(node["additionalItems"], draft, pointer(path, "additionalItems"), refs)
         elif key == "additionalItems" and draft != DRAFT2020:
             continue  # meaningful only beside array-form items (handled there)
         elif key in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(value, bool):
@@ -83,18 +85,18 @@ def _normalize(node: object, draft: str) -> object:
         elif key in ("minimum", "maximum") and node.get("exclusive" + key.capitalize()) is True:
             continue  # became the exclusive bound
         elif key in SCHEMA_SINGLES:
-            out[key] = _normalize(value, draft)
+            out[key] = _normalize(value, draft, pointer(path, key), refs)
         elif key in COUNTS and isinstance(value, float) and value.is_integer():
             out[key] = int(value)  # 2.0 counts as 2 in every draft; engines want an integer
-        else:
-            out[key] = value  # data (const, enum, required...) and unknown keywords: as written
+        else:  # data (const, enum, required...) and unknown keywords: as written, but for ref targets
+            out[key] = refs.descend(value, pointer(path, key), lambda sub, at: _normalize(sub, draft, at, refs))
     return out
 
 
-def _split_dependencies(value: dict, out: dict[str, Any], draft: str) -> None:
+def _split_dependencies(value: dict, out: dict[str, Any], draft: str, path: str, refs: RefIndex) -> None:
     """``dependencies`` (draft 4-7): name lists → dependentRequired, schemas → dependentSchemas."""
     required = {k: v for k, v in value.items() if isinstance(v, list)}
-    schemas = {k: _normalize(v, draft) for k, v in value.items() if not isinstance(v, list)}
+    schemas = {k: _normalize(v, draft, pointer(path, k), refs) for k, v in value.items() if not isinstance(v, list)}
     if required:
         out["dependentRequired"] = required
     if schemas:

@@ -15,7 +15,7 @@ import copy
 from dataclasses import dataclass
 
 from proctor.constraints.backend import ConstraintError
-from proctor.constraints.schema_keywords import NEGATIVE, pointer_tokens, resolve_pointer
+from proctor.constraints.schema_keywords import pointer_tokens, resolve_pointer
 from proctor.constraints.schema_support import POLICIES, Problem, describe, prepare, problems_for
 from proctor.constraints.schema_walk import reachable
 
@@ -61,10 +61,11 @@ def relax(schema: object, backend: str, *, coarse: bool = False) -> Relaxed:
         current = _drop(current, found)
         relaxed += found
     for _ in range(MAX_RELAX_PASSES):
-        problems = problems_for(current, policy, allow_approximate_formats=True)
+        problems = problems_for(current, policy)
         if not problems:
             return Relaxed(current, tuple(relaxed))
-        blocked = [p for p in problems if p[1] in UNRELAXABLE or NEGATIVE & set(pointer_tokens(p[0]))]
+        negative = {site.path for site in reachable(current) if site.negative}
+        blocked = [p for p in problems if p[1] in UNRELAXABLE or p[0] in negative]
         if blocked:
             raise ConstraintError(describe(blocked) + " (no validated fallback: it cannot be relaxed)", backend)
         current = _drop(current, problems)

@@ -32,10 +32,11 @@ from proctor.constraints.schema_keywords import (
     SCHEMA_LISTS,
     SCHEMA_MAPS,
     SCHEMA_SINGLES,
+    pointer,
     resolve_pointer,
 )
 from proctor.constraints.schema_refs import deref
-from proctor.constraints.schema_walk import all_refs, reachable
+from proctor.constraints.schema_walk import RefIndex, reachable
 
 MAX_DEPENDENCIES = 4  # one anyOf each; more would multiply the branches an engine explores
 MAX_ENUM = 256
@@ -48,14 +49,15 @@ _INTERACTING = (frozenset({"properties", "patternProperties", "additionalPropert
 
 def rewrite(schema: object) -> object:
     """The schema with every exact rewrite applied (a new object; the input is not changed)."""
-    refs = all_refs(schema)
+    index = RefIndex.of(schema)
+    refs = index.targets
     blocked = {kw for kw in ("oneOf", "allOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas")
                if any(f"/{kw}" in ref for ref in refs)}
     if _uses_unevaluated(schema):
         # unevaluated* read the annotations of in-place applicators: a rewrite that adds an anyOf
         # or allOf where there was a `not` or a dependency changes what they see. Leave those be.
         blocked |= {"not", "if", "then", "else", "dependentRequired", "dependentSchemas"}
-    return _rewrite(schema, schema, blocked)
+    return _rewrite(schema, schema, blocked, "#", index)
 
 
 def _uses_unevaluated(schema: object) -> bool:
@@ -63,17 +65,22 @@ def _uses_unevaluated(schema: object) -> bool:
                for site in reachable(schema))
 
 
-def _rewrite(node: object, root: object, blocked: set[str]) -> object:
+def _rewrite(node: object, root: object, blocked: set[str], path: str = "#",
+             refs: RefIndex | None = None) -> object:
+    """The node, its subschemas first (schema positions, and ref targets kept under other keys)."""
     if not isinstance(node, dict):
         return node
     out: dict[str, Any] = {}
     for key, value in node.items():
+        at = pointer(path, key)
         if key in SCHEMA_MAPS and isinstance(value, dict):
-            out[key] = {name: _rewrite(sub, root, blocked) for name, sub in value.items()}
+            out[key] = {name: _rewrite(sub, root, blocked, pointer(at, name), refs) for name, sub in value.items()}
         elif key in SCHEMA_LISTS and isinstance(value, list):
-            out[key] = [_rewrite(sub, root, blocked) for sub in value]
+            out[key] = [_rewrite(sub, root, blocked, pointer(at, i), refs) for i, sub in enumerate(value)]
         elif key in SCHEMA_SINGLES:
-            out[key] = _rewrite(value, root, blocked)
+            out[key] = _rewrite(value, root, blocked, at, refs)
+        elif refs is not None:
+            out[key] = refs.descend(value, at, lambda sub, where: _rewrite(sub, root, blocked, where, refs))
         else:
             out[key] = value
     out = with_pattern(out)

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends.ecma_regex import takes_json_escaped, translate
-from proctor.constraints.schema_dialect import normalize
-from proctor.constraints.schema_formats import exact_pattern
+from proctor.constraints.schema_dialect import DRAFT2020_URI, normalize
+from proctor.constraints.schema_formats import FORMAT_PATTERNS, exact_pattern
 from proctor.constraints.schema_keywords import (
     ASSERTIONS,
     FORMATS,
@@ -45,7 +45,6 @@ from proctor.constraints.schema_rewrite import rewrite
 from proctor.constraints.schema_walk import canonical_pointer, contains_ref, reachable
 
 MAX_NAMED_PROBLEMS = 12  # problems named in one error message (a count of the rest follows)
-DRAFT_2020 = "https://json-schema.org/draft/2020-12/schema"
 Problem = tuple[str, str]  # (JSON pointer as a URI fragment, keyword)
 
 
@@ -75,7 +74,7 @@ _COMMON = frozenset({"type", "enum", "const", "anyOf", "$ref", "minLength", "max
                      "minItems", "maxItems", "properties", "required", "additionalProperties"})
 _NUMBER = TYPE_KEYWORDS["number"]
 # date/date-time/time: calendar checks (days per month, leap years, leap seconds) are not enforced.
-_CALENDAR = frozenset({"date", "date-time", "time"})
+_CALENDAR = frozenset(FORMAT_PATTERNS)
 
 POLICIES: dict[str, Policy] = {
     # llguidance refuses what it does not implement (with lenient off) but ignores unknown keys.
@@ -272,7 +271,7 @@ def prepare(schema: object) -> object:
     """The schema in 2020-12 terms with the exact rewrites applied and its references checked."""
     normalized = normalize(schema)
     if isinstance(normalized, dict) and "$schema" in normalized:
-        normalized = {**normalized, "$schema": DRAFT_2020}
+        normalized = {**normalized, "$schema": DRAFT2020_URI}
     prepared = rewrite(normalized)
     check_refs(prepared)
     return prepared

@@ -8,7 +8,7 @@ Negative positions (``not``, ``if``) are reported so callers can stay out of the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from proctor.constraints.schema_keywords import NEGATIVE, pointer, pointer_tokens, resolve_pointer, subschemas
@@ -73,6 +73,38 @@ def _positions_only(node: object) -> Iterator[Site]:
             stack.extend(Site(pointer(site.path, *t), sub, False) for t, sub in subschemas(site.node))
 
 
-def all_refs(root: object) -> list[str]:
-    return [site.node["$ref"] for site in _positions_only(root)
-            if isinstance(site.node, dict) and isinstance(site.node.get("$ref"), str)]
+@dataclass(frozen=True, slots=True)
+class RefIndex:
+    """Where local ``$ref``s point, so positional walkers also reach schemas kept in unknown keywords.
+
+    OpenAPI-style schemas keep subschemas under keys no vocabulary defines (``#/components/...``,
+    ``#/data/...``) and reach them by ``$ref``; a walker that only follows schema positions would
+    leave those untouched (not restated in 2020-12 terms, not rewritten). ``descend`` copies the
+    way down to each such target and hands the target to ``visit``.
+    """
+
+    targets: frozenset[str]
+    ancestors: frozenset[str]
+
+    @classmethod
+    def of(cls, root: object) -> RefIndex:
+        targets = {canonical_pointer(site.node["$ref"]) for site in reachable(root)
+                   if isinstance(site.node, dict) and isinstance(site.node.get("$ref"), str)
+                   and site.node["$ref"].startswith("#/")}
+        ancestors = set()
+        for target in targets:
+            tokens = pointer_tokens(target)
+            ancestors.update(pointer("#", *tokens[:i]) for i in range(1, len(tokens)))
+        return cls(frozenset(targets), frozenset(ancestors))
+
+    def descend(self, value: object, path: str, visit: Callable[[object, str], object]) -> object:
+        """``value`` (at ``path``, under a keyword that is not a schema position) with ref targets visited."""
+        if path in self.targets:
+            return visit(value, path)
+        if path not in self.ancestors:
+            return value
+        if isinstance(value, dict):
+            return {key: self.descend(sub, pointer(path, key), visit) for key, sub in value.items()}
+        if isinstance(value, list):
+            return [self.descend(sub, pointer(path, index), visit) for index, sub in enumerate(value)]
+        return value
