@@ -33,6 +33,7 @@ from proctor_client import ProctorClient, ProctorError  # noqa: E402
 from proctor_client.v1 import generation_pb2 as pb  # noqa: E402
 
 MASKBENCH = ROOT.parent / "shared" / "benchdata" / "maskbench"
+SCHEMA_PROMPT_CHARS = 3000  # of the schema shown in the prompt (long ones are cut: the mask has it all)
 PARTIES = [("Acme Robotics Ltd", "England"), ("Blue Harbor LLC", "Delaware"), ("Northwind GmbH", "Germany"),
            ("Contoso Inc.", "New York"), ("Fabrikam SA", "France"), ("Tailspin Pty", "Australia"),
            ("Woodgrove Bank", "Ontario"), ("Litware KK", "Japan"), ("Adatum BV", "Netherlands"),
@@ -111,6 +112,8 @@ def main() -> None:
     parser.add_argument("--schemas", default="", help="only these registered schemas (comma-separated name@version)")
     parser.add_argument("--maskbench", type=int, default=100, help="MaskBench schemas over all splits (0: none)")
     parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--schema-in-prompt", action=argparse.BooleanOptionalAction, default=True,
+                        help="show MaskBench schemas to the model in the prompt (default on)")
     parser.add_argument("--compare", type=int, default=1_000_000,
                         help="measure unconstrained tokens/s on the first N cases only (saves time)")
     args = parser.parse_args()
@@ -129,8 +132,11 @@ def main() -> None:
                 for prompt in contract_prompts(args.prompts):
                     cases.append((ref, prompt, {"schema_ref": ref}, json.loads(entry.schema)))
             for name, schema in maskbench_sample(args.maskbench):
-                cases.append((name.split("/")[0], "Produce an example instance of the data.",
-                              {"json_schema": json.dumps(schema)}, schema))
+                prompt = "Produce an example instance of the data."
+                if args.schema_in_prompt:  # as callers do: the model sees what the mask enforces
+                    prompt = (f"Produce a short example instance of this JSON Schema:\n"
+                              f"{json.dumps(schema)[:SCHEMA_PROMPT_CHARS]}")
+                cases.append((name.split("/")[0], prompt, {"json_schema": json.dumps(schema)}, schema))
             for index, (group, prompt, constraint, schema) in enumerate(cases):
                 result = run_one(client, prompt, args.max_new_tokens, **constraint)
                 verdict = check(result, schema)
@@ -154,6 +160,7 @@ def main() -> None:
         server.stop()
     print(f"\nEnd to end, greedy, max_new_tokens {args.max_new_tokens} "
           f"(`python bench/constraints_e2e.py --prompts {args.prompts} --maskbench {args.maskbench}"
+          f"{'' if args.schema_in_prompt else ' --no-schema-in-prompt'} --max-new-tokens {args.max_new_tokens}"
           f"{' --compare ' + str(args.compare) if args.compare < 1_000_000 else ''}`):\n")
     print("| schemas | requests | served (of which fallback) | valid | attempts per valid | LENGTH | reported invalid "
           "| refused | reported valid, jsonschema disagrees |")

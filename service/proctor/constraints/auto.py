@@ -11,12 +11,14 @@ fallback (bench/README.md has the tables and commands; SmolLM2-135M tokenizer, x
 llguidance 1.9.1, outlines-core 0.2.14):
 
     whole MaskBench (7,158)   exact (mask alone)   served (exact or fallback)   invalid served
-    llguidance + guard        see bench/README.md  –                            0
+    llguidance, no guard      85%                  85%                          0
+    llguidance + guard        90%                  90%                          0
     AUTO                      90%                  97%                          0
-    Test Suite 2020-12 / 7    19/43 / 19/35 categories exact, 31/43 / 28/35 served, 0 under-constrained
+    Test Suite 2020-12 / 7    AUTO 20/43 / 20/35 categories exact, 31/43 / 28/35 served, 0 under-
+                              constrained (llguidance without the guard: 2 under-constrained each)
 
-  AUTO chose llguidance for 6,481 schemas, xgrammar for 27 (schemas llguidance refuses that
-  xgrammar enforces soundly) and the fallback for 602. outlines-core added nothing once the
+  AUTO chose llguidance for 6,518 schemas, xgrammar for 28 (schemas llguidance refuses that
+  xgrammar enforces soundly) and the fallback for 558. outlines-core added nothing once the
   fallback existed (1 schema in 320 beyond the other two, 2 invalid instances accepted, the
   slowest compile with multi-second tails that delay the fallback): it is not in AUTO's JSON
   order, only served when named.
