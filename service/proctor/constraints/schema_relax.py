@@ -15,9 +15,9 @@ import copy
 from dataclasses import dataclass
 
 from proctor.constraints.backend import ConstraintError
-from proctor.constraints.schema_keywords import pointer_tokens, resolve_pointer
+from proctor.constraints.schema_keywords import NEGATIVE, pointer_tokens, resolve_pointer
 from proctor.constraints.schema_support import POLICIES, Problem, describe, prepare, problems_for
-from proctor.constraints.schema_walk import reachable
+from proctor.constraints.schema_walk import Site, reachable
 
 MAX_RELAX_PASSES = 8
 # Dropping one of these changes what its siblings mean (additionalProperties reads properties'
@@ -56,7 +56,7 @@ def relax(schema: object, backend: str, *, coarse: bool = False) -> Relaxed:
     current = prepare(schema)
     current, relaxed = _one_of_as_any_of(current)
     if coarse:
-        found = [(site.path, kw) for site in reachable(current) if isinstance(site.node, dict)
+        found = [(site.path, kw) for site in _positive_sites(current) if isinstance(site.node, dict)
                  for kw in COARSE if kw in site.node]
         current = _drop(current, found)
         relaxed += found
@@ -64,8 +64,8 @@ def relax(schema: object, backend: str, *, coarse: bool = False) -> Relaxed:
         problems = problems_for(current, policy)
         if not problems:
             return Relaxed(current, tuple(relaxed))
-        negative = {site.path for site in reachable(current) if site.negative}
-        blocked = [p for p in problems if p[1] in UNRELAXABLE or p[0] in negative]
+        positive = {site.path for site in _positive_sites(current)}
+        blocked = [p for p in problems if p[1] in UNRELAXABLE or p[0] not in positive]
         if blocked:
             raise ConstraintError(describe(blocked) + " (no validated fallback: it cannot be relaxed)", backend)
         current = _drop(current, problems)
@@ -73,11 +73,20 @@ def relax(schema: object, backend: str, *, coarse: bool = False) -> Relaxed:
     raise ConstraintError("the schema could not be relaxed into one the engine enforces", backend)
 
 
+def _positive_sites(schema: object) -> list[Site]:
+    """Subschemas reachable without passing through ``not`` or ``if`` (a node also reached from
+    inside one is still positive: those keywords are dropped whole, so only its positive uses stay)."""
+    sites = list(reachable(schema))
+    negative = frozenset((site.path, kw) for site in sites if isinstance(site.node, dict)
+                         for kw in NEGATIVE if kw in site.node)
+    return list(reachable(schema, skip=negative))
+
+
 def _one_of_as_any_of(schema: object) -> tuple[object, list[Problem]]:
     """Every remaining ``oneOf`` read as ``anyOf`` (a superset: "at least one" for "exactly one")."""
     out = copy.deepcopy(schema)
     changed: list[Problem] = []
-    paths = sorted((s.path for s in reachable(out) if isinstance(s.node, dict) and "oneOf" in s.node),
+    paths = sorted((s.path for s in _positive_sites(out) if isinstance(s.node, dict) and "oneOf" in s.node),
                    key=lambda p: -len(pointer_tokens(p)))
     for path in paths:
         node = resolve_pointer(out, path)
