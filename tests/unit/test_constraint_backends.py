@@ -66,7 +66,7 @@ CASES = [
         {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 130}},
          "required": ["age"], "additionalProperties": False}),
          ('{"age":42}', '{"age":0}', '{"age":130}'), ('{"age":-1}', '{"age":131}', '{"age":4.5}', '{"age":"4"}'),
-         {"outlines": "unsupported keyword 'minimum' at #/properties/age"}),
+         {"outlines": "'minimum' at #/properties/age"}),
     Case("json-ref-nullable-pattern", ConstraintSpec.json_schema(
         {"$defs": {"day": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}}, "type": "object",
          "properties": {"when": {"anyOf": [{"$ref": "#/$defs/day"}, {"type": "null"}]}},
@@ -79,26 +79,27 @@ CASES = [
          "required": ["s"], "additionalProperties": False}),
          ('{"s":"ab"}', '{"s":"a\\"b","t":1}', '{"s":"a\\\\"}'),
          ('{"s":"a","t":"x","t":1}', '{"s":"a"}', '{"s":"a\nb"}', '{"s":"a\\"}'),
-         {"xgrammar": "unsupported keyword 'pattern' at #/properties/s",
-          "outlines": "unsupported keyword 'pattern' at #/properties/s"}),
+         {"xgrammar": "'pattern' at #/properties/s",
+          "outlines": "'pattern' at #/properties/s"}),
     Case("json-pattern-space-takes-newline", ConstraintSpec.json_schema(
         {"type": "object", "properties": {"s": {"type": "string", "pattern": "^a\\s$"}}, "required": ["s"],
          "additionalProperties": False}),
          ('{"s":"a "}', '{"s":"a\\n"}'), ('{"s":"a\n"}', '{"s":"a"}', '{"s":"ab"}'),
-         {"xgrammar": "unsupported keyword 'pattern' at #/properties/s",
-          "outlines": "unsupported keyword 'pattern' at #/properties/s"}),
+         {"xgrammar": "'pattern' at #/properties/s",
+          "outlines": "'pattern' at #/properties/s"}),
     Case("json-pattern-with-length", ConstraintSpec.json_schema(
         {"type": "object", "properties": {"s": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3}},
          "required": ["s"], "additionalProperties": False}),
          ('{"s":"abc"}', '{"s":"a"}'), ('{"s":"abcdef"}', '{"s":"AB"}', '{"s":""}'),
-         {"xgrammar": "unsupported keyword 'maxLength' at #/properties/s",
-          "outlines": "unsupported keyword 'pattern' at #/properties/s"}),
+         {"xgrammar": "'maxLength' at #/properties/s",
+          "outlines": "'pattern' at #/properties/s"}),
     Case("json-format-with-length", ConstraintSpec.json_schema({"type": "string", "format": "email", "maxLength": 8}),
          ('"a@b.co"',), ('"abcdef@example.com"', '"abcdefg"'),
-         {"xgrammar": "unsupported keyword 'maxLength' at #", "outlines": "unsupported keyword 'format' at #"}),
+         {"xgrammar": "'maxLength' at #", "outlines": "'format' at #"}),
+    # Calendar formats are spelled out as exact patterns (schema_formats): enforced by every engine.
     Case("json-date-time-offset", ConstraintSpec.json_schema({"type": "string", "format": "date-time"}),
-         (), ('"2024-12-08T14:30:00"',), {e: "unsupported keyword 'format' at #" for e in ("xgrammar", "llguidance",
-                                                                                            "outlines")}),
+         ('"2024-12-08T14:30:00Z"', '"2024-02-29T00:00:00.5+05:30"'),
+         ('"2024-12-08T14:30:00"', '"2023-02-29T00:00:00Z"', '"2024-12-08T24:00:00Z"')),
     Case("json-true", ConstraintSpec.json_schema(True), ('1', '"x"', '{"a":[null,true]}'), ('', '{"a":}', '[1,]'),
          {"outlines": "Unsupported JSON Schema structure true"}),
     Case("json-false", ConstraintSpec.json_schema(False), (), ('1', '"x"', 'null'),
@@ -161,7 +162,10 @@ def test_case(request, backends, tokenizer, special_ids, engine: str, case: Case
     if engine in case.refused:
         with pytest.raises(ConstraintError) as info:
             backend.compile(case.spec)
-        assert case.refused[engine] in str(info.value)
+        expected = case.refused[engine]
+        assert expected in str(info.value)
+        if expected.startswith("'"):  # a guard refusal: "unsupported keyword(s) 'kw' at #/path, ..."
+            assert "unsupported keyword" in str(info.value)
         return
     compiled = backend.compile(case.spec)
     assert compiled.backend == engine and compiled.spec == case.spec
@@ -204,18 +208,6 @@ def test_unsupported_keyword_is_refused_with_its_path(backends, engine: str) -> 
         backends[engine].compile(ConstraintSpec.json_schema(schema))
     assert "unsupported keyword 'not' at #/properties/a" in str(info.value)
     assert info.value.backend == engine
-
-
-@pytest.mark.parametrize("engine", ENGINES)
-def test_depth_and_size_limits_name_the_limit(backends, engine: str) -> None:  # type: ignore[no-untyped-def]
-    deep: dict = {"type": "string"}
-    for _ in range(70):
-        deep = {"type": "array", "items": deep}
-    with pytest.raises(ConstraintError, match="max_depth"):
-        backends[engine].compile(ConstraintSpec.json_schema(deep))
-    huge = {"type": "string", "enum": [f"option-{i:07d}" for i in range(80_000)]}
-    with pytest.raises(ConstraintError, match="max_bytes"):
-        backends[engine].compile(ConstraintSpec.json_schema(huge))
 
 
 @pytest.mark.parametrize("engine", ENGINES)
