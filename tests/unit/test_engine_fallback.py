@@ -92,3 +92,28 @@ def test_exact_only_refuses_instead(engine) -> None:  # type: ignore[no-untyped-
 def test_an_exact_schema_runs_once_without_attempts(engine) -> None:  # type: ignore[no-untyped-def]
     final = run(engine, {"type": "boolean"})[-1]
     assert final.constraint is not None and final.constraint.exact and final.attempts == ()
+
+
+def test_a_cancel_between_two_attempts_starts_no_other() -> None:
+    """FallbackAttempts alone: the engine's start is a recorder here, events are handed in directly."""
+    from proctor.domain import FinishReason, SchemaCheck, TokenEvent
+    from proctor.domain.events import Usage
+    from proctor.engine.attempts import FallbackAttempts
+    from proctor.engine.preprocess import PreparedRequest
+
+    launches, released, done = [], [], []
+    request = GenerationRequest("r", prompt="x", sampling=SamplingParams(seed=3))
+    prepared = PreparedRequest(request=request, prompt_ids=(1,), max_new_tokens=4, length_detail="")
+    attempts = FallbackAttempts(prepared, 3, released.append, budget=3, retry_temperature=0.7,
+                                start=lambda p, seed, sink, created: launches.append((p, seed, sink)),
+                                on_done=lambda: done.append(True))
+    attempts.begin()
+    assert len(launches) == 1
+    _, _, sink = launches[0]
+    invalid = TokenEvent("r", (5,), "t", finish_reason=FinishReason.EOS, usage=Usage(1, 1),
+                         schema_check=SchemaCheck(False, ("bad",)))
+    attempts.cancelled = True
+    sink(invalid)
+    assert len(launches) == 1 and done == [True]
+    assert released[-1].finished and "cancelled before a retry" in released[-1].finish_detail
+    assert [a.number for a in released[-1].attempts] == [1]

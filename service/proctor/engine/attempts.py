@@ -38,7 +38,7 @@ class FallbackAttempts:
     """One request's attempts; ``sink`` gets only the released attempt's events."""
 
     def __init__(self, prepared: PreparedRequest, seed: int, sink: EventSink, *, budget: int,
-                 retry_temperature: float, start: StartAttempt) -> None:
+                 retry_temperature: float, start: StartAttempt, on_done: Callable[[], None] = lambda: None) -> None:
         self._prepared = prepared
         self._seed = seed
         self._sink = sink
@@ -48,6 +48,8 @@ class FallbackAttempts:
         self._created = time.monotonic()
         self._attempts: list[Attempt] = []
         self._held: list[TokenEvent] = []
+        self._on_done = on_done
+        self.cancelled = False  # set by Engine.abort: no further attempt starts
 
     def begin(self) -> None:
         self._launch(1)
@@ -80,6 +82,9 @@ class FallbackAttempts:
         if valid or number >= self._budget or event.finish_reason in FINAL_REASONS or event.error:
             self._release(event, valid, number)
             return
+        if self.cancelled:  # the caller went away between two attempts
+            self._release(event, valid, number, why="cancelled before a retry")
+            return
         try:
             self._launch(number + 1)
         except Exception as exc:  # overloaded or shutting down: the last output stands, said plainly
@@ -91,6 +96,7 @@ class FallbackAttempts:
             note = f"no valid output in {number} attempt{'s' if number > 1 else ''}"
             note += f"; {why}" if why else ""
             detail = f"{detail}; {note}" if detail else note
+        self._on_done()
         for event in self._held[:-1]:
             self._sink(event)
         self._sink(dataclasses.replace(final, finish_detail=detail, seed=self._seed, attempts=tuple(self._attempts)))

@@ -59,6 +59,7 @@ class Engine:
         self._eos = frozenset(loaded.eos_token_ids)
         self._pieces: dict[int, str] = {}  # per-token text for token details, filled on first use
         self._by_id: dict[str, SequenceState] = {}
+        self._fallbacks: dict[str, FallbackAttempts] = {}  # requests on the validated fallback, by id
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._accepting = True
@@ -102,8 +103,16 @@ class Engine:
         seed = request.sampling.seed if request.sampling.seed is not None else secrets.randbits(63)
         constraint = prepared.constraint
         if constraint is not None and not constraint.exact:
-            FallbackAttempts(prepared, seed, sink, budget=self.settings.fallback_attempts,
-                             retry_temperature=self.settings.fallback_temperature, start=self._start).begin()
+            request_id = request.request_id
+            attempts = FallbackAttempts(prepared, seed, sink, budget=self.settings.fallback_attempts,
+                                        retry_temperature=self.settings.fallback_temperature, start=self._start,
+                                        on_done=lambda: self._fallbacks.pop(request_id, None))
+            self._fallbacks[request_id] = attempts
+            try:
+                attempts.begin()
+            except Exception:
+                self._fallbacks.pop(request_id, None)
+                raise
         else:
             self._start(prepared, seed, sink, None)
         return seed
@@ -139,6 +148,9 @@ class Engine:
         """Cancel a request; it ends with CANCELLED within one step and its cache slot is freed."""
         with self._lock:
             state = self._by_id.get(request_id)
+        attempts = self._fallbacks.get(request_id)
+        if attempts is not None:
+            attempts.cancelled = True
         if state is not None:
             state.cancelled = True
             self._wake.set()
