@@ -64,6 +64,7 @@ CASES = [
     ("top_logprobs 21", req(top_logprobs=21), "top_logprobs"),
     ("negative top_logprobs", req(top_logprobs=-1), "top_logprobs"),
     ("request_id too long", req(request_id="r" * 257), "request_id"),
+    *[(f"json_whitespace {n}", req(json_schema="{}", json_whitespace=n), "json_whitespace") for n in (3, 99, -7)],
 ]
 
 

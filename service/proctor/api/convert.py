@@ -52,6 +52,7 @@ FORMAT_TO_PROTO: dict[str, int] = {
     "validated": pb.FORMAT_HANDLING_VALIDATED,
     "annotation": pb.FORMAT_HANDLING_ANNOTATION,
 }
+JSON_WHITESPACES = frozenset({pb.JSON_WHITESPACE_UNSPECIFIED, pb.JSON_WHITESPACE_COMPACT, pb.JSON_WHITESPACE_FLEXIBLE})
 SYNTAX_FROM_PROTO: dict[int, str] = {pb.GRAMMAR_SYNTAX_LARK: "lark", pb.GRAMMAR_SYNTAX_EBNF: "ebnf"}
 
 
@@ -62,6 +63,9 @@ def constraint_from_proto(message: pb.GenerateRequest) -> ConstraintRequest | No
         return None
     if message.constraint_backend not in BACKEND_FROM_PROTO:
         raise RequestValidationError.single("constraint_backend", f"unknown backend {message.constraint_backend}")
+    if message.json_whitespace not in JSON_WHITESPACES:  # proto3 enums are open: 3, 99, -7 arrive as such
+        raise RequestValidationError.single("json_whitespace", f"unknown json_whitespace {message.json_whitespace}; "
+                                                               "expected COMPACT or FLEXIBLE")
     common = {"backend": BACKEND_FROM_PROTO[message.constraint_backend],
               "flexible_whitespace": message.json_whitespace == pb.JSON_WHITESPACE_FLEXIBLE,
               "exact_only": message.constraint_exact_only}
