@@ -76,6 +76,7 @@ class Settings:
     max_forbidden_phrases: int = 2000
     max_forbidden_phrase_chars: int = 200
     max_logit_bias: int = 1024
+    max_allowed_token_ids: int = 65536  # more than any vocabulary we serve (49,152 for the default)
     # Plugins: entry points (groups proctor.logits_processors / proctor.stopping_criteria) to load
     # at start, comma-separated names; "*" loads every installed one. The built-ins are always there.
     plugins: str = ""

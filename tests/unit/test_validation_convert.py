@@ -65,7 +65,19 @@ CASES = [
     ("negative top_logprobs", req(top_logprobs=-1), "top_logprobs"),
     ("request_id too long", req(request_id="r" * 257), "request_id"),
     *[(f"json_whitespace {n}", req(json_schema="{}", json_whitespace=n), "json_whitespace") for n in (3, 99, -7)],
+    ("too many allowed ids", req(allowed_token_ids=[1] * (SETTINGS.max_allowed_token_ids + 1)), "allowed_token_ids"),
 ]
+
+
+def test_hostile_lists_get_one_violation_and_any_list_at_most_twenty() -> None:
+    """100,000 bad ids: one violation for the count, not 100,000 (the trailer must stay readable)."""
+    found = violations(req(allowed_token_ids=[-1] * 100_000))
+    assert set(found) == {"allowed_token_ids"}
+    found = violations(req(logit_bias={-i - 1: 500.0 for i in range(SETTINGS.max_logit_bias + 1)}))
+    assert set(found) == {"logit_bias"}
+    with pytest.raises(RequestValidationError) as caught:
+        request_from_proto(req(allowed_token_ids=[-1] * 500), SETTINGS, None)
+    assert len(caught.value.violations) == 20 and "and 481 more" in caught.value.violations[-1].description
 
 
 @pytest.mark.parametrize(("message", "field"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -114,16 +114,21 @@ def _validate_masks(request: GenerationRequest, settings: Settings, bad: Violati
         problem = forbidden_phrase_problem(phrase, request.forbidden.whole_word, settings.max_forbidden_phrase_chars)
         if problem:
             bad(f"forbidden.phrases[{index}]", problem)
+    # Over a count limit the entries are not looked at one by one (one violation, not thousands).
     if len(request.logit_bias) > settings.max_logit_bias:
         bad("logit_bias", f"at most {settings.max_logit_bias} entries, got {len(request.logit_bias)}")
-    for token_id, bias in request.logit_bias:
-        if token_id < 0:
-            bad(f"logit_bias[{token_id}]", "token ids are >= 0")
-        if not (_finite(bias) and -100 <= bias <= 100):
-            bad(f"logit_bias[{token_id}]", f"the bias must be in [-100, 100], got {bias}")
-    for index, token_id in enumerate(request.allowed_token_ids):
-        if token_id < 0:
-            bad(f"allowed_token_ids[{index}]", f"token ids are >= 0, got {token_id}")
+    else:
+        for token_id, bias in request.logit_bias:
+            if token_id < 0:
+                bad(f"logit_bias[{token_id}]", "token ids are >= 0")
+            if not (_finite(bias) and -100 <= bias <= 100):
+                bad(f"logit_bias[{token_id}]", f"the bias must be in [-100, 100], got {bias}")
+    if len(request.allowed_token_ids) > settings.max_allowed_token_ids:
+        bad("allowed_token_ids", f"at most {settings.max_allowed_token_ids} ids, got {len(request.allowed_token_ids)}")
+    else:
+        for index, token_id in enumerate(request.allowed_token_ids):
+            if token_id < 0:
+                bad(f"allowed_token_ids[{index}]", f"token ids are >= 0, got {token_id}")
 
 
 def forbidden_phrase_problem(phrase: str, whole_word: bool, max_chars: int) -> str:

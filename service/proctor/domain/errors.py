@@ -13,11 +13,19 @@ class FieldViolation:
     description: str
 
 
+MAX_VIOLATIONS = 20  # field violations reported per request (the last one counts the rest)
+
+
 class RequestValidationError(ValueError):
     """The request is invalid; maps to INVALID_ARGUMENT with BadRequest field violations."""
 
     def __init__(self, violations: list[FieldViolation] | FieldViolation) -> None:
-        self.violations = [violations] if isinstance(violations, FieldViolation) else list(violations)
+        found = [violations] if isinstance(violations, FieldViolation) else list(violations)
+        if len(found) > MAX_VIOLATIONS:  # a status trailer a default gRPC client can still read
+            rest = len(found) - (MAX_VIOLATIONS - 1)
+            found = [*found[: MAX_VIOLATIONS - 1], FieldViolation(found[MAX_VIOLATIONS - 1].field,
+                                                                  f"... and {rest} more violations")]
+        self.violations = found
         super().__init__("; ".join(f"{v.field}: {v.description}" for v in self.violations))
 
     @classmethod
