@@ -256,3 +256,20 @@ def test_masks_and_plugins_convert() -> None:
 ])
 def test_bad_masks_name_their_field(message: pb.GenerateRequest, field: str) -> None:
     assert field in violations(message)
+
+
+def test_a_prompt_far_over_the_context_is_refused_before_it_is_tokenized(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from proctor.engine.preprocess import longest_token_bytes
+
+    context = 512
+    huge = "x" * (context * longest_token_bytes(tokenizer) + 10)
+    request = convert(req(prompt=huge), SETTINGS.replace(max_prompt_chars=len(huge) + 1))
+    with pytest.raises(RequestValidationError, match="at least") as caught:
+        prepare_request(tokenizer, request, context_length=context, default_max_new_tokens=16,
+                        max_new_tokens_limit=64)
+    assert caught.value.violations[0].field == "prompt"
+    # Just under the bound it is tokenized and judged by its real length.
+    near = "x " * (context * 2)
+    with pytest.raises(RequestValidationError, match="tokens; the model's context is 512"):
+        prepare_request(tokenizer, convert(req(prompt=near)), context_length=context, default_max_new_tokens=16,
+                        max_new_tokens_limit=64)

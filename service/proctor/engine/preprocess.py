@@ -42,6 +42,18 @@ class PreparedRequest:
     rendered_prompt: str = ""  # the input as the model saw it (chat template applied), for the audit
 
 
+_LONGEST: dict[int, int] = {}
+
+
+def longest_token_bytes(tokenizer: Any) -> int:
+    """An upper bound of the bytes one token stands for: its piece's UTF-8 length (a byte-level piece
+    spells each byte as one character of at most 2 UTF-8 bytes; a sentencepiece piece is the text)."""
+    key = id(tokenizer)
+    if key not in _LONGEST:
+        _LONGEST[key] = max(8, max((len(piece.encode("utf-8")) for piece in tokenizer.get_vocab()), default=8))
+    return _LONGEST[key]
+
+
 def render_prompt(tokenizer: Any, request: GenerationRequest) -> tuple[str, bool]:
     """Return (text, add_special_tokens). Chat messages go through the model's chat template."""
     if request.messages is None:
@@ -63,6 +75,10 @@ def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_lengt
                     f"stopping.stop_token_ids[{index}]", f"{token_id} is outside the vocabulary (size {vocab_size})")
     text, add_special = render_prompt(tokenizer, request)
     field = "messages" if request.messages is not None else "prompt"
+    fewest = len(text.encode("utf-8")) // longest_token_bytes(tokenizer)  # no tokenization can use fewer
+    if fewest >= context_length:  # refused before tokenizing it (a 900,000-character prompt took seconds)
+        raise RequestValidationError.single(
+            field, f"the input is at least {fewest} tokens; the model's context is {context_length} tokens")
     ids = tokenizer(text, add_special_tokens=add_special)["input_ids"]
     if not ids:
         raise RequestValidationError.single(field, "the input encodes to zero tokens")
