@@ -21,13 +21,19 @@ from proctor.engine.attempts import attempt_seed
 BUDGET = 3
 
 
-@pytest.fixture
-def engine(make_engine, tiny_loaded, default_model_dir: Path):  # type: ignore[no-untyped-def]
-    compiler = ConstraintCompiler(tokenizer=tiny_loaded.tokenizer, model_path=str(default_model_dir),
+def build(make_engine, tiny_loaded, model_dir: Path):  # type: ignore[no-untyped-def]
+    """A tiny-model engine with constraints compiled in-process (not started)."""
+    compiler = ConstraintCompiler(tokenizer=tiny_loaded.tokenizer, model_path=str(model_dir),
                                   vocab_size=tiny_loaded.vocab_size, eos_token_ids=tiny_loaded.eos_token_ids,
                                   tokenizer_fingerprint="tiny", isolate=False)
     engine = make_engine(start=False, fallback_attempts=BUDGET)
     engine.constraints = ConstraintService(compiler)
+    return engine
+
+
+@pytest.fixture
+def engine(make_engine, tiny_loaded, default_model_dir: Path):  # type: ignore[no-untyped-def]
+    engine = build(make_engine, tiny_loaded, default_model_dir)
     engine.start()
     return engine
 
@@ -67,7 +73,7 @@ def test_a_valid_first_attempt_is_returned_at_once(engine) -> None:  # type: ign
     assert "no valid output" not in final.finish_detail
 
 
-def test_retries_until_valid_and_replays_identically(engine) -> None:  # type: ignore[no-untyped-def]
+def test_attempts_are_deterministic_and_stop_at_the_first_valid_one(engine) -> None:  # type: ignore[no-untyped-def]
     schema = {"type": "array", "items": {"enum": [1, 2, 3]}, "minItems": 3, "maxItems": 3, "uniqueItems": True}
     first = run(engine, schema, seed=5, temperature=1.0, request_id="a")
     again = run(engine, schema, seed=5, temperature=1.0, request_id="b")
@@ -117,3 +123,22 @@ def test_a_cancel_between_two_attempts_starts_no_other() -> None:
     assert len(launches) == 1 and done == [True]
     assert released[-1].finished and "cancelled before a retry" in released[-1].finish_detail
     assert [a.number for a in released[-1].attempts] == [1]
+
+
+def test_a_request_id_on_the_fallback_cannot_be_reused_while_it_runs(  # type: ignore[no-untyped-def]
+        make_engine, tiny_loaded, default_model_dir: Path) -> None:
+    from proctor.domain import RequestValidationError
+
+    engine = build(make_engine, tiny_loaded, default_model_dir)  # started below: the first is still queued
+
+    schema = {"type": "boolean", "not": {"enum": [True, False]}}  # every attempt is invalid: 3 of them
+    request = GenerationRequest(
+        "same", prompt="JSON:", sampling=SamplingParams(seed=1), stopping=StoppingParams(max_new_tokens=4),
+        constraint=ConstraintRequest("json_schema", text=json.dumps(schema)))
+    first = Collector()
+    engine.submit(engine.prepare(request), first)
+    with pytest.raises(RequestValidationError, match="already running"):
+        engine.submit(engine.prepare(request), Collector())
+    engine.start()
+    assert len(first.wait(120)[-1].attempts) == BUDGET
+    engine.submit(engine.prepare(request), Collector())  # free again once it ended

@@ -68,10 +68,6 @@ NEGATIVE = frozenset({"not", "if"})
 DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 
 
-def is_assertion(keyword: str) -> bool:
-    return keyword in ASSERTIONS
-
-
 def subschemas(node: dict) -> list[tuple[tuple[str | int, ...], object]]:
     """(relative JSON-pointer tokens, subschema) for every subschema directly below ``node``."""
     out: list[tuple[tuple[str | int, ...], object]] = []

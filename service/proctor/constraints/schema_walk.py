@@ -54,10 +54,6 @@ def canonical_pointer(ref: str) -> str:
     return pointer("#", *pointer_tokens(ref))
 
 
-def node_at(root: object, path: str) -> object | None:
-    return resolve_pointer(root, path)
-
-
 def contains_ref(node: object) -> bool:
     """Whether any ``$ref`` sits in ``node``'s subschemas (data values are not looked into)."""
     return any(isinstance(site.node, dict) and "$ref" in site.node

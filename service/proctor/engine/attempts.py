@@ -1,7 +1,7 @@
 """The validated fallback's retry loop: generate under the relaxed schema, validate, retry within a budget.
 
 A JSON schema that no engine enforces exactly is compiled as a documented superset (see
-``constraints/schema_support.relax``). Each attempt's events are held back until the attempt ends
+``constraints/schema_relax.relax``). Each attempt's events are held back until the attempt ends
 and its output has been validated against the full schema: a valid output is released (with every
 attempt listed on its final event); an invalid one starts the next attempt, until the budget is
 spent — then the last output is released with ``schema_validation.valid = false`` and a finish
@@ -54,15 +54,16 @@ class FallbackAttempts:
     def begin(self) -> None:
         self._launch(1)
 
+    def _temperature(self, number: int) -> float:
+        """Attempt ``number``'s temperature: the request's, but a greedy request's retries sample."""
+        sampling = self._prepared.request.sampling
+        return self._retry_temperature if number > 1 and sampling.greedy else sampling.temperature or 0.0
+
     def _launch(self, number: int) -> None:
         request = self._prepared.request
-        sampling = request.sampling
-        temperature = sampling.temperature or 0.0
-        if number > 1 and sampling.greedy:
-            temperature = self._retry_temperature
         seed = attempt_seed(self._seed, number)
-        changed = dataclasses.replace(request, sampling=dataclasses.replace(sampling, temperature=temperature or None,
-                                                                              seed=seed))
+        sampling = dataclasses.replace(request.sampling, temperature=self._temperature(number) or None, seed=seed)
+        changed = dataclasses.replace(request, sampling=sampling)
         self._held = []
         self._start(dataclasses.replace(self._prepared, request=changed), seed, self._receive, self._created)
 
@@ -73,10 +74,8 @@ class FallbackAttempts:
         number = len(self._attempts) + 1
         check = event.schema_check
         valid = check is not None and check.valid
-        sampling = self._prepared.request.sampling
-        temperature = (sampling.temperature or 0.0) if number == 1 or not sampling.greedy else self._retry_temperature
         assert event.finish_reason is not None
-        self._attempts.append(Attempt(number, attempt_seed(self._seed, number), temperature,
+        self._attempts.append(Attempt(number, attempt_seed(self._seed, number), self._temperature(number),
                                       event.usage.completion_tokens if event.usage else 0, event.finish_reason,
                                       valid, check.errors if check else ()))
         if valid or number >= self._budget or event.finish_reason in FINAL_REASONS or event.error:

@@ -107,7 +107,10 @@ class Engine:
             attempts = FallbackAttempts(prepared, seed, sink, budget=self.settings.fallback_attempts,
                                         retry_temperature=self.settings.fallback_temperature, start=self._start,
                                         on_done=lambda: self._fallbacks.pop(request_id, None))
-            self._fallbacks[request_id] = attempts
+            with self._lock:  # between two attempts the id is in no other dict than this one
+                if request_id in self._by_id or request_id in self._fallbacks:
+                    raise RequestValidationError.single("request_id", f"request {request_id!r} is already running")
+                self._fallbacks[request_id] = attempts
             try:
                 attempts.begin()
             except Exception:

@@ -39,9 +39,9 @@ def checked_schema(spec: ConstraintSpec, backend: str) -> str:
         schema = schema_support.check_schema(spec.schema, backend)
     except RecursionError as exc:
         raise ConstraintError("the schema nests too deeply to analyse (max_schema_depth)", backend) from exc
-    except ValueError as exc:
-        if isinstance(exc, ConstraintError):
-            raise ConstraintError(exc.reason, backend) from None
+    except ConstraintError as exc:
+        raise ConstraintError(exc.reason, backend) from None
+    except ValueError as exc:  # spec.schema parses the text
         raise ConstraintError(f"the schema is not valid JSON: {exc}", backend) from exc
     return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
 
