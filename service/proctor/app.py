@@ -25,11 +25,14 @@ from grpc_reflection.v1alpha import reflection
 from proctor import __version__
 from proctor.api.audit_servicer import AuditServicer
 from proctor.api.audit_trail import AuditTrail
+from proctor.api.security import bind, build_gate
 from proctor.api.servicer import GenerationServicer
+from proctor.api.telemetry import TelemetryInterceptor
 from proctor.audit.setup import checkpoint_path, open_sink, privacy_policy
 from proctor.audit.sink import AuditSink
 from proctor.config import Settings
 from proctor.domain import GenerationRequest, StoppingParams
+from proctor.observability.setup import Observability
 from proctor_client.v1 import audit_pb2, audit_pb2_grpc, generation_pb2, generation_pb2_grpc
 
 log = logging.getLogger("proctor.app")
@@ -68,11 +71,13 @@ class RunningServer:
     loop: asyncio.AbstractEventLoop
     engine: object | None = None
     audit_sink: AuditSink | None = None
+    observability: Observability | None = None
 
     async def load(self) -> None:
         """Load the model and start the engine (off the event loop), then report SERVING."""
         try:
-            engine, info, schemas = await asyncio.to_thread(_build_engine, self.settings, self._engine_health)
+            engine, info, schemas = await asyncio.to_thread(_build_engine, self.settings, self._engine_health,
+                                                            self.observability)
         except Exception:
             log.exception("model loading failed")
             raise
@@ -104,10 +109,12 @@ class RunningServer:
         if self.audit_sink is not None:
             await asyncio.to_thread(self.audit_sink.close)
             log.info("audit trail flushed: %d records written this run", self.audit_sink.written)
+        if self.observability is not None:
+            await asyncio.to_thread(self.observability.close)
         log.info("stopped")
 
 
-def _build_constraints(loaded: object, settings: Settings) -> object:
+def _build_constraints(loaded: object, settings: Settings, observability: Observability | None = None) -> object:
     """Compiler (engine tables + compile workers), registry, and every registered schema precompiled."""
     from proctor.constraints.compiler import CompileLimits, ConstraintCompiler
     from proctor.constraints.registry import SchemaRegistry
@@ -122,6 +129,8 @@ def _build_constraints(loaded: object, settings: Settings) -> object:
         eos_token_ids=tuple(loaded.eos_token_ids), tokenizer_fingerprint=loaded.tokenizer_sha256,
         limits=CompileLimits(settings.constraint_timeout_s, settings.max_constraint_bytes),
         isolate=settings.constraint_isolation, workers=settings.compile_workers)
+    if observability is not None:
+        observability.watch_compiler(compiler)
     compiler.prewarm()
     registry = SchemaRegistry.load(Path(settings.schema_dir) if settings.schema_dir else None)
     service = ConstraintService(compiler, registry, max_schema_depth=settings.max_schema_depth)
@@ -151,15 +160,18 @@ def _build_masks(loaded: object, settings: Settings) -> tuple[object, tuple[str,
     return plugins, phrases
 
 
-def _build_engine(settings: Settings, on_health: object) -> tuple[object, dict[str, object], list[object]]:
+def _build_engine(settings: Settings, on_health: object, observability: Observability | None = None
+                  ) -> tuple[object, dict[str, object], list[object]]:
     from proctor.engine.engine import Engine
     from proctor.models import load_model
 
     loaded = load_model(settings)
-    constraints = _build_constraints(loaded, settings)
+    constraints = _build_constraints(loaded, settings, observability)
     plugins, forbidden = _build_masks(loaded, settings)
     engine = Engine(loaded, settings, on_health=on_health, constraints=constraints,  # type: ignore[arg-type]
                     plugins=plugins, server_forbidden=forbidden)  # type: ignore[arg-type]
+    if observability is not None:
+        observability.watch_engine(engine)
     engine.start()
     if settings.warmup:
         warm = GenerationRequest(request_id="warmup", prompt="Hello",
@@ -171,7 +183,10 @@ def _build_engine(settings: Settings, on_health: object) -> tuple[object, dict[s
 async def start_server(settings: Settings) -> RunningServer:
     """Bind (port 0 picks a free port), start serving health, and begin loading the model."""
     limit = settings.max_message_bytes
-    server = grpc.aio.server(options=[
+    gate = build_gate(settings)  # refuses an exposed server before anything else starts
+    observability = Observability.from_settings(settings)
+    telemetry = TelemetryInterceptor(observability.metrics, observability.tracing)  # first: sees refusals too
+    server = grpc.aio.server(interceptors=[telemetry, gate], options=[
         ("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit),
         ("grpc.so_reuseport", 0)])
     health = HealthServicer()
@@ -179,6 +194,7 @@ async def start_server(settings: Settings) -> RunningServer:
     await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     sink = await asyncio.to_thread(open_sink, settings)
+    observability.watch_audit(sink)
     audit = AuditTrail(sink, privacy_policy(settings), compliance=settings.audit_compliance,
                        top_n=settings.audit_top_n)
     servicer = GenerationServicer(settings, audit)
@@ -190,11 +206,11 @@ async def start_server(settings: Settings) -> RunningServer:
         names.append(AUDIT_SERVICE_NAME)
     if settings.reflection_enabled:
         reflection.enable_server_reflection(names, server)
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
-    if port == 0:
-        raise OSError(f"could not bind {settings.host}:{settings.port}")
+    port, _ = bind(server, settings)
     await server.start()
-    running = RunningServer(settings, server, port, health, servicer, asyncio.get_running_loop(), audit_sink=sink)
+    observability.serve(settings)
+    running = RunningServer(settings, server, port, health, servicer, asyncio.get_running_loop(), audit_sink=sink,
+                            observability=observability)
     log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", settings.host, port)
     return running
 

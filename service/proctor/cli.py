@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from pathlib import Path
 
@@ -21,7 +20,8 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="compute device (default auto)")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"],
                    help="weights/activations dtype (auto: bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, help="torch CPU threads: N pins exactly N; 0 (default) = the CPUs "
+                   "this process may use (affinity, cgroup quota), tuned under load by measurement")
     p.add_argument("--max-batch-size", type=int, help="requests decoded together (default 32)")
     p.add_argument("--max-waiting", type=int, help="requests allowed to wait; beyond, RESOURCE_EXHAUSTED (default 64)")
     p.add_argument("--kv-cache-mb", type=int, help="KV-cache memory budget in MiB (default 4096)")
@@ -53,9 +53,24 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     audit.add_argument("--audit-output-policy", choices=("full", "hmac"), help="store the output, or only its HMAC")
     audit.add_argument("--audit-hmac-key-file", help="HMAC key (>= 16 bytes), kept outside the store")
     audit.add_argument("--audit-signing-key", help="Ed25519 PEM key for checkpoints (default <audit db>.key)")
-    audit.add_argument("--audit-read-token", help="token the Audit service requires (x-proctor-audit-token)")
+    sec = p.add_argument_group("security (README: Security)")
+    sec.add_argument("--tls-cert", dest="tls_cert_file", help="PEM certificate chain: serve TLS (with --tls-key)")
+    sec.add_argument("--tls-key", dest="tls_key_file", help="PEM private key of --tls-cert")
+    sec.add_argument("--tls-client-ca", dest="tls_client_ca_file",
+                     help="PEM CA bundle: mutual TLS, every client must present a certificate from it")
+    sec.add_argument("--callers-file", help="YAML/TOML: callers, sha256 of their tokens or mTLS names, roles, limits")
+    sec.add_argument("--insecure", action="store_true", default=None,
+                     help="allow serving a non-loopback address without TLS or without a callers file")
+    sec.add_argument("--reflection-auth", dest="reflection_needs_auth", action=argparse.BooleanOptionalAction,
+                     default=None, help="with a callers file, reflection answers known callers only (default on)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip the warm-up request")
     p.add_argument("--log-level", help="logging level (default INFO)")
+    obs = p.add_argument_group("observability (README: Observability)")
+    obs.add_argument("--log-format", choices=("text", "json"), help="log lines as text (default) or JSON")
+    obs.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default 0: off)")
+    obs.add_argument("--metrics-host", help="address of the metrics endpoint (default: --host)")
+    obs.add_argument("--tracing", action="store_true", default=None,
+                     help="OpenTelemetry traces (exporter from OTEL_TRACES_EXPORTER, default otlp)")
     p.set_defaults(func=_serve)
 
 
@@ -66,14 +81,17 @@ def _serve(args: argparse.Namespace) -> int:
             "constraint_timeout_s", "compile_workers", "max_schema_depth", "fallback_attempts",
             "fallback_temperature", "schema_dir", "forbidden_file", "plugins", "audit",
             "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",
-            "audit_hmac_key_file", "audit_signing_key", "audit_read_token")
+            "audit_hmac_key_file", "audit_signing_key", "tls_cert_file", "tls_key_file", "tls_client_ca_file",
+            "callers_file", "insecure", "reflection_needs_auth",
+            "log_format", "metrics_port", "metrics_host", "tracing")
     try:
         settings = Settings.load({k: getattr(args, k) for k in keys})
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from proctor.observability.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
     from proctor.app import serve
 
     try:

@@ -7,6 +7,7 @@ from the environment by its upper-case name, e.g. ``PROCTOR_PORT=50051``.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -38,7 +39,7 @@ class Settings:
     model_store: Path = field(default_factory=default_model_store)
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
+    threads: int = 0  # torch intra-op threads on CPU: N pinned; 0 = CPU budget, tuned (engine/thread_tuner.py)
     default_max_new_tokens: int = 256
     max_new_tokens_limit: int = 4096
     max_stop_strings: int = 16
@@ -56,6 +57,13 @@ class Settings:
     grace_period_s: float = 10.0
     warmup: bool = True
     log_level: str = "INFO"
+    # Observability (observability/, README "Observability"): the log format, Prometheus metrics
+    # over HTTP (port 0: off; empty host: the server's host), OpenTelemetry traces (also on when
+    # OTEL_TRACES_EXPORTER names an exporter other than "none").
+    log_format: str = "text"  # text | json
+    metrics_port: int = 0
+    metrics_host: str = ""
+    tracing: bool = False
     # Constraints: compile time limit per engine attempt, spec size limit, compile worker processes
     # (isolation makes a runaway compile killable; off only for in-process tests), schema registry.
     constraint_timeout_s: float = 5.0
@@ -77,6 +85,9 @@ class Settings:
     max_forbidden_phrase_chars: int = 200
     max_logit_bias: int = 1024
     max_allowed_token_ids: int = 65536  # more than any vocabulary we serve (49,152 for the default)
+    max_choice_options: int = 1024
+    max_plugin_calls: int = 16  # per list (logits_processors, stopping_criteria)
+    max_plugin_params_bytes: int = 64 * 1024  # serialized params of one plugin call
     # Plugins: entry points (groups proctor.logits_processors / proctor.stopping_criteria) to load
     # at start, comma-separated names; "*" loads every installed one. The built-ins are always there.
     plugins: str = ""
@@ -95,21 +106,44 @@ class Settings:
     audit_checkpoint_every: int = 1000
     audit_checkpoint_interval_s: float = 60.0
     audit_queue_size: int = 1024
-    audit_read_token: str = ""  # when set, the Audit service needs metadata x-proctor-audit-token: <token>
+    # Security (api/gate.py, api/tls.py, api/callers.py). Off loopback the server refuses to start
+    # without TLS and a callers file unless `insecure` is set; on loopback without a callers file it is open.
+    tls_cert_file: str = ""  # PEM certificate chain; with tls_key_file, the port speaks TLS
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""  # PEM CA bundle: mutual TLS, a client certificate from it is required
+    callers_file: str = ""  # YAML or TOML: names, sha256 of bearer tokens / mTLS identities, roles, limits
+    insecure: bool = False  # allow a plaintext or open server on a non-loopback address
+    reflection_needs_auth: bool = True  # with a callers file, reflection answers known callers only
 
     def __post_init__(self) -> None:
         if self.fallback_attempts < 1:
             raise ValueError(f"fallback_attempts must be at least 1, got {self.fallback_attempts}")
         if not self.fallback_temperature > 0:
             raise ValueError(f"fallback_temperature must be above 0, got {self.fallback_temperature}")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("tls_cert_file and tls_key_file go together: set both or neither")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ValueError("tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file")
         if self.max_schema_depth < 1:
             raise ValueError(f"max_schema_depth must be at least 1, got {self.max_schema_depth}")
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
+
+    @property
+    def loopback(self) -> bool:
+        """Bound to this machine only (nothing else on the network can connect)."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
+        except ValueError:
+            return False
 
     @property
     def reflection_enabled(self) -> bool:
         if self.reflection is not None:
             return self.reflection
-        return self.host in {"127.0.0.1", "localhost", "::1"}
+        return self.loopback
 
     @classmethod
     def load(cls, overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> Settings:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from proctor.models.cpus import cpu_budget
 from proctor.models.errors import ModelError
 from proctor.models.placement import apply_threads, resolve_device, resolve_dtype
 
@@ -52,7 +53,7 @@ def test_threads() -> None:
     before = torch.get_num_threads()
     try:
         apply_threads(0)
-        assert torch.get_num_threads() == before
+        assert torch.get_num_threads() == cpu_budget()
         apply_threads(1)
         assert torch.get_num_threads() == 1
     finally:

@@ -273,3 +273,50 @@ def test_a_prompt_far_over_the_context_is_refused_before_it_is_tokenized(tokeniz
     with pytest.raises(RequestValidationError, match="tokens; the model's context is 512"):
         prepare_request(tokenizer, convert(req(prompt=near)), context_length=context, default_max_new_tokens=16,
                         max_new_tokens_limit=64)
+
+
+@pytest.mark.parametrize(("message", "field"), [
+    (req(constraint_backend=42), "constraint_backend"),  # no constraint set: still refused
+    (req(json_whitespace=-7), "json_whitespace"),
+    (req(grammar=pb.GrammarConstraint(text="start: 'a'", syntax=9)), "grammar.syntax"),
+])
+def test_an_enum_number_the_proto_does_not_define_is_named(message: pb.GenerateRequest, field: str) -> None:
+    assert field in violations(message)
+
+
+def test_oversized_fields_are_refused_on_the_message_before_any_conversion() -> None:
+    """Each oversized field is one violation, found by length alone (no parse, no sort, no copy)."""
+    settings = SETTINGS.replace(max_constraint_bytes=1000, max_plugin_params_bytes=100, max_plugin_calls=2)
+    schema = '{"type": "object", "description": "' + "x" * 2000 + '"}'
+    huge_params = pb.PluginCall(name="bias_words")
+    huge_params.params.update({"words": ["w" * 50] * 10})
+    cases = {
+        "json_schema": req(json_schema=schema), "regex": req(regex="a" * 1001),
+        "grammar.text": req(grammar=pb.GrammarConstraint(text="x" * 1001, syntax=pb.GRAMMAR_SYNTAX_LARK)),
+        "logits_processors[0].params": req(logits_processors=[huge_params]),
+        "stopping_criteria": req(stopping_criteria=[pb.PluginCall(name="a")] * 3),
+        "forbidden.phrases": req(forbidden=pb.ForbiddenPhrases(phrases=["x"] * (SETTINGS.max_forbidden_phrases + 1))),
+        "choice.options": req(choice=pb.ChoiceConstraint(options=["a"] * (SETTINGS.max_choice_options + 1))),
+    }
+    for field, message in cases.items():
+        with pytest.raises(RequestValidationError) as caught:
+            request_from_proto(message, settings, None)
+        assert [v.field for v in caught.value.violations] == [field], field
+
+
+def test_a_refused_requests_audit_copy_is_bounded_and_says_what_was_cut() -> None:
+    from proctor.api.size_limits import RAW_KEEP_CHARS, RAW_KEEP_ITEMS, bounded_dict
+
+    message = req(prompt="p" * 100_000, logit_bias={i: 1.0 for i in range(5000)}, allowed_token_ids=list(range(300)),
+                  stopping=pb.StoppingParams(stop=["a"] * 40, max_new_tokens=3))
+    start = time.perf_counter()
+    data = bounded_dict(message)
+    assert time.perf_counter() - start < 0.5
+    assert len(data["prompt"]) == RAW_KEEP_CHARS and len(data["logitBias"]) == RAW_KEEP_ITEMS
+    assert len(data["allowedTokenIds"]) == RAW_KEEP_ITEMS and len(data["stopping"]["stop"]) == RAW_KEEP_ITEMS
+    assert data["stopping"]["maxNewTokens"] == 3
+    assert set(data["_omitted"]) == {"prompt", "logit_bias", "allowed_token_ids", "stopping.stop"}
+    assert "100000 characters (sha256 " in data["_omitted"]["prompt"]
+    assert message.logit_bias[4999] == 1.0 and len(message.prompt) == 100_000  # the original is untouched
+    small = req(prompt="hi")
+    assert "_omitted" not in bounded_dict(small) and bounded_dict(small)["prompt"] == "hi"

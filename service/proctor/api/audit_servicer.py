@@ -1,15 +1,13 @@
 """The Audit service: GetRecord, ExportRecords, VerifyLog and Replay.
 
-Reading the audit trail is its own permission: ``authorize_read`` is the one place that decides
-(today: the ``x-proctor-audit-token`` metadata must equal ``--audit-read-token`` when one is
-configured; otherwise any caller that can reach the server may read).
+Who may read (role ``audit:read``) and replay (``audit:replay``) is decided by the server gate
+(``api/gate.py``) before any method here runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hmac
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -40,15 +38,6 @@ class AuditServicer(apb_grpc.AuditServicer):
         self._generation = generation
         self._checkpoint_file = checkpoint_file
 
-    async def authorize_read(self, context: grpc.aio.ServicerContext) -> None:
-        token = self._settings.audit_read_token
-        if not token:
-            return
-        given = dict(context.invocation_metadata() or ()).get("x-proctor-audit-token", "")
-        if not hmac.compare_digest(str(given), token):
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "reading the audit trail needs the audit token "
-                                                                   "(metadata x-proctor-audit-token)")
-
     async def _get(self, audit_id: str, context: grpc.aio.ServicerContext) -> Row:
         if not audit_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "audit_id is required")
@@ -59,12 +48,10 @@ class AuditServicer(apb_grpc.AuditServicer):
         return row
 
     async def GetRecord(self, request: apb.GetRecordRequest, context: grpc.aio.ServicerContext) -> apb.AuditRecord:
-        await self.authorize_read(context)
         return _record(await self._get(request.audit_id, context))
 
     async def ExportRecords(self, request: apb.ExportRecordsRequest, context: grpc.aio.ServicerContext
                             ) -> AsyncIterator[apb.AuditRecord]:
-        await self.authorize_read(context)
         filters = Filters(since_ms=request.since_ms or None, until_ms=request.until_ms or None,
                           caller=request.caller or None, request_id=request.request_id or None,
                           finish_reason=request.finish_reason or None)
@@ -78,14 +65,12 @@ class AuditServicer(apb_grpc.AuditServicer):
 
     async def VerifyLog(self, request: apb.VerifyLogRequest, context: grpc.aio.ServicerContext
                         ) -> apb.VerifyLogResponse:
-        await self.authorize_read(context)
         result = await asyncio.to_thread(verify_log, self._store, checkpoint_file=self._checkpoint_file)
         return apb.VerifyLogResponse(ok=result.ok, records=result.records, checkpoints=result.checkpoints,
                                      first_bad_seq=result.first_bad_seq or 0, problem=result.problem,
                                      seconds=result.seconds)
 
     async def Replay(self, request: apb.ReplayRequest, context: grpc.aio.ServicerContext) -> apb.ReplayResponse:
-        await self.authorize_read(context)
         body = json.loads((await self._get(request.audit_id, context)).body)
         problem = self._replay_problem(body)
         if problem:

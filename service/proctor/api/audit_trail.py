@@ -17,11 +17,14 @@ from typing import Any
 import grpc
 from google.rpc import code_pb2
 
+from proctor.api.gate import current_identity
 from proctor.audit.records import CallRecord, PrivacyPolicy, build_body
 from proctor.audit.sink import AuditSink
 from proctor.domain import EngineFault
+from proctor.observability.calls import AUDIT_COMMIT, bind_call, stage
 
 MODEL_FIELDS = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "device")
+ASSERTED = "metadata (asserted by the client)"
 DEADLINE_SLACK_S = 0.05  # gRPC cancels a call at its deadline; a cancel this close to it is the deadline
 
 
@@ -35,24 +38,30 @@ def new_audit_id() -> str:
 
 
 def caller_identity(context: grpc.aio.ServicerContext) -> dict[str, str]:
-    """Who called: a bearer token's fingerprint, a TLS client certificate name, else the peer address.
+    """Who called: the caller the gate authenticated, else (open mode) what the call itself shows.
 
-    ``x-proctor-caller`` metadata is recorded too but marked as asserted by the client.
+    Open mode records a bearer token's fingerprint, a TLS client certificate name or the peer
+    address. ``x-proctor-caller`` metadata is recorded too, always marked as asserted by the client.
     """
     metadata = {key: value for key, value in (context.invocation_metadata() or ())
                 if isinstance(value, str)}
     peer = context.peer() or ""
-    auth = metadata.get("authorization")
-    if auth:
-        fingerprint = hashlib.sha256(auth.encode()).hexdigest()[:16]
-        return {"identity": f"token:{fingerprint}", "source": "authorization", "peer": peer}
-    names = (context.auth_context() or {}).get("x509_common_name") or []
-    if names:
-        return {"identity": names[0].decode(), "source": "tls", "peer": peer}
     asserted = metadata.get("x-proctor-caller")
+    identity = current_identity()
+    if identity is not None:
+        found = {"identity": identity.caller.name, "source": f"authenticated ({identity.source})", "peer": peer}
+    elif metadata.get("authorization"):
+        fingerprint = hashlib.sha256(metadata["authorization"].encode()).hexdigest()[:16]
+        found = {"identity": f"token:{fingerprint}", "source": "authorization", "peer": peer}
+    elif names := (context.auth_context() or {}).get("x509_common_name") or []:
+        found = {"identity": names[0].decode(), "source": "tls", "peer": peer}
+    elif asserted:
+        return {"identity": asserted, "source": ASSERTED, "peer": peer}
+    else:
+        found = {"identity": peer, "source": "peer", "peer": peer}
     if asserted:
-        return {"identity": asserted, "source": "metadata (asserted by the client)", "peer": peer}
-    return {"identity": peer, "source": "peer", "peer": peer}
+        found["asserted_caller"] = f"{asserted} ({ASSERTED})"
+    return found
 
 
 class AuditTrail:
@@ -69,8 +78,10 @@ class AuditTrail:
         return self.sink is not None
 
     def begin(self, method: str, context: grpc.aio.ServicerContext) -> CallRecord:
-        return CallRecord(audit_id=new_audit_id() if self.enabled else "", method=method,
-                          received_ms=int(time.time() * 1000), caller=caller_identity(context), model=self.model)
+        """Open the call's record (bound to the RPC's observation: its trace id, the per-call log line)."""
+        return bind_call(CallRecord(audit_id=new_audit_id() if self.enabled else "", method=method,
+                                    received_ms=int(time.time() * 1000), caller=caller_identity(context),
+                                    model=self.model))
 
     async def commit(self, call: CallRecord, *, wait: bool | None = None) -> None:
         """Submit the call's record (once). Waits for the commit in compliance mode (or when asked)."""
@@ -80,9 +91,11 @@ class AuditTrail:
         body = build_body(call, int(time.time() * 1000), self.policy)
         body["server"] = self.server
         try:
-            future = await asyncio.to_thread(self.sink.submit, body)  # a full queue blocks here, off the loop
-            if self.compliance if wait is None else wait:
-                await asyncio.wrap_future(future)
+            with stage(AUDIT_COMMIT) as attributes:
+                future = await asyncio.to_thread(self.sink.submit, body)  # a full queue blocks here, off the loop
+                attributes["proctor.audit.waited"] = bool(self.compliance if wait is None else wait)
+                if attributes["proctor.audit.waited"]:
+                    await asyncio.wrap_future(future)
         except Exception as exc:
             raise AuditWriteFailed(f"the audit record could not be written, so the output is withheld: {exc}") from exc
 

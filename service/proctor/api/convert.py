@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 from google.protobuf.json_format import MessageToDict
 
+from proctor.api.size_limits import check_sizes
 from proctor.api.validation import validate
 from proctor.config import Settings
 from proctor.domain import (
@@ -96,7 +97,12 @@ def _opt(message: object, name: str, default: object) -> object:
 
 def request_from_proto(message: pb.GenerateRequest, settings: Settings,
                        time_remaining_s: float | None) -> GenerationRequest:
-    """Convert and validate; raises RequestValidationError listing every bad field."""
+    """Convert and validate; raises RequestValidationError listing every bad field.
+
+    Sizes and enum numbers are checked on the message first, so an oversized field is refused
+    before any work in proportion to its size.
+    """
+    check_sizes(message, settings)
     s, st = message.sampling, message.stopping
     messages = None
     prompt = None

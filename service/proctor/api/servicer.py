@@ -13,13 +13,15 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 import grpc
-from google.protobuf.json_format import MessageToDict
 
 from proctor import __version__
 from proctor.api.audit_trail import MODEL_FIELDS, AuditTrail, AuditWriteFailed
+from proctor.api.caller_limits import capped_request
 from proctor.api.convert import chunk_from_event, request_from_proto, response_from_events
 from proctor.api.errors import abort_with
+from proctor.api.gate import current_identity
 from proctor.api.loop_relay import LoopRelay
+from proctor.api.size_limits import bounded_dict
 from proctor.audit.records import CallRecord, PrivacyPolicy
 from proctor.config import Settings
 from proctor.domain import (
@@ -31,6 +33,7 @@ from proctor.domain import (
     ShuttingDown,
     TokenEvent,
 )
+from proctor.observability.calls import PREPARE, VALIDATE, stage
 from proctor_client.v1 import generation_pb2 as pb
 from proctor_client.v1 import generation_pb2_grpc as pb_grpc
 
@@ -90,9 +93,13 @@ class GenerationServicer(pb_grpc.GenerationServicer):
     def _convert(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext,
                  call: CallRecord) -> GenerationRequest:
         try:
-            request = request_from_proto(message, self._settings, context.time_remaining())
+            with stage(VALIDATE):
+                request = request_from_proto(message, self._settings, context.time_remaining())
+            identity = current_identity()
+            if identity is not None:
+                request = capped_request(request, identity.caller, self._settings.default_max_new_tokens)
         except Exception:
-            call.raw_request = MessageToDict(message)
+            call.raw_request = bounded_dict(message)
             raise
         if self.audit.enabled:
             request = dataclasses.replace(request, audited=True, audit_top_n=self.audit.top_n)
@@ -101,7 +108,8 @@ class GenerationServicer(pb_grpc.GenerationServicer):
 
     async def _start(self, request: GenerationRequest, call: CallRecord) -> asyncio.Queue[TokenEvent]:
         engine = self._engine
-        prepared = await asyncio.to_thread(engine.prepare, request)
+        with stage(PREPARE):  # its end is the submission: the engine's timings count from there
+            prepared = await asyncio.to_thread(engine.prepare, request)
         view: PreparedView = prepared  # type: ignore[assignment]
         call.rendered_prompt, call.prompt_tokens = view.rendered_prompt, len(view.prompt_ids)
         relay = self._relay_for(asyncio.get_running_loop())

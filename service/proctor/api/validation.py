@@ -1,4 +1,4 @@
-"""Request validation: every rule names the protobuf field it concerns.
+"""Request validation: every rule names the protobuf field it concerns (sizes: ``size_limits.py``, first).
 
 All violations of a request are collected and returned together, so a client fixes them in one go.
 """
@@ -60,19 +60,13 @@ def _validate_input(request: GenerationRequest, settings: Settings, bad: Violati
     if request.messages is None:
         if not request.prompt:
             bad("prompt", "the input is empty: set a non-empty prompt or chat messages")
-        elif len(request.prompt) > settings.max_prompt_chars:
-            bad("prompt", f"longer than the server limit of {settings.max_prompt_chars} characters")
         return
     if not request.messages:
         bad("messages", "the input is empty: at least one chat message is needed")
-    total = 0
     for index, message in enumerate(request.messages):
         if message.role not in CHAT_ROLES:
             bad(f"messages.messages[{index}].role",
                 f"unknown role {message.role!r}; expected one of {', '.join(sorted(CHAT_ROLES))}")
-        total += len(message.content)
-    if total > settings.max_prompt_chars:
-        bad("messages", f"longer than the server limit of {settings.max_prompt_chars} characters")
 
 
 def _validate_stopping(request: GenerationRequest, settings: Settings, bad: Violations) -> None:
@@ -85,15 +79,11 @@ def _validate_stopping(request: GenerationRequest, settings: Settings, bad: Viol
     limit = st.max_new_tokens if st.max_new_tokens is not None else settings.default_max_new_tokens
     if st.min_new_tokens > limit:
         bad("stopping.min_new_tokens", f"{st.min_new_tokens} exceeds max_new_tokens ({limit})")
-    if len(st.stop) > settings.max_stop_strings:
-        bad("stopping.stop", f"at most {settings.max_stop_strings} stop strings, got {len(st.stop)}")
     for index, stop in enumerate(st.stop):
         if not stop:
             bad(f"stopping.stop[{index}]", "stop strings must not be empty")
         elif len(stop) > settings.max_stop_string_chars:
             bad(f"stopping.stop[{index}]", f"longer than {settings.max_stop_string_chars} characters")
-    if len(st.stop_token_ids) > settings.max_stop_token_ids:
-        bad("stopping.stop_token_ids", f"at most {settings.max_stop_token_ids} ids, got {len(st.stop_token_ids)}")
     for index, token_id in enumerate(st.stop_token_ids):
         if token_id < 0:
             bad(f"stopping.stop_token_ids[{index}]", f"token ids are >= 0, got {token_id}")
@@ -107,28 +97,19 @@ def _validate_stopping(request: GenerationRequest, settings: Settings, bad: Viol
 
 def _validate_masks(request: GenerationRequest, settings: Settings, bad: Violations) -> None:
     """Forbidden phrases, logit bias and allowed ids (the engine checks ids against the vocabulary)."""
-    phrases = request.forbidden.phrases
-    if len(phrases) > settings.max_forbidden_phrases:
-        bad("forbidden.phrases", f"at most {settings.max_forbidden_phrases} phrases, got {len(phrases)}")
-    for index, phrase in enumerate(phrases[: settings.max_forbidden_phrases]):
+    for index, phrase in enumerate(request.forbidden.phrases):
         problem = forbidden_phrase_problem(phrase, request.forbidden.whole_word, settings.max_forbidden_phrase_chars)
         if problem:
             bad(f"forbidden.phrases[{index}]", problem)
-    # Over a count limit the entries are not looked at one by one (one violation, not thousands).
-    if len(request.logit_bias) > settings.max_logit_bias:
-        bad("logit_bias", f"at most {settings.max_logit_bias} entries, got {len(request.logit_bias)}")
-    else:
-        for token_id, bias in request.logit_bias:
-            if token_id < 0:
-                bad(f"logit_bias[{token_id}]", "token ids are >= 0")
-            if not (_finite(bias) and -100 <= bias <= 100):
-                bad(f"logit_bias[{token_id}]", f"the bias must be in [-100, 100], got {bias}")
-    if len(request.allowed_token_ids) > settings.max_allowed_token_ids:
-        bad("allowed_token_ids", f"at most {settings.max_allowed_token_ids} ids, got {len(request.allowed_token_ids)}")
-    else:
-        for index, token_id in enumerate(request.allowed_token_ids):
-            if token_id < 0:
-                bad(f"allowed_token_ids[{index}]", f"token ids are >= 0, got {token_id}")
+    # Counts were checked on the message (size_limits.py): here each entry is within its limit's count.
+    for token_id, bias in request.logit_bias:
+        if token_id < 0:
+            bad(f"logit_bias[{token_id}]", "token ids are >= 0")
+        if not (_finite(bias) and -100 <= bias <= 100):
+            bad(f"logit_bias[{token_id}]", f"the bias must be in [-100, 100], got {bias}")
+    for index, token_id in enumerate(request.allowed_token_ids):
+        if token_id < 0:
+            bad(f"allowed_token_ids[{index}]", f"token ids are >= 0, got {token_id}")
 
 
 def forbidden_phrase_problem(phrase: str, whole_word: bool, max_chars: int) -> str:

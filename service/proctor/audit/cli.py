@@ -17,6 +17,7 @@ from typing import Any
 
 from proctor.audit.store import AuditStore, Filters
 from proctor.config import Settings
+from proctor_client.cli import add_credential_flags
 
 
 def add_audit_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -56,6 +57,7 @@ def add_audit_commands(subparsers: argparse._SubParsersAction) -> None:  # type:
     replay.add_argument("audit_id")
     replay.add_argument("--addr", default=None, help="server address (default PROCTOR_ADDR or 127.0.0.1:50051)")
     replay.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    add_credential_flags(replay)
     replay.set_defaults(func=_replay)
 
 
@@ -201,11 +203,11 @@ def _init_postgres(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from proctor_client import ProctorClient, ProctorError
-    from proctor_client.cli import resolve_addr
+    from proctor_client import ProctorError
+    from proctor_client.cli import client_from_args
 
     try:
-        with ProctorClient(resolve_addr(args.addr), timeout_s=args.timeout) as client:
+        with client_from_args(args, args.timeout) as client:
             result = client.replay(args.audit_id)
     except ProctorError as exc:
         return _fail(f"{exc.code.name}: {exc.message}")

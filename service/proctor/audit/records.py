@@ -64,6 +64,7 @@ class CallRecord:
     status_message: str = ""
     replay_of: str = ""
     submitted: bool = False
+    trace_id: str = ""  # W3C trace id (32 hex) of the call's trace, or of the caller's traceparent
 
 
 def request_to_dict(request: GenerationRequest, seed: int | None) -> dict[str, Any]:
@@ -132,6 +133,7 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
         "raw_request": call.raw_request if call.request is None else None,
         "prompt": None, "output": None, "finish": None, "usage": None, "timings": None,
         "schema_validation": None, "constraint": None, "plugins": [], "replay_of": call.replay_of or None,
+        "trace_id": call.trace_id or None,
         "tokens": _tokens(call.events, policy),
     }
     if policy.prompt == "hmac":  # the input must not leak through the parameters either

@@ -20,7 +20,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -28,6 +28,9 @@ from proctor.audit import FORMAT
 from proctor.audit.chain import canonical, checkpoint_message, public_key_text, row_hash, sign
 from proctor.audit.records import finish_reason_of
 from proctor.audit.store import AuditStore, Row
+
+if TYPE_CHECKING:
+    from proctor.observability.hooks import AuditObserver
 
 log = logging.getLogger("proctor.audit")
 BATCH_MAX = 256
@@ -52,6 +55,7 @@ class AuditSink:
         self._last_checkpoint = time.monotonic()
         self._closed = False
         self.written = 0
+        self.observer: AuditObserver | None = None  # metrics: write latency and failures per batch
         self._thread = threading.Thread(target=self._run, name="proctor-audit-writer", daemon=True)
         self._thread.start()
 
@@ -61,6 +65,10 @@ class AuditSink:
         future: Future[int] = Future()
         self._queue.put((body, future))
         return future
+
+    def depth(self) -> int:
+        """Records waiting for the writer (approximate, for the metrics scrape)."""
+        return self._queue.qsize()
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Write what is queued, a final checkpoint, and stop."""
@@ -132,13 +140,18 @@ class AuditSink:
                 rows.append(self._checkpoint_row(seq, seq - 1, prev))
             return rows
 
+        start = time.perf_counter()
         try:
             rows = self.store.append_chained(build)
         except Exception as exc:
             log.exception("audit write failed (%d records)", len(items))
+            if self.observer is not None:
+                self.observer.audit_written(time.perf_counter() - start, len(items), False)
             for _, _, future in items:
                 future.set_exception(AuditUnavailable(f"the audit record could not be written: {exc}"))
             return
+        if self.observer is not None:
+            self.observer.audit_written(time.perf_counter() - start, len(items), True)
         records = [row for row in rows if row.kind == "request"]
         for row in rows:
             if row.kind == "checkpoint":

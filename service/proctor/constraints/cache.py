@@ -2,7 +2,8 @@
 
 Keyed by (engine, kind, canonical spec, syntax, whitespace, tokenizer fingerprint); bounded by
 entry count and by the compiled artefacts' approximate memory; compile failures are cached too
-(a bad schema sent again costs nothing). Hit/miss counters are exported in stats().
+(a bad schema sent again costs nothing). Hit/miss counters are exported in stats(), and by
+engine in ``engine_counts`` (read by the metrics scrape).
 """
 
 from __future__ import annotations
@@ -40,15 +41,24 @@ class CompiledCache:
         self.hits = 0
         self.misses = 0
         self.evictions = 0
+        self.engine_counts: dict[str, dict[str, int]] = {}  # engine -> hits / misses / evictions
+
+    def _count(self, key: CacheKey, what: str) -> None:
+        counts = self.engine_counts.get(key[0])
+        if counts is None:
+            counts = self.engine_counts[key[0]] = {"hits": 0, "misses": 0, "evictions": 0}
+        counts[what] += 1
 
     def get(self, key: CacheKey) -> CacheEntry | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
                 self.misses += 1
+                self._count(key, "misses")
                 return None
             self._entries.move_to_end(key)
             self.hits += 1
+            self._count(key, "hits")
             return entry
 
     def put(self, key: CacheKey, entry: CacheEntry) -> None:
@@ -59,9 +69,10 @@ class CompiledCache:
             self._entries[key] = entry
             self._bytes += entry.size_bytes
             while self._entries and (len(self._entries) > self.max_entries or self._bytes > self.max_bytes):
-                _, evicted = self._entries.popitem(last=False)
+                evicted_key, evicted = self._entries.popitem(last=False)
                 self._bytes -= evicted.size_bytes
                 self.evictions += 1
+                self._count(evicted_key, "evictions")
 
     def stats(self) -> dict[str, int]:
         with self._lock:

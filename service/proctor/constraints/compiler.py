@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from proctor.constraints import schema_relax
 from proctor.constraints.auto import FALLBACK, backend_order, policy_key
@@ -22,6 +22,10 @@ from proctor.constraints.cache import CacheEntry, CompiledCache, cache_key
 from proctor.constraints.spec import AUTO, BACKEND_NAMES, ConstraintKind, ConstraintSpec
 from proctor.constraints.worker import WorkerConfig
 from proctor.constraints.worker_pool import STUCK_PREFIXES, WorkerPool
+from proctor.observability.calls import COMPILE, stage
+
+if TYPE_CHECKING:
+    from proctor.observability.hooks import CompileObserver
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,7 @@ class ConstraintCompiler:
         self._backends: dict[str, Backend] = {}
         self._backend_lock = threading.Lock()
         self._pool = WorkerPool(WorkerConfig(model_path, vocab_size, eos_token_ids), workers) if isolate else None
+        self.observer: CompileObserver | None = None  # metrics: compile time and failures by engine
 
     def prewarm(self) -> None:
         """Build the in-process engine tables and start the compile workers (server start-up)."""
@@ -113,23 +118,31 @@ class ConstraintCompiler:
         return dataclasses.replace(result, exact=False, relaxed=relaxed)
 
     def _compile_with(self, name: str, spec: ConstraintSpec) -> CompileResult:
-        key = cache_key(name, spec, self._fingerprint)
-        entry = self.cache.get(key)
-        if entry is not None:
-            if entry.error is not None:
-                raise entry.error
-            assert entry.compiled is not None
-            return CompileResult(entry.compiled, name, True, entry.compile_ms)
-        start = time.perf_counter()
-        try:
-            compiled = self._compile_fresh(name, spec)
-        except ConstraintError as exc:
-            error = ConstraintError(exc.reason, name)
-            self.cache.put(key, CacheEntry(None, error, (time.perf_counter() - start) * 1000, len(spec.text)))
-            raise error from None
-        ms = (time.perf_counter() - start) * 1000
-        self.cache.put(key, CacheEntry(compiled, None, ms, compiled.memory_bytes()))
-        return CompileResult(compiled, name, False, ms)
+        with stage(COMPILE) as attributes:  # a span when tracing
+            attributes.update({"proctor.constraint.engine": name, "proctor.constraint.kind": spec.kind.value})
+            key = cache_key(name, spec, self._fingerprint)
+            entry = self.cache.get(key)
+            attributes["proctor.constraint.cache_hit"] = entry is not None
+            if entry is not None:
+                if entry.error is not None:
+                    raise entry.error
+                assert entry.compiled is not None
+                return CompileResult(entry.compiled, name, True, entry.compile_ms)
+            start = time.perf_counter()
+            try:
+                compiled = self._compile_fresh(name, spec)
+            except ConstraintError as exc:
+                error = ConstraintError(exc.reason, name)
+                seconds = time.perf_counter() - start
+                self.cache.put(key, CacheEntry(None, error, seconds * 1000, len(spec.text)))
+                if self.observer is not None:
+                    self.observer.compiled(name, seconds, False)
+                raise error from None
+            seconds = time.perf_counter() - start
+            self.cache.put(key, CacheEntry(compiled, None, seconds * 1000, compiled.memory_bytes()))
+            if self.observer is not None:
+                self.observer.compiled(name, seconds, True)
+            return CompileResult(compiled, name, False, seconds * 1000)
 
     def _compile_fresh(self, name: str, spec: ConstraintSpec) -> CompiledConstraint:
         if self._pool is None:

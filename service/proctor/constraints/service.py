@@ -23,7 +23,7 @@ from proctor.domain import ConstraintRequest, ConstraintSummary, FormatUse, Requ
 if TYPE_CHECKING:
     from proctor.constraints.registry import SchemaRegistry
 
-MAX_CHOICES = 1024
+MAX_CHOICES = Settings.max_choice_options
 
 
 def json_nesting_depth(text: str) -> int:

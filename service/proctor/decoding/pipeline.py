@@ -20,6 +20,7 @@ distribution actually used: after steps 1â€“4 for sampling rows, after steps 1â€
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -82,11 +83,18 @@ def _per_row(rows: list[DecodeRow], attr: str, device: torch.device, dtype: torc
     return torch.tensor([getattr(row.sampling, attr) for row in rows], device=device, dtype=dtype)
 
 
-def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow]) -> list[RowDecision]:
-    """Process a [B, V] float32 logits tensor (consumed in place) and choose one token per row."""
+def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow],
+                 on_masks: Callable[[float, list[str]], None] | None = None) -> list[RowDecision]:
+    """Process a [B, V] float32 logits tensor (consumed in place) and choose one token per row.
+
+    ``on_masks`` (metrics) is told how long building a step's masks took, and which layer removed
+    each row's top choice, on the steps that have any mask."""
     raw_logprobs = torch.log_softmax(logits, dim=-1)
     top = logits.argmax(dim=-1).tolist()
+    start = time.perf_counter()
     masks = build_masks(logits, rows, top)
+    if on_masks is not None and masks.banned is not None:
+        on_masks(time.perf_counter() - start, masks.removed_by)
     processed = masks.banned is not None
     if processed:
         logits.masked_fill_(masks.banned, float("-inf"))

@@ -35,6 +35,16 @@ class DecodeBatch:
     def __len__(self) -> int:
         return len(self.states)
 
+    def thread_invariant(self) -> bool:
+        """Whether the runner gives a row the same logits at any intra-op thread count (builds it)."""
+        return bool(getattr(self._runner, "thread_invariant", False))
+
+    def held_bytes(self) -> int:
+        """KV-cache bytes the running requests' tokens occupy (metrics; read from any thread)."""
+        runner = self._runner_built
+        per_token = getattr(runner, "bytes_per_token", 0)
+        return per_token * sum(len(s.prompt_ids) + len(s.generated) for s in list(self.states))
+
     def fits(self, joining: list[SequenceState]) -> bool:
         """Whether the cache for the running rows plus ``joining`` stays within the memory budget.
 

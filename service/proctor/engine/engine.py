@@ -30,10 +30,12 @@ from proctor.engine.model_runner import make_runner
 from proctor.engine.preprocess import PreparedRequest, prepare_masks, prepare_request
 from proctor.engine.scheduler import Scheduler
 from proctor.engine.sequence import EventSink, SequenceState
+from proctor.engine.thread_tuner import PinnedThreads, ThreadPolicy, thread_policy
 from proctor.models import LoadedModel
 
 if TYPE_CHECKING:
     from proctor.constraints.service import ConstraintService
+    from proctor.observability.hooks import StepObserver
 
 log = logging.getLogger("proctor.engine")
 MAX_CONSECUTIVE_FAULTS = 3
@@ -66,6 +68,8 @@ class Engine:
         self._stop = False
         self._faults = 0
         self.steps = 0  # decode steps run (tests and diagnostics: "within one step")
+        self._threads: ThreadPolicy = PinnedThreads(0, lambda _: None)  # set on the engine thread
+        self.observer: StepObserver | None = None  # metrics (observability/hooks.py); None: nothing recorded
         self.healthy = True
         self._thread = threading.Thread(target=self._run, name="proctor-engine", daemon=True)
 
@@ -162,6 +166,11 @@ class Engine:
         with self._lock:
             return len(self._by_id)
 
+    def occupancy(self) -> dict[str, int]:
+        """Waiting and running requests and KV-cache bytes (a snapshot, for the metrics scrape)."""
+        return {"waiting": self._scheduler.waiting_count(), "running": len(self._batch),
+                "kv_used_bytes": self._batch.held_bytes(), "kv_total_bytes": self._batch.kv_budget_bytes}
+
     def shutdown(self, grace_s: float) -> None:
         """Stop accepting, let running requests finish within ``grace_s``, cancel the rest, join."""
         self._accepting = False
@@ -196,8 +205,8 @@ class Engine:
     def _run(self) -> None:
         # Set the intra-op thread count again from this thread: without it, torch run from a
         # second thread was measured 1.5x slower on the 2-core machine (its OpenMP team is not set
-        # up like the main thread's).
-        torch.set_num_threads(torch.get_num_threads())
+        # up like the main thread's). Then tune it under load unless pinned (engine/thread_tuner.py).
+        self._threads = thread_policy(self.settings.threads, torch.set_num_threads, self._batch.thread_invariant)
         # Logits from the model are inference tensors; the pipeline edits them in place, so the
         # whole loop runs in inference mode (also the cheapest autograd setting).
         with torch.inference_mode():
@@ -246,18 +255,27 @@ class Engine:
         joining = [] if self._stop else self._scheduler.take_joining(batch)
         if not joining and not batch.states:
             return False
+        observer = self.observer
         if joining:
             for state in joining:
                 state.started = now
+            start = time.monotonic()
             self._advance(joining, batch.admit(joining))
+            if observer is not None:
+                observer.prefill(time.monotonic() - start, len(joining))
         if batch.states:
+            self._threads.before_step(len(batch.states))
+            rows, start = len(batch.states), time.monotonic()
             self._advance(batch.states, batch.decode())
+            self._threads.after_step(time.monotonic() - start)
+            if observer is not None:
+                observer.decode_step(time.monotonic() - start, rows)
         self.steps += 1
         return True
 
     def _advance(self, states: list[SequenceState], logits: torch.Tensor) -> None:
         """Process, sample and commit one token for each of ``states``; then retire finished rows."""
-        decisions = run_pipeline(logits, states)
+        decisions = run_pipeline(logits, states, self.observer.masks if self.observer is not None else None)
         now = time.monotonic()
         for state, decision in zip(states, decisions, strict=True):
             state.commit(decision, now)

@@ -98,6 +98,12 @@ class LlamaSlots:
         self._values: list[torch.Tensor] = []
         self.lengths = [0] * max_slots  # tokens held per slot
 
+    @property
+    def thread_invariant(self) -> bool:
+        """A row's logits are the same bits at any intra-op thread count with oneDNN-packed weights
+        (tests/integration/test_threads_real.py), so the engine may tune the count under load."""
+        return self._packed
+
     # --- cache management ---------------------------------------------------------------------
     def bytes_for(self, rows: int, length: int) -> int:
         """Cache size once ``rows`` slots can each hold ``length`` tokens."""

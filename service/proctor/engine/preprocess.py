@@ -54,6 +54,28 @@ def longest_token_bytes(tokenizer: Any) -> int:
     return _LONGEST[key]
 
 
+SAMPLE_CHARS = 4096  # measured first: how many characters a token spells in this input
+PREFIX_MARGIN = 1.25  # the prefix tried holds this many times the context at the sampled rate
+PREFIX_SLACK_TOKENS = 64  # a cut can change the tokens at its edge; never refuse within this margin
+
+
+def _prefix_too_long(tokenizer: Any, text: str, context_length: int) -> int:
+    """A lower bound of the input's tokens when a prefix alone overflows the context, else 0.
+
+    A long input whose whitespace runs make the bytes bound weak (one token can spell 80 spaces)
+    would otherwise be tokenized whole to be refused: 900,000 characters take half a second. The
+    characters per token of a sample size one prefix that should just overflow; only that is tokenized.
+    """
+    if len(text) <= context_length * 4:  # short enough to tokenize whole
+        return 0
+    sample = len(tokenizer(text[:SAMPLE_CHARS], add_special_tokens=False)["input_ids"]) or 1
+    cut = int(context_length * SAMPLE_CHARS / sample * PREFIX_MARGIN) + SAMPLE_CHARS
+    if cut >= len(text):
+        return 0
+    count = len(tokenizer(text[:cut], add_special_tokens=False)["input_ids"]) - PREFIX_SLACK_TOKENS
+    return count if count >= context_length else 0
+
+
 def render_prompt(tokenizer: Any, request: GenerationRequest) -> tuple[str, bool]:
     """Return (text, add_special_tokens). Chat messages go through the model's chat template."""
     if request.messages is None:
@@ -79,6 +101,10 @@ def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_lengt
     if fewest >= context_length:  # refused before tokenizing it (a 900,000-character prompt took seconds)
         raise RequestValidationError.single(
             field, f"the input is at least {fewest} tokens; the model's context is {context_length} tokens")
+    too_long = _prefix_too_long(tokenizer, text, context_length)
+    if too_long:
+        raise RequestValidationError.single(
+            field, f"the input is at least {too_long} tokens; the model's context is {context_length} tokens")
     ids = tokenizer(text, add_special_tokens=add_special)["input_ids"]
     if not ids:
         raise RequestValidationError.single(field, "the input encodes to zero tokens")

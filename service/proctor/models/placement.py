@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from proctor.models.cpus import cpu_budget
 from proctor.models.errors import ModelError
 
 DTYPES: dict[str, torch.dtype] = {
@@ -52,8 +53,8 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def apply_threads(threads: int) -> None:
-    """Set torch's intra-op thread count when ``threads > 0``; 0 keeps torch's default."""
+    """Set torch's intra-op thread count: ``threads`` when > 0, else the CPUs this process may use
+    (affinity and cgroup quota, ``models/cpus.py``; the engine thread then tunes it, engine/thread_tuner.py)."""
     if threads < 0:
         raise ModelError(f"threads must be >= 0, got {threads}")
-    if threads > 0:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads if threads > 0 else cpu_budget())

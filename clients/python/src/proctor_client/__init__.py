@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from proctor_client._version import __version__
 from proctor_client.aio_client import AsyncProctorClient
+from proctor_client.auth import tls_credentials
 from proctor_client.errors import ProctorError
 from proctor_client.request import build_request
 from proctor_client.sync_client import ProctorClient
@@ -37,4 +38,5 @@ __all__ = [
     "SchemaValidation",
     "__version__",
     "build_request",
+    "tls_credentials",
 ]

@@ -22,6 +22,7 @@ from proctor_client._common import (
     resolve_timeout,
     status_code,
 )
+from proctor_client.auth import AsyncBearerToken
 from proctor_client.errors import ProctorError
 from proctor_client.v1 import generation_pb2, generation_pb2_grpc
 
@@ -43,15 +44,17 @@ class AsyncProctorClient:
         backoff_s: float = 0.2,
         options: ChannelOptions | None = None,
         credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
     ) -> None:
         self.target = target
         self.timeout_s = timeout_s
         self._policy = RetryPolicy(retries=retries, backoff_s=backoff_s)
         opts = channel_options(options)
+        interceptors = [AsyncBearerToken(token)] if token else None
         if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options=opts)
+            self._channel = grpc.aio.insecure_channel(target, options=opts, interceptors=interceptors)
         else:
-            self._channel = grpc.aio.secure_channel(target, credentials, options=opts)
+            self._channel = grpc.aio.secure_channel(target, credentials, options=opts, interceptors=interceptors)
         self._stub = generation_pb2_grpc.GenerationStub(self._channel)
 
     async def __aenter__(self) -> Self:

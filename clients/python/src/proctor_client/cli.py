@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 import grpc
 
+from proctor_client.auth import TOKEN_ENV, resolve_token, tls_credentials
 from proctor_client.errors import ProctorError
 from proctor_client.formatting import info_lines, schema_lines, summary_line, to_json, validation_lines
 from proctor_client.request import CONSTRAINT_BACKENDS, GRAMMAR_SYNTAXES, JSON_WHITESPACES, build_request
@@ -178,6 +179,26 @@ def _add_common(parser: argparse.ArgumentParser, *, timeout_s: float) -> None:
         "--timeout", type=float, default=timeout_s, metavar="S", help=f"deadline in seconds, 0 for none ({timeout_s:g})"
     )
     parser.add_argument("--output", choices=("text", "json"), default="text", help="output format (text)")
+    add_credential_flags(parser)
+
+
+def add_credential_flags(parser: argparse.ArgumentParser) -> None:
+    """Token and TLS flags of every command that calls a server."""
+    sec = parser.add_argument_group("credentials")
+    sec.add_argument("--token-file", metavar="FILE", help=f"bearer token file (default: ${TOKEN_ENV})")
+    sec.add_argument("--tls-ca", metavar="PEM", help="TLS: trust this CA (implies TLS; default: plaintext)")
+    sec.add_argument("--tls-cert", metavar="PEM", help="mutual TLS: client certificate (with --tls-key)")
+    sec.add_argument("--tls-key", metavar="PEM", help="mutual TLS: client key")
+    sec.add_argument("--tls", action="store_true", help="TLS with the system's trusted CAs")
+
+
+def client_from_args(args: argparse.Namespace, timeout_s: float | None) -> ProctorClient:
+    """A client for --addr with the credentials the flags (or $PROCTOR_TOKEN) give."""
+    credentials = None
+    if args.tls or args.tls_ca or args.tls_cert:
+        credentials = tls_credentials(args.tls_ca, args.tls_cert, args.tls_key)
+    return ProctorClient(resolve_addr(args.addr), timeout_s=timeout_s, credentials=credentials,
+                         token=resolve_token(token_file=args.token_file))
 
 
 def resolve_addr(addr: str | None) -> str:
@@ -193,7 +214,7 @@ def run_generate(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with ProctorClient(resolve_addr(args.addr), timeout_s=args.timeout or None) as client:
+        with client_from_args(args, args.timeout or None) as client:
             if args.stream:
                 _print_stream(client.stream_generate(request), args.output, sys.stdout)
             else:
@@ -210,7 +231,7 @@ def run_info(args: argparse.Namespace) -> int:
     """Run ``info``: print model info; exit 1 when the server is not reachable or not ready."""
     addr = resolve_addr(args.addr)
     try:
-        with ProctorClient(addr, timeout_s=args.timeout or None) as client:
+        with client_from_args(args, args.timeout or None) as client:
             info = client.wait_ready(args.wait) if args.wait > 0 else client.model_info()
     except ProctorError as error:
         print_error(error)
@@ -229,7 +250,7 @@ def run_info(args: argparse.Namespace) -> int:
 def run_schemas(args: argparse.Namespace) -> int:
     """Run ``schemas``: ``name@version  description`` per registered schema (json: ListSchemasResponse)."""
     try:
-        with ProctorClient(resolve_addr(args.addr), timeout_s=args.timeout or None) as client:
+        with client_from_args(args, args.timeout or None) as client:
             schemas = client.list_schemas()
     except ProctorError as error:
         print_error(error)

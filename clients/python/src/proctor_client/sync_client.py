@@ -21,6 +21,7 @@ from proctor_client._common import (
     resolve_timeout,
     status_code,
 )
+from proctor_client.auth import BearerToken
 from proctor_client.errors import ProctorError
 from proctor_client.v1 import audit_pb2, audit_pb2_grpc, generation_pb2, generation_pb2_grpc
 
@@ -43,15 +44,17 @@ class ProctorClient:
         backoff_s: float = 0.2,
         options: ChannelOptions | None = None,
         credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
     ) -> None:
         self.target = target
         self.timeout_s = timeout_s
         self._policy = RetryPolicy(retries=retries, backoff_s=backoff_s)
         opts = channel_options(options)
         if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=opts)
+            self._raw_channel = grpc.insecure_channel(target, options=opts)
         else:
-            self._channel = grpc.secure_channel(target, credentials, options=opts)
+            self._raw_channel = grpc.secure_channel(target, credentials, options=opts)
+        self._channel = grpc.intercept_channel(self._raw_channel, BearerToken(token)) if token else self._raw_channel
         self._stub = generation_pb2_grpc.GenerationStub(self._channel)
         self._audit = audit_pb2_grpc.AuditStub(self._channel)
 

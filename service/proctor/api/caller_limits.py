@@ -1,0 +1,77 @@
+"""Per-caller limits: requests per second with a burst (a token bucket), concurrent generations, a token cap.
+
+Used only on the event loop, so no locks. A refusal says how long to wait: the time until the
+bucket holds a whole token again, or a short fixed pause for a full set of streams.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+
+from proctor.api.callers import Caller
+from proctor.domain import GenerationRequest, RequestValidationError
+
+STREAM_RETRY_MS = 250
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    stamp: float
+
+
+class CallerLimiter:
+    def __init__(self) -> None:
+        self._buckets: dict[str, _Bucket] = {}
+        self._streams: dict[str, int] = {}
+
+    def take_request(self, caller: Caller) -> int | None:
+        """Spend one request; None when allowed, else milliseconds until one is."""
+        rate = caller.limits.requests_per_second
+        if rate is None:
+            return None
+        capacity = float(caller.limits.burst or max(1, math.ceil(rate)))
+        now = time.monotonic()
+        bucket = self._buckets.get(caller.name)
+        if bucket is None:
+            bucket = self._buckets[caller.name] = _Bucket(capacity, now)
+        bucket.tokens = min(capacity, bucket.tokens + (now - bucket.stamp) * rate)
+        bucket.stamp = now
+        if bucket.tokens >= 1.0:
+            bucket.tokens -= 1.0
+            return None
+        return max(1, math.ceil((1.0 - bucket.tokens) / rate * 1000))
+
+    def open_stream(self, caller: Caller) -> bool:
+        """Take a concurrent-generation slot; False when the caller already holds its limit."""
+        limit = caller.limits.concurrent_streams
+        held = self._streams.get(caller.name, 0)
+        if limit is not None and held >= limit:
+            return False
+        self._streams[caller.name] = held + 1
+        return True
+
+    def close_stream(self, caller: Caller) -> None:
+        held = self._streams.get(caller.name, 0) - 1
+        if held > 0:
+            self._streams[caller.name] = held
+        else:
+            self._streams.pop(caller.name, None)
+
+
+def capped_request(request: GenerationRequest, caller: Caller, server_default: int) -> GenerationRequest:
+    """Apply the caller's ``max_new_tokens`` cap: an unset value takes the lower default, a higher one is refused."""
+    cap = caller.limits.max_new_tokens
+    if cap is None:
+        return request
+    asked = request.stopping.max_new_tokens
+    if asked is None:
+        return dataclasses.replace(request, stopping=dataclasses.replace(
+            request.stopping, max_new_tokens=min(cap, server_default)))
+    if asked > cap:
+        raise RequestValidationError.single(
+            "stopping.max_new_tokens", f"caller {caller.name!r} may ask for at most {cap} new tokens, got {asked}")
+    return request

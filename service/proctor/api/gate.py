@@ -1,0 +1,193 @@
+"""The one server interceptor every RPC passes: safe request decoding, then who calls and what they may do.
+
+Order per call: request bytes decoded here (undecodable bytes → ``INVALID_ARGUMENT``, not a
+traceback and ``UNKNOWN``) → caller identified from the bearer token (``authorization: Bearer …``)
+or the mTLS client certificate (``UNAUTHENTICATED`` when neither names a known caller) → role
+checked (``PERMISSION_DENIED``) → the caller's rate and concurrent-generation limits
+(``RESOURCE_EXHAUSTED`` + ``RetryInfo``). Health is exempt; reflection needs a known caller unless
+configured otherwise. Without a callers file (loopback only) every caller is let through.
+
+The identity is published in a context variable for the servicers (audit record, max_new_tokens
+cap). Nothing here logs or returns a credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from proctor.api.caller_limits import STREAM_RETRY_MS, CallerLimiter
+from proctor.api.callers import (
+    GENERATING_METHODS,
+    HEALTH_PREFIX,
+    REFLECTION_PREFIXES,
+    Caller,
+    CallerBook,
+    role_for,
+)
+from proctor.api.errors import abort_with
+from proctor.api.tls import peer_certificate
+from proctor.domain import Overloaded
+
+log = logging.getLogger("proctor.auth")
+OFF_LOOP_DECODE_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """An authenticated caller and how it proved who it is (``token`` or ``tls``)."""
+
+    caller: Caller
+    source: str
+
+
+CURRENT_IDENTITY: contextvars.ContextVar[Identity | None] = contextvars.ContextVar("proctor_identity", default=None)
+
+
+def current_identity() -> Identity | None:
+    """The authenticated caller of the RPC being served (None in open mode)."""
+    return CURRENT_IDENTITY.get()
+
+
+class Refused(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def identify(book: CallerBook, metadata: dict[str, str], auth_context: dict[str, list[bytes]]) -> Identity:
+    """The caller a bearer token or client certificate names; ``Refused`` (UNAUTHENTICATED) otherwise."""
+    callers = book.current()
+    header = metadata.get("authorization")
+    if header is not None:
+        scheme, _, token = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Refused(grpc.StatusCode.UNAUTHENTICATED, "the authorization metadata must be 'Bearer <token>'")
+        caller = callers.by_token.get(hashlib.sha256(token.strip().encode()).hexdigest())
+        if caller is None:
+            raise Refused(grpc.StatusCode.UNAUTHENTICATED, "unknown bearer token")
+        return Identity(caller, "token")
+    cert = peer_certificate(auth_context)
+    if cert is not None:
+        caller = callers.by_subject.get(cert.subject) or next(
+            (callers.by_san[san] for san in cert.sans if san in callers.by_san), None)
+        if caller is None:
+            raise Refused(grpc.StatusCode.UNAUTHENTICATED,
+                          f"the client certificate {cert.subject!r} is not a known caller")
+        return Identity(caller, "tls")
+    raise Refused(grpc.StatusCode.UNAUTHENTICATED,
+                  "no credentials: send 'authorization: Bearer <token>' metadata or a client certificate")
+
+
+class ServerGate(grpc.aio.ServerInterceptor):
+    def __init__(self, book: CallerBook | None, *, reflection_needs_auth: bool = True) -> None:
+        self.book = book
+        self.reflection_needs_auth = reflection_needs_auth
+        self.limiter = CallerLimiter()
+
+    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+                                details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(details)
+        method = details.method
+        if handler is None or method.startswith(HEALTH_PREFIX):
+            return handler
+        open_call = self.book is None or (method.startswith(REFLECTION_PREFIXES) and not self.reflection_needs_auth)
+        admit = None if open_call else self._admission(method)
+        if handler.unary_unary is not None:
+            return handler._replace(unary_unary=self._unary(handler.unary_unary, handler.request_deserializer, admit),
+                                    request_deserializer=None)
+        if handler.unary_stream is not None:
+            return handler._replace(unary_stream=self._stream(handler.unary_stream, handler.request_deserializer,
+                                                              admit), request_deserializer=None)
+        if admit is None:
+            return handler
+        if handler.stream_unary is not None:
+            return handler._replace(stream_unary=self._unary(handler.stream_unary, None, admit))
+        return handler._replace(stream_stream=self._stream(handler.stream_stream, None, admit))
+
+    def _admission(self, method: str) -> Callable[[grpc.aio.ServicerContext], Awaitable[Identity]]:
+        role = None if method.startswith(REFLECTION_PREFIXES) else role_for(method)  # reflection: any caller
+        generating = method in GENERATING_METHODS
+        book = self.book
+        assert book is not None
+
+        async def admit(context: grpc.aio.ServicerContext) -> Identity:
+            metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+            try:
+                identity = identify(book, metadata, context.auth_context() or {})
+            except Refused as refused:
+                log.info("refused %s from %s: %s", method, context.peer(), refused)
+                await context.abort(refused.code, str(refused))
+                raise
+            caller = identity.caller
+            if role is not None and not caller.may(role):
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                    f"caller {caller.name!r} lacks the role {role!r} that {method} needs")
+            wait_ms = self.limiter.take_request(caller)
+            if wait_ms is not None:
+                await abort_with(context, Overloaded(
+                    f"caller {caller.name!r} is over its {caller.limits.requests_per_second:g} requests/s", wait_ms))
+            if generating and not self.limiter.open_stream(caller):
+                await abort_with(context, Overloaded(
+                    f"caller {caller.name!r} already has {caller.limits.concurrent_streams} generations running",
+                    STREAM_RETRY_MS))
+            CURRENT_IDENTITY.set(identity)
+            return identity
+
+        admit.generating = generating  # type: ignore[attr-defined]
+        return admit
+
+    def _release(self, admit: Any, identity: Identity | None) -> None:
+        if identity is not None and admit.generating:
+            self.limiter.close_stream(identity.caller)
+
+    def _unary(self, behaviour: Any, deserialize: Any, admit: Any) -> Any:
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if deserialize is not None:
+                request = await _decode(deserialize, request, context)
+            identity = await admit(context) if admit is not None else None
+            try:
+                result = behaviour(request, context)
+                return await result if inspect.isawaitable(result) else result
+            finally:
+                self._release(admit, identity)
+
+        return unary
+
+    def _stream(self, behaviour: Any, deserialize: Any, admit: Any) -> Any:
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            if deserialize is not None:
+                request = await _decode(deserialize, request, context)
+            identity = await admit(context) if admit is not None else None
+            try:
+                responses = behaviour(request, context)
+                if hasattr(responses, "__aiter__"):
+                    async for response in responses:
+                        yield response
+                else:
+                    for response in responses:
+                        yield response
+            finally:
+                self._release(admit, identity)
+
+        return stream
+
+
+async def _decode(deserialize: Callable[[bytes], Any], raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+    try:
+        if len(raw) > OFF_LOOP_DECODE_BYTES:  # a multi-megabyte parse would hold up every other call
+            return await asyncio.to_thread(deserialize, raw)
+        return deserialize(raw)
+    except (DecodeError, ValueError, TypeError) as exc:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"the request bytes are not a valid message of this RPC's request type ({exc})")
+        raise

@@ -1,0 +1,123 @@
+"""Size limits checked on the protobuf message itself, before any conversion or parsing.
+
+Every check here is O(1) or a walk over a few enum fields, so an oversized or hostile field costs
+the server microseconds and one violation, whatever its size: the conversion, validation and
+engine preparation that follow would otherwise spend time in proportion to it (sorting 100,000
+``logit_bias`` entries, parsing a 3 MB schema) while other callers wait. Limits come from
+``Settings``; the finer rules (each stop string, each phrase) stay in ``validation.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from typing import Any
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+
+from proctor.config import Settings
+from proctor.domain import FieldViolation, RequestValidationError
+
+MAX_REQUEST_ID_CHARS = 256
+
+
+def check_sizes(message: Message, settings: Settings) -> None:
+    """Raise RequestValidationError naming each oversized field (nothing is converted yet)."""
+    bad: list[FieldViolation] = []
+
+    def over(field: str, count: int, limit: int, what: str) -> None:
+        if count > limit:
+            bad.append(FieldViolation(field, f"at most {limit} {what}, got {count}"))
+
+    m = message
+    if m.WhichOneof("input") == "messages":  # type: ignore[attr-defined]
+        over("messages", sum(len(c.content) for c in m.messages.messages), settings.max_prompt_chars,  # type: ignore[attr-defined]
+             "characters in all")
+    else:
+        over("prompt", len(m.prompt), settings.max_prompt_chars, "characters")  # type: ignore[attr-defined]
+    kind = m.WhichOneof("constraint")  # type: ignore[attr-defined]
+    if kind in ("json_schema", "regex"):
+        over(kind, len(getattr(m, kind)), settings.max_constraint_bytes, "characters (max_constraint_bytes)")
+    elif kind == "grammar":
+        over("grammar.text", len(m.grammar.text), settings.max_constraint_bytes,  # type: ignore[attr-defined]
+             "characters (max_constraint_bytes)")
+    elif kind == "choice":
+        options = m.choice.options  # type: ignore[attr-defined]
+        over("choice.options", len(options), settings.max_choice_options, "options")
+    over("logit_bias", len(m.logit_bias), settings.max_logit_bias, "entries")  # type: ignore[attr-defined]
+    over("allowed_token_ids", len(m.allowed_token_ids), settings.max_allowed_token_ids, "ids")  # type: ignore[attr-defined]
+    over("stopping.stop", len(m.stopping.stop), settings.max_stop_strings, "stop strings")  # type: ignore[attr-defined]
+    over("stopping.stop_token_ids", len(m.stopping.stop_token_ids), settings.max_stop_token_ids,  # type: ignore[attr-defined]
+         "ids")
+    over("forbidden.phrases", len(m.forbidden.phrases), settings.max_forbidden_phrases, "phrases")  # type: ignore[attr-defined]
+    over("request_id", len(m.request_id), MAX_REQUEST_ID_CHARS, "characters")  # type: ignore[attr-defined]
+    for name in ("logits_processors", "stopping_criteria"):
+        calls = getattr(m, name)
+        over(name, len(calls), settings.max_plugin_calls, "plugin calls")
+        for index, call in enumerate(calls[: settings.max_plugin_calls]):
+            over(f"{name}[{index}].params", call.params.ByteSize(), settings.max_plugin_params_bytes, "bytes")
+    bad.extend(unknown_enums(message))
+    if bad:
+        raise RequestValidationError(bad)
+
+
+def unknown_enums(message: Message, prefix: str = "") -> list[FieldViolation]:
+    """Enum fields holding a number the proto does not define (proto3 enums are open on the wire)."""
+    found = []
+    for field, value in message.ListFields():
+        name = f"{prefix}{field.name}"
+        if field.type == FieldDescriptor.TYPE_ENUM and not field.is_repeated:
+            if value not in field.enum_type.values_by_number:
+                known = ", ".join(v.name for v in field.enum_type.values if v.number != 0)
+                found.append(FieldViolation(name, f"unknown {field.enum_type.name} {value}; expected one of {known}"))
+        elif (field.type == FieldDescriptor.TYPE_MESSAGE and not field.is_repeated
+              and field.message_type.full_name.startswith("proctor.")):
+            found.extend(unknown_enums(value, f"{name}."))
+    return found
+
+
+RAW_KEEP_ITEMS = 16
+RAW_KEEP_CHARS = 4096
+
+
+def bounded_dict(message: Message) -> dict[str, Any]:
+    """The message as JSON for the audit record of a refused call, with oversized fields cut.
+
+    A refused 100,000-entry ``logit_bias`` must not cost a second and a megabyte of audit record:
+    lists and maps keep their first entries, long strings their first characters, and ``_omitted``
+    says what was cut (with the sha256 of a cut string, so the record still pins it down).
+    """
+    copy = type(message)()
+    copy.CopyFrom(message)
+    omitted: dict[str, str] = {}
+    _trim(copy, "", omitted)
+    data = MessageToDict(copy)
+    if omitted:
+        data["_omitted"] = omitted
+    return data
+
+
+def _trim(message: Message, prefix: str, omitted: dict[str, str]) -> None:
+    for field, value in message.ListFields():
+        name = f"{prefix}{field.name}"
+        if field.is_repeated and len(value) > RAW_KEEP_ITEMS:
+            omitted[name] = f"{len(value)} entries; the first {RAW_KEEP_ITEMS} kept"
+            if field.message_type is not None and field.message_type.GetOptions().map_entry:
+                kept = [(k, value[k]) for k in itertools.islice(value, RAW_KEEP_ITEMS)]
+                message.ClearField(field.name)
+                target = getattr(message, field.name)
+                for key, item in kept:
+                    if isinstance(item, Message):
+                        target[key].CopyFrom(item)
+                    else:
+                        target[key] = item
+            else:
+                del value[RAW_KEEP_ITEMS:]
+        elif field.type == FieldDescriptor.TYPE_STRING and not field.is_repeated and len(value) > RAW_KEEP_CHARS:
+            digest = hashlib.sha256(value.encode("utf-8")).hexdigest()
+            omitted[name] = f"{len(value)} characters (sha256 {digest}); the first {RAW_KEEP_CHARS} kept"
+            setattr(message, field.name, value[:RAW_KEEP_CHARS])
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.is_repeated:
+            _trim(value, f"{name}.", omitted)

@@ -1,0 +1,59 @@
+"""Figures read at scrape time from the objects that already keep them: no cost between scrapes.
+
+The engine's waiting and running requests and KV-cache bytes (``Engine.occupancy``), the compile
+cache's hits, misses and evictions by engine (``CompiledCache.engine_counts``), and the audit
+sink's queue depth and records written. Read from the HTTP server's thread while the engine runs:
+each figure is a snapshot (an int read under the GIL), which is what a gauge is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+PREFIX = "proctor:"  # every metric name starts with it (vLLM: "vllm:")
+CACHE_COUNTS = (("hits", "Compile cache hits, by engine"), ("misses", "Compile cache misses, by engine"),
+                ("evictions", "Compiled constraints evicted from the cache, by engine"))
+
+
+class StateCollector(Collector):
+    """Attach the sources as they come up (the engine only once the model is loaded)."""
+
+    def __init__(self) -> None:
+        self.engine: Any = None  # proctor.engine.engine.Engine (not imported: no torch here)
+        self.cache: Any = None  # proctor.constraints.cache.CompiledCache
+        self.sink: Any = None  # proctor.audit.sink.AuditSink
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._engine()
+        yield from self._cache()
+        yield from self._audit()
+
+    def _engine(self) -> Iterator[Metric]:
+        state = self.engine.occupancy() if self.engine is not None else {}
+        yield GaugeMetricFamily(PREFIX + "num_requests_waiting", "Requests waiting to join the batch",
+                                value=state.get("waiting", 0))
+        yield GaugeMetricFamily(PREFIX + "num_requests_running", "Requests in the running batch",
+                                value=state.get("running", 0))
+        yield GaugeMetricFamily(PREFIX + "kv_cache_used_bytes", "KV-cache bytes held by the running requests' tokens",
+                                value=state.get("kv_used_bytes", 0))
+        yield GaugeMetricFamily(PREFIX + "kv_cache_total_bytes", "KV-cache memory budget (--kv-cache-mb)",
+                                value=state.get("kv_total_bytes", 0))
+
+    def _cache(self) -> Iterator[Metric]:
+        counts: dict[str, dict[str, int]] = dict(self.cache.engine_counts) if self.cache is not None else {}
+        for key, doc in CACHE_COUNTS:
+            family = CounterMetricFamily(PREFIX + f"constraint_cache_{key}", doc, labels=("engine",))
+            for engine, values in sorted(counts.items()):
+                family.add_metric((engine,), values.get(key, 0))
+            yield family
+
+    def _audit(self) -> Iterator[Metric]:
+        sink = self.sink
+        yield GaugeMetricFamily(PREFIX + "audit_queue_depth", "Audit records waiting for the writer",
+                                value=sink.depth() if sink is not None else 0)
+        yield CounterMetricFamily(PREFIX + "audit_records_written", "Audit records committed by this server",
+                                  value=sink.written if sink is not None else 0)

@@ -1,0 +1,42 @@
+"""The engine may change its intra-op thread count under load (engine/thread_tuner.py) only because the
+slot forward gives a row the same bits at any thread count: checked here on the real model.
+
+transformers' own forward does not (its logits at 1 and 2 threads differ in the last bits), which is why
+the tuner stays off for models that fall back to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.real_model
+
+PROMPTS = ["Write a haiku about the sea.", "Summarise: the Receiving Party shall keep it secret. " * 6, "Hi"]
+
+
+def test_slot_forward_logits_are_bit_identical_at_one_two_and_three_threads(server: Any) -> None:
+    import torch
+
+    from proctor.engine.llama_step import LlamaSlots
+
+    loaded = server.running.engine.loaded
+    rows = [loaded.tokenizer(p)["input_ids"] for p in PROMPTS]
+    before = torch.get_num_threads()
+    results = {}
+    try:
+        with torch.inference_mode():
+            for threads in (1, 2, 3):
+                torch.set_num_threads(threads)
+                slots = LlamaSlots(loaded.model, 4, loaded.device)
+                assert slots.thread_invariant
+                firsts = torch.cat([slots.prefill(i, ids) for i, ids in enumerate(rows)])
+                seconds = slots.decode([int(t) for t in firsts.argmax(-1)])
+                thirds = slots.decode([7] * len(rows))
+                results[threads] = (firsts, seconds, thirds)
+    finally:
+        torch.set_num_threads(before)
+    for threads in (2, 3):
+        for name, one, other in zip(("prefill", "decode 1", "decode 2"), results[1], results[threads], strict=True):
+            assert torch.equal(one, other), f"{name} logits differ between 1 and {threads} threads"
