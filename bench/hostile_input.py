@@ -17,8 +17,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,39 +26,14 @@ import grpc  # noqa: E402
 
 from proctor.app import BackgroundServer  # noqa: E402
 from proctor.config import Settings  # noqa: E402
-from proctor_client import ProctorClient, build_request  # noqa: E402
-from tests.helpers.hostile import ATTACK_PAUSE_S, CHANNEL_OPTIONS, hostile_requests, send_raw  # noqa: E402
-
-
-def latencies(client: ProctorClient, samples: int) -> float:
-    request = build_request("The capital of France is", max_new_tokens=2, ignore_eos=True)
-    times = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        client.generate(request)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def beside_attack(address: str, client: ProctorClient, hostile: list[bytes], samples: int) -> tuple[float, int]:
-    stop, refused = threading.Event(), [0]
-
-    def attack() -> None:
-        with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
-            while not stop.is_set():
-                for raw in hostile:
-                    send_raw(channel, raw)
-                    refused[0] += 1
-                    stop.wait(ATTACK_PAUSE_S)
-
-    thread = threading.Thread(target=attack, daemon=True)
-    thread.start()
-    time.sleep(0.3)
-    try:
-        return latencies(client, samples), refused[0]
-    finally:
-        stop.set()
-        thread.join(60)
+from proctor_client import ProctorClient  # noqa: E402
+from tests.helpers.hostile import (  # noqa: E402
+    CHANNEL_OPTIONS,
+    hostile_requests,
+    latency_beside_attack,
+    normal_latency,
+    send_raw,
+)
 
 
 def main() -> None:
@@ -83,11 +56,12 @@ def main() -> None:
                     print(f"| {name} | {len(raw) / 1e6:.2f} MB | {results[0][0].name} | {results[0][1]} | "
                           f"{elapsed * 1000:.0f} ms |")
             with ProctorClient(server.address, timeout_s=120) as client:
-                latencies(client, 3)
+                normal_latency(client, 3)
                 rows = []
                 for _ in range(args.rounds):
-                    alone = latencies(client, args.samples)
-                    beside, refused = beside_attack(server.address, client, list(requests.values()), args.samples)
+                    alone = normal_latency(client, args.samples)
+                    beside, refused = latency_beside_attack(server.address, client, list(requests.values()),
+                                                            args.samples)
                     rows.append((alone, beside, refused))
             print("\n| round | 2-token request alone | beside hostile input | ratio | refusals meanwhile |\n"
                   "|---|---|---|---|---|")

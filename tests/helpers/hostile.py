@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import statistics
+import threading
 import time
 
 import grpc
 
-from proctor_client import build_request
+from proctor_client import ProctorClient, build_request
 
 TRAILER_BYTES = 8 * 1024  # a default gRPC client reads 8 KiB of metadata
 # Between two hostile requests of the closed loop: a careless client, not a flood (a flood is what
@@ -48,3 +50,38 @@ def send_raw(channel: grpc.Channel, raw: bytes) -> tuple[grpc.StatusCode, int, f
         trailer = sum(len(k) + len(v) for k, v in error.trailing_metadata() or ())
         return error.code(), trailer, time.perf_counter() - start
     return grpc.StatusCode.OK, 0, time.perf_counter() - start
+
+
+def normal_latency(client: ProctorClient, samples: int) -> float:
+    """Median seconds of a 2-token greedy request (the normal caller whose latency must hold)."""
+    request = build_request("The capital of France is", max_new_tokens=2, ignore_eos=True)
+    times = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        client.generate(request)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def latency_beside_attack(address: str, client: ProctorClient, hostile: list[bytes], samples: int
+                          ) -> tuple[float, int]:
+    """``normal_latency`` while another thread sends the hostile requests in a paced closed loop; and
+    how many were refused meanwhile."""
+    stop, refused = threading.Event(), [0]
+
+    def attack() -> None:
+        with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+            while not stop.is_set():
+                for raw in hostile:
+                    send_raw(channel, raw)
+                    refused[0] += 1
+                    stop.wait(ATTACK_PAUSE_S)
+
+    thread = threading.Thread(target=attack, daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    try:
+        return normal_latency(client, samples), refused[0]
+    finally:
+        stop.set()
+        thread.join(60)

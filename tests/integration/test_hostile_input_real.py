@@ -8,15 +8,21 @@ it; that is what per-caller requests/s limits are for (tests/integration/test_se
 from __future__ import annotations
 
 import statistics
-import threading
-import time
 
 import grpc
 
-from proctor_client import ProctorClient, build_request
-from tests.helpers.hostile import ATTACK_PAUSE_S, CHANNEL_OPTIONS, TRAILER_BYTES, hostile_requests, send_raw
+from proctor_client import ProctorClient
+from tests.helpers.hostile import (
+    CHANNEL_OPTIONS,
+    TRAILER_BYTES,
+    hostile_requests,
+    latency_beside_attack,
+    normal_latency,
+    send_raw,
+)
 
 ANSWER_WITHIN_S = 2.0
+ROUNDS, SAMPLES = 3, 11
 
 
 def test_each_hostile_input_is_refused_quickly_and_compactly(server: object) -> None:
@@ -31,44 +37,17 @@ def test_each_hostile_input_is_refused_quickly_and_compactly(server: object) -> 
         channel.close()
 
 
-def _latencies(client: ProctorClient, n: int) -> list[float]:
-    request = build_request("The capital of France is", max_new_tokens=2, ignore_eos=True)
-    out = []
-    for _ in range(n):
-        start = time.perf_counter()
-        client.generate(request)
-        out.append(time.perf_counter() - start)
-    return out
-
-
 def test_a_normal_request_keeps_its_latency_while_hostile_ones_are_refused(server: object,
                                                                            client: ProctorClient) -> None:
+    """Alone and beside the attack in alternating rounds; the median ratio is what must hold."""
     hostile = list(hostile_requests().values())
-    _latencies(client, 3)  # warm
-    alone = statistics.median(_latencies(client, 15))
-    stop = threading.Event()
-    refused = [0]
-
-    def attack() -> None:
-        channel = grpc.insecure_channel(server.address, options=CHANNEL_OPTIONS)  # type: ignore[attr-defined]
-        try:
-            while not stop.is_set():
-                for raw in hostile:
-                    send_raw(channel, raw)
-                    refused[0] += 1
-                    stop.wait(ATTACK_PAUSE_S)
-        finally:
-            channel.close()
-
-    attacker = threading.Thread(target=attack, daemon=True)
-    attacker.start()
-    try:
-        time.sleep(0.5)
-        beside = statistics.median(_latencies(client, 15))
-    finally:
-        stop.set()
-        attacker.join(60)
-    print(f"2-token request: {alone * 1000:.0f} ms alone, {beside * 1000:.0f} ms beside {refused[0]} refusals")
-    assert refused[0] >= len(hostile), "the hostile requests did not run beside the measurement"
-    assert beside <= 1.5 * alone, f"2-token request: {beside * 1000:.0f} ms beside hostile input vs " \
-                                  f"{alone * 1000:.0f} ms alone"
+    normal_latency(client, 3)  # warm
+    ratios, refused = [], 0
+    for _ in range(ROUNDS):
+        alone = normal_latency(client, SAMPLES)
+        beside, count = latency_beside_attack(server.address, client, hostile, SAMPLES)  # type: ignore[attr-defined]
+        ratios.append(beside / alone)
+        refused += count
+    print(f"2-token request beside hostile input / alone, per round: {', '.join(f'{r:.2f}' for r in ratios)}")
+    assert refused >= ROUNDS * len(hostile), "the hostile requests did not run beside the measurement"
+    assert statistics.median(ratios) <= 1.5, f"2-token request slowed {ratios} beside hostile input"
