@@ -10,6 +10,7 @@ import pytest
 from proctor.api.convert import request_from_proto
 from proctor.config import Settings
 from proctor.domain import RequestValidationError
+from proctor.domain.errors import MAX_VIOLATIONS
 from proctor.engine.preprocess import prepare_request
 from proctor_client.v1 import generation_pb2 as pb
 
@@ -69,7 +70,7 @@ CASES = [
 ]
 
 
-def test_hostile_lists_get_one_violation_and_any_list_at_most_twenty() -> None:
+def test_hostile_lists_get_one_violation_and_any_list_at_most_max_violations() -> None:
     """100,000 bad ids: one violation for the count, not 100,000 (the trailer must stay readable)."""
     found = violations(req(allowed_token_ids=[-1] * 100_000))
     assert set(found) == {"allowed_token_ids"}
@@ -77,7 +78,8 @@ def test_hostile_lists_get_one_violation_and_any_list_at_most_twenty() -> None:
     assert set(found) == {"logit_bias"}
     with pytest.raises(RequestValidationError) as caught:
         request_from_proto(req(allowed_token_ids=[-1] * 500), SETTINGS, None)
-    assert len(caught.value.violations) == 20 and "and 481 more" in caught.value.violations[-1].description
+    assert len(caught.value.violations) == MAX_VIOLATIONS
+    assert f"and {500 - MAX_VIOLATIONS + 1} more" in caught.value.violations[-1].description
 
 
 @pytest.mark.parametrize(("message", "field"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -13,7 +13,7 @@ class FieldViolation:
     description: str
 
 
-MAX_VIOLATIONS = 20  # field violations reported per request (the last one counts the rest)
+MAX_VIOLATIONS = 10  # field violations reported per request (the last one counts the rest)
 
 
 class RequestValidationError(ValueError):
