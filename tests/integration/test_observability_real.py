@@ -10,9 +10,7 @@ the per-call JSON log line must parse and carry the ids.
 
 from __future__ import annotations
 
-import io
 import json
-import logging
 import os
 import secrets
 import socket
@@ -29,9 +27,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client.parser import text_string_to_metric_families
 
 from proctor.config import Settings
-from proctor.observability.logs import JsonFormatter
 from proctor_client import ProctorClient, ProctorError, build_request
 from proctor_client.v1 import generation_pb2_grpc
+from tests.helpers.logs import access_log_json
 
 pytestmark = pytest.mark.real_model
 
@@ -224,15 +222,8 @@ def test_a_rejected_call_has_an_error_span(observed: Any) -> None:
 
 def test_json_log_lines_carry_the_ids(observed: Any, client: ProctorClient) -> None:
     server, _ = observed
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    access = logging.getLogger("proctor.access")
-    level = access.level
-    access.addHandler(handler)
-    access.setLevel(logging.INFO)
     trace_id = secrets.token_hex(16)
-    try:
+    with access_log_json() as stream:
         response = client.generate(PROMPT, max_new_tokens=4, temperature=0, ignore_eos=True, request_id="log-ok-1")
         with pytest.raises(ProctorError):
             client.generate(PROMPT, max_new_tokens=4, temperature=-1.0, request_id="log-bad-1")
@@ -240,10 +231,7 @@ def test_json_log_lines_carry_the_ids(observed: Any, client: ProctorClient) -> N
             traced = generation_pb2_grpc.GenerationStub(channel).Generate(
                 build_request(PROMPT, max_new_tokens=2, temperature=0, request_id="log-traced-1"),
                 metadata=(("traceparent", f"00-{trace_id}-{secrets.token_hex(8)}-01"),), timeout=120)
-    finally:
-        access.removeHandler(handler)
-        access.setLevel(level)
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    lines = stream.records()
     by_request = {line.get("request_id"): line for line in lines}
     ok = by_request["log-ok-1"]
     assert ok["rpc"] == f"{GENERATION}/Generate" and ok["code"] == "OK" and ok["level"] == "INFO"

@@ -28,6 +28,7 @@ from proctor.observability.calls import VALIDATE, CallObservation, stage
 from proctor.observability.logs import JsonFormatter, configure_logging
 from proctor.observability.metrics import Metrics
 from proctor.observability.tracing import Tracing, _exporters, caller_trace_id, tracing_enabled
+from tests.helpers.logs import access_log_json
 
 SERVICE = "test.v1.Probe"
 
@@ -88,16 +89,8 @@ def traced() -> Iterator[tuple[Metrics, Tracing, InMemorySpanExporter, io.String
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    access = logging.getLogger("proctor.access")
-    level = access.level
-    access.addHandler(handler)
-    access.setLevel(logging.INFO)
-    yield Metrics(), Tracing(provider), exporter, stream
-    access.removeHandler(handler)
-    access.setLevel(level)
+    with access_log_json() as stream:
+        yield Metrics(), Tracing(provider), exporter, stream
 
 
 async def _exercise(interceptor: TelemetryInterceptor, metadata: tuple[tuple[str, str], ...]) -> dict[str, Any]:
@@ -158,7 +151,7 @@ def test_each_call_is_counted_logged_and_traced_under_its_status(traced: Any) ->
     assert seen["Slow"] is grpc.StatusCode.DEADLINE_EXCEEDED
     assert count("Slow", "DEADLINE_EXCEEDED") == 1
 
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    lines = stream.records()
     codes = {(line["rpc"], line["code"]) for line in lines}
     assert {(f"{SERVICE}/Ok", "OK"), (f"{SERVICE}/Refuse", "INVALID_ARGUMENT"), (f"{SERVICE}/Crash", "UNKNOWN"),
             (f"{SERVICE}/Forever", "CANCELLED")} <= codes
@@ -179,7 +172,7 @@ def test_without_tracing_the_callers_trace_id_is_still_logged(traced: Any) -> No
     trace_id = secrets.token_hex(16)
     metadata = (("traceparent", f"00-{trace_id}-{secrets.token_hex(8)}-01"),)
     asyncio.run(_exercise(TelemetryInterceptor(None, None), metadata))
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    lines = stream.records()
     assert any(line.get("trace_id") == trace_id and line["rpc"] == f"{SERVICE}/Ok" for line in lines)
     assert metrics.registry.get_sample_value("proctor:requests_total",
                                              {"service": SERVICE, "method": "Ok", "code": "OK"}) is None

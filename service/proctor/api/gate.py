@@ -102,17 +102,18 @@ class ServerGate(grpc.aio.ServerInterceptor):
             return handler
         open_call = self.book is None or (method.startswith(REFLECTION_PREFIXES) and not self.reflection_needs_auth)
         admit = None if open_call else self._admission(method)
+        slot = admit is not None and method in GENERATING_METHODS  # holds a concurrent-generation slot
         if handler.unary_unary is not None:
-            return handler._replace(unary_unary=self._unary(handler.unary_unary, handler.request_deserializer, admit),
-                                    request_deserializer=None)
+            return handler._replace(unary_unary=self._unary(handler.unary_unary, handler.request_deserializer,
+                                                            admit, slot), request_deserializer=None)
         if handler.unary_stream is not None:
             return handler._replace(unary_stream=self._stream(handler.unary_stream, handler.request_deserializer,
-                                                              admit), request_deserializer=None)
+                                                              admit, slot), request_deserializer=None)
         if admit is None:
             return handler
         if handler.stream_unary is not None:
-            return handler._replace(stream_unary=self._unary(handler.stream_unary, None, admit))
-        return handler._replace(stream_stream=self._stream(handler.stream_stream, None, admit))
+            return handler._replace(stream_unary=self._unary(handler.stream_unary, None, admit, slot))
+        return handler._replace(stream_stream=self._stream(handler.stream_stream, None, admit, slot))
 
     def _admission(self, method: str) -> Callable[[grpc.aio.ServicerContext], Awaitable[Identity]]:
         role = None if method.startswith(REFLECTION_PREFIXES) else role_for(method)  # reflection: any caller
@@ -143,14 +144,13 @@ class ServerGate(grpc.aio.ServerInterceptor):
             CURRENT_IDENTITY.set(identity)
             return identity
 
-        admit.generating = generating  # type: ignore[attr-defined]
         return admit
 
-    def _release(self, admit: Any, identity: Identity | None) -> None:
-        if identity is not None and admit.generating:
+    def _release(self, slot: bool, identity: Identity | None) -> None:
+        if slot and identity is not None:
             self.limiter.close_stream(identity.caller)
 
-    def _unary(self, behaviour: Any, deserialize: Any, admit: Any) -> Any:
+    def _unary(self, behaviour: Any, deserialize: Any, admit: Any, slot: bool) -> Any:
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if deserialize is not None:
                 request = await _decode(deserialize, request, context)
@@ -159,17 +159,17 @@ class ServerGate(grpc.aio.ServerInterceptor):
                 result = behaviour(request, context)
                 return await result if inspect.isawaitable(result) else result
             finally:
-                self._release(admit, identity)
+                self._release(slot, identity)
 
         return unary
 
-    def _stream(self, behaviour: Any, deserialize: Any, admit: Any) -> Any:
+    def _stream(self, behaviour: Any, deserialize: Any, admit: Any, slot: bool) -> Any:
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             if deserialize is not None:
                 request = await _decode(deserialize, request, context)
             identity = await admit(context) if admit is not None else None
+            responses = behaviour(request, context)
             try:
-                responses = behaviour(request, context)
                 if hasattr(responses, "__aiter__"):
                     async for response in responses:
                         yield response
@@ -177,7 +177,9 @@ class ServerGate(grpc.aio.ServerInterceptor):
                     for response in responses:
                         yield response
             finally:
-                self._release(admit, identity)
+                if hasattr(responses, "aclose"):
+                    await responses.aclose()  # its cleanup (the engine abort of a cancelled stream) runs now
+                self._release(slot, identity)
 
         return stream
 

@@ -267,9 +267,10 @@ class Engine:
             self._threads.before_step(len(batch.states))
             rows, start = len(batch.states), time.monotonic()
             self._advance(batch.states, batch.decode())
-            self._threads.after_step(time.monotonic() - start)
+            elapsed = time.monotonic() - start
+            self._threads.after_step(elapsed)
             if observer is not None:
-                observer.decode_step(time.monotonic() - start, rows)
+                observer.decode_step(elapsed, rows)
         self.steps += 1
         return True
 
