@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,11 +111,32 @@ class RssSampler:
         self._thread.join()
 
 
-async def run_level(address: str, level: Level, requests: int, new_tokens: int, ramp_s: float,
-                    time_limit_s: float) -> None:
+async def closed_loop(concurrency: int, requests: int, ramp_s: float, time_limit_s: float,
+                      send: Callable[[int], Awaitable[None]], errors: list[str]) -> float:
+    """Send requests 0..requests-1 over ``concurrency`` closed-loop streams; return the wall time in seconds.
+
+    Each stream awaits ``send(index)`` for its next index when the previous request ends; streams start
+    spread over ``ramp_s``; past ``time_limit_s`` the remaining requests are not sent but counted in ``errors``.
+    Shared with bench/peer.py, so both servers there are driven exactly as here.
+    """
     counter = iter(range(requests))
     deadline = time.perf_counter() + time_limit_s
 
+    async def worker(number: int) -> None:
+        await asyncio.sleep(ramp_s * number / concurrency)
+        for index in counter:
+            if time.perf_counter() > deadline:
+                errors.append("time limit reached before the request was sent")
+                continue
+            await send(index)
+
+    begin = time.perf_counter()
+    await asyncio.gather(*(worker(n) for n in range(concurrency)))
+    return time.perf_counter() - begin
+
+
+async def run_level(address: str, level: Level, requests: int, new_tokens: int, ramp_s: float,
+                    time_limit_s: float) -> None:
     async def stream(client: AsyncProctorClient, index: int) -> None:
         kwargs: dict[str, object] = {"max_new_tokens": new_tokens, "temperature": 0}
         if level.mode == "json":
@@ -140,18 +162,9 @@ async def run_level(address: str, level: Level, requests: int, new_tokens: int, 
         if count > 1:
             level.tpot_s.append((last - first) / (count - 1))
 
-    async def worker(client: AsyncProctorClient, number: int) -> None:
-        await asyncio.sleep(ramp_s * number / level.concurrency)
-        for index in counter:
-            if time.perf_counter() > deadline:
-                level.errors.append("time limit reached before the request was sent")
-                continue
-            await stream(client, index)
-
     async with AsyncProctorClient(address, timeout_s=time_limit_s, retries=0) as client:
-        begin = time.perf_counter()
-        await asyncio.gather(*(worker(client, n) for n in range(level.concurrency)))
-        level.wall_s += time.perf_counter() - begin
+        level.wall_s += await closed_loop(level.concurrency, requests, ramp_s, time_limit_s,
+                                          lambda index: stream(client, index), level.errors)
 
 
 def baseline(model_info: object, new_tokens: int, repeats: int) -> tuple[float, float]:

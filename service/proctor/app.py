@@ -50,6 +50,7 @@ def model_info(loaded: object, settings: Settings) -> dict[str, object]:
         "weights_sha256": loaded.weights_sha256,
         "tokenizer_sha256": loaded.tokenizer_sha256,
         "dtype": str(loaded.dtype).removeprefix("torch."),
+        "weights": loaded.weights,
         "device": str(loaded.device),
         "context_length_tokens": loaded.context_length,
         "vocab_size": loaded.vocab_size,
@@ -169,7 +170,7 @@ def _build_engine(settings: Settings, on_health: object, observability: Observab
     constraints = _build_constraints(loaded, settings, observability)
     plugins, forbidden = _build_masks(loaded, settings)
     engine = Engine(loaded, settings, on_health=on_health, constraints=constraints,  # type: ignore[arg-type]
-                    plugins=plugins, server_forbidden=forbidden)  # type: ignore[arg-type]
+                    plugins=plugins, server_forbidden=forbidden, release_dense_weights=True)  # type: ignore[arg-type]
     if observability is not None:
         observability.watch_engine(engine)
     engine.start()

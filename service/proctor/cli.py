@@ -20,12 +20,17 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="compute device (default auto)")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"],
                    help="weights/activations dtype (auto: bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--weights", choices=["auto", "dense", "fp16", "q8"],
+                   help="linear layers: dense (the dtype itself, the exact reference), fp16 or q8 (int8) "
+                   "weights on CPU; auto: q8 on CPU, dense on CUDA (PROCTOR_WEIGHTS)")
     p.add_argument("--threads", type=int, help="torch CPU threads: N pins exactly N; 0 (default) = the CPUs "
                    "this process may use (affinity, cgroup quota), tuned under load by measurement")
     p.add_argument("--max-batch-size", type=int, help="requests decoded together (default 32)")
     p.add_argument("--max-waiting", type=int, help="requests allowed to wait; beyond, RESOURCE_EXHAUSTED (default 64)")
     p.add_argument("--kv-cache-mb", type=int, help="KV-cache memory budget in MiB (default 4096)")
     p.add_argument("--max-prefill-tokens", type=int, help="prompt tokens prefilled per step (default 2048)")
+    p.add_argument("--prefill-chunk-tokens", type=int, help="a longer prompt is prefilled this many tokens per "
+                   "step between the running rows' decode steps (default 256; 0: whole)")
     p.add_argument("--max-new-tokens-limit", type=int, help="server cap on max_new_tokens (default 4096)")
     p.add_argument("--grace-period", dest="grace_period_s", type=float, help="seconds to drain on shutdown")
     p.add_argument("--reflection", action=argparse.BooleanOptionalAction, default=None,
@@ -75,8 +80,8 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 def _serve(args: argparse.Namespace) -> int:
-    keys = ("host", "port", "model", "model_store", "device", "dtype", "threads", "max_batch_size",
-            "max_waiting", "kv_cache_mb", "max_prefill_tokens",
+    keys = ("host", "port", "model", "model_store", "device", "dtype", "weights", "threads", "max_batch_size",
+            "max_waiting", "kv_cache_mb", "max_prefill_tokens", "prefill_chunk_tokens",
             "max_new_tokens_limit", "grace_period_s", "reflection", "warmup", "log_level",
             "constraint_timeout_s", "compile_workers", "max_schema_depth", "fallback_attempts",
             "fallback_temperature", "schema_dir", "forbidden_file", "plugins", "audit",

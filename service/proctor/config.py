@@ -39,6 +39,7 @@ class Settings:
     model_store: Path = field(default_factory=default_model_store)
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    weights: str = "auto"  # auto | dense | fp16 | q8: how the linear layers run (engine/weights.py)
     threads: int = 0  # torch intra-op threads on CPU: N pinned; 0 = CPU budget, tuned (engine/thread_tuner.py)
     default_max_new_tokens: int = 256
     max_new_tokens_limit: int = 4096
@@ -52,6 +53,8 @@ class Settings:
     max_waiting: int = 64
     kv_cache_mb: int = 4096
     max_prefill_tokens: int = 2048
+    # A longer prompt is prefilled this many tokens per step between decode steps (engine/batch.py); 0: whole.
+    prefill_chunk_tokens: int = 256
     max_message_bytes: int = 16 * 1024 * 1024
     reflection: bool | None = None  # None: on when bound to loopback
     grace_period_s: float = 10.0
@@ -126,6 +129,10 @@ class Settings:
             raise ValueError("tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file")
         if self.max_schema_depth < 1:
             raise ValueError(f"max_schema_depth must be at least 1, got {self.max_schema_depth}")
+        if self.prefill_chunk_tokens < 0:
+            raise ValueError(f"prefill_chunk_tokens must be 0 (off) or more, got {self.prefill_chunk_tokens}")
+        if self.weights.strip().lower() not in ("auto", "dense", "fp16", "q8"):
+            raise ValueError(f"weights must be auto, dense, fp16 or q8, got {self.weights!r}")
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
 

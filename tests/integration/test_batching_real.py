@@ -141,10 +141,10 @@ def test_a_rows_logits_are_bit_identical_alone_and_in_a_batch(server: Any) -> No
     with torch.inference_mode():
         alone = []
         for ids in rows:
-            solo = LlamaSlots(loaded.model, 1, loaded.device)
+            solo = LlamaSlots(loaded.model, 1, loaded.device, loaded.weights)  # the weights the server built
             first = solo.prefill(0, ids)
             alone.append((first, solo.decode([int(first.argmax())]), solo.decode([7])))
-        batch = LlamaSlots(loaded.model, 8, loaded.device)
+        batch = LlamaSlots(loaded.model, 8, loaded.device, loaded.weights)
         firsts = torch.cat([batch.prefill(i, ids) for i, ids in enumerate(rows)])
         seconds = batch.decode([int(t) for t in firsts.argmax(-1)])
         thirds = batch.decode([7] * len(rows))

@@ -8,6 +8,7 @@ the unary text and tokens; stop strings must never leak while streaming; logprob
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,22 @@ STORY = "Once upon a time, in a small village,"
 CHAT = [("user", "What is 2+2?")]
 REPLACEMENT = "\ufffd"
 SAMPLED = {"temperature": 0.8, "top_p": 0.9}
+
+
+@pytest.fixture(scope="module")
+def dense_client(model_dir: Path) -> Iterator[ProctorClient]:
+    """A server on ``--weights dense``: the mode whose arithmetic is the model's own, so greedy output can
+    be held to transformers' token for token (the session server runs the default, quantized mode)."""
+    from proctor.app import BackgroundServer
+    from proctor.config import Settings
+
+    background = BackgroundServer(Settings.load({"port": 0, "host": "127.0.0.1", "weights": "dense", "audit": False}))
+    try:
+        background.start(timeout_s=300)
+        with ProctorClient(background.address, timeout_s=120.0) as proctor:
+            yield proctor
+    finally:
+        background.stop()
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +91,10 @@ def mid_text_stop(text: str) -> str:
 
 @pytest.mark.parametrize(("prompt", "messages"), [(ENGLISH, None), (CHINESE, None), (None, CHAT)],
                          ids=["english", "chinese", "chat"])
-def test_greedy_matches_transformers_generate(client: ProctorClient, reference: tuple[Any, Any],
+def test_greedy_matches_transformers_generate(dense_client: ProctorClient, reference: tuple[Any, Any],
                                               prompt: str | None, messages: list[tuple[str, str]] | None) -> None:
     max_new = 20
-    response = client.generate(prompt, messages=messages, temperature=0, max_new_tokens=max_new)
+    response = dense_client.generate(prompt, messages=messages, temperature=0, max_new_tokens=max_new)
     expected = reference_ids(reference, prompt=prompt, messages=messages, max_new_tokens=max_new)
 
     assert list(response.token_ids) == expected
@@ -100,12 +117,12 @@ def test_chat_prompt_counts_the_templated_tokens(client: ProctorClient, referenc
     assert response.usage.prompt_tokens == len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def test_greedy_with_stop_string_matches_transformers(client: ProctorClient, reference: tuple[Any, Any]) -> None:
+def test_greedy_with_stop_string_matches_transformers(dense_client: ProctorClient, reference: tuple[Any, Any]) -> None:
     full = reference_ids(reference, prompt=STORY, max_new_tokens=24)
     full_text = decode(reference, full)
     stop = mid_text_stop(full_text)
 
-    response = client.generate(STORY, temperature=0, max_new_tokens=24, stop=[stop])
+    response = dense_client.generate(STORY, temperature=0, max_new_tokens=24, stop=[stop])
     expected = reference_ids(reference, prompt=STORY, max_new_tokens=24, stop_strings=[stop],
                              tokenizer=reference[1])
 
@@ -117,13 +134,14 @@ def test_greedy_with_stop_string_matches_transformers(client: ProctorClient, ref
     assert stop in response.finish_detail
 
 
-def test_greedy_with_min_new_tokens_matches_transformers(client: ProctorClient, reference: tuple[Any, Any]) -> None:
+def test_greedy_with_min_new_tokens_matches_transformers(dense_client: ProctorClient,
+                                                         reference: tuple[Any, Any]) -> None:
     # The chat answer ends with EOS after ~12 tokens; min_new_tokens keeps it going.
-    plain = client.generate(messages=CHAT, temperature=0, max_new_tokens=20)
+    plain = dense_client.generate(messages=CHAT, temperature=0, max_new_tokens=20)
     assert plain.finish_reason == pb.FINISH_REASON_EOS, "precondition: the chat answer ends with EOS"
     min_new = len(plain.token_ids) + 3
 
-    response = client.generate(messages=CHAT, temperature=0, max_new_tokens=20, min_new_tokens=min_new)
+    response = dense_client.generate(messages=CHAT, temperature=0, max_new_tokens=20, min_new_tokens=min_new)
     expected = reference_ids(reference, messages=CHAT, max_new_tokens=20, min_new_tokens=min_new)
 
     assert list(response.token_ids) == expected
@@ -134,10 +152,10 @@ def test_greedy_with_min_new_tokens_matches_transformers(client: ProctorClient, 
 
 @pytest.mark.parametrize("penalty", [{"repetition_penalty": 1.3}, {"no_repeat_ngram_size": 2}],
                          ids=["repetition_penalty", "no_repeat_ngram_size"])
-def test_greedy_with_penalties_matches_transformers(client: ProctorClient, reference: tuple[Any, Any],
+def test_greedy_with_penalties_matches_transformers(dense_client: ProctorClient, reference: tuple[Any, Any],
                                                     penalty: dict[str, Any]) -> None:
     # penalties.py documents that these two look at prompt + output "so greedy output equals generate()".
-    response = client.generate(STORY, temperature=0, max_new_tokens=16, **penalty)
+    response = dense_client.generate(STORY, temperature=0, max_new_tokens=16, **penalty)
     expected = reference_ids(reference, prompt=STORY, max_new_tokens=16, **penalty)
     assert list(response.token_ids) == expected
 

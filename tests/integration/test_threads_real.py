@@ -29,7 +29,7 @@ def test_slot_forward_logits_are_bit_identical_at_one_two_and_three_threads(serv
         with torch.inference_mode():
             for threads in (1, 2, 3):
                 torch.set_num_threads(threads)
-                slots = LlamaSlots(loaded.model, 4, loaded.device)
+                slots = LlamaSlots(loaded.model, 4, loaded.device, loaded.weights)  # the weights the server built
                 assert slots.thread_invariant
                 firsts = torch.cat([slots.prefill(i, ids) for i, ids in enumerate(rows)])
                 seconds = slots.decode([int(t) for t in firsts.argmax(-1)])

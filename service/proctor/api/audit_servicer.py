@@ -99,6 +99,10 @@ class AuditServicer(apb_grpc.AuditServicer):
             if body["model"].get(key) != model.get(key):
                 return (f"the record was made with a different model ({key} {body['model'].get(key)}); this server "
                         f"runs {model.get('model_id')} with {key} {model.get(key)}: replay would not be meaningful")
+        recorded_weights = body["model"].get("weights") or "dense"  # records before weight modes ran dense
+        if recorded_weights != (model.get("weights") or "dense"):
+            return (f"the record was made with --weights {recorded_weights}; this server runs --weights "
+                    f"{model.get('weights')}: replay it on a server started with --weights {recorded_weights}")
         if body["request"].get("prompt") is None and body["request"].get("messages") is None:
             return "the record keeps only an HMAC of the prompt (privacy policy), so it cannot be replayed"
         if body["output"] and body["output"]["policy"] == "hmac" and self._generation.audit.policy.key is None:

@@ -4,11 +4,18 @@ Row ``i`` of every step is slot ``i``. Requests join by a prefill into the next 
 by moving the last row into their place, so the running rows are always ``0..B-1`` and a decode
 step needs no gather. Each prompt is prefilled on its own: a forward over a whole prompt already
 runs at matrix-product speed on CPU, and a prompt's cache then never depends on its companions.
+
+A prompt longer than ``chunk_tokens`` is *staged* instead: prefilled ``chunk_tokens`` at a time into a
+one-slot staging cache, one chunk per engine step between the running rows' decode steps, and moved
+into the next free slot when its last chunk is done. A long prompt then delays the running rows by
+one chunk per step instead of its whole prefill. The chunk boundaries depend only on the prompt's
+length, so its logits are the same whatever else runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -17,12 +24,17 @@ from proctor.engine.sequence import SequenceState
 
 
 class DecodeBatch:
-    def __init__(self, make_runner: Callable[[], SlotRunner], max_rows: int, kv_budget_bytes: int) -> None:
+    def __init__(self, make_runner: Callable[[], SlotRunner], max_rows: int, kv_budget_bytes: int,
+                 chunk_tokens: int = 0) -> None:
         self._make_runner = make_runner
         self._runner_built: SlotRunner | None = None
         self.max_rows = max_rows
         self.kv_budget_bytes = kv_budget_bytes
+        self.chunk_tokens = chunk_tokens  # 0: every prompt prefilled whole
         self.states: list[SequenceState] = []
+        self.staged: list[SequenceState] = []  # long prompts waiting for or in their chunked prefill, oldest first
+        self._staging: Any = None  # the one-slot runner of staged[0]
+        self._staged_tokens = 0  # prompt tokens of staged[0] already prefilled
 
     @property
     def _runner(self) -> SlotRunner:
@@ -43,14 +55,15 @@ class DecodeBatch:
         """KV-cache bytes the running requests' tokens occupy (metrics; read from any thread)."""
         runner = self._runner_built
         per_token = getattr(runner, "bytes_per_token", 0)
-        return per_token * sum(len(s.prompt_ids) + len(s.generated) for s in list(self.states))
+        return per_token * (sum(len(s.prompt_ids) + len(s.generated) for s in list(self.states))
+                            + (self._staged_tokens if self.staged else 0))
 
     def fits(self, joining: list[SequenceState]) -> bool:
         """Whether the cache for the running rows plus ``joining`` stays within the memory budget.
 
         Each request reserves its prompt plus ``max_new_tokens``, so a request admitted never runs
         out of cache. A request alone in the batch is always admitted (its size was validated)."""
-        everyone = self.states + joining
+        everyone = self.states + self.staged + joining
         if len(everyone) > self.max_rows:
             return False
         if len(everyone) <= 1:
@@ -71,6 +84,35 @@ class DecodeBatch:
             logits.append(self._runner.prefill(len(self.states) - 1, state.prompt_ids))
         return torch.cat(logits)
 
+    def needs_chunks(self, state: SequenceState) -> bool:
+        """Whether ``state``'s prompt is prefilled in chunks (long, and the runner can stage)."""
+        return 0 < self.chunk_tokens < len(state.prompt_ids) and hasattr(self._runner, "staging")
+
+    def prefill_chunk(self) -> tuple[SequenceState, torch.Tensor] | None:
+        """Prefill the next chunk of ``staged[0]``; once its last chunk is done it joins the running
+        rows and this returns it with its logits [1, V]."""
+        state, done = self.staged[0], self._staged_tokens
+        if self._staging is None:
+            self._staging = self._runner.staging()  # type: ignore[attr-defined]
+        chunk = state.prompt_ids[done:done + self.chunk_tokens]
+        logits = self._staging.prefill(0, chunk, done)
+        self._staged_tokens += len(chunk)
+        if self._staged_tokens < len(state.prompt_ids):
+            return None
+        self.staged.pop(0)
+        self._staged_tokens = 0
+        self.states.append(state)
+        self._runner.adopt(self._staging, len(self.states) - 1)  # type: ignore[attr-defined]
+        return state, logits
+
+    def drop_staged(self, state: SequenceState) -> None:
+        """Take a staged request out (cancelled or expired before it joined)."""
+        if self.staged and self.staged[0] is state:
+            self._staged_tokens = 0
+            if self._staging is not None:
+                self._staging.free(0)
+        self.staged.remove(state)
+
     def remove(self, rows: list[int]) -> None:
         """Free the slots of these rows; the last running row moves into each hole."""
         for row in sorted(rows, reverse=True):
@@ -86,3 +128,5 @@ class DecodeBatch:
         for slot in range(len(self.states)):
             self._runner.free(slot)
         self.states = []
+        for state in list(self.staged):
+            self.drop_staged(state)

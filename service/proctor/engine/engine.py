@@ -26,10 +26,13 @@ from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
 from proctor.engine.attempts import FallbackAttempts
 from proctor.engine.batch import DecodeBatch
-from proctor.engine.model_runner import make_runner
+from proctor.engine.llama_step import LlamaSlots
+from proctor.engine.model_runner import SlotRunner, make_runner
 from proctor.engine.preprocess import PreparedRequest, prepare_masks, prepare_request
 from proctor.engine.scheduler import Scheduler
 from proctor.engine.sequence import EventSink, SequenceState
+from proctor.engine.slot_weights import release_dense
+from proctor.engine.smoothing import calibration_ids
 from proctor.engine.thread_tuner import PinnedThreads, ThreadPolicy, thread_policy
 from proctor.models import LoadedModel
 
@@ -46,7 +49,7 @@ class Engine:
     def __init__(self, loaded: LoadedModel, settings: Settings,
                  on_health: Callable[[bool, str], None] | None = None,
                  constraints: ConstraintService | None = None, plugins: PluginRegistry | None = None,
-                 server_forbidden: tuple[str, ...] = ()) -> None:
+                 server_forbidden: tuple[str, ...] = (), release_dense_weights: bool = False) -> None:
         self.loaded = loaded
         self.settings = settings
         self.constraints = constraints
@@ -55,8 +58,8 @@ class Engine:
         self._plugin_context = PluginContext(loaded.tokenizer, loaded.vocab_size, frozenset(loaded.eos_token_ids))
         self._on_health = on_health
         rows = max(1, settings.max_batch_size)
-        self._batch = DecodeBatch(lambda: make_runner(loaded.model, rows, loaded.device), rows,
-                                  settings.kv_cache_mb * 1024 * 1024)
+        self._batch = DecodeBatch(lambda: self._make_runner(rows, release_dense_weights), rows,
+                                  settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens)
         self._scheduler = Scheduler(settings.max_waiting, settings.max_prefill_tokens)
         self._eos = frozenset(loaded.eos_token_ids)
         self._pieces: dict[int, str] = {}  # per-token text for token details, filled on first use
@@ -72,6 +75,17 @@ class Engine:
         self.observer: StepObserver | None = None  # metrics (observability/hooks.py); None: nothing recorded
         self.healthy = True
         self._thread = threading.Thread(target=self._run, name="proctor-engine", daemon=True)
+
+    def _make_runner(self, rows: int, release_dense_weights: bool) -> SlotRunner:
+        """The slot runner in the loaded weights mode; with ``release_dense_weights`` (a server's own
+        model) the model's dense projections are dropped once the runner holds its copies."""
+        loaded = self.loaded
+        calibration = calibration_ids(loaded.tokenizer) if loaded.weights == "q8" else None
+        runner = make_runner(loaded.model, rows, loaded.device, loaded.weights, calibration)
+        if release_dense_weights and isinstance(runner, LlamaSlots):
+            freed = release_dense(loaded.model)
+            log.info("weights %s: %.0f MB of dense projection weights released", loaded.weights, freed / 2**20)
+        return runner
 
     # --- public API (any thread) ------------------------------------------------------------
     def start(self) -> None:
@@ -214,7 +228,7 @@ class Engine:
 
     def _run_loop(self) -> None:
         while True:
-            if self._stop and not self._batch.states:
+            if self._stop and not self._batch.states and not self._batch.staged:
                 self._fail_waiting(FinishReason.CANCELLED, "the server shut down before this request ran")
                 return
             try:
@@ -253,16 +267,25 @@ class Engine:
         self._expire(now)
         batch = self._batch
         joining = [] if self._stop else self._scheduler.take_joining(batch)
-        if not joining and not batch.states:
+        if not joining and not batch.states and not batch.staged:
             return False
         observer = self.observer
+        for state in joining:
+            state.started = now
+        batch.staged.extend(s for s in joining if batch.needs_chunks(s))
+        joining = [s for s in joining if s not in batch.staged]
         if joining:
-            for state in joining:
-                state.started = now
             start = time.monotonic()
             self._advance(joining, batch.admit(joining))
             if observer is not None:
                 observer.prefill(time.monotonic() - start, len(joining))
+        if batch.staged:
+            start = time.monotonic()
+            joined = batch.prefill_chunk()
+            if joined is not None:
+                self._advance([joined[0]], joined[1])
+            if observer is not None:
+                observer.prefill(time.monotonic() - start, int(joined is not None))
         if batch.states:
             self._threads.before_step(len(batch.states))
             rows, start = len(batch.states), time.monotonic()
@@ -287,6 +310,12 @@ class Engine:
             reason = state.check_external(now)
             if reason is not None:
                 state.finish_without_token(reason, now)
+        for state in [s for s in self._batch.staged if s.check_external(now) is not None]:
+            reason = state.check_external(now)
+            assert reason is not None
+            state.finish_without_token(reason, now)
+            self._batch.drop_staged(state)
+            self._forget(state)
         for state in self._scheduler.remove_where(lambda s: s.check_external(now) is not None):
             reason = state.check_external(now)
             assert reason is not None
@@ -311,7 +340,7 @@ class Engine:
 
     def _fail_running(self, message: str) -> None:
         now = time.monotonic()
-        for state in self._batch.states:
+        for state in self._batch.states + self._batch.staged:
             if not state.finished:
                 state.finish_without_token(FinishReason.ERROR, now, detail=message, error=message)
             self._forget(state)

@@ -14,11 +14,12 @@ A test checks logits against the model's own forward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from proctor.engine.slot_weights import LayerWeights, slot_weights
 
 KV_GROWTH_TOKENS = 256  # the cache's length grows in steps of this many tokens
 # Decode attention runs over the longest row's length rounded up to this many positions. Rows see
@@ -27,7 +28,6 @@ KV_GROWTH_TOKENS = 256  # the cache's length grows in steps of this many tokens
 # exact zeros to the same groups, so a row's result is bit-identical alone or next to a longer row
 # (measured: lengths 3..700 all identical at 64, none at 1; tests/integration/test_batching_real.py).
 ATTENTION_SPAN_BLOCK = 64
-PACK_ROWS_HINT = 16  # oneDNN picks its blocked weight layout for about this many rows
 
 
 def unsupported_reason(model: Any) -> str | None:
@@ -44,25 +44,15 @@ def unsupported_reason(model: Any) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class _Layer:
-    in_norm: torch.Tensor
-    qkv: torch.Tensor  # [(H + 2·KVH)·D, hidden]
-    o: torch.Tensor
-    post_norm: torch.Tensor
-    gate_up: torch.Tensor  # [2·I, hidden]
-    down: torch.Tensor
-
-
 class LlamaSlots:
     """The model's weights plus a KV cache of ``max_slots`` rows, each with its own length."""
 
-    def __init__(self, model: Any, max_slots: int, device: torch.device) -> None:
+    def __init__(self, model: Any, max_slots: int, device: torch.device, weights: str = "dense",
+                 calibration_ids: list[int] | None = None) -> None:
         cfg = model.config
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"the slot forward does not support this model: {reason}")
-        inner = model.model
         self.device = device
         self.heads = cfg.num_attention_heads
         self.kv_heads = cfg.num_key_value_heads
@@ -70,27 +60,15 @@ class LlamaSlots:
         self.eps = float(cfg.rms_norm_eps)
         self.max_slots = max_slots
         self._scale = self.head_dim ** -0.5
-        self._packed = device.type == "cpu" and _can_pack(model.lm_head.weight.dtype)
-        store = self._pack
-        # The model's own linear weights stay referenced by the model; the packed copies double the
-        # weight memory on CPU (about 0.5 GB for the default model in fp32).
-        self._embed = inner.embed_tokens.weight
-        self._final_norm = inner.norm.weight
-        self._lm_head = store(model.lm_head.weight)
-        self._rotary = inner.rotary_emb
+        self._model = model
+        self.weights = slot_weights(model, weights, calibration_ids)
+        self._embed = self.weights.embed
+        self._final_norm = self.weights.final_norm
+        self._lm_head = self.weights.lm_head
+        self._rotary = model.model.rotary_emb
+        self._rope_cos = self._rope_sin = torch.empty(0)
         self.dtype = self._embed.dtype
-        self._layers = [
-            _Layer(
-                in_norm=layer.input_layernorm.weight,
-                qkv=store(torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
-                                     layer.self_attn.v_proj.weight])),
-                o=store(layer.self_attn.o_proj.weight),
-                post_norm=layer.post_attention_layernorm.weight,
-                gate_up=store(torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])),
-                down=store(layer.mlp.down_proj.weight),
-            )
-            for layer in inner.layers
-        ]
+        self._layers = self.weights.layers
         self.bytes_per_token = len(self._layers) * 2 * self.kv_heads * self.head_dim * self._embed.element_size()
         self._capacity = 0  # tokens per slot
         self._rows = 0  # slots allocated (grows in powers of two up to max_slots)
@@ -100,9 +78,9 @@ class LlamaSlots:
 
     @property
     def thread_invariant(self) -> bool:
-        """A row's logits are the same bits at any intra-op thread count with oneDNN-packed weights
-        (tests/integration/test_threads_real.py), so the engine may tune the count under load."""
-        return self._packed
+        """A row's logits are the same bits at any intra-op thread count with oneDNN-packed or fbgemm
+        weights (tests/integration/test_threads_real.py), so the engine may tune the count under load."""
+        return self.weights.thread_invariant
 
     # --- cache management ---------------------------------------------------------------------
     def bytes_for(self, rows: int, length: int) -> int:
@@ -138,25 +116,53 @@ class LlamaSlots:
         self.lengths[slot] = 0
 
     # --- forward passes -------------------------------------------------------------------------
-    def prefill(self, slot: int, token_ids: list[int]) -> torch.Tensor:
-        """Run a whole prompt into ``slot`` (which must be empty); return its last logits [1, V]."""
+    def prefill(self, slot: int, token_ids: list[int], start: int = 0, every_position: bool = False) -> torch.Tensor:
+        """Run prompt tokens into ``slot`` after the ``start`` it already holds (0: an empty slot; more:
+        the next chunk of a chunked prefill); return the last position's logits [1, V] (or every
+        position's, [T, V]: perplexity measurements)."""
         n = len(token_ids)
-        self.reserve(slot + 1, n + 1)
+        if self.lengths[slot] != start:
+            raise ValueError(f"slot {slot} holds {self.lengths[slot]} tokens, not {start}")
+        total = start + n
+        self.reserve(slot + 1, total + 1)
         ids = torch.tensor(token_ids, dtype=torch.long, device=self.device)
-        positions = torch.arange(n, device=self.device)
+        positions = torch.arange(start, total, device=self.device)
+        # The first chunk (or a whole prompt) is plain causal attention; a later chunk also sees the
+        # cached prefix: query i may look at keys 0..start+i.
+        visible = None if start == 0 else (torch.arange(total, device=self.device)[None, :] <= positions[:, None])
         h = F.embedding(ids, self._embed)  # [T, hidden]
-        cos, sin = self._rope(h, positions)
+        cos, sin = self._rope(h, positions, total)
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
             q, k, v = self._project_qkv(x, layer, cos, sin)  # [T, H|KVH, D]
-            self._keys[index][slot, :, :n].copy_(k.transpose(0, 1))
-            self._values[index][slot, :, :n].copy_(v.transpose(0, 1))
-            out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
-                                                 v.transpose(0, 1)[None], is_causal=True, enable_gqa=True)
-            h = h + self._linear(out[0].transpose(0, 1).reshape(n, -1), layer.o)
+            keys, values = self._keys[index], self._values[index]
+            keys[slot, :, start:total].copy_(k.transpose(0, 1))
+            values[slot, :, start:total].copy_(v.transpose(0, 1))
+            if visible is None:
+                out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
+                                                     v.transpose(0, 1)[None], is_causal=True, enable_gqa=True)
+            else:
+                out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys[slot:slot + 1, :, :total],
+                                                     values[slot:slot + 1, :, :total], attn_mask=visible,
+                                                     enable_gqa=True)
+            h = h + layer.o(out[0].transpose(0, 1).reshape(n, -1))
             h = h + self._mlp(self._norm(h, layer.post_norm), layer)
+        self.lengths[slot] = total
+        return self._logits(h if every_position else h[-1:])
+
+    def staging(self) -> LlamaSlots:
+        """A one-slot runner on the same weights, where a long prompt is prefilled chunk by chunk
+        while this runner's rows keep decoding; ``adopt`` then moves its cache into a slot here."""
+        return LlamaSlots(self._model, 1, self.device, self.weights.mode)
+
+    def adopt(self, staging: LlamaSlots, slot: int) -> None:
+        """Copy ``staging``'s slot 0 (a finished prefill) into ``slot`` of this runner."""
+        n = staging.lengths[0]
+        self.reserve(slot + 1, n + 1)
+        for mine, theirs in zip(self._keys + self._values, staging._keys + staging._values, strict=True):
+            mine[slot, :, :n].copy_(theirs[0, :, :n])
         self.lengths[slot] = n
-        return self._logits(h[-1:])
+        staging.free(0)
 
     def decode(self, token_ids: list[int]) -> torch.Tensor:
         """Feed one token to each of slots ``0..B-1`` (B = len(token_ids)); return logits [B, V]."""
@@ -172,7 +178,7 @@ class LlamaSlots:
         bias = torch.zeros((rows, span), dtype=torch.float32, device=self.device).masked_fill_(hidden, float("-inf"))
         bias = bias.to(self.dtype)[:, None, None, :]
         h = F.embedding(ids, self._embed)  # [B, hidden]
-        cos, sin = self._rope(h, positions)
+        cos, sin = self._rope(h, positions, max(lengths) + 1)
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
             q, k, v = self._project_qkv(x, layer, cos, sin)  # [B, H|KVH, D]
@@ -180,7 +186,7 @@ class LlamaSlots:
             keys[row_index, :, positions] = k
             values[row_index, :, positions] = v
             out = self._attend(q, keys[:rows, :, :span], values[:rows, :, :span], bias)
-            h = h + self._linear(out, layer.o)
+            h = h + layer.o(out)
             h = h + self._mlp(self._norm(h, layer.post_norm), layer)
         for slot in range(rows):
             self.lengths[slot] += 1
@@ -197,53 +203,34 @@ class LlamaSlots:
         return out.reshape(rows, self.heads * self.head_dim)
 
     # --- pieces -----------------------------------------------------------------------------------
-    def _rope(self, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self._rotary(h, positions[None])
-        return cos[0][:, None, :], sin[0][:, None, :]  # [N, 1, D], broadcast over heads
+    def _rope(self, h: torch.Tensor, positions: torch.Tensor, needed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin for ``positions`` from a table the rotary module filled once (it is elementwise in
+        the position, so a table row is the same bits as computing that position alone); ``needed``:
+        the highest position + 1."""
+        if needed > self._rope_cos.shape[0]:
+            table = torch.arange(_round_up(needed), device=self.device)
+            cos, sin = self._rotary(h, table[None])
+            self._rope_cos, self._rope_sin = cos[0][:, None, :], sin[0][:, None, :]  # [L, 1, D]
+        return self._rope_cos[positions], self._rope_sin[positions]
 
     def _norm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         x = h.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * x.to(h.dtype)
 
-    def _project_qkv(self, x: torch.Tensor, layer: _Layer, cos: torch.Tensor,
+    def _project_qkv(self, x: torch.Tensor, layer: LayerWeights, cos: torch.Tensor,
                      sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n, d = x.shape[0], self.head_dim
-        q, k, v = self._linear(x, layer.qkv).view(n, -1, d).split([self.heads, self.kv_heads, self.kv_heads], dim=1)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
+        heads = layer.qkv(x).view(n, -1, d)
+        qk = _rotate(heads[:, :self.heads + self.kv_heads], cos, sin)  # q and k in one pass: the same bits
+        return qk[:, :self.heads], qk[:, self.heads:], heads[:, self.heads + self.kv_heads:]
 
-    def _mlp(self, x: torch.Tensor, layer: _Layer) -> torch.Tensor:
-        gate, up = self._linear(x, layer.gate_up).chunk(2, dim=-1)
-        return self._linear(F.silu(gate) * up, layer.down)
-
-    def _pack(self, weight: torch.Tensor) -> torch.Tensor:
-        """On CPU, reorder a weight once into oneDNN's blocked layout (see ``_linear``)."""
-        weight = weight.contiguous()
-        return torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS_HINT) if self._packed else weight
-
-    def _linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """``x @ weight.T``. On CPU through oneDNN with prepacked weights: measured on the 2-core AVX2
-        machine (bench/README.md) 1.6x faster than ``F.linear`` at one row and 1.4x at 16 — MKL
-        repacks every weight on every call once there is more than one row — and, unlike MKL, a
-        row's result does not depend on how many rows share the product, which is what makes a
-        request's output the same alone or in a batch."""
-        if self._packed:
-            return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
-        return F.linear(x, weight)
+    def _mlp(self, x: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
+        gate, up = layer.gate_up(x).chunk(2, dim=-1)
+        return layer.down(F.silu(gate) * up)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self._linear(self._norm(h, self._final_norm), self._lm_head).float()
-
-
-def _can_pack(dtype: torch.dtype) -> bool:
-    """Whether oneDNN packs weights of this type here (bf16 needs AVX-512 or AVX-NE-CONVERT)."""
-    if not torch.backends.mkldnn.is_available():
-        return False
-    try:
-        torch.ops.mkldnn._reorder_linear_weight(torch.zeros((8, 8), dtype=dtype), PACK_ROWS_HINT)
-    except RuntimeError:
-        return False
-    return True
+        return self._lm_head(self._norm(h, self._final_norm)).float()
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

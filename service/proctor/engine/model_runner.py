@@ -81,10 +81,13 @@ class PerSlotRunner:
         return out.logits[:, -1, :].float()
 
 
-def make_runner(model: Any, max_slots: int, device: torch.device) -> SlotRunner:
-    """The fast slot forward when the architecture allows it, else the generic per-slot runner."""
+def make_runner(model: Any, max_slots: int, device: torch.device, weights: str = "dense",
+                calibration_ids: list[int] | None = None) -> SlotRunner:
+    """The fast slot forward when the architecture allows it, else the generic per-slot runner
+    (which runs the model's own dense weights whatever ``weights`` says)."""
     reason = unsupported_reason(model)
     if reason is None:
-        return LlamaSlots(model, max_slots, device)
-    log.warning("batched decoding is not available for this model (%s); rows are decoded one by one", reason)
+        return LlamaSlots(model, max_slots, device, weights, calibration_ids)
+    log.warning("batched decoding is not available for this model (%s); rows are decoded one by one%s", reason,
+                "" if weights == "dense" else f", with dense weights (not {weights})")
     return PerSlotRunner(model, max_slots, device)

@@ -27,7 +27,7 @@ from proctor.models.default_model import default_model_path, is_installed
 from proctor.models.errors import ModelError
 from proctor.models.fingerprint import loaded_tokenizer_sha256, tokenizer_sha256, weight_files, weights_sha256
 from proctor.models.offline import hub_allowed, offline
-from proctor.models.placement import apply_threads, resolve_device, resolve_dtype
+from proctor.models.placement import apply_threads, resolve_device, resolve_dtype, resolve_weights
 
 log = logging.getLogger("proctor.models")
 
@@ -54,6 +54,7 @@ class LoadedModel:
     context_length: int
     vocab_size: int
     special_token_ids: frozenset[int]
+    weights: str = "dense"  # how the slot forward runs the linear layers (engine/weights.py)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def load_model(settings: Settings) -> LoadedModel:
     source = resolve_source(settings)
     device = resolve_device(settings.device)
     dtype = resolve_dtype(settings.dtype, device)
+    weights_mode = resolve_weights(settings.weights, device, dtype)
     apply_threads(settings.threads)
     if device.type == "cpu" and dtype == torch.float16:
         log.warning("float16 on CPU is slow and less accurate than float32; consider --dtype float32")
@@ -136,15 +138,17 @@ def load_model(settings: Settings) -> LoadedModel:
         context_length=_context_length(model.config),
         vocab_size=_vocab_size(model),
         special_token_ids=frozenset(int(i) for i in tokenizer.all_special_ids),
+        weights=weights_mode,
     )
     log.info(
-        "loaded model %s from %s (%s) on %s as %s in %.1f s (fingerprints %.1f s): "
+        "loaded model %s from %s (%s) on %s as %s (weights %s) in %.1f s (fingerprints %.1f s): "
         "vocab %d, context %d, eos %s, weights sha256 %s, tokenizer sha256 %s",
         loaded.model_id,
         loaded.path,
         source.kind,
         device,
         str(dtype).removeprefix("torch."),
+        weights_mode,
         load_s,
         fingerprint_s,
         loaded.vocab_size,

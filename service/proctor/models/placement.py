@@ -58,3 +58,17 @@ def apply_threads(threads: int) -> None:
     if threads < 0:
         raise ModelError(f"threads must be >= 0, got {threads}")
     torch.set_num_threads(threads if threads > 0 else cpu_budget())
+
+
+def resolve_weights(name: str, device: torch.device, dtype: torch.dtype) -> str:
+    """``auto`` → q8 on a CPU with fbgemm and fp32 activations, else dense (measured: bench/weights.py)."""
+    from proctor.engine.weights import CPU_DEFAULT, fbgemm_available, mode_problem
+
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        usable = device.type == "cpu" and dtype == torch.float32 and fbgemm_available()
+        return CPU_DEFAULT if usable else "dense"
+    problem = mode_problem(name, device, dtype)
+    if problem is not None:
+        raise ModelError(problem)
+    return name

@@ -1,0 +1,124 @@
+"""Chunked prefill: how long running streams wait for their next token while a long prompt joins.
+
+In one process on the real default model: ``--streams`` requests decode (greedy, EOS ignored); once
+they run, a prompt of about ``--long-tokens`` tokens is submitted. Measured from the running streams'
+token arrival times over the window from that submission until the long request's first token:
+time per output token p50 / p99 / max, and the long request's time to first token. Each
+``--chunks`` value (0 = the whole prompt in one step, the old behaviour) runs on its own engine, in
+alternating rounds, all in the same run.
+
+    python bench/chunked_prefill.py [--chunks 0,256,128] [--streams 4] [--long-tokens 2000] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "service")]
+
+from proctor.config import Settings  # noqa: E402
+from proctor.domain import GenerationRequest, SamplingParams, StoppingParams  # noqa: E402
+from proctor.engine.engine import Engine  # noqa: E402
+from proctor.models import load_model  # noqa: E402
+
+FILLER = ("Clause {i}. The receiving party shall keep the disclosing party's information confidential, "
+          "use it only for the permitted purpose and return it on request. ")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def one_round(engine: Engine, tokenizer: object, streams: int, long_tokens: int, tag: str) -> dict[str, float]:
+    arrivals: list[list[float]] = [[] for _ in range(streams)]
+    done = [threading.Event() for _ in range(streams)]
+    for index in range(streams):
+        def sink(event, index=index):  # type: ignore[no-untyped-def]
+            arrivals[index].append(time.monotonic())
+            if event.finished:
+                done[index].set()
+        request = GenerationRequest(request_id=f"{tag}-run-{index}", prompt=f"Write item {index} of a long list:",
+                                    sampling=SamplingParams(),
+                                    stopping=StoppingParams(max_new_tokens=400, ignore_eos=True))
+        engine.submit(engine.prepare(request), sink)
+    while min(len(a) for a in arrivals) < 20:
+        time.sleep(0.01)
+    text, i = "", 0
+    while len(tokenizer(text)["input_ids"]) < long_tokens:  # type: ignore[operator]
+        text += FILLER.format(i=i)
+        i += 1
+    first = threading.Event()
+    long_done = threading.Event()
+
+    def long_sink(event):  # type: ignore[no-untyped-def]
+        first.set()
+        if event.finished:
+            long_done.set()
+    submitted = time.monotonic()
+    long = GenerationRequest(request_id=f"{tag}-long", prompt=text, sampling=SamplingParams(),
+                             stopping=StoppingParams(max_new_tokens=4, ignore_eos=True))
+    engine.submit(engine.prepare(long), long_sink)
+    first.wait(600)
+    joined = time.monotonic()
+    gaps = []
+    for times in arrivals:
+        inside = [t for t in times if submitted <= t <= joined]
+        before = [t for t in times if t < submitted]
+        points = ([before[-1]] if before else []) + inside
+        after = [t for t in times if t > joined]
+        if after:
+            points.append(after[0])
+        gaps += [b - a for a, b in itertools.pairwise(points)]
+    for event in done:
+        event.wait(600)
+    long_done.wait(600)
+    return {"ttft_long_ms": (joined - submitted) * 1000, "tpot_p50_ms": statistics.median(gaps) * 1000,
+            "tpot_p99_ms": percentile(gaps, 0.99) * 1000, "tpot_max_ms": max(gaps) * 1000}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chunks", default="0,256,128")
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--long-tokens", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--weights", default="auto")
+    args = parser.parse_args()
+    chunks = [int(c) for c in args.chunks.split(",")]
+    base = {"device": "cpu", "warmup": False, "weights": args.weights, "max_batch_size": args.streams + 1}
+    loaded = load_model(Settings.load(base, environ={}))
+    engines = {c: Engine(loaded, Settings.load({**base, "prefill_chunk_tokens": c}, environ={})) for c in chunks}
+    for engine in engines.values():
+        engine.start()
+    results: dict[int, list[dict[str, float]]] = {c: [] for c in chunks}
+    for round_index in range(args.rounds):
+        order = chunks if round_index % 2 == 0 else list(reversed(chunks))
+        for c in order:
+            figures = one_round(engines[c], loaded.tokenizer, args.streams, args.long_tokens, f"r{round_index}c{c}")
+            results[c].append(figures)
+            print(f"round {round_index} chunk {c}: {figures}", file=sys.stderr, flush=True)
+    for engine in engines.values():
+        engine.shutdown(1.0)
+    print(f"\n{args.streams} running streams, a {args.long_tokens}-token prompt joins; weights {loaded.weights}; "
+          f"median of {args.rounds} rounds\n")
+    print("| prefill chunk | running streams' TPOT p50 ms | p99 ms | max ms | long prompt TTFT ms |")
+    print("|---|---|---|---|---|")
+    for c in chunks:
+        rows = results[c]
+
+        def med(key: str, rows: list[dict[str, float]] = rows) -> float:
+            return statistics.median(r[key] for r in rows)
+        print(f"| {c or 'whole'} | {med('tpot_p50_ms'):.0f} | {med('tpot_p99_ms'):.0f} | {med('tpot_max_ms'):.0f} | "
+              f"{med('ttft_long_ms'):.0f} |")
+
+
+if __name__ == "__main__":
+    main()

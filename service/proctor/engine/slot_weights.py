@@ -1,0 +1,157 @@
+"""The Llama weights as the slot forward uses them (fused, packed or quantized), built once per model and mode.
+
+Why a cache on the model: packing or quantizing takes seconds and a second copy of the weights, and
+several runners may be built on one loaded model (tests; a rebuilt engine). Why ``release_dense``:
+once the slot forward has its own copy, the model's projection weights are dead memory (0.4 GB of
+fp32 for the default model); the server drops them after warm-up. The embedding table stays: token
+lookup reads it (and with tied embeddings it is also the dense LM head).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from proctor.engine.smoothing import expand_to_heads, input_peaks, shared_by_kv_head, smoothing_scales
+from proctor.engine.weights import Linear, make_linear
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    in_norm: torch.Tensor
+    qkv: Linear  # [(H + 2·KVH)·D, hidden]
+    o: Linear
+    post_norm: torch.Tensor
+    gate_up: Linear  # [2·I, hidden]
+    down: Linear
+
+
+@dataclass(frozen=True)
+class SlotWeights:
+    mode: str
+    embed: torch.Tensor
+    final_norm: torch.Tensor
+    lm_head: Linear
+    layers: list[LayerWeights]
+
+    @property
+    def thread_invariant(self) -> bool:
+        """Every product gives a row the same bits at any thread count and batch (see weights.py)."""
+        return bool(getattr(self.lm_head, "thread_invariant", False)) and all(
+            getattr(layer.qkv, "thread_invariant", False) for layer in self.layers)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of matrix weights streamed per decode step (the LM head included)."""
+        linears = [self.lm_head] + [f for layer in self.layers for f in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        return sum(int(getattr(f, "nbytes", 0)) for f in linears)
+
+
+@dataclass
+class _Built:
+    """What was built for one model (kept beside it, not on it: a deep copy must not copy packed tensors)."""
+
+    modes: dict[str, SlotWeights] = field(default_factory=dict)
+    dense_released: bool = False
+
+
+_BUILT: weakref.WeakKeyDictionary[Any, _Built] = weakref.WeakKeyDictionary()
+
+
+def slot_weights(model: Any, mode: str, calibration_ids: list[int] | None = None) -> SlotWeights:
+    """The model's weights for the slot forward in ``mode`` (built on first use, then cached).
+
+    ``q8`` needs ``calibration_ids`` (the calibration text in the model's tokens, smoothing.py) the
+    first time it is built."""
+    built = _BUILT.setdefault(model, _Built())
+    if mode not in built.modes:
+        if built.dense_released:
+            raise RuntimeError(f"the model's dense weights were released; weights mode {mode!r} cannot be built "
+                               f"(built: {', '.join(built.modes)})")
+        if mode == "q8":
+            if not calibration_ids:
+                raise ValueError("weights mode q8 needs calibration token ids (smoothing.CALIBRATION_TEXT)")
+            built.modes[mode] = _build_smoothed(model, mode, input_peaks(model, calibration_ids))
+        else:
+            built.modes[mode] = _build(model, mode)
+    return built.modes[mode]
+
+
+def release_dense(model: Any) -> int:
+    """Drop the model's own projection weights (the slot forward holds its copies); returns bytes freed.
+
+    Only once some slot weights are built; the model cannot run its own forward afterwards."""
+    built = _BUILT.get(model)
+    if built is None or not built.modes or built.dense_released:
+        return 0
+    freed = 0
+    embed = model.model.embed_tokens.weight
+    for layer in model.model.layers:
+        for linear in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
+                       layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
+            freed += linear.weight.numel() * linear.weight.element_size()
+            linear.weight = torch.nn.Parameter(linear.weight.new_empty(0), requires_grad=False)
+    if model.lm_head.weight.data_ptr() != embed.data_ptr():
+        freed += model.lm_head.weight.numel() * model.lm_head.weight.element_size()
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.new_empty(0), requires_grad=False)
+    built.dense_released = True
+    return freed
+
+
+def _build_smoothed(model: Any, mode: str, peaks: dict[str, torch.Tensor]) -> SlotWeights:
+    """Like ``_build``, with each linear layer's input smoothed into its weight (smoothing.py)."""
+    cfg, inner = model.config, model.model
+    heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    layers = []
+    for index, layer in enumerate(inner.layers):
+        prefix = f"model.layers.{index}."
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).float()
+        s_qkv = smoothing_scales(peaks[prefix + "self_attn.q_proj"], qkv)
+        s_v = shared_by_kv_head(smoothing_scales(peaks[prefix + "self_attn.o_proj"], attn.o_proj.weight),
+                                heads, kv_heads, head_dim)
+        qkv = qkv * s_qkv[None, :]
+        qkv[-kv_heads * head_dim:] /= s_v[:, None]
+        o = attn.o_proj.weight.float() * expand_to_heads(s_v, heads, kv_heads, head_dim)[None, :]
+        gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).float()
+        s_gate_up = smoothing_scales(peaks[prefix + "mlp.gate_proj"], gate_up)
+        s_down = smoothing_scales(peaks[prefix + "mlp.down_proj"], mlp.down_proj.weight)
+        gate_up = gate_up * s_gate_up[None, :]
+        gate_up[mlp.gate_proj.weight.shape[0]:] /= s_down[:, None]
+        layers.append(LayerWeights(
+            in_norm=layer.input_layernorm.weight / s_qkv, qkv=make_linear(qkv, mode),
+            o=make_linear(o, mode), post_norm=layer.post_attention_layernorm.weight / s_gate_up,
+            gate_up=make_linear(gate_up, mode),
+            down=make_linear(mlp.down_proj.weight.float() * s_down[None, :], mode)))
+    s_head = smoothing_scales(peaks["lm_head"], model.lm_head.weight)
+    return SlotWeights(mode=mode, embed=inner.embed_tokens.weight, final_norm=inner.norm.weight / s_head,
+                       lm_head=make_linear(model.lm_head.weight.float() * s_head[None, :], mode), layers=layers)
+
+
+def _build(model: Any, mode: str) -> SlotWeights:
+    inner = model.model
+
+    def fused(*linears: Any) -> Linear:
+        return make_linear(torch.cat([linear.weight for linear in linears]), mode)
+
+    return SlotWeights(
+        mode=mode,
+        embed=inner.embed_tokens.weight,
+        final_norm=inner.norm.weight,
+        lm_head=make_linear(model.lm_head.weight, mode),
+        layers=[
+            LayerWeights(
+                in_norm=layer.input_layernorm.weight,
+                qkv=fused(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
+                o=make_linear(layer.self_attn.o_proj.weight, mode),
+                post_norm=layer.post_attention_layernorm.weight,
+                gate_up=fused(layer.mlp.gate_proj, layer.mlp.up_proj),
+                down=make_linear(layer.mlp.down_proj.weight, mode),
+            )
+            for layer in inner.layers
+        ],
+    )

@@ -1,0 +1,150 @@
+"""The weight modes of the slot forward (engine/weights.py) on the tiny model.
+
+What each mode must keep: a row's logits the same bits alone or in a batch and at any thread count
+(the engine's determinism, and what lets the thread tuner run), logits close to the dense
+reference, and clear refusals where a mode cannot run.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from proctor.engine.llama_step import LlamaSlots
+from proctor.engine.slot_weights import release_dense, slot_weights
+from proctor.engine.smoothing import calibration_ids
+from proctor.engine.weights import WEIGHT_MODES, fbgemm_available, make_linear, mode_problem
+from proctor.models.errors import ModelError
+from proctor.models.placement import resolve_weights
+
+PROMPTS = ["The capital of France is", "Hi", "你好，世界。今天天气很好。",
+           "Once upon a time, in a small village by the sea, there lived an old fisherman", "1, 2, 3, 4,"]
+QUANTIZED = [m for m in WEIGHT_MODES if m != "dense"]
+needs_fbgemm = pytest.mark.skipif(not fbgemm_available(), reason="fbgemm needs an x86 CPU with AVX2")
+
+
+def logits_alone_and_together(model, tokenizer, mode: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:  # type: ignore[no-untyped-def]
+    prompts = [tokenizer(p)["input_ids"] for p in PROMPTS]
+    with torch.inference_mode():
+        alone = []
+        for ids in prompts:
+            solo = LlamaSlots(model, 1, torch.device("cpu"), mode, calibration_ids(tokenizer))
+            first = solo.prefill(0, ids)
+            alone.append(torch.cat([first, solo.decode([int(first.argmax())]), solo.decode([7])]))
+        batch = LlamaSlots(model, len(prompts), torch.device("cpu"), mode, calibration_ids(tokenizer))
+        firsts = torch.cat([batch.prefill(i, ids) for i, ids in enumerate(prompts)])
+        second = batch.decode([int(row.argmax()) for row in firsts])
+        third = batch.decode([7] * len(prompts))
+    together = [torch.stack([firsts[i], second[i], third[i]]) for i in range(len(prompts))]
+    return alone, together
+
+
+@needs_fbgemm
+@pytest.mark.parametrize("mode", QUANTIZED)
+def test_a_rows_logits_are_the_same_bits_alone_and_in_a_batch(tiny_model, tokenizer, mode: str) -> None:  # type: ignore[no-untyped-def]
+    alone, together = logits_alone_and_together(tiny_model, tokenizer, mode)
+    for index, (a, t) in enumerate(zip(alone, together, strict=True)):
+        assert torch.equal(a, t), f"{mode}: row {index} changed in a batch (max gap {(a - t).abs().max():.3g})"
+
+
+@needs_fbgemm
+@pytest.mark.parametrize("mode", QUANTIZED)
+def test_a_rows_logits_are_the_same_bits_at_any_thread_count(tiny_model, tokenizer, mode: str) -> None:  # type: ignore[no-untyped-def]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = logits_alone_and_together(tiny_model, tokenizer, mode)[1]
+        torch.set_num_threads(max(2, threads))
+        more = logits_alone_and_together(tiny_model, tokenizer, mode)[1]
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for a, b in zip(one, more, strict=True))
+    assert LlamaSlots(tiny_model, 1, torch.device("cpu"), mode, calibration_ids(tokenizer)).thread_invariant
+
+
+@needs_fbgemm
+@pytest.mark.parametrize(("mode", "tolerance"), [("fp16", 2e-3), ("q8", 0.1)])
+def test_quantized_logits_stay_close_to_dense(tiny_model, tokenizer, mode: str, tolerance: float) -> None:  # type: ignore[no-untyped-def]
+    dense = logits_alone_and_together(tiny_model, tokenizer, "dense")[1]
+    quantized = logits_alone_and_together(tiny_model, tokenizer, mode)[1]
+    for d, q in zip(dense, quantized, strict=True):
+        relative = float((q - d).norm() / d.norm())
+        assert relative < tolerance, f"{mode}: relative error {relative:.2e}"
+        assert not torch.equal(q, d), f"{mode} gave dense's exact bits: it did not run"
+
+
+@needs_fbgemm
+def test_int8_rows_use_their_own_scale() -> None:
+    """A row of tiny values next to a row of large ones keeps its precision (per-row, not per-tensor)."""
+    torch.manual_seed(0)
+    weight = torch.randn(48, 32)
+    linear = make_linear(weight, "q8")
+    small, large = torch.randn(1, 32) * 1e-3, torch.randn(1, 32) * 1e3
+    together = linear(torch.cat([small, large]))
+    reference = small @ weight.T
+    assert torch.equal(together[:1], linear(small))
+    assert float((together[:1] - reference).norm() / reference.norm()) < 0.03
+
+
+def test_weight_bytes_shrink_by_mode(tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    dense = slot_weights(tiny_model, "dense").nbytes
+    assert dense > 0
+    if fbgemm_available():
+        assert slot_weights(tiny_model, "fp16").nbytes == dense // 2
+        assert slot_weights(tiny_model, "q8", calibration_ids(tokenizer)).nbytes < dense // 3
+
+
+@needs_fbgemm
+def test_q8_needs_its_calibration_text(tiny_model) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="calibration"):
+        slot_weights(copy.deepcopy(tiny_model), "q8")
+
+
+@needs_fbgemm
+def test_smoothing_leaves_the_dense_product_unchanged(tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """The per-channel scales folded into norms, v and up rows cancel exactly in real arithmetic: run
+    the smoothed weights densely and the logits match the dense forward to float rounding."""
+    from proctor.engine.slot_weights import _build_smoothed
+    from proctor.engine.smoothing import input_peaks
+
+    ids = tokenizer(PROMPTS[3])["input_ids"]
+    smoothed = _build_smoothed(tiny_model, "dense", input_peaks(tiny_model, calibration_ids(tokenizer)))
+    plain = LlamaSlots(tiny_model, 1, torch.device("cpu"))
+    folded = LlamaSlots(tiny_model, 1, torch.device("cpu"))
+    folded.weights, folded._layers, folded._lm_head = smoothed, smoothed.layers, smoothed.lm_head
+    folded._final_norm = smoothed.final_norm
+    with torch.inference_mode():
+        expected, got = plain.prefill(0, ids), folded.prefill(0, ids)
+    assert not torch.equal(expected, got), "no scale was folded"
+    assert torch.allclose(expected, got, atol=1e-4, rtol=1e-4)
+
+
+def test_modes_that_cannot_run_are_refused_clearly() -> None:
+    cpu = torch.device("cpu")
+    assert "unknown weights mode 'q4'" in str(mode_problem("q4", cpu, torch.float32))
+    assert "--dtype float32" in str(mode_problem("q8", cpu, torch.bfloat16))
+    assert "CPU mode" in str(mode_problem("fp16", torch.device("cuda"), torch.bfloat16))
+    assert mode_problem("dense", torch.device("cuda"), torch.bfloat16) is None
+    with pytest.raises(ModelError, match="--dtype float32"):
+        resolve_weights("q8", cpu, torch.bfloat16)
+    assert resolve_weights("auto", cpu, torch.bfloat16) == "dense"
+    assert resolve_weights("DENSE", cpu, torch.float32) == "dense"
+    if fbgemm_available():
+        assert resolve_weights("auto", cpu, torch.float32) in QUANTIZED
+
+
+def test_released_dense_weights_keep_built_modes_and_refuse_new_ones(tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    model = copy.deepcopy(tiny_model)
+    ids = tokenizer(PROMPTS[0])["input_ids"]
+    with torch.inference_mode():
+        before = LlamaSlots(model, 1, torch.device("cpu"), "dense").prefill(0, ids)
+        freed = release_dense(model)
+        after = LlamaSlots(model, 1, torch.device("cpu"), "dense").prefill(0, ids)
+    assert freed > 0
+    assert model.model.layers[0].mlp.down_proj.weight.numel() == 0
+    assert torch.equal(before, after)
+    assert release_dense(model) == 0
+    with pytest.raises(RuntimeError, match="released"):
+        slot_weights(model, "fp16")
