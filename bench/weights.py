@@ -108,17 +108,29 @@ def bit_identical_in_batch(model, tokenizer, mode: str) -> bool:  # type: ignore
     return all(torch.equal(a[0], t[0]) for a, t in zip(alone, together, strict=True))
 
 
+def print_kernels(table: dict[str, dict[str, dict[int, float]]], rows: list[int]) -> None:
+    print("\n| kernel | mode | " + " | ".join(f"{r} rows µs" for r in rows) + " |")
+    print("|---|---|" + "---|" * len(rows))
+    for name, by_mode in table.items():
+        for mode, by_rows in by_mode.items():
+            print(f"| {name} | {mode} | " + " | ".join(f"{by_rows[r]:.0f}" for r in rows) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", default="dense,fp16,q8")
     parser.add_argument("--rows", default="1,4,16,32")
     parser.add_argument("--skip-kernels", action="store_true")
+    parser.add_argument("--kernels-only", action="store_true", help="only the kernel table (no model needed)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     modes, rows = args.modes.split(","), [int(r) for r in args.rows.split(",")]
     figures: dict[str, object] = {"torch": torch.__version__, "threads": torch.get_num_threads()}
     if not args.skip_kernels:
         figures["kernels_us"] = kernels(modes, rows)
+    if args.kernels_only:
+        print_kernels(figures["kernels_us"], rows)  # type: ignore[arg-type]
+        return
     loaded = load_model(Settings.load({"device": "cpu", "dtype": "float32", "weights": "dense", "warmup": False}))
     model, tokenizer = loaded.model, loaded.tokenizer
     steps = step_times(model, tokenizer, modes, [1, 16])
@@ -132,11 +144,7 @@ def main() -> None:
     figures["quality"] = quality
     print(json.dumps(figures, indent=1))
     if "kernels_us" in figures:
-        print("\n| kernel | mode | " + " | ".join(f"{r} rows µs" for r in rows) + " |")
-        print("|---|---|" + "---|" * len(rows))
-        for name, by_mode in figures["kernels_us"].items():  # type: ignore[union-attr]
-            for mode, by_rows in by_mode.items():
-                print(f"| {name} | {mode} | " + " | ".join(f"{by_rows[r]:.0f}" for r in rows) + " |")
+        print_kernels(figures["kernels_us"], rows)  # type: ignore[arg-type]
     print("\n| mode | step 1 row ms | step 16 rows ms | × dense (1 / 16) | top-1 = dense | KL to dense | perplexity |"
           " greedy identical | tokens to 1st divergence (mean / min) | bits same in batch |")
     print("|---|---|---|---|---|---|---|---|---|---|")

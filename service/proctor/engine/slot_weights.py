@@ -9,6 +9,8 @@ lookup reads it (and with tied embeddings it is also the dense LM head).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,8 +99,31 @@ def release_dense(model: Any) -> int:
     if model.lm_head.weight.data_ptr() != embed.data_ptr():
         freed += model.lm_head.weight.numel() * model.lm_head.weight.element_size()
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.new_empty(0), requires_grad=False)
+    # The embedding (and a tied LM head) now points at the slot weights' own copy of it.
+    own = torch.nn.Parameter(next(iter(built.modes.values())).embed, requires_grad=False)
+    tied = model.lm_head.weight.data_ptr() == embed.data_ptr()
+    model.model.embed_tokens.weight = own
+    if tied:
+        model.lm_head.weight = own
+    for parameter in model.parameters():  # the norms: small, but each would keep the whole map alive
+        if parameter is not own and parameter.numel():
+            parameter.data = parameter.data.clone()
     built.dense_released = True
+    _return_free_memory()
     return freed
+
+
+def _return_free_memory() -> None:
+    """Hand freed heap pages back to the system (glibc keeps them otherwise: the released weights were
+    freed in pieces of a few MB, below the allocator's adaptive mmap threshold by then)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _own_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy in memory of our own: the loaded tensor may live in the model file's memory map, which
+    stays mapped (and resident) while any tensor from it does — so the release can unmap it."""
+    return tensor.detach().clone()
 
 
 def _build_smoothed(model: Any, mode: str, peaks: dict[str, torch.Tensor]) -> SlotWeights:
@@ -128,7 +153,7 @@ def _build_smoothed(model: Any, mode: str, peaks: dict[str, torch.Tensor]) -> Sl
             gate_up=make_linear(gate_up, mode),
             down=make_linear(mlp.down_proj.weight.float() * s_down[None, :], mode)))
     s_head = smoothing_scales(peaks["lm_head"], model.lm_head.weight)
-    return SlotWeights(mode=mode, embed=inner.embed_tokens.weight, final_norm=inner.norm.weight / s_head,
+    return SlotWeights(mode=mode, embed=_own_copy(inner.embed_tokens.weight), final_norm=inner.norm.weight / s_head,
                        lm_head=make_linear(model.lm_head.weight.float() * s_head[None, :], mode), layers=layers)
 
 
@@ -140,7 +165,7 @@ def _build(model: Any, mode: str) -> SlotWeights:
 
     return SlotWeights(
         mode=mode,
-        embed=inner.embed_tokens.weight,
+        embed=_own_copy(inner.embed_tokens.weight),
         final_norm=inner.norm.weight,
         lm_head=make_linear(model.lm_head.weight, mode),
         layers=[
