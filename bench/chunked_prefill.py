@@ -28,6 +28,7 @@ from proctor.domain import GenerationRequest, SamplingParams, StoppingParams  # 
 from proctor.engine.engine import Engine  # noqa: E402
 from proctor.models import load_model  # noqa: E402
 
+RUNNING_TOKENS = 3000  # far more than the window takes: the streams run through it
 FILLER = ("Clause {i}. The receiving party shall keep the disclosing party's information confidential, "
           "use it only for the permitted purpose and return it on request. ")
 
@@ -37,7 +38,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def one_round(engine: Engine, tokenizer: object, streams: int, long_tokens: int, tag: str) -> dict[str, float]:
+def long_prompt(tokenizer: object, tokens: int) -> str:
+    """Filler clauses until the text is at least ``tokens`` tokens (built before the streams start)."""
+    text, i = "", 0
+    while len(tokenizer(text)["input_ids"]) < tokens:  # type: ignore[operator]
+        text += "".join(FILLER.format(i=i + j) for j in range(10))
+        i += 10
+    return text
+
+
+def one_round(engine: Engine, text: str, streams: int, tag: str) -> dict[str, float]:
     arrivals: list[list[float]] = [[] for _ in range(streams)]
     done = [threading.Event() for _ in range(streams)]
     for index in range(streams):
@@ -47,14 +57,10 @@ def one_round(engine: Engine, tokenizer: object, streams: int, long_tokens: int,
                 done[index].set()
         request = GenerationRequest(request_id=f"{tag}-run-{index}", prompt=f"Write item {index} of a long list:",
                                     sampling=SamplingParams(),
-                                    stopping=StoppingParams(max_new_tokens=400, ignore_eos=True))
+                                    stopping=StoppingParams(max_new_tokens=RUNNING_TOKENS, ignore_eos=True))
         engine.submit(engine.prepare(request), sink)
     while min(len(a) for a in arrivals) < 20:
         time.sleep(0.01)
-    text, i = "", 0
-    while len(tokenizer(text)["input_ids"]) < long_tokens:  # type: ignore[operator]
-        text += FILLER.format(i=i)
-        i += 1
     first = threading.Event()
     long_done = threading.Event()
 
@@ -68,6 +74,12 @@ def one_round(engine: Engine, tokenizer: object, streams: int, long_tokens: int,
     engine.submit(engine.prepare(long), long_sink)
     first.wait(600)
     joined = time.monotonic()
+    for index in range(streams):
+        engine.abort(f"{tag}-run-{index}")  # the window is measured; no need to run them to the end
+    for event in done:
+        event.wait(600)  # each stream's next event after the window (a token or the abort's end)
+    long_done.wait(600)
+    assert all(len(a) < RUNNING_TOKENS for a in arrivals), "a running stream ended inside the window"
     gaps = []
     for times in arrivals:
         inside = [t for t in times if submitted <= t <= joined]
@@ -77,32 +89,31 @@ def one_round(engine: Engine, tokenizer: object, streams: int, long_tokens: int,
         if after:
             points.append(after[0])
         gaps += [b - a for a, b in itertools.pairwise(points)]
-    for event in done:
-        event.wait(600)
-    long_done.wait(600)
     return {"ttft_long_ms": (joined - submitted) * 1000, "tpot_p50_ms": statistics.median(gaps) * 1000,
             "tpot_p99_ms": percentile(gaps, 0.99) * 1000, "tpot_max_ms": max(gaps) * 1000}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chunks", default="0,256,128")
+    parser.add_argument("--chunks", default="0,256,128,64")
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--long-tokens", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--weights", default="auto")
     args = parser.parse_args()
     chunks = [int(c) for c in args.chunks.split(",")]
-    base = {"device": "cpu", "warmup": False, "weights": args.weights, "max_batch_size": args.streams + 1}
+    base = {"device": "cpu", "warmup": False, "weights": args.weights, "max_batch_size": args.streams + 1,
+            "max_new_tokens_limit": RUNNING_TOKENS}
     loaded = load_model(Settings.load(base, environ={}))
     engines = {c: Engine(loaded, Settings.load({**base, "prefill_chunk_tokens": c}, environ={})) for c in chunks}
     for engine in engines.values():
         engine.start()
+    text = long_prompt(loaded.tokenizer, args.long_tokens)
     results: dict[int, list[dict[str, float]]] = {c: [] for c in chunks}
     for round_index in range(args.rounds):
         order = chunks if round_index % 2 == 0 else list(reversed(chunks))
         for c in order:
-            figures = one_round(engines[c], loaded.tokenizer, args.streams, args.long_tokens, f"r{round_index}c{c}")
+            figures = one_round(engines[c], text, args.streams, f"r{round_index}c{c}")
             results[c].append(figures)
             print(f"round {round_index} chunk {c}: {figures}", file=sys.stderr, flush=True)
     for engine in engines.values():

@@ -30,7 +30,7 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--kv-cache-mb", type=int, help="KV-cache memory budget in MiB (default 4096)")
     p.add_argument("--max-prefill-tokens", type=int, help="prompt tokens prefilled per step (default 2048)")
     p.add_argument("--prefill-chunk-tokens", type=int, help="a longer prompt is prefilled this many tokens per "
-                   "step between the running rows' decode steps (default 256; 0: whole)")
+                   "step between the running rows' decode steps (default 128; 0: whole)")
     p.add_argument("--max-new-tokens-limit", type=int, help="server cap on max_new_tokens (default 4096)")
     p.add_argument("--grace-period", dest="grace_period_s", type=float, help="seconds to drain on shutdown")
     p.add_argument("--reflection", action=argparse.BooleanOptionalAction, default=None,

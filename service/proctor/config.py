@@ -54,7 +54,7 @@ class Settings:
     kv_cache_mb: int = 4096
     max_prefill_tokens: int = 2048
     # A longer prompt is prefilled this many tokens per step between decode steps (engine/batch.py); 0: whole.
-    prefill_chunk_tokens: int = 256
+    prefill_chunk_tokens: int = 128
     max_message_bytes: int = 16 * 1024 * 1024
     reflection: bool | None = None  # None: on when bound to loopback
     grace_period_s: float = 10.0
