@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from proctor.audit.chain import canonical
+from proctor.audit.canonical import canonical
 from proctor.audit.records import CallRecord, PrivacyPolicy, build_body, request_from_dict, request_to_dict
 from proctor.domain import (
     ChatMessage,

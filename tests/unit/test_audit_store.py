@@ -3,8 +3,10 @@
 Each test builds a real log through the real sink (hash chain, Ed25519 checkpoints every 4
 records, checkpoint file), then tampers with the database behind the store's back the way an
 insider with database access would (triggers disabled first), and checks that ``verify_log``
-fails naming the first bad sequence number. PostgreSQL runs when ``make test`` started it
-(PROCTOR_TEST_POSTGRES_DSN); without it those cases skip with a message.
+fails naming the first bad sequence number. Each log is built twice: all ``proctor.audit/2`` (what
+the sink writes), and as a log written before issue 13 and continued since: its first records
+``proctor.audit/1`` rows (written the way that writer did), the rest v2. PostgreSQL runs when
+``make test`` started it (PROCTOR_TEST_POSTGRES_DSN); without it those cases skip with a message.
 """
 
 from __future__ import annotations
@@ -17,17 +19,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from proctor.audit.chain import load_or_create_signing_key
-from proctor.audit.sink import AuditSink
-from proctor.audit.store import AuditStore, Filters
+from proctor.audit import FORMAT, FORMAT_V1
+from proctor.audit.canonical import canonical
+from proctor.audit.chain import (
+    checkpoint_message,
+    load_or_create_signing_key,
+    public_key_text,
+    row_hash,
+    row_hash_v1,
+    sign,
+)
+from proctor.audit.sink import AuditSink, AuditUnavailable
+from proctor.audit.store import AuditStore, Filters, Row
 from proctor.audit.verify import verify_log
 
 CHECKPOINT_EVERY = 4
+V1_RECORDS = 5  # in the "v1+v2" layout: id-0000 … id-0004 are v1 rows (and a v1 checkpoint), the rest v2
 
 
 def body(number: int, caller: str = "alice") -> dict[str, Any]:
-    return {"format": "proctor.audit/1", "kind": "request", "audit_id": f"id-{number:04d}", "method": "Generate",
+    return {"format": FORMAT, "kind": "request", "audit_id": f"id-{number:04d}", "method": "Generate",
             "request_id": f"req-{number}", "received_ms": 1_764_000_000_000 + number, "caller": {"identity": caller},
             "status": {"code": "OK", "message": ""}, "finish": {"reason": "length", "detail": ""},
             "tokens": [{"step": 0, "id": 42, "text": "ok", "logprob": -0.5}]}
@@ -50,21 +63,52 @@ class Log:
                           checkpoint_file=self.checkpoints)
 
 
-def fill(store: AuditStore, tmp_path: Path, records: int) -> tuple[Path, Path]:
+def write_v1(store: AuditStore, key: Ed25519PrivateKey, checkpoints: Path, bodies: list[dict[str, Any]]) -> None:
+    """Rows the way the ``proctor.audit/1`` writer wrote them: the hash over seq, prev_hash and body
+    only, and a signed v1 checkpoint every CHECKPOINT_EVERY records (also in the checkpoint file)."""
+    def build(seq: int, prev: str) -> list[Row]:
+        rows: list[Row] = []
+        for number, record in enumerate(bodies, 1):
+            seq, data = seq + 1, canonical({**record, "format": FORMAT_V1})
+            rows.append(Row(seq, record["audit_id"], "request", record["received_ms"], record["caller"]["identity"],
+                            record["request_id"], record["finish"]["reason"], data, prev, row_hash_v1(seq, prev, data)))
+            prev = rows[-1].hash
+            if number % CHECKPOINT_EVERY == 0:
+                seq, now = seq + 1, 1_764_000_000_000 + seq
+                data = canonical({"format": FORMAT_V1, "kind": "checkpoint", "checkpoint_seq": seq - 1,
+                                  "checkpoint_hash": prev, "time_ms": now,
+                                  "public_key": public_key_text(key.public_key()),
+                                  "signature": sign(key, checkpoint_message(seq - 1, prev, now))})
+                rows.append(Row(seq, f"checkpoint-{seq}", "checkpoint", now, "", "", "", data, prev,
+                                row_hash_v1(seq, prev, data)))
+                prev = rows[-1].hash
+        return rows
+
+    with checkpoints.open("a", encoding="utf-8") as handle:
+        for row in store.append_chained(build):
+            if row.kind == "checkpoint":
+                handle.write(json.dumps({"seq": row.seq, "hash": row.hash}) + "\n")
+
+
+def fill(store: AuditStore, tmp_path: Path, records: int, v1_records: int = 0) -> tuple[Path, Path]:
     key_path, checkpoints = tmp_path / "audit.key", tmp_path / "audit.checkpoints"
-    sink = AuditSink(store, load_or_create_signing_key(key_path), checkpoint_file=checkpoints,
-                     checkpoint_every=CHECKPOINT_EVERY, checkpoint_interval_s=3600)
-    futures = [sink.submit(body(i, caller="bob" if i % 3 == 0 else "alice")) for i in range(records)]
+    key = load_or_create_signing_key(key_path)
+    bodies = [body(i, caller="bob" if i % 3 == 0 else "alice") for i in range(records)]
+    if v1_records:
+        write_v1(store, key, checkpoints, bodies[:v1_records])
+    sink = AuditSink(store, key, checkpoint_file=checkpoints, checkpoint_every=CHECKPOINT_EVERY,
+                     checkpoint_interval_s=3600)
+    futures = [sink.submit(record) for record in bodies[v1_records:]]
     assert [f.result(10) for f in futures] == sorted(f.result(10) for f in futures)
     sink.close()
     return key_path, checkpoints
 
 
-def sqlite_log(tmp_path: Path, records: int) -> Log:
+def sqlite_log(tmp_path: Path, records: int, v1_records: int = 0) -> Log:
     from proctor.audit.sqlite_store import SQLiteAuditStore
 
     path = tmp_path / "audit.db"
-    key_path, checkpoints = fill(SQLiteAuditStore(path), tmp_path, records)
+    key_path, checkpoints = fill(SQLiteAuditStore(path), tmp_path, records, v1_records)
 
     def execute(statement: str, params: tuple[object, ...]) -> None:
         db = sqlite3.connect(path, isolation_level=None)
@@ -84,7 +128,7 @@ def sqlite_log(tmp_path: Path, records: int) -> Log:
                lambda: SQLiteAuditStore(path, readonly=True), lambda: SQLiteAuditStore(path))
 
 
-def postgres_log(tmp_path: Path, records: int) -> Log:
+def postgres_log(tmp_path: Path, records: int, v1_records: int = 0) -> Log:
     psycopg = pytest.importorskip("psycopg")
     from helpers.postgres import audit_schema, postgres_dsn
 
@@ -94,7 +138,7 @@ def postgres_log(tmp_path: Path, records: int) -> Log:
     if owner is None:
         pytest.skip("PostgreSQL is not running (make test starts it; PROCTOR_TEST_POSTGRES_DSN)")
     owner_dsn, app_dsn = audit_schema(owner)
-    key_path, checkpoints = fill(PostgresAuditStore(app_dsn), tmp_path, records)
+    key_path, checkpoints = fill(PostgresAuditStore(app_dsn), tmp_path, records, v1_records)
 
     def execute(statement: str, params: tuple[object, ...]) -> None:
         with psycopg.connect(owner_dsn, autocommit=True) as conn:
@@ -111,11 +155,14 @@ def postgres_log(tmp_path: Path, records: int) -> Log:
 
 
 STORES = {"sqlite": sqlite_log, "postgres": postgres_log}
+LAYOUTS = {"v2": 0, "v1+v2": V1_RECORDS}
 
 
-@pytest.fixture(params=sorted(STORES))
+@pytest.fixture(params=[(store, layout) for store in sorted(STORES) for layout in LAYOUTS],
+                ids=lambda param: "-".join(param))
 def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[int], Log]]:
-    yield lambda records: STORES[request.param](tmp_path, records)
+    store, layout = request.param
+    yield lambda records: STORES[store](tmp_path, records, min(records, LAYOUTS[layout]))
 
 
 def test_an_intact_log_verifies_and_filters_work(make_log: Callable[[int], Log]) -> None:
@@ -127,6 +174,57 @@ def test_an_intact_log_verifies_and_filters_work(make_log: Callable[[int], Log])
                                                                              "id-0009"]
     assert log.store.get("id-0005").request_id == "req-5"  # type: ignore[union-attr]
     assert log.store.get("nope") is None
+    v1 = [r.audit_id for r in log.store.iterate(None) if r.hash == row_hash_v1(r.seq, r.prev_hash, r.body)]
+    v2 = [r.audit_id for r in log.store.iterate(None) if r.hash == row_hash(
+        r.seq, r.prev_hash, r.kind, r.audit_id, r.time_ms, r.caller, r.request_id, r.finish_reason, r.body)]
+    assert len(v1) + len(v2) == 13 and len([a for a in v1 if not a.startswith("checkpoint")]) in (0, V1_RECORDS)
+
+
+def test_verify_reads_the_log_in_pages(make_log: Callable[[int], Log], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages of 3 rows (read and hashed ahead on two threads): all are checked, progress counts every
+    row, a problem in a later page is found, and stopping there leaves the store usable."""
+    from proctor.audit import verify
+    from proctor.audit.chain import load_public_key
+
+    monkeypatch.setattr(verify, "PAGE_ROWS", 3)
+    log = make_log(10)
+    seen: list[int] = []
+    store = log.reopen()
+    result = verify_log(store, public_key=load_public_key(str(log.key_path)), checkpoint_file=log.checkpoints,
+                        progress=seen.append)
+    assert result.ok and (result.records, result.checkpoints) == (10, 3), result
+    assert seen == [3, 3, 3, 3, 1]
+    k = _seq_of(log, "id-0008")
+    _edit_body(log, k)
+    result = verify_log(store, public_key=load_public_key(str(log.key_path)), checkpoint_file=log.checkpoints)
+    assert not result.ok and result.first_bad_seq == k
+    assert store.count() == 13 and store.read_page(k, 2)[0][0] == k
+
+
+def test_the_sink_writes_only_its_own_format(make_log: Callable[[int], Log]) -> None:
+    """A record of another format or kind fails alone (its future), the rest of the batch is written."""
+    log = make_log(2)
+    sink = AuditSink(log.reopen_writer(), load_or_create_signing_key(log.key_path), checkpoint_file=log.checkpoints,
+                     checkpoint_every=CHECKPOINT_EVERY, checkpoint_interval_s=3600)
+    futures = [sink.submit({**body(50), "format": FORMAT_V1}), sink.submit({**body(51), "kind": "checkpoint"}),
+               sink.submit(body(52))]
+    for future in futures[:2]:
+        with pytest.raises(AuditUnavailable, match=r"this writer writes proctor\.audit/2"):
+            future.result(10)
+    assert futures[2].result(10) > 0
+    sink.close()
+    assert [r.audit_id for r in log.reopen().iterate(Filters())] == ["id-0000", "id-0001", "id-0052"]
+    assert log.verify().ok
+
+
+def test_a_record_of_an_unknown_format_is_refused(make_log: Callable[[int], Log]) -> None:
+    log = make_log(3)
+    k = _seq_of(log, "id-0001")
+    data = canonical({**body(1), "format": "proctor.audit/9"})
+    log.execute("UPDATE audit_log SET body = ? WHERE seq = ?", (data, k))
+    result = log.verify()
+    assert not result.ok and result.first_bad_seq == k
+    assert "unknown record format 'proctor.audit/9'" in result.problem
 
 
 def test_the_store_refuses_update_and_delete(make_log: Callable[[int], Log]) -> None:
@@ -152,11 +250,14 @@ def _seq_of(log: Log, audit_id: str) -> int:
     return row.seq
 
 
+def _edit_body(log: Log, k: int) -> None:
+    row = next(r for r in log.reopen().iterate(None) if r.seq == k)
+    log.execute("UPDATE audit_log SET body = ? WHERE seq = ?", (row.body.replace(b'"req-', b'"reQ-'), k))
+
+
 TAMPERING = {
     # name: (how, which record must be named first)
-    "flip a byte": (lambda log, k: log.execute("UPDATE audit_log SET body = ? WHERE seq = ?",
-                                               (bytes(log.reopen().get("id-0005").body).replace(b"req-5", b"req-6"),  # type: ignore[union-attr]
-                                                k)), 0),
+    "flip a byte": (_edit_body, 0),
     "delete a row": (lambda log, k: log.execute("DELETE FROM audit_log WHERE seq = ?", (k,)), 0),
     "delete and renumber": (lambda log, k: (log.execute("DELETE FROM audit_log WHERE seq = ?", (k,)),
                                             log.execute("UPDATE audit_log SET seq = seq - 1 WHERE seq > ?", (k,))), 0),
@@ -170,20 +271,54 @@ TAMPERING = {
     "swap two rows": (lambda log, k: (log.execute("UPDATE audit_log SET seq = -1 WHERE seq = ?", (k,)),
                                       log.execute("UPDATE audit_log SET seq = ? WHERE seq = ?", (k, k + 1)),
                                       log.execute("UPDATE audit_log SET seq = ? WHERE seq = -1", (k + 1,))), 0),
-    "edit a filter column": (lambda log, k: log.execute("UPDATE audit_log SET caller = 'mallory' WHERE seq = ?",
-                                                        (k,)), 0),
 }
+COLUMN_EDITS = {"kind": "'checkpoint'", "audit_id": "'id-0099'", "time_ms": "time_ms + 1", "caller": "'mallory'",
+                "request_id": "'req-99'", "finish_reason": "'stop'"}
+TARGETS = ["id-0002", "id-0007"]  # in the v1+v2 layout: a v1 row and a v2 row
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("tampering", sorted(TAMPERING))
-def test_tampering_is_found_at_the_first_bad_record(make_log: Callable[[int], Log], tampering: str) -> None:
+def test_tampering_is_found_at_the_first_bad_record(make_log: Callable[[int], Log], tampering: str,
+                                                    target: str) -> None:
     log = make_log(10)
-    k = _seq_of(log, "id-0005")
+    k = _seq_of(log, target)
     how, offset = TAMPERING[tampering]
     how(log, k)
     result = log.verify()
     assert not result.ok
     assert result.first_bad_seq == k + offset, (tampering, result)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("column", sorted(COLUMN_EDITS))
+def test_editing_any_filter_column_is_found(make_log: Callable[[int], Log], column: str, target: str) -> None:
+    log = make_log(10)
+    k = _seq_of(log, target)
+    log.execute(f"UPDATE audit_log SET {column} = {COLUMN_EDITS[column]} WHERE seq = ?", (k,))
+    result = log.verify()
+    assert not result.ok and result.first_bad_seq == k, (column, result)
+
+
+def test_a_row_rewritten_with_a_consistent_hash_is_caught_by_the_next_checkpoint(
+        make_log: Callable[[int], Log]) -> None:
+    """An insider who edits a v2 row and recomputes the hashes from there on (the chain then holds)
+    cannot re-sign the checkpoint that covers the old hash."""
+    log = make_log(10)
+    rows = list(log.reopen().iterate(None))
+    k = _seq_of(log, "id-0006")
+    prev = next(r for r in rows if r.seq == k - 1).hash
+    for row in (r for r in rows if r.seq >= k):
+        caller = "mallory" if row.seq == k else row.caller
+        digest = row_hash(row.seq, prev, row.kind, row.audit_id, row.time_ms, caller, row.request_id,
+                          row.finish_reason, row.body)
+        log.execute("UPDATE audit_log SET caller = ?, prev_hash = ?, hash = ? WHERE seq = ?",
+                    (caller, prev, digest, row.seq))
+        prev = digest
+    result = log.verify()
+    next_checkpoint = min(r.seq for r in rows if r.kind == "checkpoint" and r.seq > k)
+    assert not result.ok and result.first_bad_seq == next_checkpoint, result
+    assert "checkpoint does not cover" in result.problem
 
 
 def test_cutting_the_tail_past_the_last_checkpoint_is_found(make_log: Callable[[int], Log]) -> None:
@@ -202,11 +337,14 @@ def test_a_forged_checkpoint_signature_is_found(make_log: Callable[[int], Log]) 
     checkpoint = next(r for r in log.reopen().iterate(None) if r.kind == "checkpoint")
     forged = json.loads(checkpoint.body)
     forged["signature"] = forged["signature"][:-4] + ("AAAA" if not forged["signature"].endswith("AAAA") else "BBBB")
-    from proctor.audit.chain import canonical, row_hash
+    from proctor.audit.canonical import canonical
+    from proctor.audit.chain import row_hash
 
     data = canonical(forged)  # a consistent row: only the signature can tell
+    c = checkpoint
     log.execute("UPDATE audit_log SET body = ?, hash = ? WHERE seq = ?",
-                (data, row_hash(checkpoint.seq, checkpoint.prev_hash, data), checkpoint.seq))
+                (data, row_hash(c.seq, c.prev_hash, c.kind, c.audit_id, c.time_ms, c.caller, c.request_id,
+                                c.finish_reason, data), c.seq))
     result = log.verify()
     assert not result.ok and result.first_bad_seq == checkpoint.seq
 

@@ -1,101 +1,52 @@
-"""Hash chain and signed checkpoints over canonical JSON (RFC 8785).
+"""Hash chain and signed checkpoints.
 
-Each stored row's hash covers its sequence number, the previous row's hash and its body, so
-changing, removing, inserting or reordering any row breaks the chain at that row. Every N rows
-(or T seconds) a checkpoint row carries an Ed25519 signature over the sequence number and hash
-it closes; checkpoints are also appended to a file outside the store, so cutting off the tail
-of the log (checkpoints included) is detected as well.
+Each stored row's hash covers its sequence number, the previous row's hash, its filter columns
+and its body, so changing, removing, inserting or reordering any row, or editing a column, breaks
+the chain at that row (``row_hash``; ``proctor.audit/1`` rows, whose hash covers only the sequence
+number, the previous hash and the body, are read with ``row_hash_v1``). Every N rows (or T
+seconds) a checkpoint row carries an Ed25519 signature over the sequence number and hash it
+closes; checkpoints are also appended to a file outside the store, so cutting off the tail of the
+log (checkpoints included) is detected as well. The layout is docs/audit-format.md.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import json
-import math
-import re
-import secrets
+from json.encoder import encode_basestring  # the C encoder's JSON string (no ASCII escaping): RFC 8785's
 from pathlib import Path
-from typing import Any
 
-import rfc8785
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from proctor.audit import FORMAT_V2
+from proctor.audit.canonical import canonical
+
 GENESIS = "0" * 64
+_HEAD = encode_basestring(FORMAT_V2)
 
 
-MAX_SAFE_INTEGER = 2**53 - 1
-_MARK = f"\x00{secrets.token_hex(8)}:"  # wraps a pre-formatted number; unguessable, so no text can fake it
-_MARKED = re.compile('"' + re.escape(json.dumps(_MARK)[1:-1]) + r'([-0-9.e+]+)\\u0000"')
+def row_head(seq: int, prev_hash: str, kind: str, audit_id: str, time_ms: int, caller: str, request_id: str,
+             finish_reason: str) -> bytes:
+    """What a ``proctor.audit/2`` row's hash covers before its body: the canonical JSON (RFC 8785)
+    of ``[format, seq, prev_hash, kind, audit_id, time_ms, caller, request_id, finish_reason]``
+    and a newline. It starts with ``[`` where the v1 head starts with ``{``: no bytes hash as both."""
+    return (f"[{_HEAD},{seq:d},{encode_basestring(prev_hash)},{encode_basestring(kind)},"
+            f"{encode_basestring(audit_id)},{time_ms:d},{encode_basestring(caller)},{encode_basestring(request_id)},"
+            f"{encode_basestring(finish_reason)}]\n").encode()
 
 
-def es6_number(value: float) -> str:
-    """ECMAScript Number::toString (what RFC 8785 prescribes): shortest round-trip digits, and
-    plain decimals for 1e-6 <= |x| < 1e21 (Python's repr switches to exponents earlier)."""
-    if value == 0:
-        return "0"
-    sign = "-" if value < 0 else ""
-    mantissa, _, exponent = repr(abs(value)).partition("e")
-    integer, _, fraction = mantissa.partition(".")
-    digits = (integer + fraction.rstrip("0")).lstrip("0") if fraction != "0" else integer.lstrip("0")
-    point = len(integer.lstrip("0")) if integer != "0" else -(len(fraction) - len(fraction.lstrip("0")))
-    point += int(exponent or 0)  # the decimal point sits after `point` digits
-    digits = digits.rstrip("0") or "0"
-    if len(digits) <= point <= 21:
-        text = digits + "0" * (point - len(digits))
-    elif 0 < point <= 21:
-        text = f"{digits[:point]}.{digits[point:]}"
-    elif -6 < point <= 0:
-        text = "0." + "0" * -point + digits
-    else:
-        power = point - 1
-        text = digits[0] + ("." + digits[1:] if len(digits) > 1 else "") + f"e{'+' if power > 0 else '-'}{abs(power)}"
-    return sign + text
+def row_hash(seq: int, prev_hash: str, kind: str, audit_id: str, time_ms: int, caller: str, request_id: str,
+             finish_reason: str, body: bytes) -> str:
+    """sha256 (hex) of ``row_head(...) + body``; ``body`` is the stored canonical JSON."""
+    digest = hashlib.sha256(row_head(seq, prev_hash, kind, audit_id, time_ms, caller, request_id, finish_reason))
+    digest.update(body)  # releases the GIL for large bodies: another thread can read the store meanwhile
+    return digest.hexdigest()
 
 
-def clean(value: Any, *, mark_floats: bool = False) -> Any:
-    """JSON-safe for RFC 8785: non-finite floats become None, integers beyond 2^53 become strings.
-
-    With ``mark_floats`` (the fast path of ``canonical``), finite floats become marked strings
-    holding their ECMAScript form, restored after ``json.dumps``; a dict key outside the BMP raises
-    ``_NeedsReference`` (keys are then ordered by UTF-16 units, unlike Python's order).
-    """
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return None
-        return f"{_MARK}{es6_number(value)}\x00" if mark_floats else value
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
-        return str(value)
-    if isinstance(value, dict):
-        if mark_floats and any(any(ord(ch) > 0xFFFF for ch in str(k)) for k in value):
-            raise _NeedsReference
-        return {str(k): clean(v, mark_floats=mark_floats) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [clean(v, mark_floats=mark_floats) for v in value]
-    return value
-
-
-class _NeedsReference(Exception):
-    pass
-
-
-def canonical(value: Any) -> bytes:
-    """RFC 8785 (JCS) bytes. The fast path is ``json.dumps`` with sorted keys and numbers
-    pre-formatted the ECMAScript way (equal to the reference for our data, checked by a property
-    test); keys outside the BMP take the reference implementation."""
-    try:
-        text = json.dumps(clean(value, mark_floats=True), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
-    except _NeedsReference:
-        return rfc8785.dumps(clean(value))
-    return _MARKED.sub(lambda m: m.group(1), text).encode("utf-8")
-
-
-def row_hash(seq: int, prev_hash: str, body_json: bytes) -> str:
-    """sha256 over ``canonical({"seq", "prev", "body"})``; ``body_json`` is already canonical."""
-    head = canonical({"seq": seq, "prev": prev_hash})
-    return hashlib.sha256(head + b"\n" + body_json).hexdigest()
+def row_hash_v1(seq: int, prev_hash: str, body: bytes) -> str:
+    """A ``proctor.audit/1`` row's hash: sha256 over ``canonical({"seq", "prev"}) + "\\n" + body``."""
+    return hashlib.sha256(canonical({"seq": seq, "prev": prev_hash}) + b"\n" + body).hexdigest()
 
 
 def checkpoint_message(seq: int, hash_: str, time_ms: int) -> bytes:

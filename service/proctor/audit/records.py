@@ -1,4 +1,4 @@
-"""Building a request record (format ``proctor.audit/1``) from one call; and the request back from it.
+"""Building a request record (``proctor.audit.FORMAT``) from one call; and the request back from it.
 
 No torch and no protobuf here: the API layer hands over domain objects and plain dicts.
 The layout is documented in docs/audit-format.md; change it only with a new format version.

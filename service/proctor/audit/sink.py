@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from proctor.audit import FORMAT
-from proctor.audit.chain import canonical, checkpoint_message, public_key_text, row_hash, sign
+from proctor.audit.canonical import canonical
+from proctor.audit.chain import checkpoint_message, public_key_text, row_hash, sign
 from proctor.audit.records import finish_reason_of
 from proctor.audit.store import AuditStore, Row
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("proctor.audit")
 BATCH_MAX = 256
+_Item = tuple[bytes, tuple[str, int, str, str, str], Future[int]]  # canonical body, filter columns, its future
 
 
 class AuditUnavailable(RuntimeError):
@@ -80,10 +82,12 @@ class AuditSink:
 
     # --- writer thread ------------------------------------------------------------------------
     def _run(self) -> None:
+        # (Serialising the next batch on this thread while another commits measured only ~8% faster:
+        # the committer needs the GIL for every row it binds, and orjson holds it ~100 µs a record.)
         stopping = False
         while not stopping:
             batch, stopping = self._next_batch()
-            self._write(batch, final=stopping)
+            self._commit(self._serialise(batch), final=stopping)
 
     def _next_batch(self) -> tuple[list[tuple[dict[str, Any], Future[int]]], bool]:
         """Up to BATCH_MAX queued records (waiting at most until the next checkpoint is due); and "stop"."""
@@ -104,19 +108,23 @@ class AuditSink:
             except queue.Empty:
                 return batch, False
 
-    def _write(self, batch: list[tuple[dict[str, Any], Future[int]]], final: bool) -> None:
+    def _serialise(self, batch: list[tuple[dict[str, Any], Future[int]]]) -> list[_Item]:
+        """Canonical JSON and filter columns of each record; a record that has none fails alone."""
+        items: list[_Item] = []
+        for body, future in batch:
+            try:
+                items.append((canonical(body), _columns(body), future))
+            except Exception as exc:
+                log.exception("audit record %s cannot be serialised", body.get("audit_id"))
+                future.set_exception(AuditUnavailable(f"the audit record cannot be serialised: {exc}"))
+        return items
+
+    def _commit(self, items: list[_Item], final: bool) -> None:
         """Chain, checkpoint and commit one batch in one transaction; then resolve its futures.
 
         The chain continues from the head the store reads *inside* the write transaction, so
         several servers can share one store (PostgreSQL) without forking the chain.
         """
-        items: list[tuple[bytes, dict[str, Any], Future[int]]] = []
-        for body, future in batch:
-            try:
-                items.append((canonical(body), body, future))
-            except Exception as exc:
-                log.exception("audit record %s cannot be serialised", body.get("audit_id"))
-                future.set_exception(AuditUnavailable(f"the audit record cannot be serialised: {exc}"))
         due = final or time.monotonic() - self._last_checkpoint >= self._interval
         if not items and not (due and self._since_checkpoint):
             return
@@ -124,12 +132,10 @@ class AuditSink:
         def build(head_seq: int, head_hash: str) -> list[Row]:
             rows: list[Row] = []
             seq, prev, pending = head_seq, head_hash, self._since_checkpoint
-            for data, body, _ in items:
+            for data, (audit_id, time_ms, caller, request_id, finish), _ in items:
                 seq += 1
-                digest = row_hash(seq, prev, data)
-                rows.append(Row(seq, body["audit_id"], "request", int(body["received_ms"]),
-                                body["caller"]["identity"], body["request_id"], finish_reason_of(body), data, prev,
-                                digest))
+                digest = row_hash(seq, prev, "request", audit_id, time_ms, caller, request_id, finish, data)
+                rows.append(Row(seq, audit_id, "request", time_ms, caller, request_id, finish, data, prev, digest))
                 prev, pending = digest, pending + 1
                 if pending >= self._every:
                     seq += 1
@@ -169,9 +175,9 @@ class AuditSink:
         body = {"format": FORMAT, "kind": "checkpoint", "checkpoint_seq": covers_seq, "checkpoint_hash": covers_hash,
                 "time_ms": now_ms, "public_key": self.public_key,
                 "signature": sign(self._key, checkpoint_message(covers_seq, covers_hash, now_ms))}
-        data = canonical(body)
-        return Row(seq, f"checkpoint-{seq}", "checkpoint", now_ms, "", "", "", data, covers_hash,
-                   row_hash(seq, covers_hash, data))
+        data, audit_id = canonical(body), f"checkpoint-{seq}"
+        return Row(seq, audit_id, "checkpoint", now_ms, "", "", "", data, covers_hash,
+                   row_hash(seq, covers_hash, "checkpoint", audit_id, now_ms, "", "", "", data))
 
     def _append_checkpoint_file(self, row: Row) -> None:
         if self._checkpoint_file is None:
@@ -184,3 +190,13 @@ class AuditSink:
             handle.write(line + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def _columns(body: dict[str, Any]) -> tuple[str, int, str, str, str]:
+    """The filter columns of a request record (audit_id, time_ms, caller, request_id, finish_reason),
+    taken before the write so that a malformed record fails alone, not its whole batch."""
+    if body.get("format") != FORMAT or body.get("kind") != "request":
+        raise ValueError(f"this writer writes {FORMAT} request records, not {body.get('format')!r} "
+                         f"{body.get('kind')!r}")
+    return (str(body["audit_id"]), int(body["received_ms"]), str(body["caller"]["identity"]), str(body["request_id"]),
+            finish_reason_of(body))

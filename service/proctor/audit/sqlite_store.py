@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from proctor.audit.chain import GENESIS
-from proctor.audit.store import Filters, Row, filter_sql
+from proctor.audit.store import COLUMNS, Filters, RawRow, Row, filter_sql
 
+READ_MMAP_BYTES = 1 << 40  # SQLite caps it at its compile-time maximum (SQLITE_MAX_MMAP_SIZE)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit_log (
     seq INTEGER PRIMARY KEY,
@@ -32,7 +33,6 @@ BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: UPDATE refused'); END;
 CREATE TRIGGER IF NOT EXISTS audit_log_no_delete BEFORE DELETE ON audit_log
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: DELETE refused'); END;
 """
-COLUMNS = "seq, audit_id, kind, time_ms, caller, request_id, finish_reason, body, prev_hash, hash"
 
 
 class SQLiteAuditStore:
@@ -43,6 +43,10 @@ class SQLiteAuditStore:
             if not path.exists():
                 raise FileNotFoundError(f"no audit database at {path}")
             self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            # Reads from the mapped file instead of a read() per page: a third less CPU for verify's
+            # scan of ~30 KB bodies. Read-only connections only (export, verify): an I/O error on a
+            # mapped file is a signal, not an exception, and the server's writer must not die of one.
+            self._db.execute(f"PRAGMA mmap_size={READ_MMAP_BYTES}")
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -97,6 +101,11 @@ class SQLiteAuditStore:
             for raw in page:
                 yield _row(raw)
             last_seq = page[-1][0]
+
+    def read_page(self, first_seq: int, limit: int) -> list[RawRow]:
+        with self._lock:  # seq is the rowid: one seek and a range read (stepping releases the GIL)
+            return self._db.execute(f"SELECT {COLUMNS} FROM audit_log WHERE seq >= ? ORDER BY seq LIMIT ?",
+                                    (first_seq, limit)).fetchall()
 
     def close(self) -> None:
         with self._lock:

@@ -2,7 +2,8 @@
 
 A row: ``seq`` (1, 2, …), ``audit_id``, ``kind`` ("request" or "checkpoint"), ``time_ms``,
 ``caller``, ``request_id``, ``finish_reason``, ``body`` (canonical JSON of the record),
-``prev_hash`` and ``hash``. The filter columns are copies of body fields, checked by ``verify``.
+``prev_hash`` and ``hash``. The filter columns are copies of body fields; the hash covers them
+(``proctor.audit/2``; for ``proctor.audit/1`` rows ``verify`` compares them with the body).
 The stores refuse UPDATE and DELETE.
 """
 
@@ -11,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
+
+COLUMNS = "seq, audit_id, kind, time_ms, caller, request_id, finish_reason, body, prev_hash, hash"
+RawRow = tuple[int, str, str, int, str, str, str, bytes, str, str]  # a row as selected: COLUMNS, Row's field order
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,10 @@ class AuditStore(Protocol):
 
     def iterate(self, filters: Filters | None = None, start_seq: int = 1) -> Iterator[Row]:
         """Rows in ``seq`` order (all rows when ``filters`` is None)."""
+
+    def read_page(self, first_seq: int, limit: int) -> list[RawRow]:
+        """Up to ``limit`` rows with ``seq >= first_seq`` in ``seq`` order, as plain tuples (the
+        verifier's bulk read: no ``Row`` built per record; safe to call from several threads)."""
 
     def count(self) -> int: ...
 

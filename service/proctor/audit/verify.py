@@ -3,25 +3,48 @@
 The result names the first bad sequence number and what is wrong with it; an intact log is
 ``ok``. Checks, per row in order: the sequence number follows the previous one (a deleted or
 inserted row), ``prev_hash`` is the previous row's hash (a swapped or inserted row), the hash
-matches the row's content (an edited byte), the filter columns match the body, and a checkpoint's
-signature and the hash it covers. After the rows: every checkpoint in the checkpoint file is in
-the store with the same hash (the tail was not cut off).
+matches the row's content (an edited byte or column), and a checkpoint's signature and the hash it
+covers. After the rows: every checkpoint in the checkpoint file is in the store with the same hash
+(the tail was not cut off).
+
+A ``proctor.audit/2`` row's hash covers its filter columns, so a request row is checked without
+parsing its body. Two threads each read a page of rows and hash it (SQLite's and psycopg's reads
+and hashlib's sha256 of a large body release the GIL, so both cores work) while this one walks the
+chain through the pages in order; a third thread is slower on 2 cores (measured, bench/README.md).
+Checkpoints (one in ``checkpoint_every`` rows) are parsed and their signature checked, once each.
+A ``proctor.audit/1`` row (a log written before issue 13; a log may hold v1 rows, then v2 rows) is
+recognised by its hash and checked the v1 way: its body is parsed and its columns compared with it.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from proctor.audit import FORMAT
-from proctor.audit.chain import GENESIS, checkpoint_message, public_key_text, row_hash, signature_ok
+from proctor.audit import FORMAT_V1, FORMAT_V2
+from proctor.audit.chain import (
+    GENESIS,
+    checkpoint_message,
+    load_public_key,
+    public_key_text,
+    row_hash,
+    row_hash_v1,
+    signature_ok,
+)
 from proctor.audit.records import finish_reason_of
-from proctor.audit.store import AuditStore, Row
+from proctor.audit.store import AuditStore, RawRow
+
+WORKERS = 2  # threads reading and hashing pages
+PAGE_ROWS = 64  # rows per page: ~2 MB of 100-token records, still in the reading thread's cache when it hashes
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,46 +64,155 @@ class VerifyResult:
         return f"TAMPERED: record {self.first_bad_seq}: {self.problem}"
 
 
-def _row_problem(row: Row, expected_seq: int, prev_hash: str, public_key: Ed25519PublicKey | None) -> str:
-    if row.seq != expected_seq:
-        what = "missing" if row.seq > expected_seq else "duplicated or out of order"
-        return f"expected sequence number {expected_seq}, found {row.seq} (a record is {what})"
-    if row.prev_hash != prev_hash:
-        return "prev_hash does not match the previous record's hash (a record was removed, inserted or moved)"
-    if row_hash(row.seq, row.prev_hash, row.body) != row.hash:
-        return "the record's content does not match its hash (it was modified)"
+@dataclass(slots=True)
+class _Chain:
+    """Where the walk along the chain stands, and what it found."""
+
+    public_key: Ed25519PublicKey | None
+    prev_hash: str = GENESIS
+    expected: int = 1
+    records: int = 0
+    checkpoints: int = 0
+    checkpoint_hashes: dict[int, str] = field(default_factory=dict)
+    keys: dict[str, Ed25519PublicKey] = field(default_factory=dict)  # signer keys named by checkpoints
+
+    def page(self, rows: list[RawRow], digests: list[str | None]) -> tuple[int, str] | None:
+        """Check one page of rows, given their v2 hashes; (first bad seq, problem) or None. The loop
+        is the common case (an intact v2 request row); anything else goes to ``_row_problem``."""
+        prev_hash, expected, records = self.prev_hash, self.expected, self.records
+        for row, digest in zip(rows, digests, strict=True):
+            seq, kind, prev, hash_ = row[0], row[2], row[8], row[9]
+            if seq == expected and prev == prev_hash and kind == "request" and digest == hash_:
+                records += 1
+            else:
+                self.prev_hash, self.expected, self.records = prev_hash, expected, records
+                problem = self._row_problem(row, digest)
+                if problem:
+                    return min(seq, expected), problem
+                records = self.records
+            prev_hash, expected = hash_, seq + 1
+        self.prev_hash, self.expected, self.records = prev_hash, expected, records
+        return None
+
+    def _row_problem(self, row: RawRow, digest: str | None) -> str:
+        seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, hash_ = row
+        if seq != self.expected:
+            what = "missing" if seq > self.expected else "duplicated or out of order"
+            return f"expected sequence number {self.expected}, found {seq} (a record is {what})"
+        if prev != self.prev_hash:
+            return "prev_hash does not match the previous record's hash (a record was removed, inserted or moved)"
+        form = FORMAT_V2 if digest == hash_ else _v1_or_none(row)
+        if form is None:
+            return _unknown_format(body) or "the record's content does not match its hash (it was modified)"
+        if form == FORMAT_V2 and kind == "request":
+            self.records += 1
+            return ""
+        if form == FORMAT_V2 and kind != "checkpoint":
+            return f"unknown record kind {kind!r}"
+        try:
+            record = orjson.loads(body)  # the bytes the writer hashed: canonical JSON, which orjson reads
+        except (orjson.JSONDecodeError, TypeError):
+            return "the record body is not JSON"
+        if not isinstance(record, dict) or record.get("format") != form:
+            found = record.get("format") if isinstance(record, dict) else None
+            return f"the record's format {found!r} is not the {form} its hash is computed as"
+        if record.get("kind") != kind:
+            return "the kind column does not match the record"
+        if kind == "checkpoint":
+            problem = self._checkpoint_problem(record)
+            if not problem:
+                self.checkpoints += 1
+                self.checkpoint_hashes[seq] = hash_
+            return problem
+        columns = (audit_id, time_ms, caller, request_id, finish)
+        try:
+            expected = (record["audit_id"], record["received_ms"], record["caller"]["identity"], record["request_id"],
+                        finish_reason_of(record))
+        except (KeyError, TypeError):
+            return "the record lacks a field its filter columns copy"
+        if columns != expected:
+            return "a filter column (audit_id, time, caller, request_id, finish_reason) does not match the record"
+        self.records += 1
+        return ""
+
+    def _checkpoint_problem(self, record: dict[str, Any]) -> str:
+        if record.get("checkpoint_seq") != self.expected - 1 or record.get("checkpoint_hash") != self.prev_hash:
+            return "the checkpoint does not cover the record before it"
+        named = str(record.get("public_key"))
+        if self.public_key is not None and named != public_key_text(self.public_key):
+            return "the checkpoint was signed with a different key"
+        try:
+            key = self.public_key or self.keys.get(named) or self.keys.setdefault(named, load_public_key(named))
+            message = checkpoint_message(int(record["checkpoint_seq"]), str(record["checkpoint_hash"]),
+                                         int(record["time_ms"]))
+        except (KeyError, TypeError, ValueError):
+            return "the checkpoint is malformed"
+        if not signature_ok(key, message, str(record.get("signature"))):
+            return "the checkpoint signature is not valid"
+        return ""
+
+
+def _v1_or_none(row: RawRow) -> str | None:
+    """``FORMAT_V1`` when the row has a v1 hash (it has not the v2 one), else None: it was modified."""
+    seq, body, prev, hash_ = row[0], row[7], row[8], row[9]
     try:
-        body = json.loads(row.body)
-    except ValueError:
-        return "the record body is not JSON"
-    if body.get("format") != FORMAT:
-        return f"unknown record format {body.get('format')!r} (this verifier reads {FORMAT})"
-    if body.get("kind") != row.kind:
-        return "the kind column does not match the record"
-    if row.kind == "checkpoint":
-        return _checkpoint_problem(row, body, prev_hash, public_key)
-    columns = (row.audit_id, row.time_ms, row.caller, row.request_id, row.finish_reason)
-    expected = (body["audit_id"], body["received_ms"], body["caller"]["identity"], body["request_id"],
-                finish_reason_of(body))
-    if columns != expected:
-        return "a filter column (audit_id, time, caller, request_id, finish_reason) does not match the record"
-    return ""
+        return FORMAT_V1 if row_hash_v1(seq, prev, body) == hash_ else None
+    except (TypeError, ValueError):
+        return None
 
 
-def _checkpoint_problem(row: Row, body: dict[str, object], prev_hash: str, public_key: Ed25519PublicKey | None) -> str:
-    if body.get("checkpoint_seq") != row.seq - 1 or body.get("checkpoint_hash") != prev_hash:
-        return "the checkpoint does not cover the record before it"
-    if public_key is not None and body.get("public_key") != public_key_text(public_key):
-        return "the checkpoint was signed with a different key"
-    message = checkpoint_message(int(body["checkpoint_seq"]), str(body["checkpoint_hash"]), int(body["time_ms"]))  # type: ignore[call-overload]
-    key = public_key
-    if key is None:
-        from proctor.audit.chain import load_public_key
+def _unknown_format(body: object) -> str:
+    """For a row no known hash matches: whether its body names a format this verifier does not read."""
+    try:
+        named = orjson.loads(body).get("format")  # type: ignore[arg-type]
+    except (orjson.JSONDecodeError, TypeError, AttributeError):
+        return ""
+    if not isinstance(named, str) or named in (FORMAT_V1, FORMAT_V2):
+        return ""
+    return f"unknown record format {named!r} (this verifier reads {FORMAT_V1} and {FORMAT_V2})"
 
-        key = load_public_key(str(body["public_key"]))
-    if not signature_ok(key, message, str(body["signature"])):
-        return "the checkpoint signature is not valid"
-    return ""
+
+def _v2_digest(row: RawRow) -> str | None:
+    seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, _ = row
+    try:
+        return row_hash(seq, prev, kind, audit_id, time_ms, caller, request_id, finish, body)
+    except (TypeError, ValueError):  # a column of the wrong type: only a tampered row has one
+        return None
+
+
+def _read_and_hash(store: AuditStore, first_seq: int) -> tuple[list[RawRow], list[str | None]]:
+    rows = store.read_page(first_seq, PAGE_ROWS)
+    return rows, [_v2_digest(row) for row in rows]
+
+
+def _hashed_pages(store: AuditStore, pool: ThreadPoolExecutor) -> Iterator[tuple[list[RawRow], list[str | None]]]:
+    """The log's rows in pages, in order, each with its rows' v2 hashes, read ahead by ``pool``.
+
+    Page k asks for the rows from seq ``1 + k * PAGE_ROWS``: in an intact log exactly the next
+    page (a gap or a shifted row fails the chain check there anyway). A short page is the end of
+    the log as it was when read; rows appended since are read after it, one page at a time, so a
+    page read ahead too early cannot leave a hole.
+    """
+    pending: deque[Future[tuple[list[RawRow], list[str | None]]]] = deque()
+    next_seq = 1
+    while True:
+        while len(pending) <= WORKERS:
+            pending.append(pool.submit(_read_and_hash, store, next_seq))
+            next_seq += PAGE_ROWS
+        rows, digests = pending.popleft().result()
+        if rows:
+            yield rows, digests
+        if len(rows) < PAGE_ROWS:
+            break
+    for future in pending:
+        future.cancel()
+    after = rows[-1][0] + 1 if rows else next_seq - (len(pending) + 1) * PAGE_ROWS
+    while True:
+        rows, digests = pool.submit(_read_and_hash, store, after).result()
+        if not rows:
+            return
+        yield rows, digests
+        after = rows[-1][0] + 1
 
 
 def verify_log(store: AuditStore, *, public_key: Ed25519PublicKey | None = None, checkpoint_file: Path | None = None,
@@ -88,28 +220,34 @@ def verify_log(store: AuditStore, *, public_key: Ed25519PublicKey | None = None,
     """Check the whole log. Without ``public_key`` checkpoints are checked against the key they name
     (which proves integrity since the checkpoint, not who signed it)."""
     start = time.perf_counter()
-    prev_hash, expected, records, checkpoints = GENESIS, 1, 0, 0
-    hashes: dict[int, str] = {}
-    for row in store.iterate(None):
-        problem = _row_problem(row, expected, prev_hash, public_key)
-        if problem:
-            return VerifyResult(False, records, checkpoints, min(row.seq, expected), problem,
-                                time.perf_counter() - start)
-        if row.kind == "checkpoint":
-            checkpoints += 1
-            hashes[row.seq] = row.hash
-        else:
-            records += 1
-        prev_hash, expected = row.hash, row.seq + 1
-        if progress is not None:
-            progress(1)
-    if checkpoint_file is not None and checkpoint_file.exists():
-        for line in checkpoint_file.read_text(encoding="utf-8").splitlines():
-            entry = json.loads(line)
-            if hashes.get(entry["seq"]) != entry["hash"]:
-                where = entry["seq"] if entry["seq"] < expected else expected
-                return VerifyResult(False, records, checkpoints, where,
-                                    f"checkpoint {entry['seq']} from the checkpoint file is "
-                                    f"{'missing from' if entry['seq'] >= expected else 'different in'} the store "
-                                    "(the log was cut short or rewritten)", time.perf_counter() - start)
-    return VerifyResult(True, records, checkpoints, seconds=time.perf_counter() - start)
+    chain = _Chain(public_key)
+    pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="proctor-audit-verify")
+    try:
+        for rows, digests in _hashed_pages(store, pool):
+            bad = chain.page(rows, digests)
+            if bad is not None:
+                return VerifyResult(False, chain.records, chain.checkpoints, bad[0], bad[1],
+                                    time.perf_counter() - start)
+            if progress is not None:
+                progress(len(rows))
+    finally:  # the pages read ahead are dropped; a read in progress ends before the caller may close the store
+        pool.shutdown(wait=True, cancel_futures=True)
+    problem = _checkpoint_file_problem(chain, checkpoint_file)
+    if problem is not None:
+        return VerifyResult(False, chain.records, chain.checkpoints, problem[0], problem[1],
+                            time.perf_counter() - start)
+    return VerifyResult(True, chain.records, chain.checkpoints, seconds=time.perf_counter() - start)
+
+
+def _checkpoint_file_problem(chain: _Chain, checkpoint_file: Path | None) -> tuple[int, str] | None:
+    """Every checkpoint the file lists must be in the store with the same hash (the tail was not cut)."""
+    if checkpoint_file is None or not checkpoint_file.exists():
+        return None
+    for line in checkpoint_file.read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        if chain.checkpoint_hashes.get(entry["seq"]) != entry["hash"]:
+            missing = entry["seq"] >= chain.expected
+            return (chain.expected if missing else entry["seq"],
+                    f"checkpoint {entry['seq']} from the checkpoint file is "
+                    f"{'missing from' if missing else 'different in'} the store (the log was cut short or rewritten)")
+    return None
