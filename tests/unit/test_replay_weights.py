@@ -1,0 +1,34 @@
+"""A replay runs in the weights mode its record names (or is refused, saying which flag to use)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from proctor.api.audit_servicer import AuditServicer
+from proctor.config import Settings
+
+
+def servicer(weights: str) -> AuditServicer:
+    model = {"model_id": "m", "weights_sha256": "w", "tokenizer_sha256": "t", "weights": weights}
+    generation = SimpleNamespace(audit=SimpleNamespace(model=model, policy=SimpleNamespace(key=None)))
+    return AuditServicer(Settings(), store=None, generation=generation, checkpoint_file=None)  # type: ignore[arg-type]
+
+
+def record(**model: Any) -> dict[str, Any]:
+    return {"kind": "request", "request": {"prompt": "Hi"}, "output": {"policy": "plain"},
+            "model": {"weights_sha256": "w", "tokenizer_sha256": "t", **model}}
+
+
+def test_a_record_of_another_mode_is_refused_naming_the_flag() -> None:
+    problem = servicer("q8")._replay_problem(record(weights="fp16"))
+    assert "--weights fp16" in problem and "--weights q8" in problem
+
+
+def test_a_record_of_the_same_mode_replays() -> None:
+    assert servicer("q8")._replay_problem(record(weights="q8")) == ""
+
+
+def test_a_record_from_before_weight_modes_counts_as_dense() -> None:
+    assert servicer("dense")._replay_problem(record()) == ""
+    assert "--weights dense" in servicer("q8")._replay_problem(record())
