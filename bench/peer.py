@@ -249,8 +249,8 @@ class ProctorPeer:
     def wait_ready(self) -> str:
         with ProctorClient(self.address, timeout_s=600) as client:
             info = client.wait_ready(600)
-        return (f"proctor serve {info.server_version}: {info.model_id} {info.dtype} on {info.device}, "
-                f"weights {info.weights_sha256[:12]}, args {self.args.proctor_args!r}")
+        return (f"proctor serve {info.server_version}: {info.model_id} {info.dtype} ({info.weights} weights) on "
+                f"{info.device}, weights sha256 {info.weights_sha256[:12]}, args {self.args.proctor_args!r}")
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[Send]:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from proctor import __version__
-from proctor.config import Settings
+from proctor.config import WEIGHT_MODES, Settings
 
 
 def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -20,7 +20,7 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="compute device (default auto)")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"],
                    help="weights/activations dtype (auto: bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--weights", choices=["auto", "dense", "fp16", "q8"],
+    p.add_argument("--weights", choices=["auto", *WEIGHT_MODES],
                    help="linear layers: dense (the dtype itself, the exact reference), fp16 or q8 (int8) "
                    "weights on CPU; auto: q8 on CPU, dense on CUDA (PROCTOR_WEIGHTS)")
     p.add_argument("--threads", type=int, help="torch CPU threads: N pins exactly N; 0 (default) = the CPUs "

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+# How the slot forward runs the linear layers (engine/weights.py); "auto" picks one (models/placement.py).
+WEIGHT_MODES = ("dense", "fp16", "q8")
 
 
 def default_audit_db() -> str:
@@ -131,8 +133,8 @@ class Settings:
             raise ValueError(f"max_schema_depth must be at least 1, got {self.max_schema_depth}")
         if self.prefill_chunk_tokens < 0:
             raise ValueError(f"prefill_chunk_tokens must be 0 (off) or more, got {self.prefill_chunk_tokens}")
-        if self.weights.strip().lower() not in ("auto", "dense", "fp16", "q8"):
-            raise ValueError(f"weights must be auto, dense, fp16 or q8, got {self.weights!r}")
+        if self.weights.strip().lower() not in ("auto", *WEIGHT_MODES):
+            raise ValueError(f"weights must be auto or one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}")
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
 

@@ -12,10 +12,11 @@ import copy
 import pytest
 import torch
 
+from proctor.config import WEIGHT_MODES
 from proctor.engine.llama_step import LlamaSlots
 from proctor.engine.slot_weights import release_dense, slot_weights
 from proctor.engine.smoothing import calibration_ids
-from proctor.engine.weights import WEIGHT_MODES, fbgemm_available, make_linear, mode_problem
+from proctor.engine.weights import fbgemm_available, make_linear, mode_problem
 from proctor.models.errors import ModelError
 from proctor.models.placement import resolve_weights
 

@@ -272,8 +272,10 @@ class Engine:
         observer = self.observer
         for state in joining:
             state.started = now
-        batch.staged.extend(s for s in joining if batch.needs_chunks(s))
-        joining = [s for s in joining if s not in batch.staged]
+        long = [s for s in joining if batch.needs_chunks(s)]
+        if long:
+            batch.staged.extend(long)
+            joining = [s for s in joining if s not in long]
         if joining:
             start = time.monotonic()
             self._advance(joining, batch.admit(joining))

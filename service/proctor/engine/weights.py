@@ -9,7 +9,8 @@ smaller the weights the faster the step. Measured per kernel at 1, 4, 16 and 32 
 - ``fp16`` — fbgemm's fp16-weight GEMM (fp32 activations and sums): half the bytes, within ~2e-4 of
   fp32 (relative), 2–3× faster than dense at one row.
 - ``q8`` — int8 weights per output channel through fbgemm's dynamic-quantized GEMM (AVX2 paths, the
-  int8 path x86 PyTorch has shipped for years): a quarter of the bytes, ~5× faster than dense.
+  int8 path x86 PyTorch has shipped for years): a quarter of the bytes, 1.5–6× faster per product
+  than dense at one row (the LM head gains most).
   fbgemm quantizes activations with one scale for the whole input, which would make a row's result
   depend on the rows beside it. So each row is first divided by its own largest magnitude and two
   constant columns ``+1, -1`` (with zero weights) are appended: every row then spans exactly
@@ -34,7 +35,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-WEIGHT_MODES = ("dense", "fp16", "q8")
+from proctor.config import WEIGHT_MODES
+
 CPU_DEFAULT = "q8"  # chosen by measurement (bench/weights.py, bench/README.md)
 PACK_ROWS_HINT = 16  # oneDNN picks its blocked weight layout for about this many rows
 
