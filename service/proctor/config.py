@@ -32,6 +32,14 @@ def default_model_store() -> Path:
     return Path(__file__).resolve().parents[2] / ".proctor" / "models"
 
 
+def default_kernel_cache() -> Path:
+    """Where compiled kernels live (engine/fused_decode.py): ``PROCTOR_KERNEL_CACHE`` or ``<repo>/.proctor/kernels``."""
+    env = os.environ.get("PROCTOR_KERNEL_CACHE")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / ".proctor" / "kernels"
+
+
 @dataclass(frozen=True)
 class Settings:
     host: str = "127.0.0.1"

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from proctor.engine import fused_decode
 from proctor.engine.slot_weights import LayerWeights, slot_weights
 
 KV_GROWTH_TOKENS = 256  # the cache's length grows in steps of this many tokens
@@ -166,6 +167,12 @@ class LlamaSlots:
 
     def decode(self, token_ids: list[int]) -> torch.Tensor:
         """Feed one token to each of slots ``0..B-1`` (B = len(token_ids)); return logits [B, V]."""
+        if self.weights.mode == "q8":
+            return self._decode_fused(token_ids)
+        return self._decode_ops(token_ids)
+
+    def _decode_ops(self, token_ids: list[int]) -> torch.Tensor:
+        """``decode`` as PyTorch operations (dense and fp16; for q8 the reference the kernel is tested against)."""
         rows = len(token_ids)
         lengths = self.lengths[:rows]
         span = -(-(max(lengths) + 1) // ATTENTION_SPAN_BLOCK) * ATTENTION_SPAN_BLOCK
@@ -188,6 +195,23 @@ class LlamaSlots:
             out = self._attend(q, keys[:rows, :, :span], values[:rows, :, :span], bias)
             h = h + layer.o(out)
             h = h + self._mlp(self._norm(h, layer.post_norm), layer)
+        for slot in range(rows):
+            self.lengths[slot] += 1
+        return self._logits(h)
+
+    def _decode_fused(self, token_ids: list[int]) -> torch.Tensor:
+        """``decode`` with each layer in one C++ call (fused_decode.py): q8 weights only."""
+        rows = len(token_ids)
+        lengths = self.lengths[:rows]
+        self.reserve(rows, max(lengths) + 1)
+        h = F.embedding(torch.tensor(token_ids, dtype=torch.long, device=self.device), self._embed)
+        self._rope(h, torch.tensor(lengths, dtype=torch.long), max(lengths) + 1)
+        cos, sin = self._rope_cos[:, 0], self._rope_sin[:, 0]  # [L, D]
+        decode_layer = fused_decode.decode_layer()
+        for index, layer in enumerate(self._layers):
+            decode_layer(h, layer.in_norm, layer.qkv.packed, layer.o.packed, layer.post_norm, layer.gate_up.packed,
+                         layer.down.packed, self._keys[index], self._values[index], lengths, cos, sin, self.heads,
+                         self.kv_heads, self.eps, layer.qkv.reduce_range)
         for slot in range(rows):
             self.lengths[slot] += 1
         return self._logits(h)

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from proctor.config import WEIGHT_MODES
 
-CPU_DEFAULT = "q8"  # chosen by measurement (bench/weights.py, bench/README.md)
+CPU_PREFERENCE = ("q8", "fp16")  # what `auto` tries on CPU, fastest first (bench/weights.py, bench/README.md)
 PACK_ROWS_HINT = 16  # oneDNN picks its blocked weight layout for about this many rows
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
@@ -60,6 +60,12 @@ def mode_problem(mode: str, device: torch.device, dtype: torch.dtype) -> str | N
         return f"--weights {mode} runs with float32 activations; use --dtype float32 (or auto)"
     if not fbgemm_available():
         return f"--weights {mode} needs fbgemm (an x86 CPU with AVX2); this machine has none"
+    if mode == "q8":
+        from proctor.engine.fused_decode import load_problem
+
+        problem = load_problem()
+        if problem is not None:
+            return f"--weights q8: {problem}; use --weights fp16"
     return None
 
 

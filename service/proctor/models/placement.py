@@ -61,13 +61,13 @@ def apply_threads(threads: int) -> None:
 
 
 def resolve_weights(name: str, device: torch.device, dtype: torch.dtype) -> str:
-    """``auto`` → q8 on a CPU with fbgemm and fp32 activations, else dense (measured: bench/weights.py)."""
-    from proctor.engine.weights import CPU_DEFAULT, fbgemm_available, mode_problem
+    """``auto`` → the first of q8, fp16 that can run here (a CPU with fbgemm, fp32 activations, and for
+    q8 its compiled kernel), else dense (the order measured: bench/weights.py)."""
+    from proctor.engine.weights import CPU_PREFERENCE, mode_problem
 
     name = (name or "auto").strip().lower()
     if name == "auto":
-        usable = device.type == "cpu" and dtype == torch.float32 and fbgemm_available()
-        return CPU_DEFAULT if usable else "dense"
+        return next((mode for mode in CPU_PREFERENCE if mode_problem(mode, device, dtype) is None), "dense")
     problem = mode_problem(name, device, dtype)
     if problem is not None:
         raise ModelError(problem)

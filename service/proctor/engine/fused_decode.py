@@ -1,0 +1,95 @@
+"""The q8 decode step as one C++ call per layer (``kernels/q8_decode.cpp``), compiled on first use.
+
+Why: at a few rows a q8 decode step of the default model is ~9 ms of int8 matrix products and, as
+~60 small PyTorch operations per layer (norm, per-row scaling, rotary, cache writes, attention,
+activation), another ~11 ms of dispatch and allocation around vectors of 576 numbers. The kernel
+does all but the products (still fbgemm's, through the same packed weights) in plain loops: measured
+on the 2-core machine, a step at 1 / 16 rows went from 25 / 77 ms to 15 / 50 ms (bench/weights.py).
+Attention runs over each row's exact prefix, one (row, kv head) per job, so a row's result does not
+depend on the batch or the thread count (tests/unit/test_fused_decode.py).
+
+Why compiled here rather than shipped: the extension must match the installed torch's headers and
+ABI exactly; torch's own JIT builder (``torch.utils.cpp_extension.load``, ninja + g++) compiles it in
+~15 s once and reuses the build while the source, flags and torch are unchanged. ``make setup``
+builds it (``python -m proctor.engine.fused_decode``); without a compiler, ``--weights q8`` is
+unavailable and ``auto`` falls back to fp16 (weights.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from proctor.config import default_kernel_cache
+
+SOURCE = Path(__file__).with_name("kernels") / "q8_decode.cpp"
+# AVX2 + FMA only: what fbgemm's q8 path needs anyway, and the same code on every x86 machine that
+# runs q8, so a record replays to the same bits elsewhere.
+CFLAGS = ["-O3", "-mavx2", "-mfma", "-fno-fast-math"]
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def load_problem() -> str | None:
+    """Build (once) and load the kernel; why it cannot be used here, or None when it is loaded."""
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        return "fbgemm (an x86 CPU with AVX2) is missing"
+    from torch.utils import cpp_extension
+
+    build = default_kernel_cache() / f"torch-{torch.__version__}"
+    build.mkdir(parents=True, exist_ok=True)
+    bin_dir = str(Path(sys.executable).parent)  # the venv's ninja, when PATH does not name the venv
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    started = time.monotonic()
+    fresh = not any(build.glob("*.so"))
+    if fresh:
+        log.info("building the q8 decode kernel into %s (once, ~15 s)", build)
+    try:
+        cpp_extension.load(name="proctor_q8_decode", sources=[str(SOURCE)], extra_cflags=CFLAGS,
+                           build_directory=str(build), is_python_module=False, verbose=False)
+    except (RuntimeError, OSError, ImportError, ValueError) as exc:  # no compiler, no ninja, a failed build
+        first = _first_error(str(exc)) or type(exc).__name__
+        log.warning("the q8 decode kernel could not be built (%s): --weights q8 is unavailable", first)
+        return f"its C++ decode kernel could not be built here ({first}); see {build}"
+    if fresh:
+        log.info("built the q8 decode kernel in %.1f s", time.monotonic() - started)
+    return None
+
+
+def _first_error(message: str) -> str:
+    """The compiler's first ``error:`` line (torch's message leads with the whole command line)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    errors = [line for line in lines if "error:" in line or "not found" in line.lower()]
+    return (errors or lines or [""])[0][:300]
+
+
+def decode_layer() -> torch._ops.OpOverloadPacket:
+    """``proctor::decode_layer`` (loads the kernel first; raises when it cannot be built)."""
+    problem = load_problem()
+    if problem is not None:
+        raise RuntimeError(f"--weights q8: {problem}")
+    return torch.ops.proctor.decode_layer
+
+
+def main() -> int:
+    """``python -m proctor.engine.fused_decode``: build the kernel now (``make setup``)."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    started = time.monotonic()
+    problem = load_problem()
+    if problem is not None:
+        print(f"q8 decode kernel: {problem}", file=sys.stderr)
+        return 1
+    print(f"q8 decode kernel ready ({time.monotonic() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+// One decode step of a Llama layer with q8 weights: everything except the matrix products, which
+// stay fbgemm's, in plain loops (engine/fused_decode.py says why). Every row is computed by the same
+// code in the same order whatever rows run beside it and whichever thread takes it, so a row's
+// result is the same bits alone or in a batch, at any thread count (tests/unit/test_fused_decode.py).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/native/quantized/PackedParams.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+using Packed = c10::intrusive_ptr<LinearPackedParamsBase>;
+
+// a·b with eight partial sums combined in a fixed order (the compiler turns the inner loop into one
+// vector multiply-add; no reassociation beyond what is written here).
+inline float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Writes row / max|row| into `spanned` with the constant columns +1, -1 after it (weights.py:
+// _Int8RowLinear) and returns max|row|: every row then spans exactly [-1, 1], so fbgemm's
+// per-tensor quantization parameters are the same whatever the batch.
+inline float span_row(const float* row, int64_t k, float* spanned) {
+  float peak = 0.f;
+  for (int64_t i = 0; i < k; ++i) peak = std::max(peak, std::fabs(row[i]));
+  peak = std::max(peak, std::numeric_limits<float>::min());
+  for (int64_t i = 0; i < k; ++i) spanned[i] = row[i] / peak;
+  spanned[k] = 1.f;
+  spanned[k + 1] = -1.f;
+  return peak;
+}
+
+// RMSNorm of each row (weight * h / sqrt(mean(h^2) + eps), as transformers computes it), spanned.
+at::Tensor norm_spanned(const at::Tensor& h, const at::Tensor& weight, double eps, std::vector<float>& peaks) {
+  const int64_t rows = h.size(0), k = h.size(1);
+  at::Tensor spanned = at::empty({rows, k + 2}, h.options());
+  const float* hp = h.const_data_ptr<float>();
+  const float* wp = weight.const_data_ptr<float>();
+  float* sp = spanned.data_ptr<float>();
+  std::vector<float> x(k);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = hp + r * k;
+    const float inv = 1.f / std::sqrt(dot(row, row, k) / static_cast<float>(k) + static_cast<float>(eps));
+    for (int64_t i = 0; i < k; ++i) x[i] = wp[i] * (row[i] * inv);
+    peaks[r] = span_row(x.data(), k, sp + r * (k + 2));
+  }
+  return spanned;
+}
+
+at::Tensor spanned_of(const float* source, int64_t rows, int64_t k, const at::TensorOptions& options,
+                      std::vector<float>& peaks) {
+  at::Tensor spanned = at::empty({rows, k + 2}, options);
+  float* sp = spanned.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) peaks[r] = span_row(source + r * k, k, sp + r * (k + 2));
+  return spanned;
+}
+
+void check_float(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(), name,
+              " must be a contiguous float32 CPU tensor");
+}
+
+// h [B, hidden] is updated in place; keys/values [slots, KVH, capacity, D] get row r's new key and
+// value at positions[r]; cos/sin [L, D] are the rotary tables.
+void decode_layer(at::Tensor& h, const at::Tensor& in_norm, const Packed& qkv, const Packed& o,
+                  const at::Tensor& post_norm, const Packed& gate_up, const Packed& down, at::Tensor& keys,
+                  at::Tensor& values, at::IntArrayRef positions, const at::Tensor& cos, const at::Tensor& sin,
+                  int64_t heads, int64_t kv_heads, double eps, bool reduce_range) {
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&h, &in_norm, &post_norm, &keys, &values, &cos, &sin}) {
+    check_float(*t, "every tensor");
+  }
+  const int64_t rows = h.size(0), hidden = h.size(1), d = cos.size(1), half = d / 2;
+  const int64_t group = heads / kv_heads, capacity = keys.size(2);
+  TORCH_CHECK(static_cast<int64_t>(positions.size()) == rows && keys.size(0) >= rows && keys.size(1) == kv_heads &&
+                  keys.size(3) == d && values.sizes() == keys.sizes(),
+              "cache shape does not match the batch");
+  for (int64_t p : positions) TORCH_CHECK(p >= 0 && p < capacity && p < cos.size(0), "position out of range");
+  const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  std::vector<float> peaks(rows);
+
+  // q, k, v: one product; q and k rotated; k and v written at each row's own position.
+  at::Tensor projected = qkv->apply_dynamic(norm_spanned(h, in_norm, eps, peaks), reduce_range);
+  const int64_t width = projected.size(1);
+  TORCH_CHECK(width == (heads + 2 * kv_heads) * d, "qkv width does not match the heads");
+  float* pp = projected.data_ptr<float>();
+  float* kp = keys.data_ptr<float>();
+  float* vp = values.data_ptr<float>();
+  std::vector<float> rotated(d);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = pp + r * width;
+    for (int64_t i = 0; i < width; ++i) row[i] *= peaks[r];
+    const float* c = cos.const_data_ptr<float>() + positions[r] * d;
+    const float* s = sin.const_data_ptr<float>() + positions[r] * d;
+    for (int64_t head = 0; head < heads + kv_heads; ++head) {  // x * cos + rotate_half(x) * sin
+      float* x = row + head * d;
+      for (int64_t i = 0; i < half; ++i) {
+        rotated[i] = x[i] * c[i] + (-x[i + half]) * s[i];
+        rotated[i + half] = x[i + half] * c[i + half] + x[i] * s[i + half];
+      }
+      std::copy(rotated.begin(), rotated.end(), x);
+    }
+    for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
+      const int64_t at_position = ((r * kv_heads + kvh) * capacity + positions[r]) * d;
+      std::copy(row + (heads + kvh) * d, row + (heads + kvh + 1) * d, kp + at_position);
+      std::copy(row + (heads + kv_heads + kvh) * d, row + (heads + kv_heads + kvh + 1) * d, vp + at_position);
+    }
+  }
+
+  // Attention of each row over exactly its own prefix; one (row, kv head) per job.
+  at::Tensor attended = at::empty({rows, heads * d}, h.options());
+  float* ap = attended.data_ptr<float>();
+  at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> weights;
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t r = job / kv_heads, kvh = job % kv_heads, n = positions[r] + 1;
+      const float* kb = kp + (r * kv_heads + kvh) * capacity * d;
+      const float* vb = vp + (r * kv_heads + kvh) * capacity * d;
+      weights.resize(n);
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t head = kvh * group + g;
+        const float* q = pp + r * width + head * d;
+        float peak = -std::numeric_limits<float>::infinity();
+        for (int64_t t = 0; t < n; ++t) {
+          weights[t] = dot(q, kb + t * d, d) * scale;
+          peak = std::max(peak, weights[t]);
+        }
+        float total = 0.f;
+        for (int64_t t = 0; t < n; ++t) {
+          weights[t] = std::exp(weights[t] - peak);
+          total += weights[t];
+        }
+        float* out = ap + r * heads * d + head * d;
+        std::fill(out, out + d, 0.f);
+        for (int64_t t = 0; t < n; ++t) {
+          const float w = weights[t] / total;
+          const float* v = vb + t * d;
+          for (int64_t i = 0; i < d; ++i) out[i] += w * v[i];
+        }
+      }
+    }
+  });
+
+  float* hp = h.data_ptr<float>();
+  at::Tensor out = o->apply_dynamic(spanned_of(ap, rows, heads * d, h.options(), peaks), reduce_range);
+  const float* op = out.const_data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < hidden; ++i) hp[r * hidden + i] += op[r * hidden + i] * peaks[r];
+  }
+
+  // MLP: down(silu(gate) * up).
+  at::Tensor gu = gate_up->apply_dynamic(norm_spanned(h, post_norm, eps, peaks), reduce_range);
+  const int64_t inner = gu.size(1) / 2;
+  const float* gp = gu.const_data_ptr<float>();
+  std::vector<float> act(rows * inner);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < inner; ++i) {
+      const float gate = gp[r * 2 * inner + i] * peaks[r], up = gp[r * 2 * inner + inner + i] * peaks[r];
+      act[r * inner + i] = gate / (1.f + std::exp(-gate)) * up;
+    }
+  }
+  at::Tensor mlp = down->apply_dynamic(spanned_of(act.data(), rows, inner, h.options(), peaks), reduce_range);
+  const float* mp = mlp.const_data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < hidden; ++i) hp[r * hidden + i] += mp[r * hidden + i] * peaks[r];
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY(proctor, m) {
+  m.def(
+      "decode_layer(Tensor(a!) h, Tensor in_norm, __torch__.torch.classes.quantized.LinearPackedParamsBase qkv, "
+      "__torch__.torch.classes.quantized.LinearPackedParamsBase o, Tensor post_norm, "
+      "__torch__.torch.classes.quantized.LinearPackedParamsBase gate_up, "
+      "__torch__.torch.classes.quantized.LinearPackedParamsBase down, Tensor(b!) keys, Tensor(c!) values, "
+      "int[] positions, Tensor cos, Tensor sin, int heads, int kv_heads, float eps, bool reduce_range) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(proctor, CPU, m) { m.impl("decode_layer", &decode_layer); }

@@ -1,0 +1,96 @@
+"""The q8 decode kernel (engine/fused_decode.py, kernels/q8_decode.cpp) on the tiny model.
+
+It replaces ~60 PyTorch operations per layer, so it must compute what they compute: the same logits
+(up to float rounding) and the same keys and values in the cache, over prefixes longer than a block,
+for rows of different lengths; and bad arguments must raise, not crash the process. Batch and thread
+invariance are checked for every mode in test_weight_modes.py (q8 decode runs this kernel).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.requirements import missing
+
+from proctor.engine import fused_decode
+from proctor.engine.llama_step import LlamaSlots
+from proctor.engine.smoothing import calibration_ids
+from proctor.engine.weights import fbgemm_available
+
+PROMPT_LENGTHS = (3, 70, 130)  # one short row, rows past one and two 64-position attention blocks
+
+
+@pytest.fixture(scope="module")
+def kernel_ready() -> None:
+    if not fbgemm_available():
+        pytest.skip("fbgemm needs an x86 CPU with AVX2")
+    problem = fused_decode.load_problem()
+    if problem is not None:
+        missing(f"the q8 decode kernel: {problem}")
+
+
+def prefilled(model, tokenizer, lengths: tuple[int, ...]) -> LlamaSlots:  # type: ignore[no-untyped-def]
+    slots = LlamaSlots(model, len(lengths), torch.device("cpu"), "q8", calibration_ids(tokenizer))
+    generator = torch.Generator().manual_seed(3)
+    for slot, length in enumerate(lengths):
+        slots.prefill(slot, torch.randint(10, 5000, (length,), generator=generator).tolist())
+    return slots
+
+
+def snapshot(slots: LlamaSlots) -> tuple[list[int], list[torch.Tensor], list[torch.Tensor]]:
+    return list(slots.lengths), [k.clone() for k in slots._keys], [v.clone() for v in slots._values]
+
+
+def restore(slots: LlamaSlots, state: tuple[list[int], list[torch.Tensor], list[torch.Tensor]]) -> None:
+    slots.lengths = list(state[0])
+    slots._keys, slots._values = [k.clone() for k in state[1]], [v.clone() for v in state[2]]
+
+
+def test_the_kernel_builds_and_loads(kernel_ready: None) -> None:
+    assert fused_decode.load_problem() is None
+    assert hasattr(torch.ops.proctor, "decode_layer")
+
+
+def test_the_kernel_computes_what_the_operations_compute(kernel_ready: None, tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    with torch.inference_mode():
+        slots = prefilled(tiny_model, tokenizer, PROMPT_LENGTHS)
+        state = snapshot(slots)
+        tokens = [[11, 22, 33], [44, 55, 66]]
+        reference = [slots._decode_ops(step) for step in tokens]
+        reference_cache = snapshot(slots)
+        restore(slots, state)
+        fused = [slots.decode(step) for step in tokens]
+    for step, (r, f) in enumerate(zip(reference, fused, strict=True)):
+        relative = float((r - f).norm() / r.norm())
+        assert relative < 1e-4, f"step {step}: logits differ by {relative:.2e}"
+        assert torch.equal(r.argmax(-1), f.argmax(-1))
+    assert slots.lengths == reference_cache[0] == [n + 2 for n in PROMPT_LENGTHS]
+    for layer, (rk, fk) in enumerate(zip(reference_cache[1], slots._keys, strict=True)):
+        for row, length in enumerate(PROMPT_LENGTHS):
+            written = slice(length, length + 2)
+            assert torch.allclose(rk[row, :, written], fk[row, :, written], rtol=1e-4, atol=1e-5), (layer, row)
+            assert torch.equal(rk[row, :, :length], fk[row, :, :length])  # the prefix is left alone
+
+
+def test_bad_arguments_raise_instead_of_crashing(kernel_ready: None, tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    with torch.inference_mode():
+        slots = prefilled(tiny_model, tokenizer, (5,))
+        layer = slots._layers[0]
+        h = torch.zeros(1, tiny_model.config.hidden_size)
+        cos, sin = slots._rope_cos[:, 0], slots._rope_sin[:, 0]
+        op = fused_decode.decode_layer()
+        arguments = [h, layer.in_norm, layer.qkv.packed, layer.o.packed, layer.post_norm, layer.gate_up.packed,
+                     layer.down.packed, slots._keys[0], slots._values[0], [5], cos, sin, slots.heads, slots.kv_heads,
+                     slots.eps, layer.qkv.reduce_range]
+        beyond = list(arguments)
+        beyond[9] = [slots._keys[0].shape[2]]  # past the cache
+        with pytest.raises(RuntimeError, match="position out of range"):
+            op(*beyond)
+        wrong_type = list(arguments)
+        wrong_type[0] = h.double()
+        with pytest.raises(RuntimeError, match="float32"):
+            op(*wrong_type)
+        too_many_rows = list(arguments)
+        too_many_rows[9] = [5, 5]
+        with pytest.raises(RuntimeError, match="batch"):
+            op(*too_many_rows)
