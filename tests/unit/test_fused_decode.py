@@ -94,3 +94,16 @@ def test_bad_arguments_raise_instead_of_crashing(kernel_ready: None, tiny_model,
         too_many_rows[9] = [5, 5]
         with pytest.raises(RuntimeError, match="batch"):
             op(*too_many_rows)
+
+
+def test_without_the_kernel_auto_falls_back_to_fp16_and_q8_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from proctor.models.errors import ModelError
+    from proctor.models.placement import resolve_weights
+
+    if not fbgemm_available():
+        pytest.skip("fbgemm needs an x86 CPU with AVX2")
+    monkeypatch.setattr(fused_decode, "load_problem", lambda: "no C++ compiler")
+    cpu = torch.device("cpu")
+    assert resolve_weights("auto", cpu, torch.float32) == "fp16"
+    with pytest.raises(ModelError, match=r"no C\+\+ compiler.*--weights fp16"):
+        resolve_weights("q8", cpu, torch.float32)

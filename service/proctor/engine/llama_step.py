@@ -70,6 +70,8 @@ class LlamaSlots:
         self._rope_cos = self._rope_sin = torch.empty(0)
         self.dtype = self._embed.dtype
         self._layers = self.weights.layers
+        # q8 decodes through the C++ kernel (fused_decode.py), which takes head sizes in multiples of 8.
+        self._fused = weights == "q8" and self.head_dim % 8 == 0 and self.heads // self.kv_heads <= 8
         self.bytes_per_token = len(self._layers) * 2 * self.kv_heads * self.head_dim * self._embed.element_size()
         self._capacity = 0  # tokens per slot
         self._rows = 0  # slots allocated (grows in powers of two up to max_slots)
@@ -167,7 +169,7 @@ class LlamaSlots:
 
     def decode(self, token_ids: list[int]) -> torch.Tensor:
         """Feed one token to each of slots ``0..B-1`` (B = len(token_ids)); return logits [B, V]."""
-        if self.weights.mode == "q8":
+        if self._fused:
             return self._decode_fused(token_ids)
         return self._decode_ops(token_ids)
 

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/quantized/PackedParams.h>
+#include <immintrin.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -27,6 +28,76 @@ inline float dot(const float* a, const float* b, int64_t n) {
   float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+inline float horizontal_sum(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+
+// e^x for 8 floats (Cephes' polynomial, ~1 ulp; inputs clamped to +-88.38): the scalar expf is the
+// largest cost of softmax over long prefixes and of SiLU at many rows.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.3762626647949f)), _mm256_set1_ps(88.3762626647949f));
+  __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.f)));
+  const __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(exponent));
+}
+
+// e^x over n floats in place (n rounded up to 8: the buffer has room; the extra values are unused).
+inline void exp_in_place(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_loadu_ps(x + i)));
+}
+
+// Attention of `group` query heads (d a multiple of 8, group <= 8) over the n cached keys/values of
+// their kv head: scores for all heads from one pass over the keys, softmax, weighted sum of values.
+void attend_group(const float* q, int64_t group, const float* keys, const float* values, int64_t n, int64_t d,
+                  float scale, float* out, std::vector<float>& weights) {
+  const int64_t padded = (n + 7) / 8 * 8;
+  weights.assign(group * padded, 0.f);
+  for (int64_t t = 0; t < n; ++t) {
+    __m256 acc[8][2];
+    for (int64_t g = 0; g < group; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+    const float* k = keys + t * d;
+    for (int64_t c = 0; c < d; c += 8) {
+      const __m256 kc = _mm256_loadu_ps(k + c);
+      const int64_t lane = (c / 8) & 1;
+      for (int64_t g = 0; g < group; ++g) acc[g][lane] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c), kc, acc[g][lane]);
+    }
+    for (int64_t g = 0; g < group; ++g) weights[g * padded + t] = horizontal_sum(_mm256_add_ps(acc[g][0], acc[g][1])) * scale;
+  }
+  for (int64_t g = 0; g < group; ++g) {
+    float* w = weights.data() + g * padded;
+    const float peak = *std::max_element(w, w + n);
+    for (int64_t t = 0; t < n; ++t) w[t] -= peak;
+    exp_in_place(w, padded);
+    __m256 sum8 = _mm256_setzero_ps();
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8) sum8 = _mm256_add_ps(sum8, _mm256_loadu_ps(w + t));
+    float total = horizontal_sum(sum8);
+    for (; t < n; ++t) total += w[t];
+    const float inverse = 1.f / total;
+    float* o = out + g * d;
+    std::fill(o, o + d, 0.f);
+    for (t = 0; t < n; ++t) {
+      const __m256 wt = _mm256_set1_ps(w[t] * inverse);
+      const float* v = values + t * d;
+      for (int64_t c = 0; c < d; c += 8) {
+        _mm256_storeu_ps(o + c, _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + c), _mm256_loadu_ps(o + c)));
+      }
+    }
+  }
 }
 
 // Writes row / max|row| into `spanned` with the constant columns +1, -1 after it (weights.py:
@@ -94,6 +165,7 @@ void decode_layer(at::Tensor& h, const at::Tensor& in_norm, const Packed& qkv, c
   at::Tensor projected = qkv->apply_dynamic(norm_spanned(h, in_norm, eps, peaks), reduce_range);
   const int64_t width = projected.size(1);
   TORCH_CHECK(width == (heads + 2 * kv_heads) * d, "qkv width does not match the heads");
+  TORCH_CHECK(d % 8 == 0 && group <= 8, "head_dim must be a multiple of 8 and at most 8 query heads per kv head");
   float* pp = projected.data_ptr<float>();
   float* kp = keys.data_ptr<float>();
   float* vp = values.data_ptr<float>();
@@ -124,31 +196,10 @@ void decode_layer(at::Tensor& h, const at::Tensor& in_norm, const Packed& qkv, c
   at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> weights;
     for (int64_t job = begin; job < end; ++job) {
-      const int64_t r = job / kv_heads, kvh = job % kv_heads, n = positions[r] + 1;
-      const float* kb = kp + (r * kv_heads + kvh) * capacity * d;
-      const float* vb = vp + (r * kv_heads + kvh) * capacity * d;
-      weights.resize(n);
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t head = kvh * group + g;
-        const float* q = pp + r * width + head * d;
-        float peak = -std::numeric_limits<float>::infinity();
-        for (int64_t t = 0; t < n; ++t) {
-          weights[t] = dot(q, kb + t * d, d) * scale;
-          peak = std::max(peak, weights[t]);
-        }
-        float total = 0.f;
-        for (int64_t t = 0; t < n; ++t) {
-          weights[t] = std::exp(weights[t] - peak);
-          total += weights[t];
-        }
-        float* out = ap + r * heads * d + head * d;
-        std::fill(out, out + d, 0.f);
-        for (int64_t t = 0; t < n; ++t) {
-          const float w = weights[t] / total;
-          const float* v = vb + t * d;
-          for (int64_t i = 0; i < d; ++i) out[i] += w * v[i];
-        }
-      }
+      const int64_t r = job / kv_heads, kvh = job % kv_heads;
+      const int64_t cache = (r * kv_heads + kvh) * capacity * d;
+      attend_group(pp + r * width + kvh * group * d, group, kp + cache, vp + cache, positions[r] + 1, d, scale,
+                   ap + r * heads * d + kvh * group * d, weights);
     }
   });
 
@@ -163,11 +214,14 @@ void decode_layer(at::Tensor& h, const at::Tensor& in_norm, const Packed& qkv, c
   at::Tensor gu = gate_up->apply_dynamic(norm_spanned(h, post_norm, eps, peaks), reduce_range);
   const int64_t inner = gu.size(1) / 2;
   const float* gp = gu.const_data_ptr<float>();
-  std::vector<float> act(rows * inner);
+  std::vector<float> act(rows * inner + 8);
   for (int64_t r = 0; r < rows; ++r) {
+    float* a = act.data() + r * inner;
+    for (int64_t i = 0; i < inner; ++i) a[i] = -gp[r * 2 * inner + i] * peaks[r];  // -gate
+    exp_in_place(a, inner);  // e^-gate (the rounding-up spills into the next row, written after)
     for (int64_t i = 0; i < inner; ++i) {
       const float gate = gp[r * 2 * inner + i] * peaks[r], up = gp[r * 2 * inner + inner + i] * peaks[r];
-      act[r * inner + i] = gate / (1.f + std::exp(-gate)) * up;
+      a[i] = gate / (1.f + a[i]) * up;
     }
   }
   at::Tensor mlp = down->apply_dynamic(spanned_of(act.data(), rows, inner, h.options(), peaks), reduce_range);
