@@ -70,9 +70,13 @@ class LlamaSlots:
         self._rope_cos = self._rope_sin = torch.empty(0)
         self.dtype = self._embed.dtype
         self._layers = self.weights.layers
-        # q8 decodes through the C++ kernel (fused_decode.py), which takes head sizes in multiples of 8.
+        # q8 decodes through the C++ kernel (fused_decode.py), which takes head sizes in multiples of 8
+        # and keeps keys and values in float16: half the memory, and half the bytes a step reads over a
+        # long prefix (q8 is approximate anyway; the other modes keep the model's dtype).
         self._fused = weights == "q8" and self.head_dim % 8 == 0 and self.heads // self.kv_heads <= 8
-        self.bytes_per_token = len(self._layers) * 2 * self.kv_heads * self.head_dim * self._embed.element_size()
+        self.cache_dtype = torch.float16 if self._fused else self.dtype
+        self.bytes_per_token = (len(self._layers) * 2 * self.kv_heads * self.head_dim
+                                * torch.empty(0, dtype=self.cache_dtype).element_size())
         self._capacity = 0  # tokens per slot
         self._rows = 0  # slots allocated (grows in powers of two up to max_slots)
         self._keys: list[torch.Tensor] = []
@@ -96,13 +100,16 @@ class LlamaSlots:
             return
         new_rows, capacity = self._round_rows(max(rows, self._rows)), _round_up(max(length, self._capacity))
         shape = (new_rows, self.kv_heads, capacity, self.head_dim)
-        # Zeros, not empty: masked positions are multiplied by 0 in attention, and 0 * NaN is NaN.
-        keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self._layers]
-        values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self._layers]
-        if self._rows:
-            for old, new in zip(self._keys + self._values, keys + values, strict=True):
-                new[:self._rows, :, :self._capacity].copy_(old)
-        self._keys, self._values, self._rows, self._capacity = keys, values, new_rows, capacity
+        for caches in (self._keys, self._values):
+            if not caches:
+                caches.extend(None for _ in self._layers)  # type: ignore[misc]
+            for index, old in enumerate(caches):  # one layer at a time: the old and new caches never coexist whole
+                # Zeros, not empty: masked positions are multiplied by 0 in attention, and 0 * NaN is NaN.
+                new = torch.zeros(shape, dtype=self.cache_dtype, device=self.device)
+                if old is not None:
+                    new[:self._rows, :, :self._capacity].copy_(old)
+                caches[index] = new
+        self._rows, self._capacity = new_rows, capacity
 
     def _round_rows(self, rows: int) -> int:
         return min(self.max_slots, 1 << max(0, rows - 1).bit_length())
@@ -145,9 +152,10 @@ class LlamaSlots:
                 out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
                                                      v.transpose(0, 1)[None], is_causal=True, enable_gqa=True)
             else:
-                out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys[slot:slot + 1, :, :total],
-                                                     values[slot:slot + 1, :, :total], attn_mask=visible,
-                                                     enable_gqa=True)
+                out = F.scaled_dot_product_attention(q.transpose(0, 1)[None],
+                                                     keys[slot:slot + 1, :, :total].to(q.dtype),
+                                                     values[slot:slot + 1, :, :total].to(q.dtype),
+                                                     attn_mask=visible, enable_gqa=True)
             h = h + layer.o(out[0].transpose(0, 1).reshape(n, -1))
             h = h + self._mlp(self._norm(h, layer.post_norm), layer)
         self.lengths[slot] = total
@@ -192,9 +200,9 @@ class LlamaSlots:
             x = self._norm(h, layer.in_norm)
             q, k, v = self._project_qkv(x, layer, cos, sin)  # [B, H|KVH, D]
             keys, values = self._keys[index], self._values[index]
-            keys[row_index, :, positions] = k
-            values[row_index, :, positions] = v
-            out = self._attend(q, keys[:rows, :, :span], values[:rows, :, :span], bias)
+            keys[row_index, :, positions] = k.to(keys.dtype)
+            values[row_index, :, positions] = v.to(values.dtype)
+            out = self._attend(q, keys[:rows, :, :span].to(q.dtype), values[:rows, :, :span].to(q.dtype), bias)
             h = h + layer.o(out)
             h = h + self._mlp(self._norm(h, layer.post_norm), layer)
         for slot in range(rows):

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from proctor.engine.resident import page_out, paged_out_after_forward, returning_freed_memory
 from proctor.engine.smoothing import expand_to_heads, input_peaks, shared_by_kv_head, smoothing_scales
 from proctor.engine.weights import Linear, make_linear
 
@@ -73,12 +74,15 @@ def slot_weights(model: Any, mode: str, calibration_ids: list[int] | None = None
         if built.dense_released:
             raise RuntimeError(f"the model's dense weights were released; weights mode {mode!r} cannot be built "
                                f"(built: {', '.join(built.modes)})")
-        if mode == "q8":
-            if not calibration_ids:
-                raise ValueError("weights mode q8 needs calibration token ids (smoothing.CALIBRATION_TEXT)")
-            built.modes[mode] = _build_smoothed(model, mode, input_peaks(model, calibration_ids))
-        else:
-            built.modes[mode] = _build(model, mode)
+        if mode == "q8" and not calibration_ids:
+            raise ValueError("weights mode q8 needs calibration token ids (smoothing.CALIBRATION_TEXT)")
+        with returning_freed_memory():  # resident.py: the build's peak memory
+            if mode == "q8":
+                with paged_out_after_forward(model.model.layers):
+                    peaks = input_peaks(model, calibration_ids)  # type: ignore[arg-type]
+                built.modes[mode] = _build_smoothed(model, mode, peaks)
+            else:
+                built.modes[mode] = _build(model, mode)
     return built.modes[mode]
 
 
@@ -151,10 +155,12 @@ def _build_smoothed(model: Any, mode: str, peaks: dict[str, torch.Tensor]) -> Sl
             in_norm=layer.input_layernorm.weight / s_qkv, qkv=make_linear(qkv, mode),
             o=make_linear(o, mode), post_norm=layer.post_attention_layernorm.weight / s_gate_up,
             gate_up=make_linear(gate_up, mode),
-            down=make_linear(mlp.down_proj.weight.float() * s_down[None, :], mode)))
+            down=make_linear(mlp.down_proj.weight, mode, column_scale=s_down)))
+        del qkv, o, gate_up
+        page_out(layer.parameters())  # this layer's file-mapped fp32 weights are no longer needed resident
     s_head = smoothing_scales(peaks["lm_head"], model.lm_head.weight)
     return SlotWeights(mode=mode, embed=_own_copy(inner.embed_tokens.weight), final_norm=inner.norm.weight / s_head,
-                       lm_head=make_linear(model.lm_head.weight.float() * s_head[None, :], mode), layers=layers)
+                       lm_head=make_linear(model.lm_head.weight, mode, column_scale=s_head), layers=layers)
 
 
 def _build(model: Any, mode: str) -> SlotWeights:
@@ -163,20 +169,17 @@ def _build(model: Any, mode: str) -> SlotWeights:
     def fused(*linears: Any) -> Linear:
         return make_linear(torch.cat([linear.weight for linear in linears]), mode)
 
-    return SlotWeights(
-        mode=mode,
-        embed=_own_copy(inner.embed_tokens.weight),
-        final_norm=inner.norm.weight,
-        lm_head=make_linear(model.lm_head.weight, mode),
-        layers=[
-            LayerWeights(
-                in_norm=layer.input_layernorm.weight,
-                qkv=fused(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
-                o=make_linear(layer.self_attn.o_proj.weight, mode),
-                post_norm=layer.post_attention_layernorm.weight,
-                gate_up=fused(layer.mlp.gate_proj, layer.mlp.up_proj),
-                down=make_linear(layer.mlp.down_proj.weight, mode),
-            )
-            for layer in inner.layers
-        ],
-    )
+    def built(layer: Any) -> LayerWeights:
+        weights = LayerWeights(
+            in_norm=layer.input_layernorm.weight,
+            qkv=fused(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
+            o=make_linear(layer.self_attn.o_proj.weight, mode),
+            post_norm=layer.post_attention_layernorm.weight,
+            gate_up=fused(layer.mlp.gate_proj, layer.mlp.up_proj),
+            down=make_linear(layer.mlp.down_proj.weight, mode),
+        )
+        page_out(layer.parameters())  # resident.py: faulted back in from the file if read again
+        return weights
+
+    return SlotWeights(mode=mode, embed=_own_copy(inner.embed_tokens.weight), final_norm=inner.norm.weight,
+                       lm_head=make_linear(model.lm_head.weight, mode), layers=[built(layer) for layer in inner.layers])

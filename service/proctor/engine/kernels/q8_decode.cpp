@@ -62,16 +62,24 @@ inline void exp_in_place(float* x, int64_t n) {
 
 // Attention of `group` query heads (d a multiple of 8, group <= 8) over the n cached keys/values of
 // their kv head: scores for all heads from one pass over the keys, softmax, weighted sum of values.
-void attend_group(const float* q, int64_t group, const float* keys, const float* values, int64_t n, int64_t d,
+inline __m256 load_half8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+inline void store_half(const float* source, int64_t d, uint16_t* target) {  // d a multiple of 8; rounds to nearest even
+  for (int64_t c = 0; c < d; c += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(target + c), _mm256_cvtps_ph(_mm256_loadu_ps(source + c), _MM_FROUND_TO_NEAREST_INT));
+  }
+}
+
+void attend_group(const float* q, int64_t group, const uint16_t* keys, const uint16_t* values, int64_t n, int64_t d,
                   float scale, float* out, std::vector<float>& weights) {
   const int64_t padded = (n + 7) / 8 * 8;
   weights.assign(group * padded, 0.f);
   for (int64_t t = 0; t < n; ++t) {
     __m256 acc[8][2];
     for (int64_t g = 0; g < group; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
-    const float* k = keys + t * d;
+    const uint16_t* k = keys + t * d;
     for (int64_t c = 0; c < d; c += 8) {
-      const __m256 kc = _mm256_loadu_ps(k + c);
+      const __m256 kc = load_half8(k + c);
       const int64_t lane = (c / 8) & 1;
       for (int64_t g = 0; g < group; ++g) acc[g][lane] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c), kc, acc[g][lane]);
     }
@@ -92,9 +100,9 @@ void attend_group(const float* q, int64_t group, const float* keys, const float*
     std::fill(o, o + d, 0.f);
     for (t = 0; t < n; ++t) {
       const __m256 wt = _mm256_set1_ps(w[t] * inverse);
-      const float* v = values + t * d;
+      const uint16_t* v = values + t * d;
       for (int64_t c = 0; c < d; c += 8) {
-        _mm256_storeu_ps(o + c, _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + c), _mm256_loadu_ps(o + c)));
+        _mm256_storeu_ps(o + c, _mm256_fmadd_ps(wt, load_half8(v + c), _mm256_loadu_ps(o + c)));
       }
     }
   }
@@ -143,14 +151,19 @@ void check_float(const at::Tensor& t, const char* name) {
               " must be a contiguous float32 CPU tensor");
 }
 
-// h [B, hidden] is updated in place; keys/values [slots, KVH, capacity, D] get row r's new key and
-// value at positions[r]; cos/sin [L, D] are the rotary tables.
+// h [B, hidden] is updated in place; keys/values [slots, KVH, capacity, D] (float16: half the memory
+// and the bytes a long prefix streams per step) get row r's new key and value at positions[r];
+// cos/sin [L, D] are the rotary tables.
 void decode_layer(at::Tensor& h, const at::Tensor& in_norm, const Packed& qkv, const Packed& o,
                   const at::Tensor& post_norm, const Packed& gate_up, const Packed& down, at::Tensor& keys,
                   at::Tensor& values, at::IntArrayRef positions, const at::Tensor& cos, const at::Tensor& sin,
                   int64_t heads, int64_t kv_heads, double eps, bool reduce_range) {
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&h, &in_norm, &post_norm, &keys, &values, &cos, &sin}) {
-    check_float(*t, "every tensor");
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&h, &in_norm, &post_norm, &cos, &sin}) {
+    check_float(*t, "h, the norms and the rotary tables");
+  }
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&keys, &values}) {
+    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kHalf && t->is_contiguous(),
+                "the key and value caches must be contiguous float16 CPU tensors");
   }
   const int64_t rows = h.size(0), hidden = h.size(1), d = cos.size(1), half = d / 2;
   const int64_t group = heads / kv_heads, capacity = keys.size(2);
@@ -167,8 +180,8 @@ void decode_layer(at::Tensor& h, const at::Tensor& in_norm, const Packed& qkv, c
   TORCH_CHECK(width == (heads + 2 * kv_heads) * d, "qkv width does not match the heads");
   TORCH_CHECK(d % 8 == 0 && group <= 8, "head_dim must be a multiple of 8 and at most 8 query heads per kv head");
   float* pp = projected.data_ptr<float>();
-  float* kp = keys.data_ptr<float>();
-  float* vp = values.data_ptr<float>();
+  uint16_t* kp = reinterpret_cast<uint16_t*>(keys.data_ptr<at::Half>());
+  uint16_t* vp = reinterpret_cast<uint16_t*>(values.data_ptr<at::Half>());
   std::vector<float> rotated(d);
   for (int64_t r = 0; r < rows; ++r) {
     float* row = pp + r * width;
@@ -185,8 +198,8 @@ void decode_layer(at::Tensor& h, const at::Tensor& in_norm, const Packed& qkv, c
     }
     for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
       const int64_t at_position = ((r * kv_heads + kvh) * capacity + positions[r]) * d;
-      std::copy(row + (heads + kvh) * d, row + (heads + kvh + 1) * d, kp + at_position);
-      std::copy(row + (heads + kv_heads + kvh) * d, row + (heads + kv_heads + kvh + 1) * d, vp + at_position);
+      store_half(row + (heads + kvh) * d, d, kp + at_position);
+      store_half(row + (heads + kv_heads + kvh) * d, d, vp + at_position);
     }
   }
 
