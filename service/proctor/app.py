@@ -30,7 +30,7 @@ from proctor.api.servicer import GenerationServicer
 from proctor.api.telemetry import TelemetryInterceptor
 from proctor.audit.setup import checkpoint_path, open_sink, privacy_policy
 from proctor.audit.sink import AuditSink
-from proctor.config import Settings
+from proctor.config import WEIGHT_MODE_REVISIONS, Settings
 from proctor.domain import GenerationRequest, StoppingParams
 from proctor.observability.setup import Observability
 from proctor_client.v1 import audit_pb2, audit_pb2_grpc, generation_pb2, generation_pb2_grpc
@@ -51,6 +51,7 @@ def model_info(loaded: object, settings: Settings) -> dict[str, object]:
         "tokenizer_sha256": loaded.tokenizer_sha256,
         "dtype": str(loaded.dtype).removeprefix("torch."),
         "weights": loaded.weights,
+        "weights_revision": WEIGHT_MODE_REVISIONS[loaded.weights],
         "device": str(loaded.device),
         "context_length_tokens": loaded.context_length,
         "vocab_size": loaded.vocab_size,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from helpers.weight_quality import agreement, perplexity
 
-from proctor.config import Settings
+from proctor.config import WEIGHT_MODE_REVISIONS, Settings
 from proctor.engine.weights import fbgemm_available
 from proctor.models import load_model
 
@@ -52,5 +52,6 @@ def test_the_server_reports_its_weights_mode_and_records_it(server: Any, client:
     response = client.generate("Hi", max_new_tokens=2)
     record = json.loads(client.audit_record(response.audit_id).record_json)
     assert record["model"]["weights"] == loaded.weights
+    assert record["model"]["weights_revision"] == WEIGHT_MODE_REVISIONS[loaded.weights]
     # The server dropped its dense projection weights once its runner held its own copies.
     assert loaded.model.model.layers[0].mlp.down_proj.weight.numel() == 0

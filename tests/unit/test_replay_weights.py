@@ -32,3 +32,11 @@ def test_a_record_of_the_same_mode_replays() -> None:
 def test_a_record_from_before_weight_modes_counts_as_dense() -> None:
     assert servicer("dense")._replay_problem(record()) == ""
     assert "--weights dense" in servicer("q8")._replay_problem(record())
+
+
+def test_a_record_of_an_earlier_revision_of_the_mode_is_refused() -> None:
+    current = servicer("q8")
+    current._generation.audit.model["weights_revision"] = 2
+    assert current._replay_problem(record(weights="q8", weights_revision=2)) == ""
+    problem = current._replay_problem(record(weights="q8"))  # no revision recorded: the first
+    assert "revision 1 of --weights q8" in problem and "revision 2" in problem

@@ -103,6 +103,11 @@ class AuditServicer(apb_grpc.AuditServicer):
         if recorded_weights != (model.get("weights") or "dense"):
             return (f"the record was made with --weights {recorded_weights}; this server runs --weights "
                     f"{model.get('weights')}: replay it on a server started with --weights {recorded_weights}")
+        recorded_revision = body["model"].get("weights_revision") or 1  # records before revisions: the first
+        if recorded_revision != (model.get("weights_revision") or 1):
+            return (f"the record was made by revision {recorded_revision} of --weights {recorded_weights}; this "
+                    f"server's is revision {model.get('weights_revision')}, which computes differently: replay it "
+                    f"with a Proctor release whose --weights {recorded_weights} is revision {recorded_revision}")
         if body["request"].get("prompt") is None and body["request"].get("messages") is None:
             return "the record keeps only an HMAC of the prompt (privacy policy), so it cannot be replayed"
         if body["output"] and body["output"]["policy"] == "hmac" and self._generation.audit.policy.key is None:
