@@ -72,6 +72,19 @@ class Backend(Protocol):
         """Rebuild a compiled constraint from ``CompiledConstraint.to_bytes``."""
 
 
+def fill_bitmasks(bitmask: torch.Tensor, pairs: list[tuple[Matcher, int]]) -> None:
+    """``matcher.fill_bitmask(bitmask, row)`` for every pair; matchers whose class can fill several rows
+    at once (``fill_together``: llguidance, on its own threads) do so, the rest one by one."""
+    together: dict[type, list[tuple[Matcher, int]]] = {}
+    for matcher, row in pairs:
+        if hasattr(type(matcher), "fill_together"):
+            together.setdefault(type(matcher), []).append((matcher, row))
+        else:
+            matcher.fill_bitmask(bitmask, row)
+    for kind, group in together.items():
+        kind.fill_together(bitmask, group)  # type: ignore[attr-defined]
+
+
 def bitmask_words(vocab_size: int) -> int:
     return (vocab_size + 31) // 32
 

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import torch
 
-from proctor.constraints.backend import Matcher, allocate_bitmask, bitmask_to_bool
+from proctor.constraints.backend import Matcher, allocate_bitmask, bitmask_to_bool, fill_bitmasks
 from proctor.decoding.forbidden import ForbiddenTracker
 
 
@@ -57,8 +57,7 @@ def build_masks(logits: torch.Tensor, rows: list[MaskedRow], top: list[int]) -> 
         return Masks(None, removed, dead, counts)
     if constrained:
         bitmask = allocate_bitmask(size, vocab)
-        for index in constrained:
-            rows[index].matcher.fill_bitmask(bitmask, index)  # type: ignore[union-attr]
+        fill_bitmasks(bitmask, [(rows[index].matcher, index) for index in constrained])  # type: ignore[misc]
         banned = ~bitmask_to_bool(bitmask.to(logits.device), vocab)
         allowed = (~banned).sum(dim=-1).tolist()
         for index in constrained:
