@@ -16,7 +16,8 @@ from typing import Any
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 # How the slot forward runs the linear layers (engine/weights.py); "auto" picks one (models/placement.py).
 # Each with the revision of its arithmetic, recorded in the audit trail and bumped whenever what the mode
-# computes changes, so a replay is refused rather than diverging (q8 2: the C++ kernel, float16 cache).
+# computes changes, so a replay is refused rather than diverging (q8 2: the C++ kernel, float16 cache
+# and embedding table).
 WEIGHT_MODE_REVISIONS = {"dense": 1, "fp16": 1, "q8": 2}
 WEIGHT_MODES = tuple(WEIGHT_MODE_REVISIONS)
 

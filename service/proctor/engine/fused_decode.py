@@ -3,10 +3,11 @@
 Why: at a few rows a q8 decode step of the default model is ~9 ms of int8 matrix products and, as
 ~60 small PyTorch operations per layer (norm, per-row scaling, rotary, cache writes, attention,
 activation), another ~11 ms of dispatch and allocation around vectors of 576 numbers. The kernel
-does all but the products (still fbgemm's, through the same packed weights) in plain loops: measured
-on the 2-core machine, a step at 1 / 16 rows went from 25 / 77 ms to 15 / 50 ms (bench/weights.py).
-Attention runs over each row's exact prefix, one (row, kv head) per job, so a row's result does not
-depend on the batch or the thread count (tests/unit/test_fused_decode.py).
+does all but the products (still fbgemm's, through the same packed weights) in plain AVX2 loops, and
+reads a float16 KV cache: on the 2-core machine a step at 1 / 16 rows went from 24.5 / 67.5 ms to
+11.7 / 42.4 ms (bench/weights.py; bench/README.md, "Per-step overhead"). Attention runs over each
+row's exact prefix, one (row, kv head) per job, so a row's result does not depend on the batch or
+the thread count (tests/unit/test_fused_decode.py, tests/unit/test_weight_modes.py).
 
 Why compiled here rather than shipped: the extension must match the installed torch's headers and
 ABI exactly; torch's own JIT builder (``torch.utils.cpp_extension.load``, ninja + g++) compiles it in

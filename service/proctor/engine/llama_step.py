@@ -68,7 +68,7 @@ class LlamaSlots:
         self._lm_head = self.weights.lm_head
         self._rotary = model.model.rotary_emb
         self._rope_cos = self._rope_sin = torch.empty(0)
-        self.dtype = self._embed.dtype
+        self.dtype = self._final_norm.dtype  # the activations' dtype (q8 keeps its embedding table in fp16)
         self._layers = self.weights.layers
         # q8 decodes through the C++ kernel (fused_decode.py), which takes head sizes in multiples of 8
         # and keeps keys and values in float16: half the memory, and half the bytes a step reads over a
@@ -140,7 +140,7 @@ class LlamaSlots:
         # The first chunk (or a whole prompt) is plain causal attention; a later chunk also sees the
         # cached prefix: query i may look at keys 0..start+i.
         visible = None if start == 0 else (torch.arange(total, device=self.device)[None, :] <= positions[:, None])
-        h = F.embedding(ids, self._embed)  # [T, hidden]
+        h = F.embedding(ids, self._embed).to(self.dtype)  # [T, hidden]
         cos, sin = self._rope(h, positions, total)
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
@@ -194,7 +194,7 @@ class LlamaSlots:
         hidden = torch.arange(span, device=self.device)[None, :] > positions[:, None]
         bias = torch.zeros((rows, span), dtype=torch.float32, device=self.device).masked_fill_(hidden, float("-inf"))
         bias = bias.to(self.dtype)[:, None, None, :]
-        h = F.embedding(ids, self._embed)  # [B, hidden]
+        h = F.embedding(ids, self._embed).to(self.dtype)  # [B, hidden]
         cos, sin = self._rope(h, positions, max(lengths) + 1)
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
@@ -214,7 +214,7 @@ class LlamaSlots:
         rows = len(token_ids)
         lengths = self.lengths[:rows]
         self.reserve(rows, max(lengths) + 1)
-        h = F.embedding(torch.tensor(token_ids, dtype=torch.long, device=self.device), self._embed)
+        h = F.embedding(torch.tensor(token_ids, dtype=torch.long, device=self.device), self._embed).to(self.dtype)
         self._rope(h, torch.tensor(lengths, dtype=torch.long), max(lengths) + 1)
         cos, sin = self._rope_cos[:, 0], self._rope_sin[:, 0]  # [L, D]
         decode_layer = fused_decode.decode_layer()

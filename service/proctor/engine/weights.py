@@ -18,8 +18,8 @@ smaller the weights the faster the step. Measured per kernel at 1, 4, 16 and 32 
   are exact, and the row's scale is multiplied back afterwards — per-row symmetric quantization, and a
   row's logits are the same bits alone or in any batch, at any thread count (tested).
   A q8 decode step runs each layer as one C++ call around the same packed weights (fused_decode.py:
-  the ~60 small operations per layer cost more than the products at a few rows), with the KV cache in
-  float16; prefill and the LM head use the functions here.
+  the ~60 small operations per layer cost more than the products at a few rows), with the KV cache and
+  the embedding table in float16; prefill and the LM head use the functions here.
 
 Not chosen: ``_weight_int8pack_mm`` and ``_weight_int4pack_mm_for_cpu`` (fast only for bf16
 activations with AVX-512; scalar otherwise: 10–20× slower than dense here), ``torch._int_mm`` and
