@@ -107,3 +107,21 @@ def test_without_the_kernel_auto_falls_back_to_fp16_and_q8_is_refused(monkeypatc
     assert resolve_weights("auto", cpu, torch.float32) == "fp16"
     with pytest.raises(ModelError, match=r"no C\+\+ compiler.*--weights fp16"):
         resolve_weights("q8", cpu, torch.float32)
+
+
+def test_the_kernels_mask_fill_gives_masked_fills_bits(kernel_ready: None) -> None:
+    from proctor.decoding.masks import apply_banned
+
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(16, 49152, generator=generator)
+    logits[0, :3] = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    banned = torch.rand(16, 49152, generator=generator) > 0.7
+    banned[0, :2] = False  # NaN and +inf stay where allowed
+    expected = logits.clone().masked_fill_(banned, float("-inf"))
+    fused_decode.decode_layer()  # loads the library
+    got = logits.clone()
+    apply_banned(got, banned)
+    assert torch.equal(got.isnan(), expected.isnan())
+    assert torch.equal(got.nan_to_num(), expected.nan_to_num())
+    with pytest.raises(RuntimeError, match="banned must be"):
+        torch.ops.proctor.fill_banned(logits.clone(), banned[:, :100].contiguous())

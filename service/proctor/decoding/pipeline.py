@@ -28,7 +28,7 @@ from typing import Protocol
 import torch
 
 from proctor.decoding.lookahead import DeadEndSearch
-from proctor.decoding.masks import MaskedRow, Masks, build_masks
+from proctor.decoding.masks import MaskedRow, Masks, apply_banned, build_masks
 from proctor.decoding.penalties import PenaltyState
 from proctor.decoding.sampler import sample_one, sample_rows
 from proctor.decoding.warpers import warp
@@ -75,7 +75,7 @@ def _run_processors(logits: torch.Tensor, rows: list[DecodeRow], masks: Masks, t
             if not masks.removed_by[index] and bool(torch.isneginf(logits[index, top[index]])):
                 masks.removed_by[index] = name
     if ran and masks.banned is not None:
-        logits.masked_fill_(masks.banned, float("-inf"))
+        apply_banned(logits, masks.banned)
     return ran
 
 
@@ -97,7 +97,7 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow],
         on_masks(time.perf_counter() - start, masks.removed_by)
     processed = masks.banned is not None
     if processed:
-        logits.masked_fill_(masks.banned, float("-inf"))
+        apply_banned(logits, masks.banned)
     processed = _run_processors(logits, rows, masks, top) or processed
     for index, row in enumerate(rows):
         if row.penalties is not None:
