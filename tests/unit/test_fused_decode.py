@@ -110,8 +110,6 @@ def test_without_the_kernel_auto_falls_back_to_fp16_and_q8_is_refused(monkeypatc
 
 
 def test_the_kernels_mask_fill_gives_masked_fills_bits(kernel_ready: None) -> None:
-    from proctor.decoding.masks import apply_banned
-
     generator = torch.Generator().manual_seed(5)
     logits = torch.randn(16, 49152, generator=generator)
     logits[0, :3] = torch.tensor([float("nan"), float("inf"), float("-inf")])
@@ -120,7 +118,7 @@ def test_the_kernels_mask_fill_gives_masked_fills_bits(kernel_ready: None) -> No
     expected = logits.clone().masked_fill_(banned, float("-inf"))
     fused_decode.decode_layer()  # loads the library
     got = logits.clone()
-    apply_banned(got, banned)
+    assert fused_decode.fill_banned(got, banned), "the pipeline would not use the kernel"
     assert torch.equal(got.isnan(), expected.isnan())
     assert torch.equal(got.nan_to_num(), expected.nan_to_num())
     with pytest.raises(RuntimeError, match="banned must be"):

@@ -35,6 +35,7 @@ SOURCE = Path(__file__).with_name("kernels") / "q8_decode.cpp"
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fno-fast-math"]
 
 log = logging.getLogger(__name__)
+_loaded = False  # set once load_problem has loaded the library
 
 
 @functools.cache
@@ -62,6 +63,8 @@ def load_problem() -> str | None:
         return f"its C++ decode kernel could not be built here ({first}); see {build}"
     if fresh:
         log.info("built the q8 decode kernel in %.1f s", time.monotonic() - started)
+    global _loaded
+    _loaded = True
     return None
 
 
@@ -70,6 +73,15 @@ def _first_error(message: str) -> str:
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     errors = [line for line in lines if "error:" in line or "not found" in line.lower()]
     return (errors or lines or [""])[0][:300]
+
+
+def fill_banned(logits: torch.Tensor, banned: torch.Tensor) -> bool:
+    """``logits.masked_fill_(banned, -inf)`` in the library's one vectorised pass (the same bits), if the
+    library is already loaded and the tensors suit it; False otherwise (this never builds it)."""
+    if not _loaded or logits.device.type != "cpu" or logits.dtype != torch.float32 or not logits.is_contiguous():
+        return False
+    torch.ops.proctor.fill_banned(logits, banned.contiguous())
+    return True
 
 
 def decode_layer() -> torch._ops.OpOverloadPacket:

@@ -74,6 +74,7 @@ class LlamaSlots:
         # and keeps keys and values in float16: half the memory, and half the bytes a step reads over a
         # long prefix (q8 is approximate anyway; the other modes keep the model's dtype).
         self._fused = weights == "q8" and self.head_dim % 8 == 0 and self.heads // self.kv_heads <= 8
+        self._decode_layer = fused_decode.decode_layer() if self._fused else None  # raises if it cannot load
         self.cache_dtype = torch.float16 if self._fused else self.dtype
         self.bytes_per_token = (len(self._layers) * 2 * self.kv_heads * self.head_dim
                                 * torch.empty(0, dtype=self.cache_dtype).element_size())
@@ -141,7 +142,7 @@ class LlamaSlots:
         # cached prefix: query i may look at keys 0..start+i.
         visible = None if start == 0 else (torch.arange(total, device=self.device)[None, :] <= positions[:, None])
         h = F.embedding(ids, self._embed).to(self.dtype)  # [T, hidden]
-        cos, sin = self._rope(h, positions, total)
+        cos, sin = self._rope(h, positions, total)  # [T, 1, D]
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
             q, k, v = self._project_qkv(x, layer, cos, sin)  # [T, H|KVH, D]
@@ -215,13 +216,11 @@ class LlamaSlots:
         lengths = self.lengths[:rows]
         self.reserve(rows, max(lengths) + 1)
         h = F.embedding(torch.tensor(token_ids, dtype=torch.long, device=self.device), self._embed).to(self.dtype)
-        self._rope(h, torch.tensor(lengths, dtype=torch.long), max(lengths) + 1)
-        cos, sin = self._rope_cos[:, 0], self._rope_sin[:, 0]  # [L, D]
-        decode_layer = fused_decode.decode_layer()
+        cos, sin = (table[:, 0] for table in self._rope_tables(h, max(lengths) + 1))  # [L, D]: the kernel indexes
         for index, layer in enumerate(self._layers):
-            decode_layer(h, layer.in_norm, layer.qkv.packed, layer.o.packed, layer.post_norm, layer.gate_up.packed,
-                         layer.down.packed, self._keys[index], self._values[index], lengths, cos, sin, self.heads,
-                         self.kv_heads, self.eps, layer.qkv.reduce_range)
+            self._decode_layer(h, layer.in_norm, layer.qkv.packed, layer.o.packed, layer.post_norm,  # type: ignore[misc]
+                               layer.gate_up.packed, layer.down.packed, self._keys[index], self._values[index],
+                               lengths, cos, sin, self.heads, self.kv_heads, self.eps, layer.qkv.reduce_range)
         for slot in range(rows):
             self.lengths[slot] += 1
         return self._logits(h)
@@ -238,14 +237,18 @@ class LlamaSlots:
 
     # --- pieces -----------------------------------------------------------------------------------
     def _rope(self, h: torch.Tensor, positions: torch.Tensor, needed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin for ``positions`` from a table the rotary module filled once (it is elementwise in
-        the position, so a table row is the same bits as computing that position alone); ``needed``:
-        the highest position + 1."""
+        """cos/sin for ``positions`` ([N, 1, D]); ``needed``: the highest position + 1."""
+        cos, sin = self._rope_tables(h, needed)
+        return cos[positions], sin[positions]
+
+    def _rope_tables(self, h: torch.Tensor, needed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cos/sin tables [L, 1, D], filled by the rotary module once per growth (it is elementwise in
+        the position, so a table row is the same bits as computing that position alone)."""
         if needed > self._rope_cos.shape[0]:
             table = torch.arange(_round_up(needed), device=self.device)
             cos, sin = self._rotary(h, table[None])
-            self._rope_cos, self._rope_sin = cos[0][:, None, :], sin[0][:, None, :]  # [L, 1, D]
-        return self._rope_cos[positions], self._rope_sin[positions]
+            self._rope_cos, self._rope_sin = cos[0][:, None, :], sin[0][:, None, :]
+        return self._rope_cos, self._rope_sin
 
     def _norm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         x = h.float()
