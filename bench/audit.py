@@ -5,12 +5,14 @@
    record, SQLite WAL + synchronous=FULL), one with the audit off. The same prompts, greedy,
    alternating between the two, through gRPC. Prints median tokens/s and the ratio.
 2. **Writer and verify speed** — a synthetic log of ``--records`` records of ``--tokens`` tokens
-   each (every token with 5 alternatives, ~31 KB of canonical JSON at 100 tokens), submitted at once
-   to the real sink (canonical JSON, hash chain, a signed checkpoint every 1000 records, SQLite WAL +
-   ``synchronous=FULL`` commits in batches): records/s from the first submit until every record is
-   committed; then ``verify_log`` over it (and over the records the servers wrote): records/s.
-   The records share their token list, so building them costs the bench nothing; the sink
-   serialises each in full. ``--skip-throughput`` runs only this part.
+   each (every token with 5 alternatives, ~45 KB of canonical JSON at 100 tokens), submitted at once
+   to the real sink (canonical JSON, zstd, hash chain, a signed checkpoint every 1000 records, SQLite
+   WAL + ``synchronous=FULL`` commits in batches): records/s from the first submit until every record
+   is committed; then ``verify_log`` over it (and over the records the servers wrote): records/s.
+   The tokens look like the model's: texts of random entries of the real vocabulary and log
+   probabilities with all their digits, different in every one of 256 token lists the records take
+   in turn (so compression sees what it would in a real log; building them is outside the timing).
+   ``--skip-throughput`` runs only this part.
 
     python bench/audit.py [--rounds 5] [--new-tokens 64] [--records 20000] [--tokens 100] [--skip-throughput]
 """
@@ -18,6 +20,7 @@
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import tempfile
@@ -28,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "service"), str(ROOT / "clients" / "python" / "src")]
 
 from prompts import PROMPTS  # noqa: E402
+from tokenizers import Tokenizer  # noqa: E402
 
 from proctor.app import BackgroundServer  # noqa: E402
 from proctor.audit import FORMAT  # noqa: E402
@@ -35,22 +39,38 @@ from proctor.audit.chain import load_or_create_signing_key  # noqa: E402
 from proctor.audit.sink import AuditSink  # noqa: E402
 from proctor.audit.sqlite_store import SQLiteAuditStore  # noqa: E402
 from proctor.audit.verify import VerifyResult, verify_log  # noqa: E402
-from proctor.config import Settings  # noqa: E402
+from proctor.config import DEFAULT_MODEL_NAME, Settings, default_model_store  # noqa: E402
 from proctor_client import ProctorClient  # noqa: E402
+
+
+def token_lists(count: int, tokens: int) -> list[list[dict[str, object]]]:
+    """``count`` different per-token audit lists of ``tokens`` steps, as the engine writes them."""
+    vocabulary = Tokenizer.from_file(str(default_model_store() / DEFAULT_MODEL_NAME / "tokenizer.json"))
+    rng = random.Random(13)
+    lists = []
+    for _ in range(count):
+        steps = []
+        for step in range(tokens):
+            ids = rng.sample(range(vocabulary.get_vocab_size()), 6)
+            logprobs = sorted((-rng.expovariate(1.0) for _ in ids), reverse=True)
+            steps.append({"step": step, "id": ids[0], "text": vocabulary.decode([ids[0]]), "logprob": logprobs[0],
+                          "final_logprob": logprobs[0], "allowed": None, "removed_by": "",
+                          "top": [{"id": i, "text": vocabulary.decode([i]), "logprob": p}
+                                  for i, p in zip(ids[1:], logprobs[1:], strict=True)]})
+        lists.append(steps)
+    return lists
 
 
 def synthetic_log(directory: Path, records: int, tokens: int) -> tuple[SQLiteAuditStore, float]:
     store = SQLiteAuditStore(directory / "synthetic.db")
     sink = AuditSink(store, load_or_create_signing_key(directory / "synthetic.key"),
                      checkpoint_file=directory / "synthetic.checkpoints")
-    token = {"step": 0, "id": 7042, "text": " Paris", "logprob": -0.258, "final_logprob": -0.258, "allowed": None,
-             "removed_by": "", "top": [{"id": 7042 + i, "text": " x", "logprob": -1.5 - i} for i in range(5)]}
-    steps = [{**token, "step": s} for s in range(tokens)]
+    lists = token_lists(256, tokens)
     start = time.perf_counter()
     futures = [sink.submit({"format": FORMAT, "kind": "request", "audit_id": f"s{i}", "request_id": f"r{i}",
                             "received_ms": 1_764_000_000_000 + i, "caller": {"identity": "bench"},
                             "status": {"code": "OK"}, "finish": {"reason": "length", "detail": ""},
-                            "tokens": steps}) for i in range(records)]
+                            "tokens": lists[i % len(lists)]}) for i in range(records)]
     for future in futures:
         future.result()
     sink.close()
@@ -107,12 +127,14 @@ def main() -> None:
         print(f"\nVerify: {real.records} real records in {real.seconds * 1000:.0f} ms "
               f"({real.records / real.seconds:,.0f} records/s).")
     store, write_s = synthetic_log(directory, args.records, args.tokens)
-    size = store.get("s0")
+    stored = store.get("s0")
+    assert stored is not None
     runs = [verify_log(store, checkpoint_file=directory / "synthetic.checkpoints") for _ in range(3)]
     assert all(run.ok for run in runs), [run.problem for run in runs]
     rates_v = sorted(run.records / run.seconds for run in runs)
     print(f"\nSynthetic log: {runs[0].records} records x {args.tokens} tokens "
-          f"(~{len(size.body if size else b'') / 1000:.0f} KB each; {runs[0].checkpoints} signed checkpoints): "
+          f"(~{len(stored.record_json()) / 1000:.0f} KB of JSON each, {len(stored.body) / 1000:.0f} KB stored; "
+          f"{runs[0].checkpoints} signed checkpoints): "
           f"written at {args.records / write_s:,.0f} records/s; verified at {rates_v[1]:,.0f} records/s "
           f"(median of 3: {', '.join(f'{r:,.0f}' for r in rates_v)}).")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from proctor.audit.stored_body import record_json
 from proctor_client import ProctorClient, ProctorError
 
 pytestmark = pytest.mark.real_model
@@ -63,7 +64,7 @@ def test_kill_9_under_load_loses_no_answered_call(serve_process: Callable[..., o
     verified = cli("audit", "verify", "--db", str(db))
     assert verified.returncode == 0, verified.stdout + verified.stderr
     with sqlite3.connect(db) as conn:
-        bodies = {row[0]: json.loads(row[1]) for row in conn.execute(
+        bodies = {row[0]: json.loads(record_json(row[1])) for row in conn.execute(
             "SELECT audit_id, body FROM audit_log WHERE kind = 'request'")}
     for audit_id, tokens in received.items():
         assert audit_id in bodies, f"answered call {audit_id} is missing from the log"

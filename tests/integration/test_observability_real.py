@@ -201,7 +201,7 @@ def test_the_span_tree_continues_the_callers_trace(observed: Any) -> None:
     assert by_name["prefill"].end_time <= by_name["decode"].start_time <= by_name["audit.commit"].start_time
     assert len([s for s in spans if s.name == "decode"]) == 1  # one span for the decode, not one per token
 
-    record = json.loads(server.running.audit_sink.store.get(response.audit_id).body)
+    record = json.loads(server.running.audit_sink.store.get(response.audit_id).record_json())
     assert record["trace_id"] == trace_id
 
 

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from proctor.audit.stored_body import record_json
 from proctor.config import Settings
 from proctor_client import ProctorClient, ProctorError
 from proctor_client.auth import tls_credentials
@@ -298,8 +299,7 @@ def test_no_secret_appears_in_logs_errors_or_audit_records(tls_server: Secured, 
     threading.Event().wait(0.2)  # let the audit writer finish its queue
     for secured in (tls_server, mtls_server):
         with sqlite3.connect(secured.audit_db) as db:
-            records = "\n".join(body.decode() if isinstance(body, bytes) else body
-                                for (body,) in db.execute("SELECT body FROM audit_log"))
+            records = "\n".join(record_json(body).decode() for (body,) in db.execute("SELECT body FROM audit_log"))
         assert '"caller"' in records  # the scan below read real records
         metrics_port = secured.server.settings.metrics_port  # type: ignore[attr-defined]
         with urllib.request.urlopen(f"http://localhost:{metrics_port}/metrics", timeout=10) as scrape:

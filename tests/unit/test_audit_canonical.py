@@ -11,8 +11,10 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proctor.audit import FORMAT_V2, FORMAT_V3
 from proctor.audit.canonical import canonical, clean, es6_number
 from proctor.audit.chain import row_hash, row_hash_v1, row_head
+from proctor.audit.stored_body import compress, record_json
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 # The floats whose orjson text differs from JCS (integral, 1e-6 <= |x| < 1e-5, 1e16 <= |x| < 1e21, -0.0)
@@ -67,10 +69,12 @@ def test_text_that_looks_like_a_number_to_rewrite_stays_text() -> None:
 
 @settings(max_examples=500, deadline=None)
 @given(texts, texts, texts, texts, texts, st.integers(0, 2**53 - 1), st.integers(0, 2**53 - 1))
-def test_the_v2_head_is_the_canonical_json_of_its_fields(prev: str, kind: str, audit_id: str, caller: str,
-                                                         request_id: str, seq: int, time_ms: int) -> None:
-    fields = ["proctor.audit/2", seq, prev, kind, audit_id, time_ms, caller, request_id, "length"]
-    assert row_head(seq, prev, kind, audit_id, time_ms, caller, request_id, "length") == rfc8785.dumps(fields) + b"\n"
+def test_the_v2_and_v3_heads_are_the_canonical_json_of_their_fields(prev: str, kind: str, audit_id: str, caller: str,
+                                                                    request_id: str, seq: int, time_ms: int) -> None:
+    for form in (FORMAT_V2, FORMAT_V3):
+        fields = [form, seq, prev, kind, audit_id, time_ms, caller, request_id, "length"]
+        head = row_head(seq, prev, kind, audit_id, time_ms, caller, request_id, "length", form)
+        assert head == rfc8785.dumps(fields) + b"\n"
 
 
 def test_the_row_hashes_are_pinned() -> None:
@@ -83,6 +87,11 @@ def test_the_row_hashes_are_pinned() -> None:
     columns = (3, "ab" * 32, "request", "id-3", 1_764_000_000_003, 'alice "x"\n', "req-3", "length")
     head = (b'["proctor.audit/2",3,"' + b"ab" * 32 + b'","request","id-3",1764000000003,"alice \\"x\\"\\n",'
             b'"req-3","length"]\n')
-    assert row_head(*columns) == head
+    assert row_head(*columns, FORMAT_V2) == head
     assert row_hash(*columns, b'{"x":1}') == hashlib.sha256(head + b'{"x":1}').hexdigest() == (
         "94c49cae92995c6facddf381045fdc423c970d88957fc7ee338aaabcac3091cf")
+    stored = compress(b'{"x":1}')  # a zstd frame: the v3 head, over the stored bytes
+    assert stored[:4] == b"\x28\xb5\x2f\xfd" and record_json(stored) == b'{"x":1}'
+    v3_head = head.replace(b"proctor.audit/2", b"proctor.audit/3")
+    assert row_head(*columns, FORMAT_V3) == row_head(*columns) == v3_head
+    assert row_hash(*columns, stored) == hashlib.sha256(v3_head + stored).hexdigest()

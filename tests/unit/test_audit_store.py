@@ -3,9 +3,9 @@
 Each test builds a real log through the real sink (hash chain, Ed25519 checkpoints every 4
 records, checkpoint file), then tampers with the database behind the store's back the way an
 insider with database access would (triggers disabled first), and checks that ``verify_log``
-fails naming the first bad sequence number. Each log is built twice: all ``proctor.audit/2`` (what
-the sink writes), and as a log written before issue 13 and continued since: its first records
-``proctor.audit/1`` rows (written the way that writer did), the rest v2. PostgreSQL runs when
+fails naming the first bad sequence number. Each log is built twice: all ``proctor.audit/3`` (what
+the sink writes), and as a log written by the older writers and continued since: its first records
+``proctor.audit/1`` rows, then ``/2`` rows (written the way those writers did), the rest v3. PostgreSQL runs when
 ``make test`` started it (PROCTOR_TEST_POSTGRES_DSN); without it those cases skip with a message.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from proctor.audit import FORMAT, FORMAT_V1
+from proctor.audit import FORMAT, FORMAT_V1, FORMAT_V2, FORMAT_V3
 from proctor.audit.canonical import canonical
 from proctor.audit.chain import (
     checkpoint_message,
@@ -33,10 +33,13 @@ from proctor.audit.chain import (
 )
 from proctor.audit.sink import AuditSink, AuditUnavailable
 from proctor.audit.store import AuditStore, Filters, Row
+from proctor.audit.stored_body import compress, is_compressed
 from proctor.audit.verify import verify_log
 
 CHECKPOINT_EVERY = 4
-V1_RECORDS = 5  # in the "v1+v2" layout: id-0000 … id-0004 are v1 rows (and a v1 checkpoint), the rest v2
+# In the "v1+v2+v3" layout: id-0000 … id-0002 are v1 rows, id-0003 and id-0004 v2 rows (a v2 checkpoint
+# after id-0003), the rest v3 rows as the writer writes them now.
+OLD_FORMATS = (FORMAT_V1, FORMAT_V1, FORMAT_V1, FORMAT_V2, FORMAT_V2)
 
 
 def body(number: int, caller: str = "alice") -> dict[str, Any]:
@@ -63,24 +66,32 @@ class Log:
                           checkpoint_file=self.checkpoints)
 
 
-def write_v1(store: AuditStore, key: Ed25519PrivateKey, checkpoints: Path, bodies: list[dict[str, Any]]) -> None:
-    """Rows the way the ``proctor.audit/1`` writer wrote them: the hash over seq, prev_hash and body
-    only, and a signed v1 checkpoint every CHECKPOINT_EVERY records (also in the checkpoint file)."""
+def write_old(store: AuditStore, key: Ed25519PrivateKey, checkpoints: Path, bodies: list[dict[str, Any]],
+              formats: tuple[str, ...]) -> None:
+    """Rows the way the ``proctor.audit/1`` and ``/2`` writers wrote them (the record's JSON itself as
+    the body; v1: the hash over seq, prev_hash and body only), and a signed checkpoint every
+    CHECKPOINT_EVERY records in the format of the record before it (also in the checkpoint file)."""
+    def hashed(seq: int, prev: str, kind: str, audit_id: str, time_ms: int, caller: str, request_id: str,
+               finish: str, data: bytes, form: str) -> Row:
+        digest = (row_hash_v1(seq, prev, data) if form == FORMAT_V1
+                  else row_hash(seq, prev, kind, audit_id, time_ms, caller, request_id, finish, data))
+        return Row(seq, audit_id, kind, time_ms, caller, request_id, finish, data, prev, digest)
+
     def build(seq: int, prev: str) -> list[Row]:
         rows: list[Row] = []
-        for number, record in enumerate(bodies, 1):
-            seq, data = seq + 1, canonical({**record, "format": FORMAT_V1})
-            rows.append(Row(seq, record["audit_id"], "request", record["received_ms"], record["caller"]["identity"],
-                            record["request_id"], record["finish"]["reason"], data, prev, row_hash_v1(seq, prev, data)))
+        for number, (record, form) in enumerate(zip(bodies, formats, strict=True), 1):
+            seq, data = seq + 1, canonical({**record, "format": form})
+            rows.append(hashed(seq, prev, "request", record["audit_id"], record["received_ms"],
+                               record["caller"]["identity"], record["request_id"], record["finish"]["reason"], data,
+                               form))
             prev = rows[-1].hash
             if number % CHECKPOINT_EVERY == 0:
                 seq, now = seq + 1, 1_764_000_000_000 + seq
-                data = canonical({"format": FORMAT_V1, "kind": "checkpoint", "checkpoint_seq": seq - 1,
+                data = canonical({"format": form, "kind": "checkpoint", "checkpoint_seq": seq - 1,
                                   "checkpoint_hash": prev, "time_ms": now,
                                   "public_key": public_key_text(key.public_key()),
                                   "signature": sign(key, checkpoint_message(seq - 1, prev, now))})
-                rows.append(Row(seq, f"checkpoint-{seq}", "checkpoint", now, "", "", "", data, prev,
-                                row_hash_v1(seq, prev, data)))
+                rows.append(hashed(seq, prev, "checkpoint", f"checkpoint-{seq}", now, "", "", "", data, form))
                 prev = rows[-1].hash
         return rows
 
@@ -90,25 +101,25 @@ def write_v1(store: AuditStore, key: Ed25519PrivateKey, checkpoints: Path, bodie
                 handle.write(json.dumps({"seq": row.seq, "hash": row.hash}) + "\n")
 
 
-def fill(store: AuditStore, tmp_path: Path, records: int, v1_records: int = 0) -> tuple[Path, Path]:
+def fill(store: AuditStore, tmp_path: Path, records: int, old_formats: tuple[str, ...] = ()) -> tuple[Path, Path]:
     key_path, checkpoints = tmp_path / "audit.key", tmp_path / "audit.checkpoints"
     key = load_or_create_signing_key(key_path)
     bodies = [body(i, caller="bob" if i % 3 == 0 else "alice") for i in range(records)]
-    if v1_records:
-        write_v1(store, key, checkpoints, bodies[:v1_records])
+    if old_formats:
+        write_old(store, key, checkpoints, bodies[:len(old_formats)], old_formats)
     sink = AuditSink(store, key, checkpoint_file=checkpoints, checkpoint_every=CHECKPOINT_EVERY,
                      checkpoint_interval_s=3600)
-    futures = [sink.submit(record) for record in bodies[v1_records:]]
+    futures = [sink.submit(record) for record in bodies[len(old_formats):]]
     assert [f.result(10) for f in futures] == sorted(f.result(10) for f in futures)
     sink.close()
     return key_path, checkpoints
 
 
-def sqlite_log(tmp_path: Path, records: int, v1_records: int = 0) -> Log:
+def sqlite_log(tmp_path: Path, records: int, old_formats: tuple[str, ...] = ()) -> Log:
     from proctor.audit.sqlite_store import SQLiteAuditStore
 
     path = tmp_path / "audit.db"
-    key_path, checkpoints = fill(SQLiteAuditStore(path), tmp_path, records, v1_records)
+    key_path, checkpoints = fill(SQLiteAuditStore(path), tmp_path, records, old_formats)
 
     def execute(statement: str, params: tuple[object, ...]) -> None:
         db = sqlite3.connect(path, isolation_level=None)
@@ -128,7 +139,7 @@ def sqlite_log(tmp_path: Path, records: int, v1_records: int = 0) -> Log:
                lambda: SQLiteAuditStore(path, readonly=True), lambda: SQLiteAuditStore(path))
 
 
-def postgres_log(tmp_path: Path, records: int, v1_records: int = 0) -> Log:
+def postgres_log(tmp_path: Path, records: int, old_formats: tuple[str, ...] = ()) -> Log:
     psycopg = pytest.importorskip("psycopg")
     from helpers.postgres import audit_schema, postgres_dsn
 
@@ -138,7 +149,7 @@ def postgres_log(tmp_path: Path, records: int, v1_records: int = 0) -> Log:
     if owner is None:
         pytest.skip("PostgreSQL is not running (make test starts it; PROCTOR_TEST_POSTGRES_DSN)")
     owner_dsn, app_dsn = audit_schema(owner)
-    key_path, checkpoints = fill(PostgresAuditStore(app_dsn), tmp_path, records, v1_records)
+    key_path, checkpoints = fill(PostgresAuditStore(app_dsn), tmp_path, records, old_formats)
 
     def execute(statement: str, params: tuple[object, ...]) -> None:
         with psycopg.connect(owner_dsn, autocommit=True) as conn:
@@ -155,14 +166,14 @@ def postgres_log(tmp_path: Path, records: int, v1_records: int = 0) -> Log:
 
 
 STORES = {"sqlite": sqlite_log, "postgres": postgres_log}
-LAYOUTS = {"v2": 0, "v1+v2": V1_RECORDS}
+LAYOUTS = {"v3": (), "v1+v2+v3": OLD_FORMATS}
 
 
 @pytest.fixture(params=[(store, layout) for store in sorted(STORES) for layout in LAYOUTS],
                 ids=lambda param: "-".join(param))
 def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[int], Log]]:
     store, layout = request.param
-    yield lambda records: STORES[store](tmp_path, records, min(records, LAYOUTS[layout]))
+    yield lambda records: STORES[store](tmp_path, records, LAYOUTS[layout][:records])
 
 
 def test_an_intact_log_verifies_and_filters_work(make_log: Callable[[int], Log]) -> None:
@@ -174,10 +185,22 @@ def test_an_intact_log_verifies_and_filters_work(make_log: Callable[[int], Log])
                                                                              "id-0009"]
     assert log.store.get("id-0005").request_id == "req-5"  # type: ignore[union-attr]
     assert log.store.get("nope") is None
-    v1 = [r.audit_id for r in log.store.iterate(None) if r.hash == row_hash_v1(r.seq, r.prev_hash, r.body)]
-    v2 = [r.audit_id for r in log.store.iterate(None) if r.hash == row_hash(
-        r.seq, r.prev_hash, r.kind, r.audit_id, r.time_ms, r.caller, r.request_id, r.finish_reason, r.body)]
-    assert len(v1) + len(v2) == 13 and len([a for a in v1 if not a.startswith("checkpoint")]) in (0, V1_RECORDS)
+    rows = list(log.store.iterate(None))
+    formats = [_format_of(row) for row in rows]
+    assert len(formats) == 13 and None not in formats
+    requests = [form for row, form in zip(rows, formats, strict=True) if row.kind == "request"]
+    assert requests in [list(old) + [FORMAT_V3] * (10 - len(old)) for old in LAYOUTS.values()]
+    assert all(json.loads(row.record_json())["format"] == form for row, form in zip(rows, formats, strict=True))
+
+
+def _format_of(row: Row) -> str | None:
+    """Which format's hash the row has (None: none of them)."""
+    if row.hash == row_hash_v1(row.seq, row.prev_hash, row.body):
+        return FORMAT_V1
+    if row.hash == row_hash(row.seq, row.prev_hash, row.kind, row.audit_id, row.time_ms, row.caller,
+                            row.request_id, row.finish_reason, row.body):
+        return FORMAT_V3 if is_compressed(row.body) else FORMAT_V2
+    return None
 
 
 def test_verify_reads_the_log_in_pages(make_log: Callable[[int], Log], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,7 +232,7 @@ def test_the_sink_writes_only_its_own_format(make_log: Callable[[int], Log]) -> 
     futures = [sink.submit({**body(50), "format": FORMAT_V1}), sink.submit({**body(51), "kind": "checkpoint"}),
                sink.submit(body(52))]
     for future in futures[:2]:
-        with pytest.raises(AuditUnavailable, match=r"this writer writes proctor\.audit/2"):
+        with pytest.raises(AuditUnavailable, match=r"this writer writes proctor\.audit/3"):
             future.result(10)
     assert futures[2].result(10) > 0
     sink.close()
@@ -217,10 +240,12 @@ def test_the_sink_writes_only_its_own_format(make_log: Callable[[int], Log]) -> 
     assert log.verify().ok
 
 
-def test_a_record_of_an_unknown_format_is_refused(make_log: Callable[[int], Log]) -> None:
+@pytest.mark.parametrize("stored", ["json", "compressed"])
+def test_a_record_of_an_unknown_format_is_refused(make_log: Callable[[int], Log], stored: str) -> None:
     log = make_log(3)
     k = _seq_of(log, "id-0001")
     data = canonical({**body(1), "format": "proctor.audit/9"})
+    data = compress(data) if stored == "compressed" else data
     log.execute("UPDATE audit_log SET body = ? WHERE seq = ?", (data, k))
     result = log.verify()
     assert not result.ok and result.first_bad_seq == k
@@ -251,13 +276,26 @@ def _seq_of(log: Log, audit_id: str) -> int:
 
 
 def _edit_body(log: Log, k: int) -> None:
+    """Edit the record (re-compressed, the way the writer would have stored the edited record)."""
     row = next(r for r in log.reopen().iterate(None) if r.seq == k)
-    log.execute("UPDATE audit_log SET body = ? WHERE seq = ?", (row.body.replace(b'"req-', b'"reQ-'), k))
+    edited = row.record_json().replace(b'"req-', b'"reQ-')
+    assert edited != row.record_json()
+    log.execute("UPDATE audit_log SET body = ? WHERE seq = ?", (compress(edited) if is_compressed(row.body) else edited,
+                                                               k))
+
+
+def _flip_a_stored_byte(log: Log, k: int) -> None:
+    """A byte of the stored body changed (in a v3 row: inside the zstd frame)."""
+    row = next(r for r in log.reopen().iterate(None) if r.seq == k)
+    middle = len(row.body) // 2
+    log.execute("UPDATE audit_log SET body = ? WHERE seq = ?",
+                (row.body[:middle] + bytes([row.body[middle] ^ 1]) + row.body[middle + 1:], k))
 
 
 TAMPERING = {
     # name: (how, which record must be named first)
-    "flip a byte": (_edit_body, 0),
+    "edit the record": (_edit_body, 0),
+    "flip a stored byte": (_flip_a_stored_byte, 0),
     "delete a row": (lambda log, k: log.execute("DELETE FROM audit_log WHERE seq = ?", (k,)), 0),
     "delete and renumber": (lambda log, k: (log.execute("DELETE FROM audit_log WHERE seq = ?", (k,)),
                                             log.execute("UPDATE audit_log SET seq = seq - 1 WHERE seq > ?", (k,))), 0),
@@ -274,7 +312,7 @@ TAMPERING = {
 }
 COLUMN_EDITS = {"kind": "'checkpoint'", "audit_id": "'id-0099'", "time_ms": "time_ms + 1", "caller": "'mallory'",
                 "request_id": "'req-99'", "finish_reason": "'stop'"}
-TARGETS = ["id-0002", "id-0007"]  # in the v1+v2 layout: a v1 row and a v2 row
+TARGETS = ["id-0002", "id-0004", "id-0007"]  # in the v1+v2+v3 layout: a v1, a v2 and a v3 row
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -302,7 +340,7 @@ def test_editing_any_filter_column_is_found(make_log: Callable[[int], Log], colu
 
 def test_a_row_rewritten_with_a_consistent_hash_is_caught_by_the_next_checkpoint(
         make_log: Callable[[int], Log]) -> None:
-    """An insider who edits a v2 row and recomputes the hashes from there on (the chain then holds)
+    """An insider who edits a v3 row and recomputes the hashes from there on (the chain then holds)
     cannot re-sign the checkpoint that covers the old hash."""
     log = make_log(10)
     rows = list(log.reopen().iterate(None))
@@ -335,12 +373,12 @@ def test_cutting_the_tail_past_the_last_checkpoint_is_found(make_log: Callable[[
 def test_a_forged_checkpoint_signature_is_found(make_log: Callable[[int], Log]) -> None:
     log = make_log(6)
     checkpoint = next(r for r in log.reopen().iterate(None) if r.kind == "checkpoint")
-    forged = json.loads(checkpoint.body)
+    forged = json.loads(checkpoint.record_json())
     forged["signature"] = forged["signature"][:-4] + ("AAAA" if not forged["signature"].endswith("AAAA") else "BBBB")
     from proctor.audit.canonical import canonical
     from proctor.audit.chain import row_hash
 
-    data = canonical(forged)  # a consistent row: only the signature can tell
+    data = compress(canonical(forged))  # a consistent row: only the signature can tell
     c = checkpoint
     log.execute("UPDATE audit_log SET body = ?, hash = ? WHERE seq = ?",
                 (data, row_hash(c.seq, c.prev_hash, c.kind, c.audit_id, c.time_ms, c.caller, c.request_id,

@@ -1,6 +1,7 @@
 """The verifier: its read-ahead (a store error reaches the caller; stopping early at a tampered row
-ends the reading thread and closes the store's scan before ``verify_log`` returns), and a log the
-``proctor.audit/1`` writer wrote (``data/audit_v1_log.jsonl``, rows as that code stored them)."""
+ends the reading thread and closes the store's scan before ``verify_log`` returns), and logs the
+``proctor.audit/1`` and ``/2`` writers wrote (``data/audit_v1_log.jsonl``, ``data/audit_v2_log.jsonl``:
+rows as that code stored them), continued by today's writer."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from proctor.audit.chain import GENESIS, load_public_key, row_hash
 from proctor.audit.sink import AuditSink
 from proctor.audit.sqlite_store import SQLiteAuditStore
 from proctor.audit.store import COLUMNS, RawRow
+from proctor.audit.stored_body import is_compressed
 from proctor.audit.verify import verify_log
 
 
@@ -105,27 +107,31 @@ def test_stopping_at_a_tampered_row_ends_the_reading_threads() -> None:
 
 
 DATA = Path(__file__).parent / "data"
-V1_PUBLIC_KEY = "NCzRY5lZWrmRkOc9LQTBGrEdts+gA+p87+vZRIWjUnE="  # the key that signed the fixture's checkpoints
+PUBLIC_KEYS = {  # the keys that signed the fixtures' checkpoints
+    "v1": "NCzRY5lZWrmRkOc9LQTBGrEdts+gA+p87+vZRIWjUnE=",
+    "v2": "An3Px2Q1HcDQ+Yb+R/6Bzz2Svhc5KqNtKZct0Z5ZIVU=",
+}
 
 
-def _v1_fixture(tmp_path: Path) -> tuple[Path, Path]:
-    """A log the proctor.audit/1 writer wrote (10 records, a checkpoint every 4, callers with quotes
-    and non-ASCII, floats JCS writes differently from Python) loaded row for row into a new store."""
+def _old_fixture(tmp_path: Path, version: str) -> tuple[Path, Path]:
+    """A log an older writer wrote (10 records, a checkpoint every 4, callers with quotes and
+    non-ASCII, floats JCS writes differently from Python) loaded row for row into a new store."""
     path, checkpoints = tmp_path / "audit.db", tmp_path / "audit.checkpoints"
     SQLiteAuditStore(path).close()
     db = sqlite3.connect(path, isolation_level=None)
-    for line in (DATA / "audit_v1_log.jsonl").read_text(encoding="utf-8").splitlines():
+    for line in (DATA / f"audit_{version}_log.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         db.execute(f"INSERT INTO audit_log ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    [row[c] if c != "body" else row[c].encode("utf-8") for c in COLUMNS.split(", ")])
     db.close()
-    shutil.copy(DATA / "audit_v1_log.checkpoints", checkpoints)
+    shutil.copy(DATA / f"audit_{version}_log.checkpoints", checkpoints)
     return path, checkpoints
 
 
-def test_a_log_written_by_the_v1_writer_verifies_and_continues_as_v2(tmp_path: Path) -> None:
-    path, checkpoints = _v1_fixture(tmp_path)
-    result = verify_log(SQLiteAuditStore(path, readonly=True), public_key=load_public_key(V1_PUBLIC_KEY),
+@pytest.mark.parametrize("version", sorted(PUBLIC_KEYS))
+def test_a_log_written_by_an_older_writer_verifies_and_continues(tmp_path: Path, version: str) -> None:
+    path, checkpoints = _old_fixture(tmp_path, version)
+    result = verify_log(SQLiteAuditStore(path, readonly=True), public_key=load_public_key(PUBLIC_KEYS[version]),
                         checkpoint_file=checkpoints)
     assert result.ok and (result.records, result.checkpoints) == (10, 3), result
     sink = AuditSink(SQLiteAuditStore(path), Ed25519PrivateKey.generate(), checkpoint_file=checkpoints,
@@ -136,21 +142,27 @@ def test_a_log_written_by_the_v1_writer_verifies_and_continues_as_v2(tmp_path: P
     sink.close()
     result = verify_log(SQLiteAuditStore(path, readonly=True), checkpoint_file=checkpoints)  # keys as named
     assert result.ok and (result.records, result.checkpoints) == (20, 6), result
+    store = SQLiteAuditStore(path, readonly=True)
+    formats = [json.loads(row.record_json())["format"] for row in store.iterate(None)]
+    assert formats == [f"proctor.audit/{version[1]}"] * 13 + [FORMAT] * 13
+    assert not any(is_compressed(row.body) for row in store.iterate(None) if row.seq <= 13)
 
 
+@pytest.mark.parametrize("version", sorted(PUBLIC_KEYS))
 @pytest.mark.parametrize(("statement", "bad_seq"), [
     ("UPDATE audit_log SET caller = 'mallory' WHERE seq = 3", 3),
     ("UPDATE audit_log SET body = CAST(replace(body, 'r7', 'r8') AS BLOB) WHERE seq = 9", 9),
     ("DELETE FROM audit_log WHERE seq = 6", 6),
     ("DELETE FROM audit_log WHERE seq >= 12", 12),  # the tail, its last checkpoint included
 ])
-def test_tampering_with_a_v1_log_is_still_found(tmp_path: Path, statement: str, bad_seq: int) -> None:
-    path, checkpoints = _v1_fixture(tmp_path)
+def test_tampering_with_an_older_log_is_still_found(tmp_path: Path, statement: str, bad_seq: int,
+                                                   version: str) -> None:
+    path, checkpoints = _old_fixture(tmp_path, version)
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("DROP TRIGGER audit_log_no_update")
     db.execute("DROP TRIGGER audit_log_no_delete")
     db.execute(statement)
     db.close()
-    result = verify_log(SQLiteAuditStore(path, readonly=True), public_key=load_public_key(V1_PUBLIC_KEY),
+    result = verify_log(SQLiteAuditStore(path, readonly=True), public_key=load_public_key(PUBLIC_KEYS[version]),
                         checkpoint_file=checkpoints)
     assert not result.ok and result.first_bad_seq == bad_seq, result

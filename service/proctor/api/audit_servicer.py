@@ -26,7 +26,7 @@ from proctor_client.v1 import audit_pb2_grpc as apb_grpc
 
 
 def _record(row: Row) -> apb.AuditRecord:
-    return apb.AuditRecord(seq=row.seq, audit_id=row.audit_id, record_json=row.body.decode("utf-8"),
+    return apb.AuditRecord(seq=row.seq, audit_id=row.audit_id, record_json=row.record_json().decode("utf-8"),
                            hash=row.hash, prev_hash=row.prev_hash)
 
 
@@ -71,7 +71,7 @@ class AuditServicer(apb_grpc.AuditServicer):
                                      seconds=result.seconds)
 
     async def Replay(self, request: apb.ReplayRequest, context: grpc.aio.ServicerContext) -> apb.ReplayResponse:
-        body = json.loads((await self._get(request.audit_id, context)).body)
+        body = json.loads((await self._get(request.audit_id, context)).record_json())
         problem = self._replay_problem(body)
         if problem:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, problem)

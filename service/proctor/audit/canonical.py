@@ -33,6 +33,9 @@ _INTEGRAL = re.compile(rb"\.0(?=[,\]}]|\Z)")
 _EXPONENT = re.compile(rb"e(?:-6|\+1[6-9]|\+20)(?=[,\]}]|\Z)")
 _NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:e[-+][0-9]+)?")
 _NON_BMP = re.compile(rb"[\xf0-\xf4]")  # the lead byte of a 4-byte UTF-8 sequence
+# Searched for one at a time first (``in`` on one byte is a memchr): ~1 µs each over a 45 KB record,
+# where ``_NON_BMP`` takes ~130 µs to scan it and find nothing.
+_NON_BMP_LEADS = (b"\xf0", b"\xf1", b"\xf2", b"\xf3", b"\xf4")
 _LONGEST_NUMBER = 32  # "-2.2250738585072014e-308" is 24 bytes; integral floats below 1e16, 19
 
 
@@ -97,6 +100,8 @@ def _unescaped(text: bytes) -> bytes:
 def _has_non_bmp_key(text: bytes) -> bool:
     """Whether a key holds a character outside the BMP (non-ASCII only occurs inside strings; the
     string is a key when its closing quote is followed by a colon)."""
+    if not any(lead in text for lead in _NON_BMP_LEADS):
+        return False
     plain, closed = None, -1
     for match in _NON_BMP.finditer(text):
         if match.start() < closed:

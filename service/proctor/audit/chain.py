@@ -19,27 +19,31 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from proctor.audit import FORMAT_V2
+from proctor.audit import FORMAT_V2, FORMAT_V3
 from proctor.audit.canonical import canonical
+from proctor.audit.stored_body import is_compressed
 
 GENESIS = "0" * 64
-_HEAD = encode_basestring(FORMAT_V2)
+_HEADS = {FORMAT_V2: encode_basestring(FORMAT_V2), FORMAT_V3: encode_basestring(FORMAT_V3)}
 
 
 def row_head(seq: int, prev_hash: str, kind: str, audit_id: str, time_ms: int, caller: str, request_id: str,
-             finish_reason: str) -> bytes:
-    """What a ``proctor.audit/2`` row's hash covers before its body: the canonical JSON (RFC 8785)
-    of ``[format, seq, prev_hash, kind, audit_id, time_ms, caller, request_id, finish_reason]``
-    and a newline. It starts with ``[`` where the v1 head starts with ``{``: no bytes hash as both."""
-    return (f"[{_HEAD},{seq:d},{encode_basestring(prev_hash)},{encode_basestring(kind)},"
+             finish_reason: str, form: str = FORMAT_V3) -> bytes:
+    """What a ``proctor.audit/2`` or ``/3`` row's hash covers before its body: the canonical JSON
+    (RFC 8785) of ``[format, seq, prev_hash, kind, audit_id, time_ms, caller, request_id,
+    finish_reason]`` and a newline. It starts with ``[`` where the v1 head starts with ``{``: no
+    bytes hash as both; and the format in it tells v2 from v3."""
+    return (f"[{_HEADS[form]},{seq:d},{encode_basestring(prev_hash)},{encode_basestring(kind)},"
             f"{encode_basestring(audit_id)},{time_ms:d},{encode_basestring(caller)},{encode_basestring(request_id)},"
             f"{encode_basestring(finish_reason)}]\n").encode()
 
 
 def row_hash(seq: int, prev_hash: str, kind: str, audit_id: str, time_ms: int, caller: str, request_id: str,
              finish_reason: str, body: bytes) -> str:
-    """sha256 (hex) of ``row_head(...) + body``; ``body`` is the stored canonical JSON."""
-    digest = hashlib.sha256(row_head(seq, prev_hash, kind, audit_id, time_ms, caller, request_id, finish_reason))
+    """sha256 (hex) of ``row_head(...) + body``, ``body`` as stored: a zstd frame is a v3 row, the
+    canonical JSON itself a v2 row."""
+    form = FORMAT_V3 if is_compressed(body) else FORMAT_V2
+    digest = hashlib.sha256(row_head(seq, prev_hash, kind, audit_id, time_ms, caller, request_id, finish_reason, form))
     digest.update(body)  # releases the GIL for large bodies: another thread can read the store meanwhile
     return digest.hexdigest()
 

@@ -102,7 +102,7 @@ def _show(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if row is None:
         return _fail(f"no audit record {args.audit_id!r}", 1)
-    for line in render_record(json.loads(row.body), row.seq, row.hash):
+    for line in render_record(json.loads(row.record_json()), row.seq, row.hash):
         print(line)
     return 0
 

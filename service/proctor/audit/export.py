@@ -43,7 +43,7 @@ def export_records(store: AuditStore, out: TextIO, fmt: str, filters: Filters,
         writer.writerow(CSV_COLUMNS)
     count = 0
     for row in store.iterate(filters):
-        body = json.loads(row.body)
+        body = json.loads(row.record_json())
         if writer is not None:
             writer.writerow(csv_row(row, body))
         else:

@@ -29,13 +29,14 @@ from proctor.audit.canonical import canonical
 from proctor.audit.chain import checkpoint_message, public_key_text, row_hash, sign
 from proctor.audit.records import finish_reason_of
 from proctor.audit.store import AuditStore, Row
+from proctor.audit.stored_body import compress
 
 if TYPE_CHECKING:
     from proctor.observability.hooks import AuditObserver
 
 log = logging.getLogger("proctor.audit")
 BATCH_MAX = 256
-_Item = tuple[bytes, tuple[str, int, str, str, str], Future[int]]  # canonical body, filter columns, its future
+_Item = tuple[bytes, tuple[str, int, str, str, str], Future[int]]  # stored body, filter columns, its future
 
 
 class AuditUnavailable(RuntimeError):
@@ -109,11 +110,12 @@ class AuditSink:
                 return batch, False
 
     def _serialise(self, batch: list[tuple[dict[str, Any], Future[int]]]) -> list[_Item]:
-        """Canonical JSON and filter columns of each record; a record that has none fails alone."""
+        """Stored body (compressed canonical JSON) and filter columns of each record; a record that
+        has none fails alone."""
         items: list[_Item] = []
         for body, future in batch:
             try:
-                items.append((canonical(body), _columns(body), future))
+                items.append((compress(canonical(body)), _columns(body), future))
             except Exception as exc:
                 log.exception("audit record %s cannot be serialised", body.get("audit_id"))
                 future.set_exception(AuditUnavailable(f"the audit record cannot be serialised: {exc}"))
@@ -175,14 +177,14 @@ class AuditSink:
         body = {"format": FORMAT, "kind": "checkpoint", "checkpoint_seq": covers_seq, "checkpoint_hash": covers_hash,
                 "time_ms": now_ms, "public_key": self.public_key,
                 "signature": sign(self._key, checkpoint_message(covers_seq, covers_hash, now_ms))}
-        data, audit_id = canonical(body), f"checkpoint-{seq}"
+        data, audit_id = compress(canonical(body)), f"checkpoint-{seq}"
         return Row(seq, audit_id, "checkpoint", now_ms, "", "", "", data, covers_hash,
                    row_hash(seq, covers_hash, "checkpoint", audit_id, now_ms, "", "", "", data))
 
     def _append_checkpoint_file(self, row: Row) -> None:
         if self._checkpoint_file is None:
             return
-        body = json.loads(row.body)
+        body = json.loads(row.record_json())
         line = json.dumps({"seq": row.seq, "hash": row.hash, "checkpoint_seq": body["checkpoint_seq"],
                            "checkpoint_hash": body["checkpoint_hash"], "time_ms": body["time_ms"],
                            "public_key": body["public_key"], "signature": body["signature"]})

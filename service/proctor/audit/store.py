@@ -1,9 +1,10 @@
 """What an audit store does (SQLite and PostgreSQL implement the same protocol and schema).
 
 A row: ``seq`` (1, 2, …), ``audit_id``, ``kind`` ("request" or "checkpoint"), ``time_ms``,
-``caller``, ``request_id``, ``finish_reason``, ``body`` (canonical JSON of the record),
-``prev_hash`` and ``hash``. The filter columns are copies of body fields; the hash covers them
-(``proctor.audit/2``; for ``proctor.audit/1`` rows ``verify`` compares them with the body).
+``caller``, ``request_id``, ``finish_reason``, ``body`` (the record's canonical JSON, compressed
+since ``proctor.audit/3``: ``stored_body``), ``prev_hash`` and ``hash``. The filter columns are
+copies of record fields; the hash covers them (``proctor.audit/2`` on; for ``proctor.audit/1``
+rows ``verify`` compares them with the record).
 The stores refuse UPDATE and DELETE.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
+
+from proctor.audit import stored_body
 
 COLUMNS = "seq, audit_id, kind, time_ms, caller, request_id, finish_reason, body, prev_hash, hash"
 RawRow = tuple[int, str, str, int, str, str, str, bytes, str, str]  # a row as selected: COLUMNS, Row's field order
@@ -29,6 +32,10 @@ class Row:
     body: bytes
     prev_hash: str
     hash: str
+
+    def record_json(self) -> bytes:
+        """The record's canonical JSON (``body`` as stored may be compressed)."""
+        return stored_body.record_json(self.body)
 
 
 @dataclass(frozen=True, slots=True)

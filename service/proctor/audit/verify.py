@@ -7,8 +7,9 @@ matches the row's content (an edited byte or column), and a checkpoint's signatu
 covers. After the rows: every checkpoint in the checkpoint file is in the store with the same hash
 (the tail was not cut off).
 
-A ``proctor.audit/2`` row's hash covers its filter columns, so a request row is checked without
-parsing its body. Two threads each read a page of rows and hash it (SQLite's and psycopg's reads
+A ``proctor.audit/2`` or ``/3`` row's hash covers its filter columns, so a request row is checked
+without parsing (or, in v3, inflating) its body: only the stored bytes are hashed, a third of the
+JSON in v3. Two threads each read a page of rows and hash it (SQLite's and psycopg's reads
 and hashlib's sha256 of a large body release the GIL, so both cores work) while this one walks the
 chain through the pages in order; a third thread is slower on 2 cores (measured, bench/README.md).
 Checkpoints (one in ``checkpoint_every`` rows) are parsed and their signature checked, once each.
@@ -30,7 +31,7 @@ from typing import Any
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from proctor.audit import FORMAT_V1, FORMAT_V2
+from proctor.audit import FORMAT_V1, FORMAT_V2, FORMAT_V3, FORMATS
 from proctor.audit.chain import (
     GENESIS,
     checkpoint_message,
@@ -42,6 +43,7 @@ from proctor.audit.chain import (
 )
 from proctor.audit.records import finish_reason_of
 from proctor.audit.store import AuditStore, RawRow
+from proctor.audit.stored_body import is_compressed, record_json
 
 WORKERS = 2  # threads reading and hashing pages
 PAGE_ROWS = 64  # rows per page: ~2 MB of 100-token records, still in the reading thread's cache when it hashes
@@ -77,8 +79,8 @@ class _Chain:
     keys: dict[str, Ed25519PublicKey] = field(default_factory=dict)  # signer keys named by checkpoints
 
     def page(self, rows: list[RawRow], digests: list[str | None]) -> tuple[int, str] | None:
-        """Check one page of rows, given their v2 hashes; (first bad seq, problem) or None. The loop
-        is the common case (an intact v2 request row); anything else goes to ``_row_problem``."""
+        """Check one page of rows, given their v2/v3 hashes; (first bad seq, problem) or None. The
+        loop is the common case (an intact v2 or v3 request row); anything else goes to ``_row_problem``."""
         prev_hash, expected, records = self.prev_hash, self.expected, self.records
         for row, digest in zip(rows, digests, strict=True):
             seq, kind, prev, hash_ = row[0], row[2], row[8], row[9]
@@ -101,17 +103,18 @@ class _Chain:
             return f"expected sequence number {self.expected}, found {seq} (a record is {what})"
         if prev != self.prev_hash:
             return "prev_hash does not match the previous record's hash (a record was removed, inserted or moved)"
-        form = FORMAT_V2 if digest == hash_ else _v1_or_none(row)
+        chained = digest == hash_  # the v2/v3 hash: it covers the columns
+        form = (FORMAT_V3 if is_compressed(body) else FORMAT_V2) if chained else _v1_or_none(row)
         if form is None:
             return _unknown_format(body) or "the record's content does not match its hash (it was modified)"
-        if form == FORMAT_V2 and kind == "request":
+        if chained and kind == "request":
             self.records += 1
             return ""
-        if form == FORMAT_V2 and kind != "checkpoint":
+        if chained and kind != "checkpoint":
             return f"unknown record kind {kind!r}"
         try:
-            record = orjson.loads(body)  # the bytes the writer hashed: canonical JSON, which orjson reads
-        except (orjson.JSONDecodeError, TypeError):
+            record = orjson.loads(record_json(body))  # canonical JSON, which orjson reads
+        except (orjson.JSONDecodeError, TypeError, ValueError):
             return "the record body is not JSON"
         if not isinstance(record, dict) or record.get("format") != form:
             found = record.get("format") if isinstance(record, dict) else None
@@ -161,18 +164,19 @@ def _v1_or_none(row: RawRow) -> str | None:
         return None
 
 
-def _unknown_format(body: object) -> str:
+def _unknown_format(body: bytes) -> str:
     """For a row no known hash matches: whether its body names a format this verifier does not read."""
     try:
-        named = orjson.loads(body).get("format")  # type: ignore[arg-type]
-    except (orjson.JSONDecodeError, TypeError, AttributeError):
+        named = orjson.loads(record_json(body)).get("format")
+    except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
         return ""
-    if not isinstance(named, str) or named in (FORMAT_V1, FORMAT_V2):
+    if not isinstance(named, str) or named in FORMATS:
         return ""
-    return f"unknown record format {named!r} (this verifier reads {FORMAT_V1} and {FORMAT_V2})"
+    return f"unknown record format {named!r} (this verifier reads {', '.join(FORMATS)})"
 
 
-def _v2_digest(row: RawRow) -> str | None:
+def _chained_digest(row: RawRow) -> str | None:
+    """The row's v2 or v3 hash (which one, the stored body tells: ``chain.row_hash``)."""
     seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, _ = row
     try:
         return row_hash(seq, prev, kind, audit_id, time_ms, caller, request_id, finish, body)
@@ -182,11 +186,11 @@ def _v2_digest(row: RawRow) -> str | None:
 
 def _read_and_hash(store: AuditStore, first_seq: int) -> tuple[list[RawRow], list[str | None]]:
     rows = store.read_page(first_seq, PAGE_ROWS)
-    return rows, [_v2_digest(row) for row in rows]
+    return rows, [_chained_digest(row) for row in rows]
 
 
 def _hashed_pages(store: AuditStore, pool: ThreadPoolExecutor) -> Iterator[tuple[list[RawRow], list[str | None]]]:
-    """The log's rows in pages, in order, each with its rows' v2 hashes, read ahead by ``pool``.
+    """The log's rows in pages, in order, each with its rows' v2/v3 hashes, read ahead by ``pool``.
 
     Page k asks for the rows from seq ``1 + k * PAGE_ROWS``: in an intact log exactly the next
     page (a gap or a shifted row fails the chain check there anyway). A short page is the end of
