@@ -8,7 +8,8 @@
    each (every token with 5 alternatives, ~45 KB of canonical JSON at 100 tokens), submitted at once
    to the real sink (canonical JSON, zstd, hash chain, a signed checkpoint every 1000 records, SQLite
    WAL + ``synchronous=FULL`` commits in batches): records/s from the first submit until every record
-   is committed; then ``verify_log`` over it (and over the records the servers wrote): records/s.
+   is committed; then ``verify_log`` over it (and over the records the servers wrote): records/s,
+   with threads in this process and with one process per core (``audit/verify_parallel.py``).
    The tokens look like the model's: texts of random entries of the real vocabulary and log
    probabilities with all their digits, different in every one of 256 token lists the records take
    in turn (so compression sees what it would in a real log; building them is outside the timing).
@@ -33,14 +34,13 @@ sys.path[:0] = [str(ROOT / "service"), str(ROOT / "clients" / "python" / "src")]
 from prompts import PROMPTS  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
-from proctor.app import BackgroundServer  # noqa: E402
 from proctor.audit import FORMAT  # noqa: E402
 from proctor.audit.chain import load_or_create_signing_key  # noqa: E402
 from proctor.audit.sink import AuditSink  # noqa: E402
 from proctor.audit.sqlite_store import SQLiteAuditStore  # noqa: E402
 from proctor.audit.verify import VerifyResult, verify_log  # noqa: E402
+from proctor.audit.verify_parallel import process_count  # noqa: E402
 from proctor.config import DEFAULT_MODEL_NAME, Settings, default_model_store  # noqa: E402
-from proctor_client import ProctorClient  # noqa: E402
 
 
 def token_lists(count: int, tokens: int) -> list[list[dict[str, object]]]:
@@ -79,6 +79,9 @@ def synthetic_log(directory: Path, records: int, tokens: int) -> tuple[SQLiteAud
 
 def throughput(args: argparse.Namespace, directory: Path) -> tuple[dict[str, list[float]], VerifyResult]:
     """tokens/s with the audit on and off, alternating; and the verify result of the audited server's log."""
+    from proctor.app import BackgroundServer  # here: verify's spawned processes import this module, not torch
+    from proctor_client import ProctorClient
+
     base = {"port": 0, "warmup": True}
     audited = BackgroundServer(Settings.load({**base, "audit_db": str(directory / "audit.db")})).start()
     plain = BackgroundServer(Settings.load({**base, "audit": False})).start()
@@ -129,14 +132,19 @@ def main() -> None:
     store, write_s = synthetic_log(directory, args.records, args.tokens)
     stored = store.get("s0")
     assert stored is not None
-    runs = [verify_log(store, checkpoint_file=directory / "synthetic.checkpoints") for _ in range(3)]
-    assert all(run.ok for run in runs), [run.problem for run in runs]
-    rates_v = sorted(run.records / run.seconds for run in runs)
-    print(f"\nSynthetic log: {runs[0].records} records x {args.tokens} tokens "
+    verified: dict[int, list[float]] = {1: [], process_count(): []}
+    for _ in range(3):  # alternating: threads in this process, then one process per core
+        for processes, rates_v in verified.items():
+            run = verify_log(store, checkpoint_file=directory / "synthetic.checkpoints", processes=processes)
+            assert run.ok and run.records == args.records, run
+            rates_v.append(run.records / run.seconds)
+    print(f"\nSynthetic log: {args.records} records x {args.tokens} tokens "
           f"(~{len(stored.record_json()) / 1000:.0f} KB of JSON each, {len(stored.body) / 1000:.0f} KB stored; "
-          f"{runs[0].checkpoints} signed checkpoints): "
-          f"written at {args.records / write_s:,.0f} records/s; verified at {rates_v[1]:,.0f} records/s "
-          f"(median of 3: {', '.join(f'{r:,.0f}' for r in rates_v)}).")
+          f"{run.checkpoints} signed checkpoints): written at {args.records / write_s:,.0f} records/s; verified at "
+          + "; ".join(f"{statistics.median(rates_v):,.0f} records/s with "
+                      f"{'threads' if processes == 1 else f'{processes} processes'} "
+                      f"(median of 3: {', '.join(f'{r:,.0f}' for r in sorted(rates_v))})"
+                      for processes, rates_v in verified.items()) + ".")
 
 
 if __name__ == "__main__":

@@ -410,3 +410,20 @@ def test_two_servers_writing_to_one_store_keep_one_chain(make_log: Callable[[int
     result = log.verify()
     assert result.ok, result.problem
     assert result.records == 2 + 24
+
+
+def test_verify_in_processes_gives_the_same_verdicts(make_log: Callable[[int], Log]) -> None:
+    """Each process opens the store again (``reader()``: the SQLite file, the PostgreSQL DSN)."""
+    from proctor.audit.chain import load_public_key
+
+    log = make_log(10)
+
+    def both() -> tuple[Any, Any]:
+        return tuple(verify_log(log.reopen(), public_key=load_public_key(str(log.key_path)),  # type: ignore[return-value]
+                                checkpoint_file=log.checkpoints, processes=processes) for processes in (1, 2))
+
+    alone, split = both()
+    assert alone.ok and split.ok and (split.records, split.checkpoints) == (alone.records, alone.checkpoints) == (10, 3)
+    _edit_body(log, _seq_of(log, "id-0007"))
+    alone, split = both()
+    assert not alone.ok and (split.first_bad_seq, split.problem) == (alone.first_bad_seq, alone.problem)

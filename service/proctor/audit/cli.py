@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor.audit.store import AuditStore, Filters
+from proctor.audit.verify_parallel import PROCESSES_MIN_ROWS
 from proctor.config import Settings
 from proctor_client.cli import add_credential_flags
 
@@ -45,6 +46,9 @@ def add_audit_commands(subparsers: argparse._SubParsersAction) -> None:  # type:
     verify.add_argument("--public-key", help="expected signer: base64 key, or a PEM public/private key file "
                                              "(default: <db>.key next to the database)")
     verify.add_argument("--checkpoint-file", help="checkpoint file (default: <db>.checkpoints next to the database)")
+    verify.add_argument("--processes", type=_positive, default=None,
+                        help=f"processes that read and hash (default: one per core for a log of "
+                             f"{PROCESSES_MIN_ROWS:,} rows or more, else this process's threads)")
     verify.set_defaults(func=_verify)
 
     init = sub.add_parser("init-postgres", help="create the PostgreSQL audit table as its owner and grant the "
@@ -81,6 +85,13 @@ def _open(args: argparse.Namespace) -> AuditStore:
 def _fail(message: str, status: int = 2) -> int:
     print(f"error: {message}", file=sys.stderr)
     return status
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return number
 
 
 def _time(value: str | None, flag: str) -> int | None:
@@ -182,7 +193,8 @@ def _verify(args: argparse.Namespace) -> int:
         key = load_public_key(key_source) if key_source else None
         store = _open(args)
         with tqdm(total=store.count(), unit="rec", desc="verify", file=sys.stderr) as bar:
-            result = verify_log(store, public_key=key, checkpoint_file=checkpoints, progress=bar.update)
+            result = verify_log(store, public_key=key, checkpoint_file=checkpoints, progress=bar.update,
+                                processes=args.processes)
     except Exception as exc:
         return _fail(str(exc))
     print(result.summary())

@@ -8,6 +8,7 @@ which is checked when the store opens.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 
@@ -57,6 +58,7 @@ def init_schema(owner_dsn: str, appender_role: str | None = None) -> None:
 
 class PostgresAuditStore:
     def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
         self._conn = psycopg.connect(dsn, autocommit=False)
         info = self._conn.info
         self.description = f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}"
@@ -99,6 +101,10 @@ class PostgresAuditStore:
     def get(self, audit_id: str) -> Row | None:
         return self._one(f"SELECT {COLUMNS} FROM audit_log WHERE audit_id = %s AND kind = 'request' "
                          "ORDER BY seq LIMIT 1", (audit_id,))
+
+    def reader(self) -> Callable[[], PostgresAuditStore]:
+        """Opens another connection with the same DSN (picklable: verify's processes open their own)."""
+        return functools.partial(PostgresAuditStore, self._dsn)
 
     def count(self) -> int:
         with self._lock:

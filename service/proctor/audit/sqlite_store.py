@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -106,6 +107,10 @@ class SQLiteAuditStore:
         with self._lock:  # seq is the rowid: one seek and a range read (stepping releases the GIL)
             return self._db.execute(f"SELECT {COLUMNS} FROM audit_log WHERE seq >= ? ORDER BY seq LIMIT ?",
                                     (first_seq, limit)).fetchall()
+
+    def reader(self) -> Callable[[], SQLiteAuditStore]:
+        """Opens a read-only connection to this file (picklable: verify's processes open their own)."""
+        return functools.partial(SQLiteAuditStore, self.path, readonly=True)
 
     def close(self) -> None:
         with self._lock:

@@ -68,6 +68,10 @@ class AuditStore(Protocol):
 
     def count(self) -> int: ...
 
+    def reader(self) -> Callable[[], AuditStore]:
+        """A picklable callable that opens another reading connection to the same store (verify's
+        processes each open one)."""
+
     def close(self) -> None: ...
 
 

@@ -44,6 +44,7 @@ from proctor.audit.chain import (
 from proctor.audit.records import finish_reason_of
 from proctor.audit.store import AuditStore, RawRow
 from proctor.audit.stored_body import is_compressed, record_json
+from proctor.audit.verify_parallel import PROCESSES_MIN_ROWS, Merged, StoreOpener, process_count, verify_in_processes
 
 WORKERS = 2  # threads reading and hashing pages
 PAGE_ROWS = 64  # rows per page: ~2 MB of 100-token records, still in the reading thread's cache when it hashes
@@ -99,10 +100,9 @@ class _Chain:
     def _row_problem(self, row: RawRow, digest: str | None) -> str:
         seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, hash_ = row
         if seq != self.expected:
-            what = "missing" if seq > self.expected else "duplicated or out of order"
-            return f"expected sequence number {self.expected}, found {seq} (a record is {what})"
+            return gap_problem(self.expected, seq)
         if prev != self.prev_hash:
-            return "prev_hash does not match the previous record's hash (a record was removed, inserted or moved)"
+            return link_problem()
         chained = digest == hash_  # the v2/v3 hash: it covers the columns
         form = (FORMAT_V3 if is_compressed(body) else FORMAT_V2) if chained else _v1_or_none(row)
         if form is None:
@@ -153,6 +153,15 @@ class _Chain:
         if not signature_ok(key, message, str(record.get("signature"))):
             return "the checkpoint signature is not valid"
         return ""
+
+
+def gap_problem(expected: int, seq: int) -> str:
+    what = "missing" if seq > expected else "duplicated or out of order"
+    return f"expected sequence number {expected}, found {seq} (a record is {what})"
+
+
+def link_problem() -> str:
+    return "prev_hash does not match the previous record's hash (a record was removed, inserted or moved)"
 
 
 def _v1_or_none(row: RawRow) -> str | None:
@@ -220,10 +229,27 @@ def _hashed_pages(store: AuditStore, pool: ThreadPoolExecutor) -> Iterator[tuple
 
 
 def verify_log(store: AuditStore, *, public_key: Ed25519PublicKey | None = None, checkpoint_file: Path | None = None,
-               progress: Callable[[int], None] | None = None) -> VerifyResult:
+               progress: Callable[[int], None] | None = None, processes: int | None = None) -> VerifyResult:
     """Check the whole log. Without ``public_key`` checkpoints are checked against the key they name
-    (which proves integrity since the checkpoint, not who signed it)."""
+    (which proves integrity since the checkpoint, not who signed it).
+
+    ``processes``: how many processes read and hash (``verify_parallel``); 1 keeps to this process
+    and its threads; None (the default) uses one per core for a log of ``PROCESSES_MIN_ROWS`` rows
+    or more whose store can open another reader (``reader()``), else 1.
+    """
     start = time.perf_counter()
+    opener: StoreOpener | None = store.reader() if hasattr(store, "reader") else None
+    if processes is None:
+        last = store.last() if opener is not None else None
+        processes = process_count() if last is not None and last.seq >= PROCESSES_MIN_ROWS else 1
+    if processes > 1:
+        if opener is None:
+            raise ValueError(f"{store.description} cannot be opened by another process: verify with processes=1")
+        last = store.last()
+        if last is not None:
+            merged = verify_in_processes(opener, last.seq, processes,
+                                         public_key_text(public_key) if public_key else None, progress)
+            return _finish(merged, merged.bad, checkpoint_file, start)
     chain = _Chain(public_key)
     pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="proctor-audit-verify")
     try:
@@ -236,14 +262,20 @@ def verify_log(store: AuditStore, *, public_key: Ed25519PublicKey | None = None,
                 progress(len(rows))
     finally:  # the pages read ahead are dropped; a read in progress ends before the caller may close the store
         pool.shutdown(wait=True, cancel_futures=True)
-    problem = _checkpoint_file_problem(chain, checkpoint_file)
+    return _finish(chain, None, checkpoint_file, start)
+
+
+def _finish(chain: _Chain | Merged, bad: tuple[int, str] | None, checkpoint_file: Path | None,
+            start: float) -> VerifyResult:
+    """The result, once the rows are checked: ``bad``, else the checkpoint file's verdict."""
+    problem = bad or _checkpoint_file_problem(chain, checkpoint_file)
     if problem is not None:
         return VerifyResult(False, chain.records, chain.checkpoints, problem[0], problem[1],
                             time.perf_counter() - start)
     return VerifyResult(True, chain.records, chain.checkpoints, seconds=time.perf_counter() - start)
 
 
-def _checkpoint_file_problem(chain: _Chain, checkpoint_file: Path | None) -> tuple[int, str] | None:
+def _checkpoint_file_problem(chain: _Chain | Merged, checkpoint_file: Path | None) -> tuple[int, str] | None:
     """Every checkpoint the file lists must be in the store with the same hash (the tail was not cut)."""
     if checkpoint_file is None or not checkpoint_file.exists():
         return None
