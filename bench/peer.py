@@ -14,6 +14,10 @@ two side by side; this does it in one run, so the ratios are same-run ratios:
   EOS allowed, since a finished document must end; every JSON output is checked with jsonschema, and
   finish reasons are counted (at 128 tokens the schema's 600-900 character summary is usually cut at
   the limit on both servers, so a validity figure needs a larger ``--json-new-tokens``).
+- Matched mode runs plain requests (EOS ignored), each exactly as long as the JSON request of the
+  same prompt just before it: JSON outputs run to 200-320 tokens where plain ones stop at
+  ``--new-tokens``, and a longer sequence costs more per token (attention over a longer prefix),
+  so "JSON ÷ plain" at the same lengths is what the constraint itself costs.
 - Closed-loop streams per level (bench/load.py's ``closed_loop``); llama-server through its HTTP
   ``/completion`` stream (prompt cache off by default: Proctor has none), Proctor through gRPC.
 - Figures: tokens/s (median over rounds), time per output token and time to first token p50 (all
@@ -205,8 +209,8 @@ class LlamaPeer:
     async def connect(self) -> AsyncIterator[Send]:
         yield self._request
 
-    async def _request(self, prompt: str, mode: str) -> Result:
-        payload: dict[str, Any] = {"prompt": prompt, "n_predict": new_tokens(self.args, mode), "temperature": 0,
+    async def _request(self, prompt: str, mode: str, limit: int) -> Result:
+        payload: dict[str, Any] = {"prompt": prompt, "n_predict": limit, "temperature": 0,
                                    "cache_prompt": self.args.llama_cache_prompt}
         if mode == "json":
             payload["json_schema"] = SCHEMA
@@ -255,10 +259,10 @@ class ProctorPeer:
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[Send]:
         async with AsyncProctorClient(self.address, timeout_s=self.args.time_limit_s, retries=0) as client:
-            yield lambda prompt, mode: self._request(client, prompt, mode)
+            yield lambda prompt, mode, limit: self._request(client, prompt, mode, limit)
 
-    async def _request(self, client: AsyncProctorClient, prompt: str, mode: str) -> Result:
-        kwargs: dict[str, object] = {"max_new_tokens": new_tokens(self.args, mode), "temperature": 0}
+    async def _request(self, client: AsyncProctorClient, prompt: str, mode: str, limit: int) -> Result:
+        kwargs: dict[str, object] = {"max_new_tokens": limit, "temperature": 0}
         if mode == "json":
             kwargs["json_schema"] = SCHEMA
         else:
@@ -285,7 +289,8 @@ Peer = LlamaPeer | ProctorPeer
 
 
 def new_tokens(args: argparse.Namespace, mode: str) -> int:
-    return int(args.json_new_tokens or args.new_tokens) if mode == "json" else int(args.new_tokens)
+    """A mode's token limit (a matched request's own limit is its JSON twin's length)."""
+    return int(args.json_new_tokens or args.new_tokens) if mode in ("json", "matched") else int(args.new_tokens)
 
 
 def _result(count: int, text: str, prompt_tokens: int, start: float, first: float, last: float,
@@ -295,20 +300,26 @@ def _result(count: int, text: str, prompt_tokens: int, start: float, first: floa
 
 
 async def run_cell(peer: Peer, cell: Cell, prompts: list[str], requests: int, ramp_s: float,
-                   time_limit_s: float) -> tuple[int, float]:
-    """One level in one mode; return (tokens, wall seconds)."""
+                   time_limit_s: float, limits: dict[int, int]) -> tuple[int, float]:
+    """One level in one mode; return (tokens, wall seconds). ``limits`` (prompt index -> tokens):
+    a JSON cell writes each request's length there, a matched cell runs each prompt to it."""
     produced = 0
 
     async def one(index: int) -> None:
         nonlocal produced
+        which = index % len(prompts)
+        limit = limits.get(which, cell_limit) if cell.mode == "matched" else cell_limit
         try:
-            result = await send(prompts[index % len(prompts)], cell.mode)
+            result = await send(prompts[which], cell.mode, limit)
         except (ProctorError, RuntimeError, OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
             cell.errors.append(f"{type(exc).__name__}: {exc}"[:300])
             return
         produced += result.tokens
         cell.add(result)
+        if cell.mode == "json":
+            limits[which] = result.tokens
 
+    cell_limit = new_tokens(peer.args, cell.mode)
     async with peer.connect() as send:
         wall = await closed_loop(cell.streams, requests, ramp_s, time_limit_s, one, cell.errors)
     return produced, wall
@@ -318,7 +329,7 @@ async def warm_up(peer: Peer, prompts: list[str], modes: list[str]) -> None:
     """One request per mode, not counted: first-request costs (a schema's compile, page faults) excluded."""
     async with peer.connect() as send:
         for mode in modes:
-            await send(prompts[-1], mode)
+            await send(prompts[-1], mode, new_tokens(peer.args, mode))
 
 
 def chat_prompts() -> tuple[list[str], list[int]]:
@@ -382,11 +393,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 life.ready_s = time.perf_counter() - begin
                 asyncio.run(warm_up(peer, prompts, modes))
                 for n in streams:
-                    # Modes alternate within a level, in a different order each round (as bench/load.py).
-                    for mode in modes if round_ % 2 == 0 else modes[::-1]:
+                    limits: dict[int, int] = {}  # this level's JSON lengths, for its matched cell
+                    for mode in mode_order(modes, round_):
                         cell = cells[(server, n, mode)]
                         tokens, wall = asyncio.run(run_cell(peer, cell, prompts, args.requests or max(6, 2 * n),
-                                                            args.ramp_s if n > 1 else 0.0, args.time_limit_s))
+                                                            args.ramp_s if n > 1 else 0.0, args.time_limit_s, limits))
                         cell.round_rates.append(tokens / wall if wall else 0.0)
                         _say(f"round {round_ + 1}: {LABELS[server]} {mode} x{n}: {cell.round_rates[-1]:.1f} tok/s, "
                              f"{len(cell.errors)} errors {cell.errors[:2]}")
@@ -405,9 +416,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         bench_rows = run_llama_bench(build.bench, gguf, bench_args)
     return {"command": "python bench/peer.py " + " ".join(sys.argv[1:]), "llama_cpp_python": LLAMA_CPP_PYTHON,
             "build_s": build.build_s, "gguf": str(gguf), "prompt_tokens": prompt_lengths, "servers": described,
-            "threads": args.threads, "cells": [{**asdict(c), "tokens_per_s": c.rate} for c in cells.values()],
+            "threads": args.threads, "new_tokens": args.new_tokens,
+            "cells": [{**asdict(c), "tokens_per_s": c.rate} for c in cells.values()],
             "lives": [asdict(life) for life in lives], "llama_bench": bench_rows,
             "llama_bench_args": " ".join(bench_args), "logs": str(directory)}
+
+
+def mode_order(modes: list[str], round_: int) -> list[str]:
+    """Plain and JSON alternate within a level, in a different order each round (as bench/load.py);
+    a matched cell follows the JSON cell whose lengths it replays."""
+    base = [m for m in modes if m != "matched"]
+    order = base if round_ % 2 == 0 else base[::-1]
+    if "matched" in modes:
+        order.insert(order.index("json") + 1 if "json" in order else len(order), "matched")
+    return order
 
 
 def _ms(seconds: float) -> str:
@@ -429,7 +451,7 @@ def print_table(report: dict[str, Any]) -> None:
     cells = {(c["server"], c["streams"], c["mode"]): c for c in report["cells"]}
     servers = sorted({c["server"] for c in report["cells"]}, key=SERVERS.index)
     streams = sorted({c["streams"] for c in report["cells"]})
-    modes = [m for m in ("plain", "json") if any(c["mode"] == m for c in report["cells"])]
+    modes = [m for m in ("plain", "json", "matched") if any(c["mode"] == m for c in report["cells"])]
 
     def row(label: str, values: dict[str, str], ratio: str = "—") -> None:
         print(f"| {label} | " + " | ".join(values.get(s, "—") for s in SERVERS) + f" | {ratio} |")
@@ -446,7 +468,8 @@ def print_table(report: dict[str, Any]) -> None:
     for n in streams:
         label = f"{n} stream{'s' if n > 1 else ''}"
         for mode in modes:
-            tag = label + (", JSON schema on every request" if mode == "json" else "")
+            tag = label + {"json": ", JSON schema on every request",
+                           "matched": ", plain, each request as long as its JSON twin"}.get(mode, "")
             got = {s: c for s in SERVERS if (c := get(s, n, mode))}
             rate = {s: c["tokens_per_s"] for s, c in got.items()}
             tpot = {s: pct(c["tpot_s"], 0.5) for s, c in got.items()}
@@ -466,13 +489,15 @@ def print_table(report: dict[str, Any]) -> None:
                     {s: f"{statistics.mean(c['tokens']):.1f}" if c["tokens"] else "—" for s, c in got.items()})
                 row(f"{tag}, finish reasons", {s: ", ".join(f"{k} {v}" for k, v in sorted(c["finishes"].items()))
                                                for s, c in got.items()})
-        if len(modes) == 2:
+        for baseline, note in (("plain", f"plain at {report['new_tokens']} tokens"),
+                               ("matched", "plain at the same lengths")):
             ratios = {}
             for s in SERVERS:
-                plain, constrained = get(s, n, "plain"), get(s, n, "json")
+                plain, constrained = get(s, n, baseline), get(s, n, "json")
                 if plain and constrained and plain["tokens_per_s"]:
                     ratios[s] = f"{constrained['tokens_per_s'] / plain['tokens_per_s']:.2f}"
-            row(f"{label}, JSON ÷ plain tokens/s", ratios)
+            if ratios:
+                row(f"{label}, JSON ÷ plain tokens/s ({note})", ratios)
     lives = report["lives"]
     tree = {s: [lf["peak_tree_mb"] for lf in lives if lf["server"] == s] for s in servers}
     hwm = {s: [lf["hwm_mb"] for lf in lives if lf["server"] == s] for s in servers}
@@ -503,7 +528,9 @@ def _exit_on_signal(signum: int, frame: object) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--streams", default="1,16", help="closed-loop stream counts (default 1,16)")
-    parser.add_argument("--modes", default="plain,json", help="plain and/or json (schema on every request)")
+    parser.add_argument("--modes", default="plain,json,matched",
+                        help="plain, json (schema on every request), matched (plain, each request as long as the "
+                             "JSON request of its prompt in the same level and round); default all three")
     parser.add_argument("--servers", default="llama,proctor", help="which servers to run (default both)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, the server order alternating (default 2)")
     parser.add_argument("--requests", type=int, default=0, help="requests per level (default: max(6, 2 x streams))")
