@@ -29,13 +29,14 @@ from proctor.audit.chain import GENESIS, load_public_key
 from proctor.audit.store import AuditStore
 
 PROCESSES_MIN_ROWS = 100_000  # ~2 s of the threaded walk: the processes' start-up is then < 15% of it
+MAX_PROCESSES = 8  # each holds a store connection; past this the disk, not the hashing, is the limit
 POLL_S = 0.2  # how often the parent reports progress while the processes run
 StoreOpener = Callable[[], AuditStore]  # picklable: the store's ``reader()``
 
 
 def process_count() -> int:
-    """Processes for a large log: one per core this process may use."""
-    return max(1, len(os.sched_getaffinity(0)))
+    """Processes for a large log: one per core this process may use, at most ``MAX_PROCESSES``."""
+    return max(1, min(MAX_PROCESSES, len(os.sched_getaffinity(0))))
 
 
 @dataclass(slots=True)
