@@ -38,12 +38,17 @@ def row_head(seq: int, prev_hash: str, kind: str, audit_id: str, time_ms: int, c
             f"{encode_basestring(finish_reason)}]\n").encode()
 
 
+def chained_format(body: bytes) -> str:
+    """The format of a row with a v2/v3 hash, told by its stored body: a zstd frame is v3, the
+    canonical JSON itself v2."""
+    return FORMAT_V3 if is_compressed(body) else FORMAT_V2
+
+
 def row_hash(seq: int, prev_hash: str, kind: str, audit_id: str, time_ms: int, caller: str, request_id: str,
              finish_reason: str, body: bytes) -> str:
-    """sha256 (hex) of ``row_head(...) + body``, ``body`` as stored: a zstd frame is a v3 row, the
-    canonical JSON itself a v2 row."""
-    form = FORMAT_V3 if is_compressed(body) else FORMAT_V2
-    digest = hashlib.sha256(row_head(seq, prev_hash, kind, audit_id, time_ms, caller, request_id, finish_reason, form))
+    """sha256 (hex) of ``row_head(...) + body``, ``body`` as stored (``chained_format`` names the head)."""
+    digest = hashlib.sha256(row_head(seq, prev_hash, kind, audit_id, time_ms, caller, request_id, finish_reason,
+                                     chained_format(body)))
     digest.update(body)  # releases the GIL for large bodies: another thread can read the store meanwhile
     return digest.hexdigest()
 

@@ -31,9 +31,10 @@ from typing import Any
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from proctor.audit import FORMAT_V1, FORMAT_V2, FORMAT_V3, FORMATS
+from proctor.audit import FORMAT_V1, FORMATS
 from proctor.audit.chain import (
     GENESIS,
+    chained_format,
     checkpoint_message,
     load_public_key,
     public_key_text,
@@ -43,7 +44,7 @@ from proctor.audit.chain import (
 )
 from proctor.audit.records import finish_reason_of
 from proctor.audit.store import AuditStore, RawRow
-from proctor.audit.stored_body import is_compressed, record_json
+from proctor.audit.stored_body import record_json
 from proctor.audit.verify_parallel import PROCESSES_MIN_ROWS, Merged, StoreOpener, process_count, verify_in_processes
 
 WORKERS = 2  # threads reading and hashing pages
@@ -104,7 +105,7 @@ class _Chain:
         if prev != self.prev_hash:
             return link_problem()
         chained = digest == hash_  # the v2/v3 hash: it covers the columns
-        form = (FORMAT_V3 if is_compressed(body) else FORMAT_V2) if chained else _v1_or_none(row)
+        form = chained_format(body) if chained else _v1_or_none(row)
         if form is None:
             return _unknown_format(body) or "the record's content does not match its hash (it was modified)"
         if chained and kind == "request":
@@ -238,14 +239,13 @@ def verify_log(store: AuditStore, *, public_key: Ed25519PublicKey | None = None,
     or more whose store can open another reader (``reader()``), else 1.
     """
     start = time.perf_counter()
-    opener: StoreOpener | None = store.reader() if hasattr(store, "reader") else None
+    opener: StoreOpener | None = store.reader() if hasattr(store, "reader") and processes != 1 else None
+    last = store.last() if opener is not None else None
     if processes is None:
-        last = store.last() if opener is not None else None
         processes = process_count() if last is not None and last.seq >= PROCESSES_MIN_ROWS else 1
     if processes > 1:
         if opener is None:
             raise ValueError(f"{store.description} cannot be opened by another process: verify with processes=1")
-        last = store.last()
         if last is not None:
             merged = verify_in_processes(opener, last.seq, processes,
                                          public_key_text(public_key) if public_key else None, progress)

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.sharedctypes import Synchronized
-from typing import Any
 
 from proctor.audit.chain import GENESIS, load_public_key
 from proctor.audit.store import AuditStore
@@ -63,7 +62,7 @@ class Merged:
 
 
 def verify_range(open_store: StoreOpener, first_seq: int, last_seq: int | None, public_key: str | None,
-                 done: Any = None) -> RangeResult:
+                 done: Synchronized[int] | None = None) -> RangeResult:
     """Check rows ``first_seq``..``last_seq`` (None: to the end) in this process, page by page."""
     from proctor.audit.verify import PAGE_ROWS, _Chain, _chained_digest
 
