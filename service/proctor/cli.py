@@ -21,8 +21,9 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"],
                    help="weights/activations dtype (auto: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--weights", choices=["auto", *WEIGHT_MODES],
-                   help="linear layers: dense (the dtype itself, the exact reference), fp16 or q8 (int8) "
-                   "weights on CPU; auto: q8 on CPU, dense on CUDA (PROCTOR_WEIGHTS)")
+                   help="linear layers: dense (the dtype itself, the exact reference), fp16, q8 (int8) or q4 (the "
+                   "GGUF's own Q4_1 blocks, Q8_0 LM head) weights on CPU; auto: q4 on CPU, dense on CUDA "
+                   "(PROCTOR_WEIGHTS)")
     p.add_argument("--threads", type=int, help="torch CPU threads: N pins exactly N; 0 (default) = the CPUs "
                    "this process may use (affinity, cgroup quota), tuned under load by measurement")
     p.add_argument("--max-batch-size", type=int, help="requests decoded together (default 32)")

@@ -11,11 +11,13 @@ import json
 from typing import Any
 
 import pytest
+import torch
 from helpers.weight_quality import agreement, perplexity
 
 from proctor.config import WEIGHT_MODE_REVISIONS, Settings
 from proctor.engine.weights import fbgemm_available
 from proctor.models import load_model
+from proctor.models.placement import resolve_weights
 
 pytestmark = [pytest.mark.real_model,
               pytest.mark.skipif(not fbgemm_available(), reason="fbgemm needs an x86 CPU with AVX2")]
@@ -48,10 +50,12 @@ def test_the_server_reports_its_weights_mode_and_records_it(server: Any, client:
     loaded = server.running.engine.loaded
     info = client.model_info()
     assert info.weights == loaded.weights
-    assert loaded.weights in ("q8", "fp16", "dense")
+    assert loaded.weights == resolve_weights("auto", loaded.device, torch.float32)  # the session server runs auto
     response = client.generate("Hi", max_new_tokens=2)
     record = json.loads(client.audit_record(response.audit_id).record_json)
     assert record["model"]["weights"] == loaded.weights
     assert record["model"]["weights_revision"] == WEIGHT_MODE_REVISIONS[loaded.weights]
     # The server dropped its dense projection weights once its runner held its own copies.
     assert loaded.model.model.layers[0].mlp.down_proj.weight.numel() == 0
+    if loaded.weights == "q4":  # and its embedding table: tokens are looked up in the LM head's blocks
+        assert loaded.model.model.embed_tokens.weight.numel() == 0

@@ -1,4 +1,4 @@
-"""The q8 decode kernel (engine/fused_decode.py, kernels/q8_decode.cpp) on the tiny model.
+"""The q8 and q4 decode kernels (engine/fused_decode.py, kernels/) on the tiny model.
 
 It replaces ~60 PyTorch operations per layer, so it must compute what they compute: the same logits
 (up to float rounding) and the same keys and values in the cache, over prefixes longer than a block,
@@ -29,8 +29,8 @@ def kernel_ready() -> None:
         missing(f"the q8 decode kernel: {problem}")
 
 
-def prefilled(model, tokenizer, lengths: tuple[int, ...]) -> LlamaSlots:  # type: ignore[no-untyped-def]
-    slots = LlamaSlots(model, len(lengths), torch.device("cpu"), "q8", calibration_ids(tokenizer))
+def prefilled(model, tokenizer, lengths: tuple[int, ...], mode: str = "q8") -> LlamaSlots:  # type: ignore[no-untyped-def]
+    slots = LlamaSlots(model, len(lengths), torch.device("cpu"), mode, calibration_ids(tokenizer))
     generator = torch.Generator().manual_seed(3)
     for slot, length in enumerate(lengths):
         slots.prefill(slot, torch.randint(10, 5000, (length,), generator=generator).tolist())
@@ -49,11 +49,13 @@ def restore(slots: LlamaSlots, state: tuple[list[int], list[torch.Tensor], list[
 def test_the_kernel_builds_and_loads(kernel_ready: None) -> None:
     assert fused_decode.load_problem() is None
     assert hasattr(torch.ops.proctor, "decode_layer")
+    assert hasattr(torch.ops.proctor, "decode_layer_q4")
 
 
-def test_the_kernel_computes_what_the_operations_compute(kernel_ready: None, tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("mode", ["q8", "q4"])
+def test_the_kernel_computes_what_the_operations_compute(kernel_ready: None, tiny_model, tokenizer, mode: str) -> None:  # type: ignore[no-untyped-def]
     with torch.inference_mode():
-        slots = prefilled(tiny_model, tokenizer, PROMPT_LENGTHS)
+        slots = prefilled(tiny_model, tokenizer, PROMPT_LENGTHS, mode)
         state = snapshot(slots)
         tokens = [[11, 22, 33], [44, 55, 66]]
         reference = [slots._decode_ops(step) for step in tokens]
@@ -123,3 +125,42 @@ def test_the_kernels_mask_fill_gives_masked_fills_bits(kernel_ready: None) -> No
     assert torch.equal(got.nan_to_num(), expected.nan_to_num())
     with pytest.raises(RuntimeError, match="banned must be"):
         torch.ops.proctor.fill_banned(logits.clone(), banned[:, :100].contiguous())
+
+
+def test_the_q4_kernel_refuses_blocks_that_do_not_fit(kernel_ready: None, tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    with torch.inference_mode():
+        slots = prefilled(tiny_model, tokenizer, (5,), "q4")
+        layer = slots._layers[0]
+        h = torch.zeros(1, tiny_model.config.hidden_size)
+        cos, sin = slots._rope_cos[:, 0], slots._rope_sin[:, 0]
+        op = fused_decode.decode_layer("q4")
+        arguments = [h, layer.in_norm, layer.qkv.blocks, layer.o.blocks, layer.post_norm, layer.gate_up.blocks,
+                     layer.down.blocks, slots._keys[0], slots._values[0], [5], cos, sin, slots.heads, slots.kv_heads,
+                     slots.eps]
+        swapped = list(arguments)
+        swapped[2] = layer.o.blocks  # the right input size, the wrong outputs
+        with pytest.raises(RuntimeError, match="qkv width"):
+            op(*swapped)
+        wrong_inputs = list(arguments)
+        wrong_inputs[6] = layer.o.blocks  # down's inputs are the MLP's, not the hidden size
+        with pytest.raises(RuntimeError, match="do not match"):
+            op(*wrong_inputs)
+        op(*arguments)  # and the right ones run
+
+
+def test_the_kernels_bitmask_unpacking_gives_the_operations_values(kernel_ready: None) -> None:
+    from proctor.constraints.backend import bitmask_to_bool
+
+    generator = torch.Generator().manual_seed(6)
+    vocab = 49152 + 13  # a last word only partly used
+    bitmask = torch.randint(-2**31, 2**31 - 1, (5, (vocab + 31) // 32), generator=generator, dtype=torch.int32)
+    bitmask[1] = -1  # everything allowed
+    bitmask[2] = 0  # nothing allowed
+    fused_decode.decode_layer()  # loads the library
+    unpacked = fused_decode.unpack_banned(bitmask, vocab)
+    assert unpacked is not None
+    banned, allowed = unpacked
+    expected = ~bitmask_to_bool(bitmask, vocab)
+    assert torch.equal(banned, expected)
+    assert allowed.tolist() == (~expected).sum(dim=-1).tolist()
+    assert allowed[1] == vocab and allowed[2] == 0

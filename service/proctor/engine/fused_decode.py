@@ -1,4 +1,4 @@
-"""The q8 decode step as one C++ call per layer (``kernels/q8_decode.cpp``), compiled on first use.
+"""The q8 and q4 decode steps as one C++ call per layer (``kernels/``), compiled on first use.
 
 Why: at a few rows a q8 decode step of the default model is ~9 ms of int8 matrix products and, as
 ~60 small PyTorch operations per layer (norm, per-row scaling, rotary, cache writes, attention,
@@ -19,6 +19,7 @@ unavailable and ``auto`` falls back to fp16 (weights.py).
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import sys
@@ -29,10 +30,16 @@ import torch
 
 from proctor.config import default_kernel_cache
 
-SOURCE = Path(__file__).with_name("kernels") / "q8_decode.cpp"
+KERNELS = Path(__file__).with_name("kernels")
+SOURCES = (KERNELS / "masks.cpp", KERNELS / "q8_decode.cpp", KERNELS / "q4_decode.cpp", KERNELS / "q4_vnni.cpp")
+HEADERS = (KERNELS / "layer_step.h", KERNELS / "q4_dot.h", KERNELS / "q4_types.h")
 # AVX2 + FMA + F16C (the float16 cache; every AVX2 CPU has it) only: what fbgemm's q8 path needs
-# anyway, and the same code on every x86 machine that runs q8, so a record replays to the same bits.
-CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fno-fast-math"]
+# anyway, and the same code on every x86 machine that runs q8 or q4, so a record replays to the same bits.
+# -fopenmp: at::parallel_for is inline in ATen's headers, so without it every parallel loop here runs on
+# one thread. The library then needs libgomp.so.1, which resolves to the one torch already loaded: one
+# thread pool, sized by torch.set_num_threads.
+CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fno-fast-math", "-fopenmp"]
+LDFLAGS = ["-fopenmp"]
 
 log = logging.getLogger(__name__)
 _loaded = False  # set once load_problem has loaded the library
@@ -53,19 +60,25 @@ def load_problem() -> str | None:
     started = time.monotonic()
     fresh = not any(build.glob("*.so"))
     if fresh:
-        log.info("building the q8 decode kernel into %s (once, ~15 s)", build)
+        log.info("building the decode kernels (q8, q4) into %s (once, ~15 s)", build)
     try:
-        cpp_extension.load(name="proctor_q8_decode", sources=[str(SOURCE)], extra_cflags=CFLAGS,
-                           build_directory=str(build), is_python_module=False, verbose=False)
+        cpp_extension.load(name="proctor_decode", sources=[str(source) for source in SOURCES],
+                           extra_cflags=[*CFLAGS, f"-DPROCTOR_HEADERS_DIGEST={_headers_digest()}"],
+                           extra_ldflags=LDFLAGS, build_directory=str(build), is_python_module=False, verbose=False)
     except (RuntimeError, OSError, ImportError, ValueError) as exc:  # no compiler, no ninja, a failed build
         first = _first_error(str(exc)) or type(exc).__name__
-        log.warning("the q8 decode kernel could not be built (%s): --weights q8 is unavailable", first)
+        log.warning("the decode kernels could not be built (%s): --weights q8 and q4 are unavailable", first)
         return f"its C++ decode kernel could not be built here ({first}); see {build}"
     if fresh:
-        log.info("built the q8 decode kernel in %.1f s", time.monotonic() - started)
+        log.info("built the decode kernels in %.1f s", time.monotonic() - started)
     global _loaded
     _loaded = True
     return None
+
+
+def _headers_digest() -> str:
+    """A digest of the shared headers: torch's builder rebuilds when sources or flags change, not headers."""
+    return hashlib.sha256(b"".join(header.read_bytes() for header in HEADERS)).hexdigest()[:16]
 
 
 def _first_error(message: str) -> str:
@@ -84,12 +97,22 @@ def fill_banned(logits: torch.Tensor, banned: torch.Tensor) -> bool:
     return True
 
 
-def decode_layer() -> torch._ops.OpOverloadPacket:
-    """``proctor::decode_layer`` (loads the kernel first; raises when it cannot be built)."""
+def unpack_banned(bitmask: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The constraint's int32 bitmasks as a [B, V] bool tensor of banned tokens and each row's allowed
+    count, in one pass (``~bitmask_to_bool(...)`` and its sum), if the library is loaded; else None."""
+    if not _loaded or bitmask.device.type != "cpu":
+        return None
+    banned, allowed = torch.ops.proctor.unpack_banned(bitmask.contiguous(), vocab)
+    return banned, allowed
+
+
+def decode_layer(mode: str = "q8") -> torch._ops.OpOverloadPacket:
+    """The layer step of weights mode ``mode`` (q8 or q4); loads the kernels first, raises when they
+    cannot be built."""
     problem = load_problem()
     if problem is not None:
-        raise RuntimeError(f"--weights q8: {problem}")
-    return torch.ops.proctor.decode_layer
+        raise RuntimeError(f"--weights {mode}: {problem}")
+    return torch.ops.proctor.decode_layer_q4 if mode == "q4" else torch.ops.proctor.decode_layer
 
 
 def main() -> int:
@@ -98,9 +121,9 @@ def main() -> int:
     started = time.monotonic()
     problem = load_problem()
     if problem is not None:
-        print(f"q8 decode kernel: {problem}", file=sys.stderr)
+        print(f"decode kernels: {problem}", file=sys.stderr)
         return 1
-    print(f"q8 decode kernel ready ({time.monotonic() - started:.1f} s)")
+    print(f"decode kernels ready ({time.monotonic() - started:.1f} s)")
     return 0
 
 

@@ -63,18 +63,17 @@ class LlamaSlots:
         self._scale = self.head_dim ** -0.5
         self._model = model
         self.weights = slot_weights(model, weights, calibration_ids)
-        self._embed = self.weights.embed
         self._final_norm = self.weights.final_norm
         self._lm_head = self.weights.lm_head
         self._rotary = model.model.rotary_emb
         self._rope_cos = self._rope_sin = torch.empty(0)
         self.dtype = self._final_norm.dtype  # the activations' dtype (q8 keeps its embedding table in fp16)
         self._layers = self.weights.layers
-        # q8 decodes through the C++ kernel (fused_decode.py), which takes head sizes in multiples of 8
-        # and keeps keys and values in float16: half the memory, and half the bytes a step reads over a
-        # long prefix (q8 is approximate anyway; the other modes keep the model's dtype).
-        self._fused = weights == "q8" and self.head_dim % 8 == 0 and self.heads // self.kv_heads <= 8
-        self._decode_layer = fused_decode.decode_layer() if self._fused else None  # raises if it cannot load
+        # q8 and q4 decode through the C++ kernels (fused_decode.py), which take head sizes in multiples of
+        # 8 and keep keys and values in float16: half the memory, and half the bytes a step reads over a
+        # long prefix (both are approximate anyway; the other modes keep the model's dtype).
+        self._fused = weights in ("q8", "q4") and self.head_dim % 8 == 0 and self.heads // self.kv_heads <= 8
+        self._decode_layer = fused_decode.decode_layer(weights) if self._fused else None  # raises if it cannot load
         self.cache_dtype = torch.float16 if self._fused else self.dtype
         self.bytes_per_token = (len(self._layers) * 2 * self.kv_heads * self.head_dim
                                 * torch.empty(0, dtype=self.cache_dtype).element_size())
@@ -141,7 +140,7 @@ class LlamaSlots:
         # The first chunk (or a whole prompt) is plain causal attention; a later chunk also sees the
         # cached prefix: query i may look at keys 0..start+i.
         visible = None if start == 0 else (torch.arange(total, device=self.device)[None, :] <= positions[:, None])
-        h = F.embedding(ids, self._embed).to(self.dtype)  # [T, hidden]
+        h = self.weights.embed_rows(ids).to(self.dtype)  # [T, hidden]
         cos, sin = self._rope(h, positions, total)  # [T, 1, D]
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
@@ -183,7 +182,8 @@ class LlamaSlots:
         return self._decode_ops(token_ids)
 
     def _decode_ops(self, token_ids: list[int]) -> torch.Tensor:
-        """``decode`` as PyTorch operations (dense and fp16; for q8 the reference the kernel is tested against)."""
+        """``decode`` as PyTorch operations (dense and fp16; for q8 and q4 the reference the kernels are
+        tested against)."""
         rows = len(token_ids)
         lengths = self.lengths[:rows]
         span = -(-(max(lengths) + 1) // ATTENTION_SPAN_BLOCK) * ATTENTION_SPAN_BLOCK
@@ -195,7 +195,7 @@ class LlamaSlots:
         hidden = torch.arange(span, device=self.device)[None, :] > positions[:, None]
         bias = torch.zeros((rows, span), dtype=torch.float32, device=self.device).masked_fill_(hidden, float("-inf"))
         bias = bias.to(self.dtype)[:, None, None, :]
-        h = F.embedding(ids, self._embed).to(self.dtype)  # [B, hidden]
+        h = self.weights.embed_rows(ids).to(self.dtype)  # [B, hidden]
         cos, sin = self._rope(h, positions, max(lengths) + 1)
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
@@ -211,16 +211,20 @@ class LlamaSlots:
         return self._logits(h)
 
     def _decode_fused(self, token_ids: list[int]) -> torch.Tensor:
-        """``decode`` with each layer in one C++ call (fused_decode.py): q8 weights only."""
+        """``decode`` with each layer in one C++ call (fused_decode.py): q8 and q4 weights."""
         rows = len(token_ids)
         lengths = self.lengths[:rows]
         self.reserve(rows, max(lengths) + 1)
-        h = F.embedding(torch.tensor(token_ids, dtype=torch.long, device=self.device), self._embed).to(self.dtype)
+        h = self.weights.embed_rows(torch.tensor(token_ids, dtype=torch.long, device=self.device)).to(self.dtype)
         cos, sin = (table[:, 0] for table in self._rope_tables(h, max(lengths) + 1))  # [L, D]: the kernel indexes
+        q4 = self.weights.mode == "q4"
         for index, layer in enumerate(self._layers):
-            self._decode_layer(h, layer.in_norm, layer.qkv.packed, layer.o.packed, layer.post_norm,  # type: ignore[misc]
-                               layer.gate_up.packed, layer.down.packed, self._keys[index], self._values[index],
-                               lengths, cos, sin, self.heads, self.kv_heads, self.eps, layer.qkv.reduce_range)
+            weights = ((layer.qkv.blocks, layer.o.blocks) if q4 else (layer.qkv.packed, layer.o.packed),  # type: ignore[attr-defined]
+                       (layer.gate_up.blocks, layer.down.blocks) if q4 else (layer.gate_up.packed, layer.down.packed))  # type: ignore[attr-defined]
+            tail = () if q4 else (layer.qkv.reduce_range,)  # type: ignore[attr-defined]
+            self._decode_layer(h, layer.in_norm, *weights[0], layer.post_norm, *weights[1],  # type: ignore[misc]
+                               self._keys[index], self._values[index], lengths, cos, sin, self.heads, self.kv_heads,
+                               self.eps, *tail)
         for slot in range(rows):
             self.lengths[slot] += 1
         return self._logits(h)

@@ -40,6 +40,13 @@ class SlotWeights:
     lm_head: Linear
     layers: list[LayerWeights]
 
+    def embed_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """The embeddings of tokens ``ids`` ([N] → [N, hidden]); from the LM head's blocks when the
+        table is not kept (q4 with tied embeddings)."""
+        if self.embed.numel():
+            return torch.nn.functional.embedding(ids, self.embed)
+        return self.lm_head.dequantized_rows(ids)  # type: ignore[attr-defined]
+
     @property
     def thread_invariant(self) -> bool:
         """Every product gives a row the same bits at any thread count and batch (see weights.py)."""
@@ -168,6 +175,12 @@ def _build_smoothed(model: Any, mode: str, peaks: dict[str, torch.Tensor]) -> Sl
 
 def _build(model: Any, mode: str) -> SlotWeights:
     inner = model.model
+    # q4 keeps the LM head in 8-bit blocks and, with tied embeddings, looks tokens up in those blocks
+    # (BlockLinear.dequantized_rows: the same values) instead of holding a second table.
+    lm_head = make_linear(model.lm_head.weight, mode, head=True)
+    tied = model.lm_head.weight.data_ptr() == inner.embed_tokens.weight.data_ptr()
+    embed = (torch.empty(0) if mode == "q4" and tied and _exact_rows(lm_head, inner.embed_tokens.weight)
+             else _own_copy(inner.embed_tokens.weight))
 
     def fused(*linears: Any) -> Linear:
         return make_linear(torch.cat([linear.weight for linear in linears]), mode)
@@ -184,5 +197,12 @@ def _build(model: Any, mode: str) -> SlotWeights:
         page_out(layer.parameters())  # resident.py: faulted back in from the file if read again
         return weights
 
-    return SlotWeights(mode=mode, embed=_own_copy(inner.embed_tokens.weight), final_norm=inner.norm.weight,
-                       lm_head=make_linear(model.lm_head.weight, mode), layers=[built(layer) for layer in inner.layers])
+    return SlotWeights(mode=mode, embed=embed, final_norm=inner.norm.weight, lm_head=lm_head,
+                       layers=[built(layer) for layer in inner.layers])
+
+
+def _exact_rows(head: Any, embedding: torch.Tensor) -> bool:
+    """Whether the head's blocks hold the embedding table exactly (a GGUF's Q8_0 table does; a model
+    with weights of its own does not, and then keeps its table)."""
+    every = torch.arange(embedding.shape[0])
+    return all(torch.equal(head.dequantized_rows(ids), embedding[ids].float()) for ids in every.split(4096))

@@ -40,10 +40,12 @@ import torch.nn.functional as F
 
 from proctor.config import WEIGHT_MODES
 
-CPU_PREFERENCE = ("q8", "fp16")  # what `auto` tries on CPU, fastest first (bench/weights.py, bench/README.md)
+CPU_PREFERENCE = ("q4", "q8", "fp16")  # what `auto` tries on CPU, fastest first (bench/weights.py, bench/README.md)
 PACK_ROWS_HINT = 16  # oneDNN picks its blocked weight layout for about this many rows
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
+BLOCK_INPUTS = 32  # q4: inputs per GGUF block
+GROUP_ROWS = 8  # q4: output rows stored interleaved (kernels/q4_types.h)
 
 
 def fbgemm_available() -> bool:
@@ -63,19 +65,23 @@ def mode_problem(mode: str, device: torch.device, dtype: torch.dtype) -> str | N
         return f"--weights {mode} runs with float32 activations; use --dtype float32 (or auto)"
     if not fbgemm_available():
         return f"--weights {mode} needs fbgemm (an x86 CPU with AVX2); this machine has none"
-    if mode == "q8":
+    if mode in ("q8", "q4"):
         from proctor.engine.fused_decode import load_problem
 
         problem = load_problem()
         if problem is not None:
-            return f"--weights q8: {problem}; use --weights fp16"
+            return f"--weights {mode}: {problem}; use --weights fp16"
     return None
 
 
-def make_linear(weight: torch.Tensor, mode: str, column_scale: torch.Tensor | None = None) -> Linear:
+def make_linear(weight: torch.Tensor, mode: str, column_scale: torch.Tensor | None = None,
+                head: bool = False) -> Linear:
     """``x -> x @ (weight · diag(column_scale)).T`` in ``mode``; the returned function holds its own copy
-    of the weight. (q8 scales the columns while it copies: no second full-size temporary.)"""
+    of the weight. (q8 scales the columns while it copies: no second full-size temporary.) ``head``:
+    the LM head, which q4 keeps in 8-bit blocks as the GGUF does."""
     weight = weight.detach().contiguous()
+    if mode == "q4":
+        return BlockLinear(weight, "q8_0" if head else "q4_1")
     if mode == "q8":
         return _Int8RowLinear(weight, column_scale)
     if column_scale is not None:
@@ -150,6 +156,83 @@ class _Fp16Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
+
+
+class BlockLinear:
+    """Weights in llama.cpp's blocks of 32 inputs, multiplied by the q4 kernel (kernels/q4_decode.cpp,
+    which also says how a row's blocks are laid out):
+    ``q4_1`` (4-bit codes, a float16 scale and minimum per block: 5 bits a weight) for the layers and
+    ``q8_0`` (8-bit codes, a float16 scale: 8.5 bits) for the LM head, the formats of the default
+    model's GGUF. Quantized with ggml's own reference rounding from the model's weights, which for that
+    GGUF are its dequantized blocks, so this gives back the file's blocks and the weights are exactly
+    the file's (tests/integration/test_q4_weights_real.py). Activations are quantized per row and per
+    block of 32 to int8 and each block's sum is exact in integers, so a row's result is the same bits
+    alone or in any batch, at any thread count."""
+
+    thread_invariant = True
+
+    def __init__(self, weight: torch.Tensor, block_format: str) -> None:
+        from proctor.engine.fused_decode import load_problem
+
+        problem = load_problem()
+        if problem is not None:
+            raise RuntimeError(f"--weights q4: {problem}")
+        self.out_features, self.in_features = weight.shape
+        if self.in_features % BLOCK_INPUTS or self.out_features % GROUP_ROWS:
+            raise ValueError(f"--weights q4 needs input sizes in multiples of {BLOCK_INPUTS} and output sizes in "
+                             f"multiples of {GROUP_ROWS}, got {self.out_features}x{self.in_features}")
+        self.block_format = block_format
+        quantize = torch.ops.proctor.quantize_q4_1 if block_format == "q4_1" else torch.ops.proctor.quantize_q8_0
+        self.blocks = quantize(weight.float().contiguous())
+        self._product = torch.ops.proctor.q4_linear if block_format == "q4_1" else torch.ops.proctor.q8_0_linear
+        self.nbytes = self.blocks.numel()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self._product(x.contiguous(), self.blocks)
+
+    def dequantized_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` of the weight as float32, exactly as the blocks hold them (an embedding lookup)."""
+        scale, minimum, codes = self._unpack(self.blocks[torch.div(ids, GROUP_ROWS, rounding_mode="floor")])
+        lane = (ids % GROUP_ROWS).view(-1, 1, 1).expand(-1, 1, scale.shape[-1])
+        pick = (lambda t: t.gather(1, lane).squeeze(1))  # noqa: E731 - [N, 8, blocks] → row `lane`: [N, blocks]
+        codes = codes.gather(1, lane[..., None].expand(-1, 1, scale.shape[-1], BLOCK_INPUTS)).squeeze(1)
+        values = pick(scale)[..., None] * codes.float()
+        if minimum is not None:
+            values = values + pick(minimum)[..., None]
+        return values.reshape(ids.numel(), self.in_features)
+
+    def ggml_blocks(self) -> torch.Tensor:
+        """The blocks as ggml lays them out (per row, each block's scale, minimum and 16 bytes of paired
+        4-bit codes, or scale and 32 int8 codes), as a GGUF file stores them: [out, blocks · bytes]."""
+        scale, minimum, codes = self._unpack(self.blocks)
+        rows = self.out_features
+        halves = [scale.reshape(rows, -1, 1)] + ([] if minimum is None else [minimum.reshape(rows, -1, 1)])
+        head = torch.cat(halves, dim=-1).half().contiguous().view(torch.uint8)  # [out, blocks, 2 or 4]: float16 bytes
+        codes = codes.reshape(rows, -1, BLOCK_INPUTS)
+        if minimum is not None:  # element i in the low nibble of byte i, element i + 16 in its high nibble
+            codes = codes[..., :16] | (codes[..., 16:] << 4)
+        return torch.cat([head, codes.to(torch.uint8)], dim=-1).reshape(rows, -1)
+
+    def _unpack(self, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Groups of 8 rows (kernels/q4_decode.cpp: ``quantize`` says where each byte goes) as scales and
+        minimums [G, 8, blocks] (float32) and codes [G, 8, blocks, 32] (uint8 for q4_1, int8 for q8_0)."""
+        count, blocks = groups.shape[0], self.in_features // BLOCK_INPUTS
+        q4 = self.block_format == "q4_1"
+
+        def halves(start: int) -> torch.Tensor:  # [G, blocks, 8] float16 → [G, 8, blocks] float32
+            part = groups[:, start:start + 16 * blocks].contiguous().view(torch.float16)
+            return part.view(count, blocks, GROUP_ROWS).transpose(1, 2).float()
+
+        scale = halves(0)
+        minimum = halves(16 * blocks) if q4 else None
+        raw = groups[:, (32 if q4 else 16) * blocks:]
+        if q4:  # [G, blocks, 4 (c), 8 (lane), 4 (e)]: c's codes in the low nibbles, c + 4's in the high
+            packed = raw.reshape(count, blocks, 4, GROUP_ROWS, 4)
+            quads = torch.cat([packed & 0x0F, packed >> 4], dim=2)
+        else:
+            quads = raw.contiguous().view(torch.int8).reshape(count, blocks, 8, GROUP_ROWS, 4)
+        codes = quads.permute(0, 3, 1, 2, 4).reshape(count, GROUP_ROWS, blocks, BLOCK_INPUTS)
+        return scale, minimum, codes
 
 
 class _Int8RowLinear:

@@ -61,8 +61,8 @@ def apply_threads(threads: int) -> None:
 
 
 def resolve_weights(name: str, device: torch.device, dtype: torch.dtype) -> str:
-    """``auto`` → the first of q8, fp16 that can run here (a CPU with fbgemm, fp32 activations, and for
-    q8 its compiled kernel), else dense (the order measured: bench/weights.py)."""
+    """``auto`` → the first of ``CPU_PREFERENCE`` that can run here (a CPU with fbgemm, fp32 activations,
+    and for q4 and q8 the compiled kernels), else dense (the order measured: bench/weights.py)."""
     from proctor.engine.weights import CPU_PREFERENCE, mode_problem
 
     name = (name or "auto").strip().lower()

@@ -1,112 +1,14 @@
-// One decode step of a Llama layer with q8 weights: everything except the matrix products, which
-// stay fbgemm's, in plain loops (engine/fused_decode.py says why). Every row is computed by the same
-// code in the same order whatever rows run beside it and whichever thread takes it, so a row's
-// result is the same bits alone or in a batch, at any thread count (tests/unit/test_fused_decode.py).
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
+// One decode step of a Llama layer with q8 weights: the step of layer_step.h around fbgemm's int8
+// products through the packed weights (engine/fused_decode.py says why).
 #include <ATen/native/quantized/PackedParams.h>
-#include <immintrin.h>
 #include <torch/library.h>
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
-#include <vector>
+#include "layer_step.h"
 
 namespace {
 
+using namespace proctor_kernels;
 using Packed = c10::intrusive_ptr<LinearPackedParamsBase>;
-
-// a·b with eight partial sums combined in a fixed order (the compiler turns the inner loop into one
-// vector multiply-add; no reassociation beyond what is written here).
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  }
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-inline float horizontal_sum(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
-  return _mm_cvtss_f32(x);
-}
-
-// e^x for 8 floats (Cephes' polynomial, ~1 ulp; inputs clamped to +-88.38): the scalar expf is the
-// largest cost of softmax over long prefixes and of SiLU at many rows.
-inline __m256 exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.3762626647949f)), _mm256_set1_ps(88.3762626647949f));
-  __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.f)));
-  const __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(exponent));
-}
-
-// e^x over n floats in place (n rounded up to 8: the buffer has room; the extra values are unused).
-inline void exp_in_place(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_loadu_ps(x + i)));
-}
-
-// Attention of `group` query heads (d a multiple of 8, group <= 8) over the n cached keys/values of
-// their kv head: scores for all heads from one pass over the keys, softmax, weighted sum of values.
-inline __m256 load_half8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-
-inline void store_half(const float* source, int64_t d, uint16_t* target) {  // d a multiple of 8; rounds to nearest even
-  for (int64_t c = 0; c < d; c += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(target + c), _mm256_cvtps_ph(_mm256_loadu_ps(source + c), _MM_FROUND_TO_NEAREST_INT));
-  }
-}
-
-void attend_group(const float* q, int64_t group, const uint16_t* keys, const uint16_t* values, int64_t n, int64_t d,
-                  float scale, float* out, std::vector<float>& weights) {
-  const int64_t padded = (n + 7) / 8 * 8;
-  weights.assign(group * padded, 0.f);
-  for (int64_t t = 0; t < n; ++t) {
-    __m256 acc[8][2];
-    for (int64_t g = 0; g < group; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
-    const uint16_t* k = keys + t * d;
-    for (int64_t c = 0; c < d; c += 8) {
-      const __m256 kc = load_half8(k + c);
-      const int64_t lane = (c / 8) & 1;
-      for (int64_t g = 0; g < group; ++g) acc[g][lane] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c), kc, acc[g][lane]);
-    }
-    for (int64_t g = 0; g < group; ++g) weights[g * padded + t] = horizontal_sum(_mm256_add_ps(acc[g][0], acc[g][1])) * scale;
-  }
-  for (int64_t g = 0; g < group; ++g) {
-    float* w = weights.data() + g * padded;
-    const float peak = *std::max_element(w, w + n);
-    for (int64_t t = 0; t < n; ++t) w[t] -= peak;
-    exp_in_place(w, padded);
-    __m256 sum8 = _mm256_setzero_ps();
-    int64_t t = 0;
-    for (; t + 8 <= n; t += 8) sum8 = _mm256_add_ps(sum8, _mm256_loadu_ps(w + t));
-    float total = horizontal_sum(sum8);
-    for (; t < n; ++t) total += w[t];
-    const float inverse = 1.f / total;
-    float* o = out + g * d;
-    std::fill(o, o + d, 0.f);
-    for (t = 0; t < n; ++t) {
-      const __m256 wt = _mm256_set1_ps(w[t] * inverse);
-      const uint16_t* v = values + t * d;
-      for (int64_t c = 0; c < d; c += 8) {
-        _mm256_storeu_ps(o + c, _mm256_fmadd_ps(wt, load_half8(v + c), _mm256_loadu_ps(o + c)));
-      }
-    }
-  }
-}
 
 // Writes row / max|row| into `spanned` with the constant columns +1, -1 after it (weights.py:
 // _Int8RowLinear) and returns max|row|: every row then spans exactly [-1, 1], so fbgemm's
@@ -121,147 +23,24 @@ inline float span_row(const float* row, int64_t k, float* spanned) {
   return peak;
 }
 
-// RMSNorm of each row (weight * h / sqrt(mean(h^2) + eps), as transformers computes it), spanned.
-at::Tensor norm_spanned(const at::Tensor& h, const at::Tensor& weight, double eps, std::vector<float>& peaks) {
-  const int64_t rows = h.size(0), k = h.size(1);
-  at::Tensor spanned = at::empty({rows, k + 2}, h.options());
-  const float* hp = h.const_data_ptr<float>();
-  const float* wp = weight.const_data_ptr<float>();
-  float* sp = spanned.data_ptr<float>();
-  std::vector<float> x(k);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = hp + r * k;
-    const float inv = 1.f / std::sqrt(dot(row, row, k) / static_cast<float>(k) + static_cast<float>(eps));
-    for (int64_t i = 0; i < k; ++i) x[i] = wp[i] * (row[i] * inv);
-    peaks[r] = span_row(x.data(), k, sp + r * (k + 2));
-  }
-  return spanned;
-}
-
-at::Tensor spanned_of(const float* source, int64_t rows, int64_t k, const at::TensorOptions& options,
-                      std::vector<float>& peaks) {
-  at::Tensor spanned = at::empty({rows, k + 2}, options);
-  float* sp = spanned.data_ptr<float>();
-  for (int64_t r = 0; r < rows; ++r) peaks[r] = span_row(source + r * k, k, sp + r * (k + 2));
-  return spanned;
-}
-
-void check_float(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(), name,
-              " must be a contiguous float32 CPU tensor");
-}
-
-// h [B, hidden] is updated in place; keys/values [slots, KVH, capacity, D] (float16: half the memory
-// and the bytes a long prefix streams per step) get row r's new key and value at positions[r];
-// cos/sin [L, D] are the rotary tables.
 void decode_layer(at::Tensor& h, const at::Tensor& in_norm, const Packed& qkv, const Packed& o,
                   const at::Tensor& post_norm, const Packed& gate_up, const Packed& down, at::Tensor& keys,
                   at::Tensor& values, at::IntArrayRef positions, const at::Tensor& cos, const at::Tensor& sin,
                   int64_t heads, int64_t kv_heads, double eps, bool reduce_range) {
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&h, &in_norm, &post_norm, &cos, &sin}) {
-    check_float(*t, "h, the norms and the rotary tables");
-  }
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&keys, &values}) {
-    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kHalf && t->is_contiguous(),
-                "the key and value caches must be contiguous float16 CPU tensors");
-  }
-  const int64_t rows = h.size(0), hidden = h.size(1), d = cos.size(1), half = d / 2;
-  const int64_t group = heads / kv_heads, capacity = keys.size(2);
-  TORCH_CHECK(static_cast<int64_t>(positions.size()) == rows && keys.size(0) >= rows && keys.size(1) == kv_heads &&
-                  keys.size(3) == d && values.sizes() == keys.sizes(),
-              "cache shape does not match the batch");
-  for (int64_t p : positions) TORCH_CHECK(p >= 0 && p < capacity && p < cos.size(0), "position out of range");
-  const float scale = 1.f / std::sqrt(static_cast<float>(d));
-  std::vector<float> peaks(rows);
-
-  // q, k, v: one product; q and k rotated; k and v written at each row's own position.
-  at::Tensor projected = qkv->apply_dynamic(norm_spanned(h, in_norm, eps, peaks), reduce_range);
-  const int64_t width = projected.size(1);
-  TORCH_CHECK(width == (heads + 2 * kv_heads) * d, "qkv width does not match the heads");
-  TORCH_CHECK(d % 8 == 0 && group <= 8, "head_dim must be a multiple of 8 and at most 8 query heads per kv head");
-  float* pp = projected.data_ptr<float>();
-  uint16_t* kp = reinterpret_cast<uint16_t*>(keys.data_ptr<at::Half>());
-  uint16_t* vp = reinterpret_cast<uint16_t*>(values.data_ptr<at::Half>());
-  std::vector<float> rotated(d);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = pp + r * width;
-    for (int64_t i = 0; i < width; ++i) row[i] *= peaks[r];
-    const float* c = cos.const_data_ptr<float>() + positions[r] * d;
-    const float* s = sin.const_data_ptr<float>() + positions[r] * d;
-    for (int64_t head = 0; head < heads + kv_heads; ++head) {  // x * cos + rotate_half(x) * sin
-      float* x = row + head * d;
-      for (int64_t i = 0; i < half; ++i) {
-        rotated[i] = x[i] * c[i] + (-x[i + half]) * s[i];
-        rotated[i + half] = x[i + half] * c[i + half] + x[i] * s[i + half];
-      }
-      std::copy(rotated.begin(), rotated.end(), x);
-    }
-    for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
-      const int64_t at_position = ((r * kv_heads + kvh) * capacity + positions[r]) * d;
-      store_half(row + (heads + kvh) * d, d, kp + at_position);
-      store_half(row + (heads + kv_heads + kvh) * d, d, vp + at_position);
-    }
-  }
-
-  // Attention of each row over exactly its own prefix; one (row, kv head) per job.
-  at::Tensor attended = at::empty({rows, heads * d}, h.options());
-  float* ap = attended.data_ptr<float>();
-  at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> weights;
-    for (int64_t job = begin; job < end; ++job) {
-      const int64_t r = job / kv_heads, kvh = job % kv_heads;
-      const int64_t cache = (r * kv_heads + kvh) * capacity * d;
-      attend_group(pp + r * width + kvh * group * d, group, kp + cache, vp + cache, positions[r] + 1, d, scale,
-                   ap + r * heads * d + kvh * group * d, weights);
-    }
-  });
-
-  float* hp = h.data_ptr<float>();
-  at::Tensor out = o->apply_dynamic(spanned_of(ap, rows, heads * d, h.options(), peaks), reduce_range);
-  const float* op = out.const_data_ptr<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < hidden; ++i) hp[r * hidden + i] += op[r * hidden + i] * peaks[r];
-  }
-
-  // MLP: down(silu(gate) * up).
-  at::Tensor gu = gate_up->apply_dynamic(norm_spanned(h, post_norm, eps, peaks), reduce_range);
-  const int64_t inner = gu.size(1) / 2;
-  const float* gp = gu.const_data_ptr<float>();
-  std::vector<float> act(rows * inner + 8);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* a = act.data() + r * inner;
-    for (int64_t i = 0; i < inner; ++i) a[i] = -gp[r * 2 * inner + i] * peaks[r];  // -gate
-    exp_in_place(a, inner);  // e^-gate (the rounding-up spills into the next row, written after)
-    for (int64_t i = 0; i < inner; ++i) {
-      const float gate = gp[r * 2 * inner + i] * peaks[r], up = gp[r * 2 * inner + inner + i] * peaks[r];
-      a[i] = gate / (1.f + a[i]) * up;
-    }
-  }
-  at::Tensor mlp = down->apply_dynamic(spanned_of(act.data(), rows, inner, h.options(), peaks), reduce_range);
-  const float* mp = mlp.const_data_ptr<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < hidden; ++i) hp[r * hidden + i] += mp[r * hidden + i] * peaks[r];
-  }
-}
-
-// logits[i] = -inf wherever banned[i]: the decode pipeline's mask, the same bits as masked_fill_ but
-// one vectorised pass (on [16, 49152] here: masked_fill_ ~3.1 ms, this ~0.3 ms).
-void fill_banned(at::Tensor& logits, const at::Tensor& banned) {
-  check_float(logits, "logits");
-  TORCH_CHECK(banned.device().is_cpu() && banned.scalar_type() == at::kBool && banned.is_contiguous() &&
-                  banned.sizes() == logits.sizes(),
-              "banned must be a contiguous bool CPU tensor shaped like the logits");
-  float* x = logits.data_ptr<float>();
-  const uint8_t* m = reinterpret_cast<const uint8_t*>(banned.const_data_ptr<bool>());
-  const float negative_infinity = -std::numeric_limits<float>::infinity();
-  const int64_t n = logits.numel();
-  for (int64_t i = 0; i < n; ++i) x[i] = m[i] ? negative_infinity : x[i];
+  const at::TensorOptions options = h.options();
+  auto project = [&](Product which, const float* x, int64_t rows, int64_t k, std::vector<float>& scales) {
+    const Packed& packed = which == Product::qkv ? qkv : which == Product::o ? o : which == Product::gate_up ? gate_up : down;
+    at::Tensor spanned = at::empty({rows, k + 2}, options);
+    float* sp = spanned.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r) scales[r] = span_row(x + r * k, k, sp + r * (k + 2));
+    return packed->apply_dynamic(spanned, reduce_range);
+  };
+  decode_layer_with(h, in_norm, post_norm, keys, values, positions, cos, sin, heads, kv_heads, eps, project);
 }
 
 }  // namespace
 
-TORCH_LIBRARY(proctor, m) {
-  m.def("fill_banned(Tensor(a!) logits, Tensor banned) -> ()");
+TORCH_LIBRARY_FRAGMENT(proctor, m) {
   m.def(
       "decode_layer(Tensor(a!) h, Tensor in_norm, __torch__.torch.classes.quantized.LinearPackedParamsBase qkv, "
       "__torch__.torch.classes.quantized.LinearPackedParamsBase o, Tensor post_norm, "
@@ -272,5 +51,4 @@ TORCH_LIBRARY(proctor, m) {
 
 TORCH_LIBRARY_IMPL(proctor, CPU, m) {
   m.impl("decode_layer", &decode_layer);
-  m.impl("fill_banned", &fill_banned);
 }
