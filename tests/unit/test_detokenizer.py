@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-from proctor.engine.detokenizer import REPLACEMENT, IncrementalDetokenizer
+from proctor.engine.detokenizer import REPLACEMENT, IncrementalDetokenizer, text_decoder
 
 ENGLISH = "The quick brown fox jumps over the lazy dog. It's 3:45pm -- isn't it?  Double  spaces, tabs\tand\nnewlines."
 CHINESE = "今天天气很好。我们去公园散步吧！这个模型能正确处理中文吗？当然可以，每个字都不会被拆坏。"
@@ -126,3 +127,21 @@ def test_flush_releases_complete_held_text(tokenizer) -> None:  # type: ignore[n
     ids = encode(tokenizer, "x好")
     out = "".join(detok.push(i) for i in ids)
     assert out + detok.flush() == "x好"
+
+
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_the_direct_decoder_gives_the_tokenizers_text(tokenizer, skip_special_tokens: bool) -> None:  # type: ignore[no-untyped-def]
+    """The detokenizer calls the Rust tokenizer directly; it must give what ``tokenizer.decode`` gives,
+    special tokens, byte pieces of CJK characters and spaces included."""
+    generator = torch.Generator().manual_seed(4)
+    special = sorted(tokenizer.all_special_ids)
+    cjk = tokenizer("合同双方同意保密条款。 Both parties agree.", add_special_tokens=False)["input_ids"]
+    decode = text_decoder(tokenizer, skip_special_tokens)
+    for length in (1, 2, 5, 17, 40):
+        for _ in range(20):
+            ids = torch.randint(0, len(tokenizer), (length,), generator=generator).tolist()
+            ids[length // 2] = special[length % len(special)]
+            for sample in (ids, cjk[:length], ids[:2] + cjk[1:length]):
+                expected = tokenizer.decode(sample, skip_special_tokens=skip_special_tokens,
+                                            clean_up_tokenization_spaces=False)
+                assert decode(sample) == expected, sample

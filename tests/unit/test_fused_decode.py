@@ -164,3 +164,39 @@ def test_the_kernels_bitmask_unpacking_gives_the_operations_values(kernel_ready:
     assert torch.equal(banned, expected)
     assert allowed.tolist() == (~expected).sum(dim=-1).tolist()
     assert allowed[1] == vocab and allowed[2] == 0
+
+
+def test_the_kernels_argmax_gives_torchs_indices(kernel_ready: None) -> None:
+    generator = torch.Generator().manual_seed(7)
+    logits = torch.randn(6, 49152 + 3, generator=generator)
+    logits[1, 100] = logits[1, 7] = 50.0  # a tie: the first index wins
+    logits[2] = float("-inf")  # nothing allowed
+    logits[3, 49152 + 2] = 99.0  # the maximum in the tail past the last full vector
+    logits[4, 20] = float("nan")  # torch counts a NaN as the largest
+    logits[5, :] = 0.0
+    fused_decode.decode_layer()  # loads the library
+    assert fused_decode.row_argmax(logits) == logits.argmax(dim=-1).tolist()
+
+
+def test_the_kernels_logsumexp_and_topk_match_torchs(kernel_ready: None) -> None:
+    generator = torch.Generator().manual_seed(8)
+    logits = torch.randn(5, 49152 + 5, generator=generator) * 4
+    logits[1, ::3] = float("-inf")  # a masked row
+    logits[2] = float("-inf")  # nothing allowed
+    logits[2, 9] = 1.5
+    logits[3, -1] = 40.0  # the largest in the tail
+    fused_decode.decode_layer()  # loads the library
+    expected = torch.logsumexp(logits, dim=-1)
+    got = fused_decode.row_logsumexp(logits)
+    assert torch.allclose(got, expected, rtol=1e-6, atol=1e-5)
+    assert float(got[2]) == 1.5
+    assert float(fused_decode.row_logsumexp(torch.full((1, 40), float("-inf")))[0]) == float("-inf")
+    for k in (1, 5, 20):
+        values, indices = fused_decode.row_topk(logits, k)
+        reference_values, reference_indices = logits.topk(k, dim=-1)
+        assert torch.equal(values[[0, 1, 3, 4]], reference_values[[0, 1, 3, 4]])
+        assert torch.equal(indices[[0, 1, 3, 4]], reference_indices[[0, 1, 3, 4]])
+        assert int(indices[2, 0]) == 9 and float(values[2, 0]) == 1.5  # then -inf entries
+    ties = torch.zeros(1, 100)
+    ties[0, [40, 7, 90]] = 2.0
+    assert fused_decode.row_topk(ties, 3)[1].tolist() == [[7, 40, 90]]  # equal values: the lower index first

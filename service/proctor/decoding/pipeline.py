@@ -33,6 +33,7 @@ from proctor.decoding.penalties import PenaltyState
 from proctor.decoding.sampler import sample_one, sample_rows
 from proctor.decoding.warpers import warp
 from proctor.domain import FinishReason, SamplingParams
+from proctor.engine import fused_decode
 
 RowProcessor = tuple[str, Callable[[torch.Tensor], None]]
 MAX_RECHOICES = 32  # tokens a row may reject as dead ends in one step before it takes the masked choice
@@ -89,8 +90,9 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow],
 
     ``on_masks`` (metrics) is told how long building a step's masks took, and which layer removed
     each row's top choice, on the steps that have any mask."""
-    raw_logprobs = torch.log_softmax(logits, dim=-1)
-    top = logits.argmax(dim=-1).tolist()
+    raw = logits.clone()  # the steps below edit logits in place
+    raw_lse = fused_decode.row_logsumexp(raw)  # log-probabilities are logits - lse, computed where needed
+    top = fused_decode.row_argmax(raw)
     start = time.perf_counter()
     masks = build_masks(logits, rows, top)
     if on_masks is not None and masks.banned is not None:
@@ -122,12 +124,15 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow],
     chosen = sample_rows(final, greedy, [row.generator for row in rows], argmax=None if processed else top)
     if any(row.matcher is not None and row.forbidden is not None for row in rows):
         processed = _avoid_dead_ends(final, rows, chosen, greedy, dead, masks) or processed
-    final_logprobs = torch.log_softmax(final, dim=-1) if processed else raw_logprobs
+    final_lse = fused_decode.row_logsumexp(final) if processed else raw_lse
     chosen_t = torch.tensor(chosen, device=logits.device).unsqueeze(-1)
-    raw_chosen = raw_logprobs.gather(-1, chosen_t).squeeze(-1).tolist()
-    final_chosen = final_logprobs.gather(-1, chosen_t).squeeze(-1).tolist()
+    raw_chosen = (raw.gather(-1, chosen_t).squeeze(-1) - raw_lse).tolist()
+    final_chosen = (final.gather(-1, chosen_t).squeeze(-1) - final_lse).tolist()
     want = max(row.top_logprobs for row in rows)
-    top_values, top_ids = (raw_logprobs.topk(want, dim=-1) if want else (None, None))
+    top_values, top_ids = None, None
+    if want:
+        top_values, top_ids = fused_decode.row_topk(raw, want)
+        top_values = top_values - raw_lse[:, None]
     decisions = []
     for index, row in enumerate(rows):
         alternatives: tuple[tuple[int, float], ...] = ()
@@ -179,7 +184,7 @@ def _dead_end(phrase: str) -> RowDecision:
 
 def _dead_rows(logits: torch.Tensor) -> list[int]:
     """Rows with no finite logit left; they are given dummy logits so the batch can still sample."""
-    dead = (logits.amax(dim=-1) == float("-inf")).nonzero().flatten().tolist()
+    dead = [index for index, peak in enumerate(logits.amax(dim=-1).tolist()) if peak == float("-inf")]
     for index in dead:
         logits[index] = 0.0
     return dead

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import torch
 
+from proctor.engine import fused_decode
+
 
 def sample_rows(final_logits: torch.Tensor, greedy: list[bool], generators: list[torch.Generator | None],
                 argmax: list[int] | None = None) -> list[int]:
     """One token id per row. Each sampling row draws from its own request's generator, so a
     request's draws do not depend on which other requests share the batch. ``argmax``: the rows'
     argmax when the caller already has it (logits left unprocessed), saving a pass over [B, V]."""
-    chosen = list(argmax) if argmax is not None else final_logits.argmax(dim=-1).tolist()
+    chosen = list(argmax) if argmax is not None else fused_decode.row_argmax(final_logits)
     for row, is_greedy in enumerate(greedy):
         if not is_greedy:
             probs = final_logits[row].softmax(dim=-1)

@@ -31,7 +31,7 @@ import torch
 from proctor.config import default_kernel_cache
 
 KERNELS = Path(__file__).with_name("kernels")
-SOURCES = (KERNELS / "masks.cpp", KERNELS / "q8_decode.cpp", KERNELS / "q4_decode.cpp", KERNELS / "q4_vnni.cpp")
+SOURCES = (KERNELS / "pipeline.cpp", KERNELS / "q8_decode.cpp", KERNELS / "q4_decode.cpp", KERNELS / "q4_vnni.cpp")
 HEADERS = (KERNELS / "layer_step.h", KERNELS / "q4_dot.h", KERNELS / "q4_types.h")
 # AVX2 + FMA + F16C (the float16 cache; every AVX2 CPU has it) only: what fbgemm's q8 path needs
 # anyway, and the same code on every x86 machine that runs q8 or q4, so a record replays to the same bits.
@@ -104,6 +104,34 @@ def unpack_banned(bitmask: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torc
         return None
     banned, allowed = torch.ops.proctor.unpack_banned(bitmask.contiguous(), vocab)
     return banned, allowed
+
+
+def row_argmax(logits: torch.Tensor) -> list[int]:
+    """``logits.argmax(dim=-1).tolist()`` (the same indices) in one vectorised pass per row when the library
+    is loaded and the tensor suits it."""
+    if not _suits(logits):
+        return logits.argmax(dim=-1).tolist()
+    return torch.ops.proctor.row_argmax(logits.contiguous()).tolist()
+
+
+def _suits(logits: torch.Tensor) -> bool:
+    return _loaded and logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 2
+
+
+def row_logsumexp(logits: torch.Tensor) -> torch.Tensor:
+    """``torch.logsumexp(logits, dim=-1)`` [B] (to float rounding) in one vectorised pass per row."""
+    if not _suits(logits):
+        return torch.logsumexp(logits, dim=-1)
+    return torch.ops.proctor.row_logsumexp(logits.contiguous())
+
+
+def row_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``logits.topk(k, dim=-1)`` (values and indices, largest first; ties lowest index first) in one pass."""
+    if not _suits(logits):
+        values, indices = logits.topk(k, dim=-1)
+        return values, indices
+    values, indices = torch.ops.proctor.row_topk(logits.contiguous(), k)
+    return values, indices
 
 
 def decode_layer(mode: str = "q8") -> torch._ops.OpOverloadPacket:

@@ -18,7 +18,7 @@ from proctor.decoding.stop_strings import StopStringMatcher
 from proctor.decoding.stopping import TokenStopRules, check_external
 from proctor.domain import FinishReason, SchemaCheck, TokenAlternative, TokenDetail, TokenEvent
 from proctor.domain.events import Timings, Usage
-from proctor.engine.detokenizer import IncrementalDetokenizer
+from proctor.engine.detokenizer import IncrementalDetokenizer, text_decoder
 from proctor.engine.preprocess import PreparedRequest
 
 EventSink = Callable[[TokenEvent], None]
@@ -71,9 +71,9 @@ class SequenceState:
         processors += [(name, self._guarded(name, processor)) for name, processor in masks.processors]
         self.processors = tuple(processors)
         self.plugins = masks.plugins
-        self._tokenizer = tokenizer
         self._pieces = pieces if pieces is not None else {}  # token id -> its text; shared, ids never change text
         self.detokenizer = IncrementalDetokenizer(tokenizer, self.prompt_ids)
+        self._decode_piece = text_decoder(tokenizer, skip_special_tokens=False)
         self.stop_matcher = StopStringMatcher(request.stopping.stop)
         self.constraint = prepared.constraint
         self.matcher: Matcher | None = prepared.constraint.compiled.new_matcher() if prepared.constraint else None
@@ -198,7 +198,7 @@ class SequenceState:
     def _piece(self, token_id: int) -> str:
         piece = self._pieces.get(token_id)
         if piece is None:
-            piece = self._tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            piece = self._decode_piece([token_id])
             self._pieces[token_id] = piece
         return piece
 
