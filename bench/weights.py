@@ -1,4 +1,4 @@
-"""Weight modes of the slot forward (``--weights dense|fp16|q8``, engine/weights.py): speed and quality.
+"""Weight modes of the slot forward (``--weights dense|fp16|q8|q4``, engine/weights.py): speed and quality.
 
 1. **Kernels** — ``x @ W.T`` for the default model's layer shapes (fused qkv, o, fused gate/up,
    down, LM head) at 1, 4, 16 and 32 rows, per mode; the weights of one layer are cycled through 30
@@ -9,7 +9,7 @@
    greedy agreement (share of identical 48-token outputs, tokens until the first divergence) over
    fixed chat prompts; and whether a row's logits are the same bits alone and in a batch of 16.
 
-    python bench/weights.py [--modes dense,fp16,q8] [--rows 1,4,16,32] [--skip-kernels] [--json OUT]
+    python bench/weights.py [--modes dense,fp16,q8,q4] [--rows 1,4,16,32] [--skip-kernels] [--json OUT]
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def kernels(modes: list[str], rows: list[int]) -> dict[str, dict[str, dict[int, 
         copies = 1 if name == "lm_head" else LAYERS
         weights = [torch.randn(n, k) * 0.02 for _ in range(copies)]
         for mode in modes:
-            linears = [make_linear(w, mode) for w in weights]
+            linears = [make_linear(w, mode, head=name == "lm_head") for w in weights]
             for r in rows:
                 x = torch.randn(r, k)
                 seconds = median_time(lambda: [f(x) for f in linears]) / copies  # noqa: B023
@@ -118,7 +118,7 @@ def print_kernels(table: dict[str, dict[str, dict[int, float]]], rows: list[int]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--modes", default="dense,fp16,q8")
+    parser.add_argument("--modes", default="dense,fp16,q8,q4")
     parser.add_argument("--rows", default="1,4,16,32")
     parser.add_argument("--skip-kernels", action="store_true")
     parser.add_argument("--kernels-only", action="store_true", help="only the kernel table (no model needed)")

@@ -132,12 +132,13 @@ def test_block_products_match_their_dequantized_weights() -> None:
     from proctor.engine.weights import BlockLinear
 
     generator = torch.Generator().manual_seed(0)
-    weight = torch.randn(40, 96, generator=generator)
+    weight = torch.randn(40, 96, generator=generator)  # 5 groups of 8 rows, 3 blocks of 32
     for block_format in ("q4_1", "q8_0"):
         linear = BlockLinear(weight, block_format)
         dequantized = linear.dequantized_rows(torch.arange(40))
         assert float((dequantized - weight).abs().max()) < (0.25 if block_format == "q4_1" else 0.02)
         assert torch.equal(linear.dequantized_rows(torch.tensor([3])), dequantized[3:4])
+        assert torch.equal(linear.rows(torch.tensor([3, 39, 0])), dequantized[[3, 39, 0]])  # the kernel's lookup
         small, large = torch.randn(1, 96, generator=generator) * 1e-3, torch.randn(5, 96, generator=generator) * 1e3
         together = linear(torch.cat([small, large]))
         assert torch.equal(together[:1], linear(small))

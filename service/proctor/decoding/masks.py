@@ -43,6 +43,7 @@ class Masks:
     removed_by: list[str]  # per row: the layer that removed the model's top choice, or ""
     forbidden_dead_end: list[str]  # per row: the phrase that left no token, or ""
     allowed_count: list[int]  # per row: tokens the constraint allowed (-1: no constraint)
+    constraint_only: bool = False  # only the constraint layer masked: a row is left with nothing iff its count is 0
 
 
 def build_masks(logits: torch.Tensor, rows: list[MaskedRow], top: list[int]) -> Masks:
@@ -76,7 +77,7 @@ def build_masks(logits: torch.Tensor, rows: list[MaskedRow], top: list[int]) -> 
         if eos_bans[index]:
             banned[index, list(eos_bans[index])] = True
             _note(banned, index, top, removed, "min_new_tokens")
-    return Masks(banned, removed, dead, counts)
+    return Masks(banned, removed, dead, counts, constraint_only=not layered)
 
 
 def _unpack(bitmask: torch.Tensor, vocab: int) -> tuple[torch.Tensor, list[int]]:

@@ -20,6 +20,7 @@ distribution actually used: after steps 1â€“4 for sampling rows, after steps 1â€
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -100,12 +101,16 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow],
     processed = masks.banned is not None
     if processed:
         apply_banned(logits, masks.banned)
-    processed = _run_processors(logits, rows, masks, top) or processed
+    edited = _run_processors(logits, rows, masks, top)
     for index, row in enumerate(rows):
         if row.penalties is not None:
             row.penalties.apply(logits[index])
-            processed = True
-    dead = _dead_rows(logits) if processed else []
+            edited = True
+    if edited or (processed and not masks.constraint_only):
+        dead = _dead_rows(logits)
+    else:  # masked by constraints alone (or not at all): the counts say which rows have nothing left
+        dead = _dead_rows(logits, [i for i, count in enumerate(masks.allowed_count) if count == 0])
+    processed = processed or edited
     greedy = [row.sampling.greedy or index in dead for index, row in enumerate(rows)]
     final = logits
     if not all(greedy):
@@ -140,7 +145,7 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow],
             ids = top_ids[index, : row.top_logprobs].tolist()
             values = top_values[index, : row.top_logprobs].tolist()
             alternatives = tuple(zip(ids, values, strict=True))
-        if index in dead:
+        if index in dead or not math.isfinite(final_chosen[index]):  # (the second: nothing finite was left)
             decisions.append(_dead_end(masks.forbidden_dead_end[index]))
             continue
         decisions.append(RowDecision(chosen[index], raw_chosen[index], final_chosen[index], alternatives,
@@ -182,9 +187,11 @@ def _dead_end(phrase: str) -> RowDecision:
     return RowDecision(-1, 0.0, 0.0, (), dead_end="the constraint and masks left no token to choose")
 
 
-def _dead_rows(logits: torch.Tensor) -> list[int]:
-    """Rows with no finite logit left; they are given dummy logits so the batch can still sample."""
-    dead = [index for index, peak in enumerate(logits.amax(dim=-1).tolist()) if peak == float("-inf")]
+def _dead_rows(logits: torch.Tensor, known: list[int] | None = None) -> list[int]:
+    """Rows with no finite logit left (``known``: already counted); they are given dummy logits so the
+    batch can still sample."""
+    dead = known if known is not None else [
+        index for index, peak in enumerate(logits.amax(dim=-1).tolist()) if peak == float("-inf")]
     for index in dead:
         logits[index] = 0.0
     return dead

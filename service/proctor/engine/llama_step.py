@@ -74,6 +74,7 @@ class LlamaSlots:
         # long prefix (both are approximate anyway; the other modes keep the model's dtype).
         self._fused = weights in ("q8", "q4") and self.head_dim % 8 == 0 and self.heads // self.kv_heads <= 8
         self._decode_layer = fused_decode.decode_layer(weights) if self._fused else None  # raises if it cannot load
+        self._fused_arguments = [_fused_arguments(layer, weights) for layer in self._layers] if self._fused else []
         self.cache_dtype = torch.float16 if self._fused else self.dtype
         self.bytes_per_token = (len(self._layers) * 2 * self.kv_heads * self.head_dim
                                 * torch.empty(0, dtype=self.cache_dtype).element_size())
@@ -217,16 +218,13 @@ class LlamaSlots:
         self.reserve(rows, max(lengths) + 1)
         h = self.weights.embed_rows(torch.tensor(token_ids, dtype=torch.long, device=self.device)).to(self.dtype)
         cos, sin = (table[:, 0] for table in self._rope_tables(h, max(lengths) + 1))  # [L, D]: the kernel indexes
-        q4 = self.weights.mode == "q4"
-        for index, layer in enumerate(self._layers):
-            weights = ((layer.qkv.blocks, layer.o.blocks) if q4 else (layer.qkv.packed, layer.o.packed),  # type: ignore[attr-defined]
-                       (layer.gate_up.blocks, layer.down.blocks) if q4 else (layer.gate_up.packed, layer.down.packed))  # type: ignore[attr-defined]
-            tail = () if q4 else (layer.qkv.reduce_range,)  # type: ignore[attr-defined]
-            self._decode_layer(h, layer.in_norm, *weights[0], layer.post_norm, *weights[1],  # type: ignore[misc]
-                               self._keys[index], self._values[index], lengths, cos, sin, self.heads, self.kv_heads,
-                               self.eps, *tail)
+        for index, (weights, tail) in enumerate(self._fused_arguments):
+            self._decode_layer(h, *weights, self._keys[index], self._values[index], lengths, cos, sin,  # type: ignore[misc]
+                               self.heads, self.kv_heads, self.eps, *tail)
         for slot in range(rows):
             self.lengths[slot] += 1
+        if self.weights.mode == "q4":  # its final norm in the kernel library too (q8 keeps its own arithmetic)
+            return self._lm_head(torch.ops.proctor.rms_norm(h, self._final_norm, self.eps))
         return self._logits(h)
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -272,6 +270,15 @@ class LlamaSlots:
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         return self._lm_head(self._norm(h, self._final_norm)).float()
+
+
+def _fused_arguments(layer: LayerWeights, mode: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """A layer's weights as the decode kernel of ``mode`` takes them, and its trailing arguments (built
+    once: a step makes 30 of these calls)."""
+    products = (layer.qkv, layer.o, layer.gate_up, layer.down)
+    handles = [p.blocks if mode == "q4" else p.packed for p in products]  # type: ignore[attr-defined]
+    weights = (layer.in_norm, handles[0], handles[1], layer.post_norm, handles[2], handles[3])
+    return weights, (() if mode == "q4" else (layer.qkv.reduce_range,))  # type: ignore[attr-defined]
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -45,7 +45,7 @@ class SlotWeights:
         table is not kept (q4 with tied embeddings)."""
         if self.embed.numel():
             return torch.nn.functional.embedding(ids, self.embed)
-        return self.lm_head.dequantized_rows(ids)  # type: ignore[attr-defined]
+        return self.lm_head.rows(ids)  # type: ignore[attr-defined]
 
     @property
     def thread_invariant(self) -> bool:

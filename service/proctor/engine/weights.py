@@ -190,8 +190,14 @@ class BlockLinear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self._product(x.contiguous(), self.blocks)
 
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """``dequantized_rows(ids)`` (the same values), in one kernel call for q8_0: token lookups."""
+        if self.block_format == "q8_0":
+            return torch.ops.proctor.q8_0_rows(self.blocks, ids.long().contiguous())
+        return self.dequantized_rows(ids)
+
     def dequantized_rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows ``ids`` of the weight as float32, exactly as the blocks hold them (an embedding lookup)."""
+        """Rows ``ids`` of the weight as float32, exactly as the blocks hold them (in PyTorch operations)."""
         scale, minimum, codes = self._unpack(self.blocks[torch.div(ids, GROUP_ROWS, rounding_mode="floor")])
         lane = (ids % GROUP_ROWS).view(-1, 1, 1).expand(-1, 1, scale.shape[-1])
         pick = (lambda t: t.gather(1, lane).squeeze(1))  # noqa: E731 - [N, 8, blocks] → row `lane`: [N, blocks]

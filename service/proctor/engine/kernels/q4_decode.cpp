@@ -180,6 +180,44 @@ at::Tensor quantize(const at::Tensor& weight, int64_t group_bytes) {
 at::Tensor quantize_q4_1(const at::Tensor& weight) { return quantize(weight, kQ4GroupBytes); }
 at::Tensor quantize_q8_0(const at::Tensor& weight) { return quantize(weight, kQ8GroupBytes); }
 
+// Rows `ids` of a Q8_0 weight (the LM head) as float32: d·q, the token embeddings when the head is tied.
+at::Tensor q8_0_rows(const at::Tensor& blocks, const at::Tensor& ids) {
+  TORCH_CHECK(blocks.device().is_cpu() && blocks.scalar_type() == at::kByte && blocks.is_contiguous() &&
+                  blocks.dim() == 2 && blocks.size(1) % kQ8GroupBytes == 0,
+              "blocks must be a contiguous [out / 8, bytes] uint8 CPU tensor of Q8_0 groups");
+  TORCH_CHECK(ids.device().is_cpu() && ids.scalar_type() == at::kLong && ids.dim() == 1, "ids must be a 1-D int64 tensor");
+  const int64_t groups = blocks.size(0), nb = blocks.size(1) / kQ8GroupBytes, k = nb * kBlock;
+  at::Tensor out = at::empty({ids.size(0), k}, blocks.options().dtype(at::kFloat));
+  const int64_t* ip = ids.const_data_ptr<int64_t>();
+  for (int64_t r = 0; r < ids.size(0); ++r) {
+    const int64_t j = ip[r];
+    TORCH_CHECK(j >= 0 && j < groups * kGroup, "row ", j, " out of range");
+    const uint8_t* group = blocks.const_data_ptr<uint8_t>() + (j / kGroup) * blocks.size(1);
+    const int64_t lane = j % kGroup;
+    float* o = out.data_ptr<float>() + r * k;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint16_t bits;
+      std::memcpy(&bits, group + 2 * (kGroup * b + lane), 2);
+      const float d = _cvtsh_ss(bits);
+      const int8_t* codes = reinterpret_cast<const int8_t*>(group + 16 * nb + 256 * b + 4 * lane);
+      for (int64_t i = 0; i < kBlock; ++i) o[b * kBlock + i] = d * static_cast<float>(codes[32 * (i / 4) + i % 4]);
+    }
+  }
+  return out;
+}
+
+// RMSNorm of each row of h (as the layer step computes it): q4's final norm before the LM head.
+at::Tensor rms_norm(const at::Tensor& h, const at::Tensor& weight, double eps) {
+  check_float(h, "h");
+  check_float(weight, "weight");
+  TORCH_CHECK(h.dim() == 2 && weight.dim() == 1 && weight.size(0) == h.size(1), "h [rows, hidden], weight [hidden]");
+  std::vector<float> normed;
+  rms_norm_rows(h, weight, eps, normed);
+  at::Tensor out = at::empty_like(h);
+  std::copy(normed.begin(), normed.end(), out.data_ptr<float>());
+  return out;
+}
+
 void decode_layer_q4(at::Tensor& h, const at::Tensor& in_norm, const at::Tensor& qkv, const at::Tensor& o,
                      const at::Tensor& post_norm, const at::Tensor& gate_up, const at::Tensor& down, at::Tensor& keys,
                      at::Tensor& values, at::IntArrayRef positions, const at::Tensor& cos, const at::Tensor& sin,
@@ -203,6 +241,8 @@ TORCH_LIBRARY_FRAGMENT(proctor, m) {
   m.def("q8_0_linear(Tensor x, Tensor blocks) -> Tensor");
   m.def("quantize_q4_1(Tensor weight) -> Tensor");
   m.def("q4_loops(str wanted) -> str", &q4_loops);
+  m.def("q8_0_rows(Tensor blocks, Tensor ids) -> Tensor");
+  m.def("rms_norm(Tensor h, Tensor weight, float eps) -> Tensor");
   m.def("quantize_q8_0(Tensor weight) -> Tensor");
   m.def(
       "decode_layer_q4(Tensor(a!) h, Tensor in_norm, Tensor qkv, Tensor o, Tensor post_norm, Tensor gate_up, "
@@ -216,4 +256,6 @@ TORCH_LIBRARY_IMPL(proctor, CPU, m) {
   m.impl("quantize_q4_1", &quantize_q4_1);
   m.impl("quantize_q8_0", &quantize_q8_0);
   m.impl("decode_layer_q4", &decode_layer_q4);
+  m.impl("q8_0_rows", &q8_0_rows);
+  m.impl("rms_norm", &rms_norm);
 }
