@@ -205,7 +205,8 @@ def test_unary_deadline_exceeded_frees_the_engine(client: ProctorClient,
                                                   wait_engine_idle: Callable[[float], bool]) -> None:
     started = time.monotonic()
     with pytest.raises(ProctorError) as caught:
-        client.generate(PROMPT, temperature=0, max_new_tokens=200, ignore_eos=True, timeout_s=1.0)
+        # Far more tokens than 1 s can produce (q4 makes ~150 a second here), so the deadline always ends it.
+        client.generate(PROMPT, temperature=0, max_new_tokens=1500, ignore_eos=True, timeout_s=1.0)
     assert caught.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
     assert time.monotonic() - started < 10.0
     assert wait_engine_idle(10.0), "the engine still holds the expired request"
@@ -216,7 +217,7 @@ def test_stream_deadline_exceeded_frees_the_engine(client: ProctorClient,
                                                    wait_engine_idle: Callable[[float], bool]) -> None:
     received: list[pb.GenerateChunk] = []
     with pytest.raises(ProctorError) as caught:
-        for chunk in client.stream_generate(PROMPT, temperature=0, max_new_tokens=200, ignore_eos=True,
+        for chunk in client.stream_generate(PROMPT, temperature=0, max_new_tokens=1500, ignore_eos=True,
                                             timeout_s=1.5):
             received.append(chunk)
     assert caught.value.code == grpc.StatusCode.DEADLINE_EXCEEDED

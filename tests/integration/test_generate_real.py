@@ -210,7 +210,8 @@ def test_chinese_stream_never_shows_replacement_characters(client: ProctorClient
                                                            reference: tuple[Any, Any]) -> None:
     chunks = list(client.stream_generate(CHINESE, temperature=0, max_new_tokens=16))
     ids = [t for c in chunks for t in c.token_ids]
-    full = decode(reference, ids)
+    # A character cut by the token limit is dropped at the end, by design (IncrementalDetokenizer.flush).
+    full = decode(reference, ids).rstrip(REPLACEMENT)
     assert REPLACEMENT not in full, "precondition: the greedy Chinese output decodes cleanly"
     assert any(ord(ch) > 0x2E80 for ch in full), f"expected CJK output, got {full!r}"
     for chunk in chunks:

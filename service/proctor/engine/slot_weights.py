@@ -205,4 +205,4 @@ def _exact_rows(head: Any, embedding: torch.Tensor) -> bool:
     """Whether the head's blocks hold the embedding table exactly (a GGUF's Q8_0 table does; a model
     with weights of its own does not, and then keeps its table)."""
     every = torch.arange(embedding.shape[0])
-    return all(torch.equal(head.dequantized_rows(ids), embedding[ids].float()) for ids in every.split(4096))
+    return all(torch.equal(head.rows(ids), embedding[ids].float()) for ids in every.split(4096))
