@@ -126,6 +126,8 @@ def verify_in_processes(open_store: StoreOpener, last_seq: int, processes: int, 
         waiting = {receiver: k for k, (receiver, _) in enumerate(pipes)}
         while waiting:
             for ready in wait(list(waiting), timeout=POLL_S):
+                if ready not in waiting:  # a later range, dropped this round once an earlier one found the bad row
+                    continue
                 k = waiting.pop(ready)  # type: ignore[call-overload]
                 try:
                     status, payload = ready.recv()  # type: ignore[union-attr]
