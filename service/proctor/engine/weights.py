@@ -21,10 +21,14 @@ smaller the weights the faster the step. Measured per kernel at 1, 4, 16 and 32 
   the ~60 small operations per layer cost more than the products at a few rows), with the KV cache and
   the embedding table in float16; prefill and the LM head use the functions here.
 
-Not chosen: ``_weight_int8pack_mm`` and ``_weight_int4pack_mm_for_cpu`` (fast only for bf16
-activations with AVX-512; scalar otherwise: 10–20× slower than dense here), ``torch._int_mm`` and
-oneDNN's ``qlinear_pointwise`` capped at AVX2 (slower than dense), so the GGUF's Q4_1 blocks are not
-run as such; ``q8`` re-quantizes their fp32 dequantization per channel.
+- ``q4`` — the GGUF's own blocks (``BlockLinear``): Q4_1 layers, Q8_0 LM head, through our kernel
+  (kernels/q4_decode.cpp, q4_dot.h): fewer bytes than q8 and, since the blocks are the file's, closer
+  to dense; faster than q8 at every batch size measured (bench/README.md, "Weight modes"). The CPU
+  default.
+
+Not chosen for the blocks: ``_weight_int8pack_mm`` and ``_weight_int4pack_mm_for_cpu`` (fast only for
+bf16 activations with AVX-512; scalar otherwise: 10–20× slower than dense here), ``torch._int_mm`` and
+oneDNN's ``qlinear_pointwise`` capped at AVX2 (slower than dense): hence a kernel of our own.
 """
 
 from __future__ import annotations
