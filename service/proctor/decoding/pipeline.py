@@ -91,14 +91,16 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow],
 
     ``on_masks`` (metrics) is told how long building a step's masks took, and which layer removed
     each row's top choice, on the steps that have any mask."""
-    raw = logits.clone()  # the steps below edit logits in place
-    raw_lse = fused_decode.row_logsumexp(raw)  # log-probabilities are logits - lse, computed where needed
-    top = fused_decode.row_argmax(raw)
+    raw_lse = fused_decode.row_logsumexp(logits)  # log-probabilities are logits - lse, computed where needed
+    top = fused_decode.row_argmax(logits)
     start = time.perf_counter()
     masks = build_masks(logits, rows, top)
     if on_masks is not None and masks.banned is not None:
         on_masks(time.perf_counter() - start, masks.removed_by)
     processed = masks.banned is not None
+    # The steps below edit logits in place; the raw ones are kept only when some step will.
+    will_edit = processed or any(row.processors or row.penalties is not None for row in rows)
+    raw = logits.clone() if will_edit else logits
     if processed:
         apply_banned(logits, masks.banned)
     edited = _run_processors(logits, rows, masks, top)

@@ -68,7 +68,7 @@ def load_problem() -> str | None:
     except (RuntimeError, OSError, ImportError, ValueError) as exc:  # no compiler, no ninja, a failed build
         first = _first_error(str(exc)) or type(exc).__name__
         log.warning("the decode kernels could not be built (%s): --weights q8 and q4 are unavailable", first)
-        return f"its C++ decode kernel could not be built here ({first}); see {build}"
+        return f"its C++ decode kernels could not be built here ({first}); see {build}"
     if fresh:
         log.info("built the decode kernels in %.1f s", time.monotonic() - started)
     global _loaded

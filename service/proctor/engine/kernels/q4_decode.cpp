@@ -38,32 +38,29 @@ inline void store_half_bits(float value, uint8_t* p) {
 struct ActivationBlocks {
   std::vector<int8_t> codes;
   std::vector<float> scale, scaled_sum;
-  int64_t blocks = 0, stride = 0;  // blocks per row, and the padded length of a row's scales
+  int64_t blocks = 0;  // per row
 
-  proctor_q4::Activations view() const { return {codes.data(), scale.data(), scaled_sum.data(), blocks, stride}; }
+  proctor_q4::Activations view() const { return {codes.data(), scale.data(), scaled_sum.data(), blocks}; }
 
   void quantize(const float* x, int64_t rows, int64_t k) {
     blocks = k / kBlock;
-    stride = blocks;
     codes.resize(rows * k);
-    scale.assign(rows * stride, 0.f);
-    scaled_sum.assign(rows * stride, 0.f);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t b = 0; b < blocks; ++b) {
-        const float* v = x + r * k + b * kBlock;
-        int8_t* q = codes.data() + r * k + b * kBlock;
-        float peak = 0.f;
-        for (int64_t i = 0; i < kBlock; ++i) peak = std::max(peak, std::fabs(v[i]));
-        const float a = peak / 127.f, inverse = a != 0.f ? 1.f / a : 0.f;
-        int32_t sum = 0;
-        for (int64_t i = 0; i < kBlock; ++i) {
-          const int32_t p = static_cast<int32_t>(std::nearbyint(v[i] * inverse));  // to nearest, ties to even
-          q[i] = static_cast<int8_t>(p);
-          sum += p;
-        }
-        scale[r * stride + b] = a;
-        scaled_sum[r * stride + b] = a * static_cast<float>(sum);
+    scale.resize(rows * blocks);
+    scaled_sum.resize(rows * blocks);
+    for (int64_t b = 0; b < rows * blocks; ++b) {  // row r's block j is block r·blocks + j
+      const float* v = x + b * kBlock;
+      int8_t* q = codes.data() + b * kBlock;
+      float peak = 0.f;
+      for (int64_t i = 0; i < kBlock; ++i) peak = std::max(peak, std::fabs(v[i]));
+      const float a = peak / 127.f, inverse = a != 0.f ? 1.f / a : 0.f;
+      int32_t sum = 0;
+      for (int64_t i = 0; i < kBlock; ++i) {
+        const int32_t p = static_cast<int32_t>(std::nearbyint(v[i] * inverse));  // to nearest, ties to even
+        q[i] = static_cast<int8_t>(p);
+        sum += p;
       }
+      scale[b] = a;
+      scaled_sum[b] = a * static_cast<float>(sum);
     }
   }
 };

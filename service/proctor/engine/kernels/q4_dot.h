@@ -88,10 +88,10 @@ inline void group_tile(const uint8_t* group, const Activations& x, int64_t r0, f
       const int64_t r = r0 + t;
       const int8_t* p = x.codes + (r * nb + b) * kBlock;
       const __m256i sums = Q4 ? q4_block_sums(quads, p) : q8_block_sums(quads, p);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(scale, _mm256_set1_ps(x.scale[r * x.stride + b])),
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(scale, _mm256_set1_ps(x.scale[r * nb + b])),
                                acc[t]);
       if constexpr (Q4) {
-        minimum_terms[t] = _mm256_fmadd_ps(minimum, _mm256_set1_ps(x.scaled_sum[r * x.stride + b]), minimum_terms[t]);
+        minimum_terms[t] = _mm256_fmadd_ps(minimum, _mm256_set1_ps(x.scaled_sum[r * nb + b]), minimum_terms[t]);
       }
     }
   }

@@ -14,12 +14,12 @@ constexpr int64_t kQ4GroupBytes = 8 * 20;
 constexpr int64_t kQ8GroupBytes = 8 * 34;
 
 // Activations as int8 blocks: row r's codes at codes + r·blocks·32, its scales and scaled sums at
-// scale + r·stride.
+// scale + r·blocks.
 struct Activations {
   const int8_t* codes;
   const float* scale;
   const float* scaled_sum;
-  int64_t blocks, stride;
+  int64_t blocks;  // per row
 };
 
 // One group of 8 weight rows times `rows` activation rows with AVX-512 VNNI (q4_vnni.cpp), into
