@@ -200,3 +200,32 @@ def test_the_kernels_logsumexp_and_topk_match_torchs(kernel_ready: None) -> None
     ties = torch.zeros(1, 100)
     ties[0, [40, 7, 90]] = 2.0
     assert fused_decode.row_topk(ties, 3)[1].tolist() == [[7, 40, 90]]  # equal values: the lower index first
+
+
+def test_the_kernels_masked_pick_gives_the_masked_copys_argmax_and_logsumexp_bits(kernel_ready: None) -> None:
+    from proctor.constraints.backend import bitmask_to_bool
+
+    generator = torch.Generator().manual_seed(9)
+    vocab = 49152 + 13  # a last word only partly used
+    logits = torch.randn(6, vocab, generator=generator) * 4
+    bitmask = torch.randint(-2**31, 2**31 - 1, (6, (vocab + 31) // 32), generator=generator, dtype=torch.int32)
+    bitmask[1] = -1  # everything allowed
+    bitmask[2] = 0  # nothing allowed
+    bitmask[3] = 0
+    bitmask[3, 1000 // 32] = 1 << (1000 % 32)  # one token allowed
+    logits[4, 5] = float("nan")  # a NaN counts as the largest (banned or not)
+    bitmask[5, -1] = -1
+    logits[5, vocab - 1] = 99.0  # the maximum in the tail, allowed
+    fused_decode.decode_layer()  # loads the library
+    untouched = logits.clone()
+    picked = fused_decode.masked_pick(logits, bitmask)
+    assert picked is not None
+    chosen, lse, allowed = picked
+    torch.testing.assert_close(logits, untouched, rtol=0, atol=0, equal_nan=True)  # the logits are not edited
+    masked = logits.masked_fill(~bitmask_to_bool(bitmask, vocab), float("-inf"))
+    assert chosen == fused_decode.row_argmax(masked)
+    expected_lse = fused_decode.row_logsumexp(masked)
+    assert torch.equal(lse[[0, 1, 3, 5]], expected_lse[[0, 1, 3, 5]])  # the same bits
+    assert float(lse[2]) == float("-inf") and chosen[3] == 1000 and chosen[5] == vocab - 1
+    assert allowed == bitmask_to_bool(bitmask, vocab).sum(dim=-1).tolist()
+    assert allowed[1] == vocab and allowed[2] == 0 and allowed[3] == 1

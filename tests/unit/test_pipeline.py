@@ -167,3 +167,49 @@ def test_a_row_with_every_token_banned_is_a_dead_end_and_the_others_proceed() ->
     decisions = run_pipeline(logits.clone(), [dead, alive])
     assert decisions[0].token_id == -1 and decisions[0].dead_end
     assert decisions[1].token_id == int(logits[1].argmax())
+
+
+class AllowedSet:
+    """A constraint matcher that allows a fixed set of tokens (an input to the pipeline)."""
+
+    def __init__(self, allowed: list[int]) -> None:
+        self.allowed = allowed
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        from proctor.constraints.backend import bitmask_words
+
+        words = [0] * bitmask_words(VOCAB)
+        for token in self.allowed:
+            words[token // 32] |= 1 << (token % 32)
+        bitmask[row] = torch.tensor([w - (1 << 32) if w >= 1 << 31 else w for w in words], dtype=torch.int32)
+
+
+def test_greedy_constrained_steps_take_one_kernel_pass_with_the_general_paths_decisions(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The constraint-only greedy step (no masks built, no copy) decides exactly what the general path does."""
+    from proctor.decoding import pipeline
+    from proctor.engine import fused_decode
+
+    problem = fused_decode.load_problem()
+    if problem is not None:
+        from helpers.requirements import missing
+
+        missing(f"the kernel library: {problem}")
+    logits = logits_for(5, seed=3)
+    top = logits.argmax(-1).tolist()
+    rows = [greedy_row(matcher=AllowedSet([top[0], 7, 150]), top_logprobs=3),  # the top choice allowed
+            greedy_row(matcher=AllowedSet([3, 64, 199])),  # the top choice masked
+            greedy_row(matcher=AllowedSet([])),  # nothing allowed: a dead end
+            greedy_row(top_logprobs=2),  # no constraint in a constrained batch
+            greedy_row(matcher=AllowedSet([31, 32, 33]))]
+    times: list[list[str]] = []
+    fast = run_pipeline(logits.clone(), rows, lambda _seconds, removed: times.append(removed))
+    assert pipeline._greedy_under_constraints(logits.clone(), rows, top, fused_decode.row_logsumexp(logits),
+                                              None) is not None  # the fast path ran
+    monkeypatch.setattr(pipeline, "_greedy_under_constraints", lambda *args: None)
+    general = run_pipeline(logits.clone(), rows, lambda _seconds, removed: times.append(removed))
+    assert fast == general
+    last = "" if top[4] in (31, 32, 33) else "constraint"
+    assert times[0] == times[1] == ["", "constraint", "constraint", "", last]  # what removed each top choice
+    assert fast[2].token_id == -1 and fast[0].token_id == top[0] and fast[1].token_id in (3, 64, 199)
+    assert fast[0].allowed_count == 3 and fast[3].allowed_count == -1 and fast[3].token_id == top[3]

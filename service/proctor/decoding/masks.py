@@ -58,8 +58,7 @@ def build_masks(logits: torch.Tensor, rows: list[MaskedRow], top: list[int]) -> 
     if not constrained and not layered:
         return Masks(None, removed, dead, counts)
     if constrained:
-        bitmask = allocate_bitmask(size, vocab)
-        fill_bitmasks(bitmask, [(rows[index].matcher, index) for index in constrained])  # type: ignore[misc]
+        bitmask = constraint_bitmask(rows, constrained, vocab)
         banned, allowed = _unpack(bitmask.to(logits.device), vocab)
         for index in constrained:
             counts[index] = int(allowed[index])
@@ -78,6 +77,20 @@ def build_masks(logits: torch.Tensor, rows: list[MaskedRow], top: list[int]) -> 
             banned[index, list(eos_bans[index])] = True
             _note(banned, index, top, removed, "min_new_tokens")
     return Masks(banned, removed, dead, counts, constraint_only=not layered)
+
+
+def constraint_bitmask(rows: list[MaskedRow], constrained: list[int], vocab: int) -> torch.Tensor:
+    """The constraint layer as [B, W] int32 bitmasks (bit set: allowed); rows without a constraint allow all."""
+    bitmask = allocate_bitmask(len(rows), vocab)
+    fill_bitmasks(bitmask, [(rows[index].matcher, index) for index in constrained])  # type: ignore[misc]
+    return bitmask
+
+
+def only_constraints(rows: list[MaskedRow]) -> list[int] | None:
+    """The rows with a constraint, when that is the only mask layer any row has (else None)."""
+    if any(row.forbidden is not None or row.allowed_mask is not None or row.banned_token_ids() for row in rows):
+        return None
+    return [index for index, row in enumerate(rows) if row.matcher is not None]
 
 
 def _unpack(bitmask: torch.Tensor, vocab: int) -> tuple[torch.Tensor, list[int]]:

@@ -134,6 +134,17 @@ def row_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return values, indices
 
 
+def masked_pick(logits: torch.Tensor, bitmask: torch.Tensor) -> tuple[list[int], torch.Tensor, list[int]] | None:
+    """For each row, as if its logits were -inf wherever its int32 bitmask has a clear bit: the argmax, the
+    log Σ exp [B] and the allowed count (the same bits ``row_argmax``/``row_logsumexp`` give on the masked
+    copy), without editing or copying the logits; None when the library is not loaded or the tensors do
+    not suit it."""
+    if not _suits(logits) or bitmask.device.type != "cpu":
+        return None
+    chosen, lse, allowed = torch.ops.proctor.masked_pick(logits.contiguous(), bitmask.contiguous())
+    return chosen.tolist(), lse, allowed.tolist()
+
+
 def decode_layer(mode: str = "q8") -> torch._ops.OpOverloadPacket:
     """The layer step of weights mode ``mode`` (q8 or q4); loads the kernels first, raises when they
     cannot be built."""

@@ -61,42 +61,63 @@ std::tuple<at::Tensor, at::Tensor> unpack_banned(const at::Tensor& bitmask, int6
   return {banned, allowed};
 }
 
-// Each row's argmax as torch.argmax gives it: the first index of the largest value, a NaN counting as
+// A row's argmax as torch.argmax gives it: the first index of the largest value, a NaN counting as
 // the largest. (torch's CPU argmax tracks an index per element, ~45 µs a row here; this finds the
 // maximum with vector max, then its first position: ~10 µs.)
+int64_t argmax_of(const float* x, int64_t n) {
+  __m256 peak = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 nan = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    peak = _mm256_max_ps(peak, v);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, peak);
+  float best = *std::max_element(lanes, lanes + 8);
+  bool any_nan = _mm256_movemask_ps(nan) != 0;
+  for (; i < n; ++i) {
+    any_nan = any_nan || std::isnan(x[i]);
+    best = std::max(best, x[i]);
+  }
+  int64_t index = 0;
+  if (any_nan) {
+    while (!std::isnan(x[index])) ++index;
+  } else {
+    while (x[index] != best) ++index;
+  }
+  return index;
+}
+
+// Each row's argmax (argmax_of).
 at::Tensor row_argmax(const at::Tensor& logits) {
   check_float(logits, "logits");
   TORCH_CHECK(logits.dim() == 2 && logits.size(1) > 0, "logits must be [rows, vocabulary]");
   const int64_t rows = logits.size(0), n = logits.size(1);
   at::Tensor out = at::empty({rows}, logits.options().dtype(at::kLong));
   int64_t* op = out.data_ptr<int64_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = logits.const_data_ptr<float>() + r * n;
-    __m256 peak = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-    __m256 nan = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      const __m256 v = _mm256_loadu_ps(x + i);
-      peak = _mm256_max_ps(peak, v);
-      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, peak);
-    float best = *std::max_element(lanes, lanes + 8);
-    bool any_nan = _mm256_movemask_ps(nan) != 0;
-    for (; i < n; ++i) {
-      any_nan = any_nan || std::isnan(x[i]);
-      best = std::max(best, x[i]);
-    }
-    int64_t index = 0;
-    if (any_nan) {
-      while (!std::isnan(x[index])) ++index;
-    } else {
-      while (x[index] != best) ++index;
-    }
-    op[r] = index;
-  }
+  for (int64_t r = 0; r < rows; ++r) op[r] = argmax_of(logits.const_data_ptr<float>() + r * n, n);
   return out;
+}
+
+// A row's log Σ exp(x) (see row_logsumexp).
+float logsumexp_of(const float* x, int64_t n) {
+  float peak = -std::numeric_limits<float>::infinity();
+  __m256 peaks = _mm256_set1_ps(peak);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) peaks = _mm256_max_ps(peaks, _mm256_loadu_ps(x + i));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, peaks);
+  peak = *std::max_element(lanes, lanes + 8);
+  for (int64_t t = i; t < n; ++t) peak = std::max(peak, x[t]);
+  if (!std::isfinite(peak)) return peak;  // -inf: nothing allowed; +inf or NaN: what log_softmax would spread
+  const __m256 shift = _mm256_set1_ps(peak);
+  __m256 sums = _mm256_setzero_ps();
+  for (i = 0; i + 8 <= n; i += 8) sums = _mm256_add_ps(sums, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), shift)));
+  float total = horizontal_sum(sums);
+  for (; i < n; ++i) total += std::exp(x[i] - peak);
+  return peak + std::log(total);
 }
 
 // Each row's log Σ exp(x): its log-softmax is then x - lse (where log_softmax gives x - max - log Σ exp(x -
@@ -107,28 +128,56 @@ at::Tensor row_logsumexp(const at::Tensor& logits) {
   const int64_t rows = logits.size(0), n = logits.size(1);
   at::Tensor out = at::empty({rows}, logits.options());
   float* op = out.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) op[r] = logsumexp_of(logits.const_data_ptr<float>() + r * n, n);
+  return out;
+}
+
+// A greedy step under constraints alone, without editing the logits: for each row, as if its logits had -inf
+// wherever its [W] int32 bitmask has a clear bit, the argmax, the log Σ exp and how many tokens are allowed —
+// the same bits row_argmax and row_logsumexp give on the masked copy (each row is masked into a scratch row
+// and handed to the same loops). Saves the [B, V] bool masks, the copy of the raw logits and the fill.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> masked_pick(const at::Tensor& logits, const at::Tensor& bitmask) {
+  check_float(logits, "logits");
+  TORCH_CHECK(logits.dim() == 2 && logits.size(1) > 0, "logits must be [rows, vocabulary]");
+  const int64_t rows = logits.size(0), n = logits.size(1);
+  TORCH_CHECK(bitmask.device().is_cpu() && bitmask.scalar_type() == at::kInt && bitmask.is_contiguous() &&
+                  bitmask.dim() == 2 && bitmask.size(0) == rows && bitmask.size(1) * 32 >= n,
+              "bitmask must be a contiguous [rows, words] int32 CPU tensor covering the vocabulary");
+  const int64_t words = bitmask.size(1);
+  at::Tensor chosen = at::empty({rows}, logits.options().dtype(at::kLong));
+  at::Tensor lse = at::empty({rows}, logits.options());
+  at::Tensor allowed = at::empty({rows}, logits.options().dtype(at::kLong));
+  thread_local std::vector<float> scratch;  // kept: a fresh 196 KB row would be mapped and faulted in each step
+  if (static_cast<int64_t>(scratch.size()) < n) scratch.resize(n);
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(bitmask.const_data_ptr<int32_t>());
+  const __m256 negative_infinity = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits.const_data_ptr<float>() + r * n;
-    float peak = -std::numeric_limits<float>::infinity();
-    __m256 peaks = _mm256_set1_ps(peak);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) peaks = _mm256_max_ps(peaks, _mm256_loadu_ps(x + i));
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, peaks);
-    peak = *std::max_element(lanes, lanes + 8);
-    for (int64_t t = i; t < n; ++t) peak = std::max(peak, x[t]);
-    if (!std::isfinite(peak)) {
-      op[r] = peak;  // -inf: nothing allowed; +inf or NaN: what log_softmax would spread
-      continue;
+    const uint32_t* row_bits = bits + r * words;
+    float* y = scratch.data();
+    int64_t count = 0;
+    const int64_t full = n / 32;
+    for (int64_t w = 0; w < full; ++w) {
+      const uint32_t word = row_bits[w];
+      count += __builtin_popcount(word);
+      for (int64_t part = 0; part < 4; ++part) {
+        const __m256i byte = _mm256_set1_epi32(static_cast<int32_t>((word >> (8 * part)) & 0xFFu));
+        const __m256i keep = _mm256_cmpeq_epi32(_mm256_and_si256(byte, lane_bit), lane_bit);
+        const int64_t at = w * 32 + part * 8;
+        _mm256_storeu_ps(y + at, _mm256_blendv_ps(negative_infinity, _mm256_loadu_ps(x + at), _mm256_castsi256_ps(keep)));
+      }
     }
-    const __m256 shift = _mm256_set1_ps(peak);
-    __m256 sums = _mm256_setzero_ps();
-    for (i = 0; i + 8 <= n; i += 8) sums = _mm256_add_ps(sums, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), shift)));
-    float total = horizontal_sum(sums);
-    for (; i < n; ++i) total += std::exp(x[i] - peak);
-    op[r] = peak + std::log(total);
+    for (int64_t t = full * 32; t < n; ++t) {
+      const bool kept = (row_bits[t / 32] >> (t % 32)) & 1u;
+      y[t] = kept ? x[t] : -std::numeric_limits<float>::infinity();
+      count += kept;
+    }
+    chosen.data_ptr<int64_t>()[r] = argmax_of(y, n);
+    lse.data_ptr<float>()[r] = logsumexp_of(y, n);
+    allowed.data_ptr<int64_t>()[r] = count;
   }
-  return out;
+  return {chosen, lse, allowed};
 }
 
 // Each row's k largest values and their indices, largest first (ties: the lower index first), as
@@ -187,6 +236,7 @@ TORCH_LIBRARY(proctor, m) {
   m.def("row_argmax(Tensor logits) -> Tensor");
   m.def("row_logsumexp(Tensor logits) -> Tensor");
   m.def("row_topk(Tensor logits, int k) -> (Tensor, Tensor)");
+  m.def("masked_pick(Tensor logits, Tensor bitmask) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(proctor, CPU, m) {
@@ -195,4 +245,5 @@ TORCH_LIBRARY_IMPL(proctor, CPU, m) {
   m.impl("row_argmax", &row_argmax);
   m.impl("row_logsumexp", &row_logsumexp);
   m.impl("row_topk", &row_topk);
+  m.impl("masked_pick", &masked_pick);
 }
