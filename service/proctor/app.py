@@ -2,8 +2,8 @@
 
 Start-up: open the audit trail (a store that cannot be opened stops the start) → bind and serve
 health (NOT_SERVING) → load model → start engine → warm up → SERVING. Shutdown (rule 10): signal →
-health NOT_SERVING → stop accepting → drain in-flight calls within the grace period → stop the
-engine → flush the audit trail (final signed checkpoint) → exit.
+health NOT_SERVING → (SIGTERM: the drain notice, calls still served) → stop accepting → drain in-flight
+calls within the grace period → stop the engine → flush the audit trail (final signed checkpoint) → exit.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ class RunningServer:
     engine: object | None = None
     audit_sink: AuditSink | None = None
     observability: Observability | None = None
+    health_server: grpc.aio.Server | None = None  # the plaintext health-only port (settings.health_port)
+    health_port: int = 0
 
     async def load(self) -> None:
         """Load the model and start the engine (off the event loop), then report SERVING."""
@@ -98,11 +100,18 @@ class RunningServer:
         for name in ("", SERVICE_NAME):
             asyncio.run_coroutine_threadsafe(self.health.set(name, status), self.loop)
 
-    async def shutdown(self) -> None:
-        """Health NOT_SERVING → refuse new calls → finish in-flight calls within the grace period."""
-        log.info("shutting down (grace %.1f s)", self.settings.grace_period_s)
+    async def shutdown(self, notice_s: float = 0.0) -> None:
+        """Health NOT_SERVING → (``notice_s``: keep serving, so probes and load balancers see it and stop
+        sending) → refuse new calls → finish in-flight calls within the grace period."""
         await self.health.enter_graceful_shutdown()
+        if notice_s > 0:
+            log.info("draining: health NOT_SERVING for %.1f s before the listener closes (calls still served)",
+                     notice_s)
+            await asyncio.sleep(notice_s)
+        log.info("shutting down (grace %.1f s for calls in flight)", self.settings.grace_period_s)
         await self.server.stop(self.settings.grace_period_s)
+        if self.health_server is not None:  # NOT_SERVING stays visible there until the calls are done
+            await self.health_server.stop(0)
         if self.engine is not None:
             await asyncio.to_thread(self.engine.shutdown, 1.0)  # type: ignore[attr-defined]
             constraints = getattr(self.engine, "constraints", None)
@@ -210,11 +219,27 @@ async def start_server(settings: Settings) -> RunningServer:
         reflection.enable_server_reflection(names, server)
     port, _ = bind(server, settings)
     await server.start()
+    health_server, health_port = await _serve_health_port(health, settings)
     observability.serve(settings)
     running = RunningServer(settings, server, port, health, servicer, asyncio.get_running_loop(), audit_sink=sink,
-                            observability=observability)
+                            observability=observability, health_server=health_server, health_port=health_port)
     log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", settings.host, port)
     return running
+
+
+async def _serve_health_port(health: HealthServicer, settings: Settings) -> tuple[grpc.aio.Server | None, int]:
+    """The health service alone on a plaintext port (settings.health_port; 0: none), for probes without TLS."""
+    if not settings.health_port:
+        return None, 0
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    address = f"{settings.host}:{settings.health_port}"
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"could not bind the health port {address}")
+    await server.start()
+    log.info("health service alone on %s (plaintext, for probes)", address)
+    return server, port
 
 
 async def serve(settings: Settings) -> None:
@@ -222,8 +247,9 @@ async def serve(settings: Settings) -> None:
     running = await start_server(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    received: list[signal.Signals] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, lambda sig=sig: (received.append(sig), stop.set()))
     loader = asyncio.create_task(running.load())
     waiter = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({loader, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -233,7 +259,8 @@ async def serve(settings: Settings) -> None:
     await waiter
     if not loader.done():
         loader.cancel()
-    await running.shutdown()
+    # SIGTERM (an orchestrator) gets the drain notice; SIGINT (a person at a terminal) does not.
+    await running.shutdown(settings.drain_notice_s if received[0] is signal.SIGTERM and loader.done() else 0.0)
 
 
 class BackgroundServer:

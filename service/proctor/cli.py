@@ -33,7 +33,14 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--prefill-chunk-tokens", type=int, help="a longer prompt is prefilled this many tokens per "
                    "step between the running rows' decode steps (default 128; 0: whole)")
     p.add_argument("--max-new-tokens-limit", type=int, help="server cap on max_new_tokens (default 4096)")
-    p.add_argument("--grace-period", dest="grace_period_s", type=float, help="seconds to drain on shutdown")
+    p.add_argument("--grace-period", dest="grace_period_s", type=float,
+                   help="seconds in-flight calls may take to finish on shutdown (default 10)")
+    p.add_argument("--drain-notice", dest="drain_notice_s", type=float,
+                   help="on SIGTERM, seconds the health check reports NOT_SERVING while calls are still "
+                   "accepted, before the listener closes: at least one probe period of the load balancer "
+                   "(default 5; SIGINT skips it)")
+    p.add_argument("--health-port", type=int, help="also serve the gRPC health service alone on this plaintext "
+                   "port, for probes that cannot speak TLS (kubelet gRPC probes; default 0: off)")
     p.add_argument("--reflection", action=argparse.BooleanOptionalAction, default=None,
                    help="gRPC server reflection (default: on when bound to loopback)")
     p.add_argument("--constraint-timeout", dest="constraint_timeout_s", type=float,
@@ -83,7 +90,8 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 def _serve(args: argparse.Namespace) -> int:
     keys = ("host", "port", "model", "model_store", "device", "dtype", "weights", "threads", "max_batch_size",
             "max_waiting", "kv_cache_mb", "max_prefill_tokens", "prefill_chunk_tokens",
-            "max_new_tokens_limit", "grace_period_s", "reflection", "warmup", "log_level",
+            "max_new_tokens_limit", "grace_period_s", "drain_notice_s", "health_port", "reflection", "warmup",
+            "log_level",
             "constraint_timeout_s", "compile_workers", "max_schema_depth", "fallback_attempts",
             "fallback_temperature", "schema_dir", "forbidden_file", "plugins", "audit",
             "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",
@@ -124,6 +132,7 @@ def _install_default(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from proctor.audit.cli import add_audit_commands
+    from proctor.health_probe import add_health_command
     from proctor_client.cli import add_client_commands
 
     parser = argparse.ArgumentParser(prog="proctor", description="Constrained, audited text generation over gRPC.")
@@ -131,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_serve(subparsers)
     add_client_commands(subparsers)
+    add_health_command(subparsers)
     _add_model(subparsers)
     add_audit_commands(subparsers)
     return parser

@@ -71,7 +71,14 @@ class Settings:
     prefill_chunk_tokens: int = 128
     max_message_bytes: int = 16 * 1024 * 1024
     reflection: bool | None = None  # None: on when bound to loopback
+    # Shutdown on SIGTERM (app.py): health NOT_SERVING for drain_notice_s while calls are still served
+    # (a load balancer sees it at its next probe), then the listener closes and in-flight calls get
+    # grace_period_s to finish. Kubernetes' terminationGracePeriodSeconds covers both (deploy/k8s).
     grace_period_s: float = 10.0
+    drain_notice_s: float = 5.0
+    # A second, plaintext port that serves the gRPC health service only (0: off), for kubelet gRPC
+    # probes, which cannot speak TLS; it reveals nothing but SERVING / NOT_SERVING.
+    health_port: int = 0
     warmup: bool = True
     log_level: str = "INFO"
     # Observability (observability/, README "Observability"): the log format, Prometheus metrics
@@ -149,6 +156,9 @@ class Settings:
             raise ValueError(f"weights must be auto or one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}")
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
+        for name in ("grace_period_s", "drain_notice_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be 0 or more seconds, got {getattr(self, name)}")
 
     @property
     def loopback(self) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from proctor_client import ProctorClient, ProctorError
 from proctor_client.v1 import generation_pb2 as pb
@@ -99,6 +100,15 @@ def test_info_without_server_fails(cli: Cli) -> None:
     assert time.monotonic() - started < 30
 
 
+def test_health_command_exits_zero_only_when_serving(served: Any, cli: Cli) -> None:
+    result = _ok(cli("health", "--addr", served.address, timeout_s=60))
+    assert "SERVING" in result.stdout
+    unknown = cli("health", "--addr", served.address, "--service", "no.such.Service", timeout_s=60)
+    assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr, unknown.stderr
+    nobody = cli("health", "--addr", f"127.0.0.1:{_free_port()}", "--timeout", "1", timeout_s=60)
+    assert nobody.returncode == 1 and "not serving" in nobody.stderr, nobody.stderr
+
+
 def test_sigterm_exits_zero_and_logs_shutdown(served: Any) -> None:
     served.terminate()
     code = served.wait(DEFAULT_GRACE_S + 10)
@@ -110,7 +120,7 @@ def test_sigterm_exits_zero_and_logs_shutdown(served: Any) -> None:
 
 
 def test_sigterm_drains_a_running_stream(serve_process: Callable[..., Any]) -> None:
-    server = serve_process("--grace-period", "60")
+    server = serve_process("--grace-period", "60", "--drain-notice", "0")
     with ProctorClient(server.address, timeout_s=120) as client:
         client.wait_ready(120)
         chunks = client.stream_generate(PROMPT, temperature=0, max_new_tokens=24, ignore_eos=True)
@@ -132,3 +142,44 @@ def test_sigterm_drains_a_running_stream(serve_process: Callable[..., Any]) -> N
     code = server.wait(60 + 10)
     assert code == 0, f"exit status {code} after a graceful drain\n{server.log}"
     assert "stopped" in server.log
+
+
+def _health(address: str) -> str:
+    """The health check's status name, or the gRPC error code name when the call itself fails."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            return health_pb2.HealthCheckResponse.ServingStatus.Name(
+                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1).status)
+        except grpc.RpcError as exc:
+            return exc.code().name  # type: ignore[attr-defined, no-any-return]
+
+
+def test_sigterm_reports_not_serving_for_the_drain_notice_while_calls_are_still_served(
+        serve_process: Callable[..., Any]) -> None:
+    """A load balancer's probe sees NOT_SERVING (not a connection error) for the notice — on the main port
+    and on the plaintext health-only port — and a call that still arrives is served; then the listener
+    closes and the process exits 0."""
+    notice_s = 3.0
+    health_address = f"127.0.0.1:{_free_port()}"
+    server = serve_process("--drain-notice", str(notice_s), "--health-port", health_address.rsplit(":", 1)[1])
+    with ProctorClient(server.address, timeout_s=120, retries=0) as client:
+        client.wait_ready(120)
+        assert _health(server.address) == _health(health_address) == "SERVING"
+        server.terminate()
+        signalled = time.monotonic()
+        seen: list[tuple[float, str, str]] = []
+        served_late = None
+        while server.proc.poll() is None and time.monotonic() - signalled < notice_s + 30:
+            seen.append((time.monotonic() - signalled, _health(server.address), _health(health_address)))
+            if served_late is None and seen[-1][1] == "NOT_SERVING":
+                served_late = client.generate(PROMPT, temperature=0, max_new_tokens=4)
+            time.sleep(0.1)
+    assert server.wait(30) == 0, server.log
+    for port in (1, 2):
+        not_serving = [entry[0] for entry in seen if entry[port] == "NOT_SERVING"]
+        assert not_serving and not_serving[0] < 1.0, seen  # at once
+        assert not_serving[-1] - not_serving[0] >= notice_s - 0.5, seen  # for the whole notice
+        assert all(entry[port] in ("SERVING", "NOT_SERVING") for entry in seen if entry[0] < not_serving[-1]), seen
+        assert "SERVING" not in [entry[port] for entry in seen if entry[0] > not_serving[0]], seen  # never back
+    assert served_late is not None and served_late.usage.completion_tokens == 4
+    assert "draining: health NOT_SERVING for 3.0 s" in server.log

@@ -1,0 +1,141 @@
+"""deploy/k8s: every overlay renders with ``kubectl kustomize``, validates against the Kubernetes schemas
+offline (kubernetes-validate, strict), and its numbers agree with each other and with the server's settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from helpers.requirements import missing
+
+from proctor.config import Settings
+
+K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+OVERLAYS = ("dev", "production")
+OLDEST_SUPPORTED = "1.30"  # preStop `sleep` needs 1.30 (README "Scale out")
+OPERATOR_KINDS = {"ServiceMonitor"}  # custom resources: no schema in kubernetes-validate
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        missing("kubectl (with its built-in kustomize) is not installed")
+    result = subprocess.run([str(kubectl), "kustomize", str(K8S / "overlays" / overlay)], capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module", params=OVERLAYS)
+def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
+    return request.param, render(request.param)
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [doc for doc in docs if doc["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def settings_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    return dict(one(docs, "ConfigMap")["data"])
+
+
+def test_every_resource_validates_against_the_kubernetes_schemas(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = rendered
+    for doc in docs:
+        if doc["kind"] in OPERATOR_KINDS:
+            assert doc["spec"]["endpoints"][0]["port"] == "metrics"
+            continue
+        for version in (OLDEST_SUPPORTED, kubernetes_validate.latest_version()):
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_the_validator_rejects_a_broken_deployment(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    """The check above can fail: a typo'd field and a wrong type are both refused."""
+    deployment = one(rendered[1], "Deployment")
+    typo = yaml.safe_load(yaml.safe_dump(deployment))
+    typo["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = typo["spec"]["template"]["spec"][
+        "containers"][0].pop("readinessProbe")
+    wrong_type = yaml.safe_load(yaml.safe_dump(deployment))
+    wrong_type["spec"]["replicas"] = "three"
+    for broken in (typo, wrong_type):
+        with pytest.raises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(broken, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_the_configmap_names_only_real_settings_and_they_load(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    env = settings_env(rendered[1])
+    fields = {f"PROCTOR_{field.name.upper()}" for field in dataclasses.fields(Settings)}
+    assert set(env) <= fields, f"not settings: {sorted(set(env) - fields)}"
+    settings = Settings.load(environ=env)  # every value parses, and the combination is accepted
+    assert settings.health_port and settings.metrics_port and settings.port
+
+
+def test_probes_ports_threads_and_termination_agree_with_the_settings(
+        rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    name, docs = rendered
+    env = settings_env(docs)
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"grpc": int(env["PROCTOR_PORT"]), "health": int(env["PROCTOR_HEALTH_PORT"]),
+                     "metrics": int(env["PROCTOR_METRICS_PORT"])}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["grpc"]["port"] == ports["health"], probe  # plaintext: kubelet cannot speak TLS
+    assert container["readinessProbe"]["grpc"]["service"] == "proctor.v1.Generation"
+    # The CPU limit is what the threads can use; the request equals it (no throttling surprises).
+    assert container["resources"]["limits"]["cpu"] == container["resources"]["requests"]["cpu"] == env[
+        "PROCTOR_THREADS"]
+    # SIGTERM comes after preStop; then the drain notice, then the grace period for calls in flight.
+    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    needed = pre_stop + float(env["PROCTOR_DRAIN_NOTICE_S"]) + float(env["PROCTOR_GRACE_PERIOD_S"])
+    assert pod["terminationGracePeriodSeconds"] >= needed + 5, (pod["terminationGracePeriodSeconds"], needed)
+    # The notice lasts at least one readiness period, so the endpoints drop the pod while it still serves.
+    assert float(env["PROCTOR_DRAIN_NOTICE_S"]) >= container["readinessProbe"]["periodSeconds"] * \
+        container["readinessProbe"]["failureThreshold"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] and pod["securityContext"]["runAsNonRoot"]
+    mounted = {mount["name"] for mount in container["volumeMounts"]}
+    assert mounted == {volume["name"] for volume in pod["volumes"]}, name
+
+
+def test_services_policies_and_autoscaling_select_the_server_pods(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    name, docs = rendered
+    deployment = one(docs, "Deployment")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+
+    def selects(selector: dict[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in selector.items())
+
+    service = one(docs, "Service")
+    assert service["spec"]["clusterIP"] == "None"  # headless: clients balance calls, not connections
+    assert selects(service["spec"]["selector"])
+    assert selects(one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"])
+    assert selects(one(docs, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"])
+    env = settings_env(docs)
+    allowed_ports = {port["port"] for rule in one(docs, "NetworkPolicy")["spec"]["ingress"] for port in rule["ports"]}
+    assert allowed_ports == {int(env["PROCTOR_PORT"]), int(env["PROCTOR_METRICS_PORT"])}
+    hpa = one(docs, "HorizontalPodAutoscaler")["spec"]
+    assert hpa["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert hpa["minReplicas"] <= deployment["spec"]["replicas"] <= hpa["maxReplicas"]
+    assert {metric["type"] for metric in hpa["metrics"]} == {"Pods", "Resource"}
+    if name == "production":
+        assert hpa["minReplicas"] >= 2 and env["PROCTOR_TLS_CERT_FILE"] and env["PROCTOR_CALLERS_FILE"]
+        assert not [doc for doc in docs if doc["kind"] == "Secret"], "no secret is kept in the repository"
+        assert "PROCTOR_INSECURE" not in env
+
+
+def test_the_audit_dsn_comes_from_a_secret_and_no_value_holds_a_password(
+        rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = rendered
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    dsn = {item["name"]: item for item in container["env"]}["PROCTOR_AUDIT_DSN"]
+    assert "secretKeyRef" in dsn["valueFrom"]
+    assert not any("postgresql://" in str(value) for value in settings_env(docs).values())
