@@ -7,7 +7,7 @@ PIP    := $(BIN)/python -m pip
 ARGS   ?=
 PG     := bash scripts/postgres.sh
 
-.PHONY: setup model kernels postgres serve test test-fast bench bench-load proto lint clean
+.PHONY: setup model kernels postgres deploy-tools serve test test-fast bench bench-load proto lint clean
 
 setup: $(STAMP) model kernels
 
@@ -32,13 +32,17 @@ kernels: $(STAMP)
 postgres:
 	$(PG) start
 
+# promtool for the alert-rule checks in tests/deploy (Debian's prometheus package, once).
+deploy-tools:
+	bash scripts/deploy-tools.sh
+
 serve: setup
 	$(BIN)/proctor serve $(ARGS)
 
-test: setup postgres
+test: setup postgres deploy-tools
 	PROCTOR_TEST_POSTGRES_DSN="$$($(PG) dsn)" $(BIN)/python -m pytest -q $(ARGS)
 
-test-fast: setup
+test-fast: setup deploy-tools
 	PROCTOR_TEST_POSTGRES_DSN="$$($(PG) dsn)" $(BIN)/python -m pytest -q -m "not real_model" $(ARGS)
 
 bench: setup

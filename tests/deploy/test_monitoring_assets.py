@@ -1,0 +1,140 @@
+"""deploy/prometheus and deploy/grafana: the alert rules pass ``promtool check`` and their unit tests (each
+alert fires past its threshold, not below it), the dashboard JSON is what its generator writes, every
+dashboard query parses, and every metric the rules and the dashboard name is one a real metrics endpoint
+of the server exports (scraped over HTTP).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+from helpers.requirements import missing
+
+from proctor.config import Settings
+from proctor.observability.setup import Observability
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+RULES = DEPLOY / "prometheus" / "alerts.yml"
+RULE_TESTS = DEPLOY / "prometheus" / "alerts_test.yml"
+DASHBOARD = DEPLOY / "grafana" / "proctor-dashboard.json"
+METRIC = re.compile(r"\bproctor:[a-z0-9_]+")
+SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    found = shutil.which("promtool")
+    if found is None:
+        missing("promtool is not installed (scripts/deploy-tools.sh installs it; `make test` runs that)")
+    return subprocess.run([str(found), *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dashboard", DEPLOY / "grafana" / "dashboard.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def dashboard_queries() -> list[str]:
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    return [target["expr"] for panel in panels for target in panel.get("targets", [])]
+
+
+def rule_expressions() -> list[str]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return [rule["expr"] for group in groups for rule in group["rules"]]
+
+
+def test_the_alert_rules_pass_promtool_and_their_unit_tests() -> None:
+    checked = promtool("check", "rules", RULES.name, cwd=RULES.parent)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = promtool("test", "rules", RULE_TESTS.name, cwd=RULES.parent)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    names = {rule["alert"] for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]}
+    assert {"ProctorTimeToFirstTokenP99High", "ProctorRequestRateDropped", "ProctorRepetitionStopsHigh",
+            "ProctorAuditWriteFailed", "ProctorErrorRateHigh"} <= names
+    covered = {test["alertname"] for case in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+               for test in case["alert_rule_test"]}
+    assert covered == names, f"alerts without a unit test: {sorted(names - covered)}"
+
+
+def test_the_rule_unit_tests_fail_when_a_threshold_moves(tmp_path: Path) -> None:
+    """The unit tests can fail: the TTFT threshold moved from 2 s to 10 s no longer fires where they expect."""
+    moved = RULES.read_text().replace("rate(proctor:time_to_first_token_seconds_bucket[5m]))) > 2",
+                                      "rate(proctor:time_to_first_token_seconds_bucket[5m]))) > 10")
+    assert moved != RULES.read_text()
+    (tmp_path / RULES.name).write_text(moved)
+    shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
+    tested = promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path)
+    assert tested.returncode != 0 and "ProctorTimeToFirstTokenP99High" in tested.stdout + tested.stderr
+
+
+def test_the_dashboard_json_is_what_its_generator_writes() -> None:
+    assert DASHBOARD.read_text() == generator().render(), "run `python deploy/grafana/dashboard.py`"
+    dashboard = json.loads(DASHBOARD.read_text())
+    titles = [panel["title"] for panel in dashboard["panels"] if panel["type"] != "row"]
+    assert len(titles) == len(set(titles))
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for wanted in ("Time to first token", "Time per output token", "Requests waiting and running", "KV cache used",
+                   "Errors per second by code", "Constraint cache hit ratio", "Audit lag: records waiting for "
+                   "the writer", "Decode step time", "Generated tokens per second"):
+        assert wanted in titles
+
+
+def test_every_dashboard_query_parses(tmp_path: Path) -> None:
+    """promtool parses each query as a recording rule's expression (Grafana's $__rate_interval made concrete)."""
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"dashboard:query_{number}", "expr": expr.replace("$__rate_interval", "1m")}
+        for number, expr in enumerate(dashboard_queries())]}]}
+    (tmp_path / "queries.yml").write_text(yaml.safe_dump(rules))
+    checked = promtool("check", "rules", "queries.yml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def exported_names() -> set[str]:
+    """Sample names a real metrics endpoint serves (scraped over HTTP), and those of its registry's families
+    that have no sample yet (a labelled counter before its first call)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    observability = Observability.from_settings(Settings(metrics_port=port), environ={})
+    observability.serve(Settings(metrics_port=port))
+    assert observability.metrics is not None
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        families = list(observability.metrics.registry.collect())
+    finally:
+        observability.close()
+    names = {re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line and line[0] != "#"}
+    assert "proctor:num_requests_waiting" in names  # the endpoint really serves the server's metrics
+    for family in families:
+        names.update(family.name + suffix for suffix in SUFFIXES.get(family.type, ("",)))
+    return names
+
+
+def test_every_metric_the_rules_and_the_dashboard_name_is_exported() -> None:
+    exported = exported_names()
+    assert "proctor:requests_total" in exported and "proctor:num_requests_waiting" in exported
+    named = {name for expr in rule_expressions() + dashboard_queries() for name in METRIC.findall(expr)}
+    assert named, "no metric found in the queries"
+    assert named <= exported, f"not exported by the server: {sorted(named - exported)}"
+
+
+@pytest.mark.parametrize("path", ["provisioning/dashboards/proctor.yaml", "provisioning/datasources/prometheus.yaml"])
+def test_grafana_provisioning_files_parse(path: str) -> None:
+    provisioning = yaml.safe_load((DEPLOY / "grafana" / path).read_text())
+    assert provisioning["apiVersion"] == 1
