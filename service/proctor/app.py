@@ -14,7 +14,7 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -76,6 +76,13 @@ class RunningServer:
     observability: Observability | None = None
     health_server: grpc.aio.Server | None = None  # the plaintext health-only port (settings.health_port)
     health_port: int = 0
+    _ready: bool = field(default=False, init=False)  # the model is loaded and the engine started
+    _engine_ok: bool = field(default=True, init=False)
+    _audit_ok: bool = field(default=True, init=False)  # the audit store takes records (last write or probe)
+
+    def __post_init__(self) -> None:
+        if self.audit_sink is not None:
+            self.audit_sink.on_store_health = self._audit_store_health
 
     async def load(self) -> None:
         """Load the model and start the engine (off the event loop), then report SERVING."""
@@ -90,15 +97,29 @@ class RunningServer:
         phrases = sorted(getattr(engine, "server_forbidden", ()))
         self.servicer.audit.server = {"version": __version__, "server_forbidden_phrases": {
             "count": len(phrases), "sha256": hashlib.sha256("\n".join(phrases).encode()).hexdigest()}}
-        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        self._ready = True
+        await self._publish_health()
         log.info("ready: serving %s on %s:%d", info["model_id"], self.settings.host, self.port)
+
+    async def _publish_health(self) -> None:
+        """The whole server ("") is liveness: SERVING unless the engine is faulty. proctor.v1.Generation is
+        readiness: also NOT_SERVING while, in compliance mode, the audit store takes no records (calls would
+        fail closed). Both are NOT_SERVING before the model is loaded and from the start of a drain."""
+        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+        alive = self._ready and self._engine_ok
+        ready = alive and (self._audit_ok or not self.settings.audit_compliance)
+        await self.health.set("", serving if alive else not_serving)
+        await self.health.set(SERVICE_NAME, serving if ready else not_serving)
 
     def _engine_health(self, healthy: bool, reason: str) -> None:
         """Called from the engine thread: mirror the engine's health in the gRPC health service."""
-        status = health_pb2.HealthCheckResponse.SERVING if healthy else health_pb2.HealthCheckResponse.NOT_SERVING
-        for name in ("", SERVICE_NAME):
-            asyncio.run_coroutine_threadsafe(self.health.set(name, status), self.loop)
+        self._engine_ok = healthy
+        asyncio.run_coroutine_threadsafe(self._publish_health(), self.loop)
+
+    def _audit_store_health(self, healthy: bool, reason: str) -> None:
+        """Called from the audit writer thread when the store stops or starts taking records."""
+        self._audit_ok = healthy
+        asyncio.run_coroutine_threadsafe(self._publish_health(), self.loop)
 
     async def shutdown(self, notice_s: float = 0.0) -> None:
         """Health NOT_SERVING → (``notice_s``: keep serving, so probes and load balancers see it and stop

@@ -215,3 +215,71 @@ def test_a_fallback_request_records_its_attempts_and_replays_them(client: Procto
     assert record["attempts"][-1]["valid"] == record["schema_validation"]["valid"] == original.schema_validation.valid
     result = audit.Replay(audit_pb2.ReplayRequest(audit_id=original.audit_id), timeout=300)
     assert result.exact_match, result.message  # the same attempts, the same returned output
+
+
+def test_with_postgresql_refusing_records_calls_fail_closed_readiness_follows_and_recovery_is_automatic(
+        tmp_path: Path) -> None:
+    """Compliance mode with the store gone: the call that meets it fails (INTERNAL, output withheld), the
+    server then reports proctor.v1.Generation NOT_SERVING (readiness) while the whole server stays SERVING
+    (liveness: a restart would not help), refuses new calls at once with UNAVAILABLE, and is back — health
+    and calls — by itself when the store answers again. Every response returned is in the log."""
+    psycopg = pytest.importorskip("psycopg")
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from helpers.postgres import audit_schema, postgres_dsn
+    from helpers.requirements import missing
+
+    from proctor.app import BackgroundServer
+    from proctor.audit.postgres_store import PostgresAuditStore
+    from proctor.audit.verify import verify_log
+    from proctor.config import Settings
+
+    owner = postgres_dsn()
+    if owner is None:
+        missing("PostgreSQL is not running (make test starts it; PROCTOR_TEST_POSTGRES_DSN)")
+    owner_dsn, dsn = audit_schema(owner)  # type: ignore[arg-type]
+
+    def as_owner(statement: str) -> None:
+        with psycopg.connect(owner_dsn, autocommit=True) as conn:
+            conn.execute(statement)
+
+    settings = Settings.load({"port": 0, "host": "127.0.0.1", "warmup": False, "audit_dsn": dsn,
+                              "audit_signing_key": str(tmp_path / "pg.key"),
+                              "audit_checkpoint_file": str(tmp_path / "pg.checkpoints")})
+    background = BackgroundServer(settings).start()
+
+    def health(service: str) -> str:
+        with grpc.insecure_channel(background.address) as channel:
+            status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service)).status
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+
+    def eventually(service: str, wanted: str, timeout_s: float = 10.0) -> None:
+        end = time.monotonic() + timeout_s
+        while health(service) != wanted:
+            assert time.monotonic() < end, f"{service or 'the server'} never became {wanted}"
+            time.sleep(0.1)
+
+    returned = []
+    try:
+        with ProctorClient(background.address, timeout_s=60, retries=0) as proctor:
+            returned.append(proctor.generate("Hello", max_new_tokens=3).audit_id)
+            assert health("proctor.v1.Generation") == "SERVING"
+            as_owner("ALTER TABLE audit_log RENAME TO audit_log_away")  # the store stops taking records
+            with pytest.raises(ProctorError) as withheld:
+                proctor.generate("Hello", max_new_tokens=3)
+            assert withheld.value.code.name == "INTERNAL" and "audit" in withheld.value.message
+            eventually("proctor.v1.Generation", "NOT_SERVING")
+            assert health("") == "SERVING"
+            started = time.monotonic()
+            with pytest.raises(ProctorError) as refused:
+                proctor.generate("Hello", max_new_tokens=3)
+            assert refused.value.code.name == "UNAVAILABLE" and "audit store" in refused.value.message
+            assert time.monotonic() - started < 1.0  # refused before anything ran
+            as_owner("ALTER TABLE audit_log_away RENAME TO audit_log")
+            eventually("proctor.v1.Generation", "SERVING")
+            returned.append(proctor.generate("Hello", max_new_tokens=3).audit_id)
+    finally:
+        background.stop()
+    result = verify_log(PostgresAuditStore(dsn), checkpoint_file=tmp_path / "pg.checkpoints")
+    assert result.ok, result
+    store = PostgresAuditStore(dsn)
+    assert all(store.get(audit_id) is not None for audit_id in returned)

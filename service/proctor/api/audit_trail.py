@@ -20,7 +20,7 @@ from google.rpc import code_pb2
 from proctor.api.gate import current_identity
 from proctor.audit.records import CallRecord, PrivacyPolicy, build_body
 from proctor.audit.sink import AuditSink
-from proctor.domain import EngineFault
+from proctor.domain import EngineFault, ShuttingDown
 from proctor.observability.calls import AUDIT_COMMIT, bind_call, stage
 
 MODEL_FIELDS = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "weights", "weights_revision", "device")
@@ -30,6 +30,11 @@ DEADLINE_SLACK_S = 0.05  # gRPC cancels a call at its deadline; a cancel this cl
 
 class AuditWriteFailed(EngineFault):
     """The record could not be committed: the output is withheld (INTERNAL)."""
+
+
+class AuditStoreUnavailable(ShuttingDown):
+    """Compliance mode while the store takes no records: a call is refused before it runs (UNAVAILABLE,
+    so clients retry elsewhere or later) instead of failing after its tokens were generated."""
 
 
 def new_audit_id() -> str:
@@ -76,6 +81,12 @@ class AuditTrail:
     @property
     def enabled(self) -> bool:
         return self.sink is not None
+
+    def check_available(self) -> None:
+        """Raise AuditStoreUnavailable in compliance mode while the store takes no records."""
+        if self.compliance and self.sink is not None and not self.sink.store_healthy:
+            raise AuditStoreUnavailable("the audit store is not taking records; in compliance mode calls are "
+                                        "refused until it recovers (retry later or on another replica)")
 
     def begin(self, method: str, context: grpc.aio.ServicerContext) -> CallRecord:
         """Open the call's record (bound to the RPC's observation: its trace id, the per-call log line)."""

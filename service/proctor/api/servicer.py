@@ -15,7 +15,7 @@ from typing import Protocol
 import grpc
 
 from proctor import __version__
-from proctor.api.audit_trail import MODEL_FIELDS, AuditTrail, AuditWriteFailed
+from proctor.api.audit_trail import MODEL_FIELDS, AuditStoreUnavailable, AuditTrail, AuditWriteFailed
 from proctor.api.caller_limits import capped_request
 from proctor.api.convert import chunk_from_event, request_from_proto, response_from_events
 from proctor.api.errors import abort_with
@@ -108,6 +108,7 @@ class GenerationServicer(pb_grpc.GenerationServicer):
 
     async def _start(self, request: GenerationRequest, call: CallRecord) -> asyncio.Queue[TokenEvent]:
         engine = self._engine
+        self.audit.check_available()
         with stage(PREPARE):  # its end is the submission: the engine's timings count from there
             prepared = await asyncio.to_thread(engine.prepare, request)
         view: PreparedView = prepared  # type: ignore[assignment]
@@ -179,7 +180,9 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             self.audit.status_from(call, exc)
         if not isinstance(exc, AuditWriteFailed):
             try:
-                await self.audit.commit(call, wait=False if isinstance(exc, asyncio.CancelledError) else None)
+                # Not waited for: a cancel, or a refusal because the store is down (its record may not land).
+                unwaited = isinstance(exc, asyncio.CancelledError | AuditStoreUnavailable)
+                await self.audit.commit(call, wait=False if unwaited else None)
             except AuditWriteFailed as audit_exc:
                 exc = audit_exc
         if isinstance(exc, asyncio.CancelledError | grpc.aio.AbortError):

@@ -8,15 +8,20 @@ which is checked when the store opens.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from proctor.audit.chain import GENESIS
 from proctor.audit.store import COLUMNS, Filters, RawRow, Row, filter_sql
+
+log = logging.getLogger("proctor.audit")
 
 WRITER_LOCK = 0x70726F63  # pg_advisory_xact_lock key shared by every proctor writer ("proc")
 SCHEMA = """
@@ -79,21 +84,45 @@ class PostgresAuditStore:
         self._lock = threading.Lock()
 
     def append_chained(self, build: Callable[[int, str], list[Row]]) -> list[Row]:
+        """Chain and insert one batch in one transaction. A connection the server dropped (a restart) is
+        reopened, and the batch tried once more, only when it failed before its COMMIT was sent: after
+        that its outcome is unknown, and a retry could write it twice."""
         with self._lock:
-            try:
-                with self._conn.cursor() as cur:
-                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))  # writers take turns
-                    head = cur.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
-                    rows = build(*(head if head else (0, GENESIS)))
-                    cur.executemany(
-                        f"INSERT INTO audit_log ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                        [(r.seq, r.audit_id, r.kind, r.time_ms, r.caller, r.request_id, r.finish_reason, r.body,
-                          r.prev_hash, r.hash) for r in rows])
-                self._conn.commit()
-            except BaseException:
-                self._conn.rollback()
-                raise
-        return rows
+            for attempt in (1, 2):
+                conn, committing = self._connected(), False
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))  # writers take turns
+                        head = cur.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
+                        rows = build(*(head if head else (0, GENESIS)))
+                        cur.executemany(
+                            f"INSERT INTO audit_log ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                            [(r.seq, r.audit_id, r.kind, r.time_ms, r.caller, r.request_id, r.finish_reason, r.body,
+                              r.prev_hash, r.hash) for r in rows])
+                    committing = True
+                    conn.commit()
+                    return rows
+                except psycopg.OperationalError:
+                    self._rollback(conn)
+                    if committing or attempt == 2 or not (conn.broken or conn.closed):
+                        raise
+                    log.warning("%s: the connection was lost; reconnecting to retry the batch", self.description)
+                except BaseException:
+                    self._rollback(conn)
+                    raise
+        raise AssertionError("unreachable")
+
+    def _connected(self) -> psycopg.Connection[Any]:
+        """The connection, reopened when the server dropped it (PostgreSQL restarted): writes resume by themselves."""
+        if self._conn.broken or self._conn.closed:
+            self._conn = psycopg.connect(self._dsn, autocommit=False)
+            log.info("%s: reconnected", self.description)
+        return self._conn
+
+    @staticmethod
+    def _rollback(conn: psycopg.Connection[Any]) -> None:
+        if not (conn.broken or conn.closed):
+            conn.rollback()
 
     def last(self) -> Row | None:
         return self._one(f"SELECT {COLUMNS} FROM audit_log ORDER BY seq DESC LIMIT 1", ())
@@ -107,9 +136,8 @@ class PostgresAuditStore:
         return functools.partial(PostgresAuditStore, self._dsn)
 
     def count(self) -> int:
-        with self._lock:
-            value = self._conn.execute("SELECT count(*) FROM audit_log").fetchone()[0]  # type: ignore[index]
-            self._conn.commit()
+        with self._reading() as conn:
+            value = conn.execute("SELECT count(*) FROM audit_log").fetchone()[0]  # type: ignore[index]
         return int(value)
 
     def iterate(self, filters: Filters | None = None, start_seq: int = 1) -> Iterator[Row]:
@@ -117,10 +145,9 @@ class PostgresAuditStore:
         last_seq = start_seq - 1
         while True:
             params[0] = last_seq + 1
-            with self._lock:
-                page = self._conn.execute(f"SELECT {COLUMNS} FROM audit_log WHERE {' AND '.join(where)} "  # type: ignore[arg-type]
-                                          "ORDER BY seq LIMIT 500", params).fetchall()
-                self._conn.commit()
+            with self._reading() as conn:
+                page = conn.execute(f"SELECT {COLUMNS} FROM audit_log WHERE {' AND '.join(where)} "  # type: ignore[arg-type]
+                                    "ORDER BY seq LIMIT 500", params).fetchall()
             if not page:
                 return
             for raw in page:
@@ -128,10 +155,9 @@ class PostgresAuditStore:
             last_seq = page[-1][0]
 
     def read_page(self, first_seq: int, limit: int) -> list[RawRow]:
-        with self._lock:  # binary results: bodies arrive as bytes, not hex text to decode (5x faster here)
-            page = self._conn.execute(f"SELECT {COLUMNS} FROM audit_log WHERE seq >= %s ORDER BY seq LIMIT %s",
-                                      (first_seq, limit), binary=True).fetchall()
-            self._conn.commit()
+        with self._reading() as conn:  # binary results: bodies arrive as bytes, not hex text to decode (5x faster)
+            page = conn.execute(f"SELECT {COLUMNS} FROM audit_log WHERE seq >= %s ORDER BY seq LIMIT %s",
+                                (first_seq, limit), binary=True).fetchall()
         return page  # type: ignore[return-value]
 
     def close(self) -> None:
@@ -139,10 +165,22 @@ class PostgresAuditStore:
             self._conn.close()
 
     def _one(self, query: str, params: tuple[object, ...]) -> Row | None:
-        with self._lock:
-            raw = self._conn.execute(query, params).fetchone()  # type: ignore[arg-type]
-            self._conn.commit()
+        with self._reading() as conn:
+            raw = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
         return _row(raw) if raw else None
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[psycopg.Connection[Any]]:
+        """The connection for one read, under the lock; committed after, rolled back on an error (else a
+        failed read would leave every later statement "in a failed transaction")."""
+        with self._lock:
+            conn = self._connected()
+            try:
+                yield conn
+            except BaseException:
+                self._rollback(conn)
+                raise
+            conn.commit()
 
 
 def _row(raw: tuple[object, ...]) -> Row:

@@ -5,6 +5,10 @@ durably committed, or fails with the write error. In compliance mode the API wai
 completing a response, so no output leaves unaudited. A full queue blocks ``submit``: that is
 back-pressure on admission, never on the decode loop (which does not touch the sink).
 
+The writer tracks whether the store takes writes (``store_healthy``, reported to ``on_store_health``):
+a failed commit marks it down; while down and idle, the writer asks the store for its head every
+``STORE_PROBE_S`` and marks it up again when it answers (the server's health follows: README "Scale out").
+
 The writer also appends a signed checkpoint every ``checkpoint_every`` records or
 ``checkpoint_interval_s`` seconds (whichever comes first, only when records arrived), to the
 store and to the checkpoint file, and one at shutdown.
@@ -18,6 +22,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("proctor.audit")
 BATCH_MAX = 256
+STORE_PROBE_S = 1.0  # while the store is down and no record waits: how often the writer asks it again
 _Item = tuple[bytes, tuple[str, int, str, str, str], Future[int]]  # stored body, filter columns, its future
 
 
@@ -59,6 +65,8 @@ class AuditSink:
         self._closed = False
         self.written = 0
         self.observer: AuditObserver | None = None  # metrics: write latency and failures per batch
+        self.store_healthy = True
+        self.on_store_health: Callable[[bool, str], None] | None = None  # called on the writer thread on changes
         self._thread = threading.Thread(target=self._run, name="proctor-audit-writer", daemon=True)
         self._thread.start()
 
@@ -89,11 +97,35 @@ class AuditSink:
         while not stopping:
             batch, stopping = self._next_batch()
             self._commit(self._serialise(batch), final=stopping)
+            if not batch and not self.store_healthy:
+                self._probe_store()
+
+    def _probe_store(self) -> None:
+        try:
+            self.store.last()
+        except Exception as exc:
+            log.debug("audit store still unavailable: %s", exc)
+            return
+        self._set_store_health(True, "the store answers again")
+
+    def _set_store_health(self, healthy: bool, reason: str) -> None:
+        if healthy == self.store_healthy:
+            return
+        self.store_healthy = healthy
+        log.log(logging.INFO if healthy else logging.ERROR, "audit store %s: %s", "available again" if healthy
+                else "unavailable", reason)
+        if self.on_store_health is not None:
+            try:
+                self.on_store_health(healthy, reason)
+            except Exception:  # a listener must not stop the writer
+                log.exception("audit store health listener failed")
 
     def _next_batch(self) -> tuple[list[tuple[dict[str, Any], Future[int]]], bool]:
         """Up to BATCH_MAX queued records (waiting at most until the next checkpoint is due); and "stop"."""
         batch: list[tuple[dict[str, Any], Future[int]]] = []
         wait = max(0.05, self._interval - (time.monotonic() - self._last_checkpoint))
+        if not self.store_healthy:
+            wait = min(wait, STORE_PROBE_S)
         try:
             item = self._queue.get(timeout=wait)
         except queue.Empty:
@@ -157,7 +189,9 @@ class AuditSink:
                 self.observer.audit_written(time.perf_counter() - start, len(items), False)
             for _, _, future in items:
                 future.set_exception(AuditUnavailable(f"the audit record could not be written: {exc}"))
+            self._set_store_health(False, f"{type(exc).__name__}: {exc}")
             return
+        self._set_store_health(True, "a write succeeded")
         if self.observer is not None:
             self.observer.audit_written(time.perf_counter() - start, len(items), True)
         records = [row for row in rows if row.kind == "request"]
