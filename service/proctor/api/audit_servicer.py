@@ -16,11 +16,13 @@ from typing import Any
 
 import grpc
 
+from proctor.api.errors import abort_with
 from proctor.api.servicer import GenerationServicer
 from proctor.audit.records import request_from_dict
 from proctor.audit.store import AuditStore, Filters, Row
 from proctor.audit.verify import verify_log
 from proctor.config import Settings
+from proctor.domain import RequestValidationError
 from proctor_client.v1 import audit_pb2 as apb
 from proctor_client.v1 import audit_pb2_grpc as apb_grpc
 
@@ -40,7 +42,7 @@ class AuditServicer(apb_grpc.AuditServicer):
 
     async def _get(self, audit_id: str, context: grpc.aio.ServicerContext) -> Row:
         if not audit_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "audit_id is required")
+            await abort_with(context, RequestValidationError.single("audit_id", "audit_id is required"))
         row = await asyncio.to_thread(self._store.get, audit_id)
         if row is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no audit record {audit_id!r}")

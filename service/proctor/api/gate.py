@@ -36,7 +36,7 @@ from proctor.api.callers import (
 )
 from proctor.api.errors import abort_with
 from proctor.api.tls import peer_certificate
-from proctor.domain import Overloaded
+from proctor.domain import Overloaded, RequestValidationError
 
 log = logging.getLogger("proctor.auth")
 OFF_LOOP_DECODE_BYTES = 256 * 1024
@@ -190,6 +190,7 @@ async def _decode(deserialize: Callable[[bytes], Any], raw: bytes, context: grpc
             return await asyncio.to_thread(deserialize, raw)
         return deserialize(raw)
     except (DecodeError, ValueError, TypeError) as exc:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"the request bytes are not a valid message of this RPC's request type ({exc})")
+        # No field can be named in bytes that do not parse: the violation names the request as a whole.
+        await abort_with(context, RequestValidationError.single(
+            "request", f"the request bytes are not a valid message of this RPC's request type ({exc})"))
         raise
