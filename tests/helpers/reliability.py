@@ -56,7 +56,8 @@ class ServedProcess:
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "proctor.cli", "serve", "--port", str(self.port), "--health-port",
-                 str(self.health_port), "--audit-db", str(self.audit_db), "--no-reflection", *extra],
+                 str(self.health_port), "--audit-db", str(self.audit_db), "--no-reflection",
+                 "--drain-notice", "0", *extra],  # (a later --drain-notice in extra wins)
                 stdout=log, stderr=subprocess.STDOUT, env=env)
 
     @property
@@ -88,6 +89,13 @@ class ServedProcess:
             return self.process.wait(timeout=10)
 
 
+def access_durations_ms(log: str, code: str) -> list[float]:
+    """Server-side durations (the access log's duration_ms: the call's arrival at the interceptors to its
+    status) of the calls that ended with ``code``."""
+    return [float(line.rsplit("duration_ms=", 1)[1].split()[0]) for line in log.splitlines()
+            if "proctor.access" in line and f" code={code} " in line and "duration_ms=" in line]
+
+
 def health(address: str, service: str = "", timeout_s: float = 1.0) -> str:
     """The health status name, or the gRPC code name when the check itself fails."""
     with grpc.insecure_channel(address) as channel:
@@ -109,6 +117,7 @@ class Outcome:
     token_ids: tuple[int, ...] = ()
     retry_hint: bool = False
     message: str = ""
+    retry_after_s: float = 0.0
 
 
 async def _call(client: AsyncProctorClient, prompt: str, tokens: int, request_id: str) -> Outcome:
@@ -118,7 +127,7 @@ async def _call(client: AsyncProctorClient, prompt: str, tokens: int, request_id
                                          request_id=request_id)
     except ProctorError as exc:
         return Outcome(exc.code.name, time.perf_counter() - start, retry_hint=exc.retry_after_s is not None,
-                       message=exc.message)
+                       message=exc.message, retry_after_s=exc.retry_after_s or 0.0)
     return Outcome("OK", time.perf_counter() - start, response.audit_id, tuple(response.token_ids))
 
 
@@ -139,12 +148,26 @@ class OverloadResult:
         return [o for o in self.outcomes if o.code == "RESOURCE_EXHAUSTED"]
 
 
-def overload(address: str, calls: int, tokens: int = 24) -> OverloadResult:
-    """``calls`` generate calls sent at once (no client retries)."""
+def overload(address: str, calls: int, tokens: int = 24, seconds: float = 0.0, ramp_s: float = 0.0) -> OverloadResult:
+    """``calls`` clients at once (no client retries), their starts spread over ``ramp_s``. With ``seconds``,
+    each keeps calling until then, waiting out the server's retry hint after a refusal (a well-behaved
+    client under sustained overload); else each sends one call."""
+    async def client_loop(client: AsyncProctorClient, number: int, end: float) -> list[Outcome]:
+        await asyncio.sleep(ramp_s * number / max(1, calls))
+        outcomes = []
+        while True:
+            outcome = await _call(client, PROMPTS[number % len(PROMPTS)], tokens, f"overload-{number}-{len(outcomes)}")
+            outcomes.append(outcome)
+            if time.monotonic() >= end:
+                return outcomes
+            if outcome.code == "RESOURCE_EXHAUSTED":
+                await asyncio.sleep(outcome.retry_after_s * random.uniform(0.5, 1.5))  # the hint, jittered
+
     async def run() -> list[Outcome]:
+        end = time.monotonic() + seconds
         async with AsyncProctorClient(address, timeout_s=600, retries=0) as client:
-            return list(await asyncio.gather(*(_call(client, PROMPTS[i % len(PROMPTS)], tokens, f"overload-{i}")
-                                               for i in range(calls))))
+            per_client = await asyncio.gather(*(client_loop(client, i, end) for i in range(calls)))
+        return [outcome for outcomes in per_client for outcome in outcomes]
     return OverloadResult(calls, asyncio.run(run()))
 
 

@@ -103,7 +103,9 @@ class AuditTrail:
         body["server"] = self.server
         try:
             with stage(AUDIT_COMMIT) as attributes:
-                future = await asyncio.to_thread(self.sink.submit, body)  # a full queue blocks here, off the loop
+                future = self.sink.try_submit(body)  # on the loop while the queue has room (no thread hop)
+                if future is None:
+                    future = await asyncio.to_thread(self.sink.submit, body)  # a full queue blocks, off the loop
                 attributes["proctor.audit.waited"] = bool(self.compliance if wait is None else wait)
                 if attributes["proctor.audit.waited"]:
                     await asyncio.wrap_future(future)

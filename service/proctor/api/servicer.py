@@ -7,6 +7,7 @@ own thread; its events come back through a ``LoopRelay`` (one loop wake-up per b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ from typing import Protocol
 import grpc
 
 from proctor import __version__
-from proctor.api.audit_trail import MODEL_FIELDS, AuditStoreUnavailable, AuditTrail, AuditWriteFailed
+from proctor.api.audit_trail import MODEL_FIELDS, AuditTrail, AuditWriteFailed
 from proctor.api.caller_limits import capped_request
 from proctor.api.convert import chunk_from_event, request_from_proto, response_from_events
 from proctor.api.errors import abort_with
@@ -45,6 +46,7 @@ DEADLINE_MESSAGE = "the call's deadline passed during generation"
 class GenerationEngine(Protocol):
     """What the API needs from the engine (kept abstract so api/ never imports torch)."""
 
+    def admission(self) -> contextlib.AbstractContextManager[None]: ...
     def prepare(self, request: GenerationRequest) -> object: ...
     def submit(self, prepared: object, sink: object) -> int: ...
     def abort(self, request_id: str) -> None: ...
@@ -109,13 +111,14 @@ class GenerationServicer(pb_grpc.GenerationServicer):
     async def _start(self, request: GenerationRequest, call: CallRecord) -> asyncio.Queue[TokenEvent]:
         engine = self._engine
         self.audit.check_available()
-        with stage(PREPARE):  # its end is the submission: the engine's timings count from there
-            prepared = await asyncio.to_thread(engine.prepare, request)
-        view: PreparedView = prepared  # type: ignore[assignment]
-        call.rendered_prompt, call.prompt_tokens = view.rendered_prompt, len(view.prompt_ids)
-        relay = self._relay_for(asyncio.get_running_loop())
-        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
-        engine.submit(prepared, lambda event: relay.send(queue.put_nowait, event))
+        with engine.admission():  # a full queue refuses the call here, before any work on it
+            with stage(PREPARE):  # its end is the submission: the engine's timings count from there
+                prepared = await asyncio.to_thread(engine.prepare, request)
+            view: PreparedView = prepared  # type: ignore[assignment]
+            call.rendered_prompt, call.prompt_tokens = view.rendered_prompt, len(view.prompt_ids)
+            relay = self._relay_for(asyncio.get_running_loop())
+            queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+            engine.submit(prepared, lambda event: relay.send(queue.put_nowait, event))
         return queue
 
     def _relay_for(self, loop: asyncio.AbstractEventLoop) -> LoopRelay:
@@ -180,9 +183,9 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             self.audit.status_from(call, exc)
         if not isinstance(exc, AuditWriteFailed):
             try:
-                # Not waited for: a cancel, or a refusal because the store is down (its record may not land).
-                unwaited = isinstance(exc, asyncio.CancelledError | AuditStoreUnavailable)
-                await self.audit.commit(call, wait=False if unwaited else None)
+                # Submitted, not waited for: no output goes with an error, so there is nothing for the record to
+                # vouch for first, and a refusal under load (or with the store down) answers in milliseconds.
+                await self.audit.commit(call, wait=False)
             except AuditWriteFailed as audit_exc:
                 exc = audit_exc
         if isinstance(exc, asyncio.CancelledError | grpc.aio.AbortError):

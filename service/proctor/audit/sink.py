@@ -77,6 +77,17 @@ class AuditSink:
         self._queue.put((body, future))
         return future
 
+    def try_submit(self, body: dict[str, Any]) -> Future[int] | None:
+        """``submit`` if the queue has room now, else None (without blocking: for the event loop)."""
+        if self._closed:
+            raise AuditUnavailable("the audit trail is closed")
+        future: Future[int] = Future()
+        try:
+            self._queue.put_nowait((body, future))
+        except queue.Full:
+            return None
+        return future
+
     def depth(self) -> int:
         """Records waiting for the writer (approximate, for the metrics scrape)."""
         return self._queue.qsize()

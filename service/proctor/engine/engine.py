@@ -10,12 +10,13 @@ them to its event loop).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -60,7 +61,8 @@ class Engine:
         rows = max(1, settings.max_batch_size)
         self._batch = DecodeBatch(lambda: self._make_runner(rows, release_dense_weights), rows,
                                   settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens)
-        self._scheduler = Scheduler(settings.max_waiting, settings.max_prefill_tokens)
+        self._scheduler = Scheduler(settings.max_waiting, settings.max_prefill_tokens,
+                                    free_rows=lambda: rows - len(self._batch.states) - len(self._batch.staged))
         self._eos = frozenset(loaded.eos_token_ids)
         self._pieces: dict[int, str] = {}  # per-token text for token details, filled on first use
         self._by_id: dict[str, SequenceState] = {}
@@ -108,6 +110,17 @@ class Engine:
         if self.constraints is None:
             raise RequestValidationError.single(request.constraint.field, "this server has constraints disabled")
         return dataclasses.replace(prepared, constraint=self.constraints.prepare(request.constraint))
+
+    @contextlib.contextmanager
+    def admission(self) -> Iterator[None]:
+        """Around a call's prepare and submit: Overloaded at once when the queue is already spoken for."""
+        if not self._accepting:
+            raise ShuttingDown("the server is shutting down")
+        self._scheduler.reserve()
+        try:
+            yield
+        finally:
+            self._scheduler.unreserve()
 
     def submit(self, prepared: PreparedRequest, sink: EventSink) -> int:
         """Queue a prepared request; return the seed its generator uses. Raises Overloaded/ShuttingDown.

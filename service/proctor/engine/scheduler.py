@@ -18,15 +18,35 @@ from proctor.engine.sequence import SequenceState
 
 
 class Scheduler:
-    def __init__(self, max_waiting: int, max_prefill_tokens: int) -> None:
+    def __init__(self, max_waiting: int, max_prefill_tokens: int, free_rows: Callable[[], int] = lambda: 0) -> None:
         self.max_waiting = max_waiting
+        # Rows of the running batch that are free now (read without the engine's lock: a hint). Requests
+        # that will take them at the next step are not counted against max_waiting.
+        self._free_rows = free_rows
         self.max_prefill_tokens = max_prefill_tokens
         self._waiting: deque[SequenceState] = deque()
+        self._reserved = 0  # calls admitted and still being prepared (tokenized, compiled) before they enqueue
         self._lock = threading.Lock()
+
+    def reserve(self) -> None:
+        """Hold a place for a call about to be prepared, or refuse it at once (Overloaded) when the waiting
+        requests and the calls being prepared already fill the queue: a burst is then refused in
+        microseconds, not after each excess call was tokenized. ``enqueue`` stays the authority."""
+        with self._lock:
+            if len(self._waiting) + self._reserved >= self._capacity():
+                raise Overloaded(f"the waiting queue is full ({self.max_waiting} requests); retry later")
+            self._reserved += 1
+
+    def unreserve(self) -> None:
+        with self._lock:
+            self._reserved -= 1
+
+    def _capacity(self) -> int:
+        return self.max_waiting + max(0, self._free_rows())
 
     def enqueue(self, state: SequenceState) -> None:
         with self._lock:
-            if len(self._waiting) >= self.max_waiting:
+            if len(self._waiting) >= self._capacity():
                 raise Overloaded(f"the waiting queue is full ({self.max_waiting} requests); retry later")
             self._waiting.append(state)
 

@@ -1,0 +1,182 @@
+"""Reliability suite (issue 14), full size, with figures for bench/README.md ("Reliability").
+
+Every scenario drives a real ``proctor serve`` process (the real model, audit on in compliance mode,
+SQLite) over gRPC; the scenarios live in tests/helpers/reliability.py and tests/helpers/fuzz.py, where
+the fast tests (tests/integration/test_reliability_real.py) run them small.
+
+- **soak**: ``--soak-streams`` closed-loop streams for ``--soak-s`` seconds: errors, and VmRSS after
+  ``--warmup-s`` vs at the end (target: 0 errors, growth <= 5%).
+- **overload**: 3x as many clients as the server holds (``--max-batch-size`` + ``--max-waiting``) for
+  ``--overload-s``, each waiting out the retry hint after a refusal: codes, and how fast the excess is
+  refused, in the server (its access log) and as the client saw it (target: every excess call
+  RESOURCE_EXHAUSTED + RetryInfo within 50 ms, 0 INTERNAL).
+- **sigterm**: SIGTERM under load: how long health reports NOT_SERVING before the port closes (target:
+  at least the drain notice), in-flight calls finished, records lost (target: 0).
+- **kill**: kill -9 under load, ``--kill-rounds`` times on one audit log: after each, the log verifies and
+  holds every response a client received, with its tokens (target: every round).
+- **fuzz**: ``--fuzz-examples`` generated requests per RPC (hypothesis over the protobuf descriptors, one
+  in eight raw bytes): 0 INTERNAL/UNKNOWN, every INVALID_ARGUMENT with a field violation, healthy after.
+
+    python bench/reliability.py [--only soak,overload,sigterm,kill,fuzz] [--soak-s 600] [--soak-streams 32]
+        [--kill-rounds 20] [--fuzz-examples 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "service"), str(ROOT / "clients" / "python" / "src")]
+
+import grpc  # noqa: E402
+from helpers.fuzz import RPCS, FuzzTally, fuzz_rpc  # noqa: E402
+from helpers.reliability import (  # noqa: E402
+    ServedProcess,
+    access_durations_ms,
+    health,
+    kill_under_load,
+    overload,
+    sigterm_under_load,
+    soak,
+)
+
+SCENARIOS = ("soak", "overload", "sigterm", "kill", "fuzz")
+rows: list[tuple[str, str, str, str]] = []  # (scenario, target, measured, met)
+
+
+def note(scenario: str, target: str, measured: str, met: bool) -> None:
+    rows.append((scenario, target, measured, "yes" if met else "**no**"))
+    print(f"{scenario}: {measured} ({'met' if met else 'NOT met'}: {target})", file=sys.stderr, flush=True)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def run_soak(args: argparse.Namespace, directory: Path) -> None:
+    result = soak(directory, args.soak_streams, args.soak_tokens, args.soak_s, args.warmup_s)
+    errors = [o for o in result.outcomes if o.code != "OK"]
+    growth = result.rss_end_mb / result.rss_after_warmup_mb - 1
+    tokens = sum(len(o.token_ids) for o in result.outcomes)
+    note("soak", f"{args.soak_streams} streams for {args.soak_s:.0f} s: 0 errors, RSS growth <= 5% after "
+         f"{args.warmup_s:.0f} s", f"{len(result.outcomes)} calls, {tokens / result.seconds:.0f} tokens/s, "
+         f"{len(errors)} errors {sorted({o.code for o in errors})}; VmRSS {result.rss_after_warmup_mb:.0f} -> "
+         f"{result.rss_end_mb:.0f} MB ({growth:+.1%})", not errors and growth <= 0.05)
+
+
+def run_overload(args: argparse.Namespace, directory: Path) -> None:
+    capacity = args.max_batch_size + args.max_waiting
+    server = ServedProcess(directory, "--max-batch-size", str(args.max_batch_size),
+                           "--max-waiting", str(args.max_waiting))
+    try:
+        server.wait_ready()
+        overload(server.address, capacity, tokens=8)  # warm: the first calls' costs are not the figure
+        result = overload(server.address, 3 * capacity, tokens=64, seconds=args.overload_s, ramp_s=2.0)
+        served_ms = access_durations_ms(server.log, "RESOURCE_EXHAUSTED")
+    finally:
+        server.stop()
+    refusals = result.refusals
+    client_ms = [r.seconds * 1000 for r in refusals]
+    codes = result.by_code()
+    bad = {code: n for code, n in codes.items() if code not in ("OK", "RESOURCE_EXHAUSTED")}
+
+    def spread(values: list[float]) -> str:
+        return (f"p50 {pct(values, 0.5):.1f} / p99 {pct(values, 0.99):.1f} / max {max(values):.1f} ms, "
+                f"{sum(v > 50 for v in values)} over 50 ms")
+
+    note("overload", "3x capacity: every excess call RESOURCE_EXHAUSTED + RetryInfo within 50 ms (server side), "
+         "0 INTERNAL", f"{result.calls} clients for {args.overload_s:.0f} s on {args.max_batch_size} rows + "
+         f"{args.max_waiting} waiting, each waiting out the retry hint: {codes}; "
+         f"{sum(not r.retry_hint for r in refusals)} without RetryInfo; refusal time in the server "
+         f"{spread(served_ms)}; as the client saw it "
+         f"{spread(client_ms)}", not bad and all(r.retry_hint for r in refusals) and pct(served_ms, 0.99) <= 50)
+
+
+def run_sigterm(args: argparse.Namespace, directory: Path) -> None:
+    result = sigterm_under_load(directory, args.sigterm_streams, 96, args.drain_notice_s)
+    codes: dict[str, int] = {}
+    for outcome in result.outcomes:
+        codes[outcome.code] = codes.get(outcome.code, 0) + 1
+    lost = len(result.log.missing) + len(result.log.mismatched)
+    note("sigterm", f"NOT_SERVING visible >= the {args.drain_notice_s:.0f} s notice before the port closes; "
+         "in-flight calls finish; 0 records lost",
+         f"exit {result.exit_code}; NOT_SERVING for {result.not_serving_s:.1f} s on the main port; calls {codes}; "
+         f"log {'verifies' if result.log.verified else 'FAILS: ' + result.log.problem}, {lost} responses missing",
+         result.exit_code == 0 and result.not_serving_s >= args.drain_notice_s - 0.5 and result.log.verified
+         and not lost and "INTERNAL" not in codes)
+
+
+def run_kill(args: argparse.Namespace, directory: Path) -> None:
+    rounds = kill_under_load(directory, args.kill_rounds, args.kill_streams, 24)
+    failed = [i for i, r in enumerate(rounds) if not r.log.verified or r.log.missing or r.log.mismatched]
+    received = sum(o.code == "OK" for r in rounds for o in r.outcomes)
+    restarts = [r.restart_s for r in rounds[1:]]
+    note("kill -9", f"{args.kill_rounds} rounds: after each restart the log verifies and holds every response",
+         f"{len(rounds) - len(failed)}/{len(rounds)} rounds clean ({received} responses received, "
+         f"{rounds[-1].log.records} records); restart to ready p50 {statistics.median(restarts or [0]):.1f} s"
+         + (f"; failed rounds {failed}: {rounds[failed[0]].log}" if failed else ""), not failed)
+
+
+def run_fuzz(args: argparse.Namespace, directory: Path) -> None:
+    server = ServedProcess(directory, "--max-new-tokens-limit", "4")
+    tally = FuzzTally()
+    start = time.perf_counter()
+    try:
+        server.wait_ready()
+        with grpc.insecure_channel(server.address) as channel:
+            for rpc in RPCS:
+                fuzz_rpc(channel, rpc, args.fuzz_examples, tally)
+                print(f"fuzz {rpc}: {tally.codes[rpc]}", file=sys.stderr, flush=True)
+        healthy = health(server.address)
+    finally:
+        server.stop()
+    total = sum(tally.total(rpc) for rpc in RPCS)
+    note("fuzz", f"{args.fuzz_examples:,} generated requests per RPC: 0 INTERNAL/UNKNOWN, every INVALID_ARGUMENT "
+         "with a field violation, healthy after",
+         f"{total:,} requests over {len(RPCS)} RPCs in {time.perf_counter() - start:.0f} s: "
+         + "; ".join(f"{rpc} {dict(sorted(tally.codes[rpc].items()))}" for rpc in RPCS)
+         + f"; {len(tally.failures)} broke the oracle; health after: {healthy}",
+         not tally.failures and healthy == "SERVING")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default=",".join(SCENARIOS), help="scenarios to run, comma-separated")
+    parser.add_argument("--soak-s", type=float, default=600.0)
+    parser.add_argument("--soak-streams", type=int, default=32)
+    parser.add_argument("--soak-tokens", type=int, default=64)
+    parser.add_argument("--warmup-s", type=float, default=60.0)
+    parser.add_argument("--max-batch-size", type=int, default=8)
+    parser.add_argument("--max-waiting", type=int, default=8)
+    parser.add_argument("--overload-s", type=float, default=30.0)
+    parser.add_argument("--sigterm-streams", type=int, default=8)
+    parser.add_argument("--drain-notice-s", type=float, default=5.0)
+    parser.add_argument("--kill-rounds", type=int, default=20)
+    parser.add_argument("--kill-streams", type=int, default=4)
+    parser.add_argument("--fuzz-examples", type=int, default=10_000)
+    args = parser.parse_args()
+    chosen = [name for name in args.only.split(",") if name]
+    unknown = set(chosen) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
+    runners = {"soak": run_soak, "overload": run_overload, "sigterm": run_sigterm, "kill": run_kill,
+               "fuzz": run_fuzz}
+    for name in chosen:
+        directory = Path(tempfile.mkdtemp(prefix=f"proctor-reliability-{name}-"))
+        runners[name](args, directory)
+    print(f"\nReliability (`python {' '.join(sys.argv)}`; load average {os.getloadavg()[0]:.1f}):\n")
+    print("| scenario | target | measured | met |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
