@@ -59,3 +59,14 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# The container image (deploy/docker/README.md): `image` builds localhost/proctor:dev with podman from
+# local Debian base images and a wheelhouse (no registry); `image-check` also starts it and calls it over
+# gRPC (tests/deploy/test_image.py). Minutes and ~5 GB of disk, so not part of `make test`.
+.PHONY: image image-check
+image: $(STAMP)
+	bash deploy/docker/build.sh
+
+image-check: $(STAMP)
+	bash deploy/docker/install-tools.sh
+	PROCTOR_IMAGE_CHECK=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/deploy/test_image.py $(ARGS)

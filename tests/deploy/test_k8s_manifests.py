@@ -102,6 +102,12 @@ def test_probes_ports_threads_and_termination_agree_with_the_settings(
     assert float(env["PROCTOR_DRAIN_NOTICE_S"]) >= container["readinessProbe"]["periodSeconds"] * \
         container["readinessProbe"]["failureThreshold"]
     assert container["securityContext"]["readOnlyRootFilesystem"] and pod["securityContext"]["runAsNonRoot"]
+    # The image runs as its proctor user and its entry point is already `proctor serve`: flags only.
+    dockerfile = (K8S.parent / "docker" / "Dockerfile").read_text()
+    assert f"--uid {pod['securityContext']['runAsUser']} " in dockerfile
+    assert 'ENTRYPOINT ["proctor-serve"]' in dockerfile and "serve" not in container.get("args", [])
+    # The entry point copies the prebuilt kernels to /tmp on a read-only root: /tmp must be writable.
+    assert any(mount["mountPath"] == "/tmp" for mount in container["volumeMounts"])
     mounted = {mount["name"] for mount in container["volumeMounts"]}
     assert mounted == {volume["name"] for volume in pod["volumes"]}, name
 
