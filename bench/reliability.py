@@ -14,10 +14,13 @@ the fast tests (tests/integration/test_reliability_real.py) run them small.
   at least the drain notice), in-flight calls finished, records lost (target: 0).
 - **kill**: kill -9 under load, ``--kill-rounds`` times on one audit log: after each, the log verifies and
   holds every response a client received, with its tokens (target: every round).
+- **pgrestart**: a server auditing into PostgreSQL (the throwaway cluster of ``scripts/postgres.sh``) under
+  load; PostgreSQL stopped for ``--pg-down-s`` and started again: calls fail closed while it is down,
+  come back by themselves after, and every response a client received is in the log, which verifies.
 - **fuzz**: ``--fuzz-examples`` generated requests per RPC (hypothesis over the protobuf descriptors, one
   in eight raw bytes): 0 INTERNAL/UNKNOWN, every INVALID_ARGUMENT with a field violation, healthy after.
 
-    python bench/reliability.py [--only soak,overload,sigterm,kill,fuzz] [--soak-s 600] [--soak-streams 32]
+    python bench/reliability.py [--only soak,overload,sigterm,kill,pgrestart,fuzz] [--soak-s 600] [--soak-streams 32]
         [--kill-rounds 20] [--fuzz-examples 10000]
 """
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,16 +41,18 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "service"), str(ROOT / "clients"
 import grpc  # noqa: E402
 from helpers.fuzz import RPCS, FuzzTally, fuzz_rpc  # noqa: E402
 from helpers.reliability import (  # noqa: E402
+    Outcome,
     ServedProcess,
     access_durations_ms,
     health,
     kill_under_load,
     overload,
+    postgres_restart_under_load,
     sigterm_under_load,
     soak,
 )
 
-SCENARIOS = ("soak", "overload", "sigterm", "kill", "fuzz")
+SCENARIOS = ("soak", "overload", "sigterm", "kill", "pgrestart", "fuzz")
 rows: list[tuple[str, str, str, str]] = []  # (scenario, target, measured, met)
 
 
@@ -124,6 +130,29 @@ def run_kill(args: argparse.Namespace, directory: Path) -> None:
          + (f"; failed rounds {failed}: {rounds[failed[0]].log}" if failed else ""), not failed)
 
 
+def run_pgrestart(args: argparse.Namespace, directory: Path) -> None:
+    script = ["bash", str(ROOT / "scripts" / "postgres.sh")]
+    subprocess.run([*script, "start"], check=True, capture_output=True, timeout=300)
+    owner = subprocess.run([*script, "dsn"], check=True, capture_output=True, text=True).stdout.strip()
+    result = postgres_restart_under_load(directory, owner, ([*script, "stop"], [*script, "start"]),
+                                         args.kill_streams, 24, args.pg_down_s, 15.0)
+
+    def codes(outcomes: list[Outcome]) -> dict[str, int]:
+        counted: dict[str, int] = {}
+        for outcome in outcomes:
+            counted[outcome.code] = counted.get(outcome.code, 0) + 1
+        return counted
+
+    lost = len(result.log.missing) + len(result.log.mismatched)
+    during = codes(result.during)
+    note("PostgreSQL restart", f"stopped {args.pg_down_s:.0f} s under load: calls fail closed meanwhile, resume "
+         "after, nothing acknowledged lost", f"calls before {codes(result.before)}, while down or starting {during}, "
+         f"after {codes(result.after)}; log {'verifies' if result.log.verified else 'FAILS: ' + result.log.problem}"
+         f" ({result.log.records} records), {lost} received responses missing",
+         result.log.verified and not lost and set(during) <= {"OK", "INTERNAL", "UNAVAILABLE"}
+         and codes(result.after).get("OK", 0) > 0)
+
+
 def run_fuzz(args: argparse.Namespace, directory: Path) -> None:
     server = ServedProcess(directory, "--max-new-tokens-limit", "4")
     tally = FuzzTally()
@@ -160,6 +189,7 @@ def main() -> None:
     parser.add_argument("--drain-notice-s", type=float, default=5.0)
     parser.add_argument("--kill-rounds", type=int, default=20)
     parser.add_argument("--kill-streams", type=int, default=4)
+    parser.add_argument("--pg-down-s", type=float, default=5.0)
     parser.add_argument("--fuzz-examples", type=int, default=10_000)
     args = parser.parse_args()
     chosen = [name for name in args.only.split(",") if name]
@@ -167,7 +197,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown scenarios {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
     runners = {"soak": run_soak, "overload": run_overload, "sigterm": run_sigterm, "kill": run_kill,
-               "fuzz": run_fuzz}
+               "pgrestart": run_pgrestart, "fuzz": run_fuzz}
     for name in chosen:
         directory = Path(tempfile.mkdtemp(prefix=f"proctor-reliability-{name}-"))
         runners[name](args, directory)

@@ -8,6 +8,8 @@ gRPC and returns what it saw, for the caller to assert on or print.
   drain notice before the port closes, the running streams finish, every response is in the audit log.
 - ``kill_under_load``: kill -9 while calls run, then restart on the same audit log: it verifies, and
   every response a client received is in it with all its tokens.
+- ``postgres_restart_under_load``: PostgreSQL stopped and started under a server auditing into it: calls
+  fail closed meanwhile, resume after, and every response a client received is in the log.
 - ``soak``: concurrent streams for a while: errors, and resident memory after warm-up vs at the end.
 """
 
@@ -31,6 +33,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from proctor.audit.store import AuditStore
 from proctor_client import AsyncProctorClient, ProctorClient, ProctorError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -225,10 +228,15 @@ class LogCheck:
 
 def check_log(audit_db: Path, received: list[Outcome]) -> LogCheck:
     from proctor.audit.sqlite_store import SQLiteAuditStore
+
+    return check_store(SQLiteAuditStore(audit_db, readonly=True), Path(f"{audit_db}.checkpoints"), received)
+
+
+def check_store(store: AuditStore, checkpoints: Path, received: list[Outcome]) -> LogCheck:
+    """``verify_log`` over the store, and every response a client received looked up in it."""
     from proctor.audit.verify import verify_log
 
-    store = SQLiteAuditStore(audit_db, readonly=True)
-    result = verify_log(store, checkpoint_file=Path(f"{audit_db}.checkpoints"))
+    result = verify_log(store, checkpoint_file=checkpoints)
     missing, mismatched = [], []
     for outcome in received:
         if outcome.code != "OK":
@@ -307,6 +315,44 @@ def kill_under_load(directory: Path, rounds: int, streams: int, tokens: int, see
         received.extend(outcomes)
         results.append(KillRound(delay, outcomes, check_log(audit_db, received), restart_s))
     return results
+
+
+# --- PostgreSQL restarted under load ------------------------------------------------------------------------------
+@dataclass
+class PostgresRestartResult:
+    before: list[Outcome]  # calls that ended before PostgreSQL stopped
+    during: list[Outcome]  # ... while it was stopped or starting
+    after: list[Outcome]  # ... after it answered again
+    log: LogCheck
+
+
+def postgres_restart_under_load(directory: Path, owner_dsn: str, restart: tuple[list[str], list[str]],
+                                streams: int, tokens: int, down_s: float, after_s: float) -> PostgresRestartResult:
+    """A server auditing into PostgreSQL (its own schema, the appender role) under load; PostgreSQL is
+    stopped for ``down_s`` and started again with the ``restart`` commands (stop, start). Every call that
+    ended OK must be in the log, which must verify; while it is down calls must fail closed."""
+    from helpers.postgres import audit_schema
+    from proctor.audit.postgres_store import PostgresAuditStore
+
+    _, app_dsn = audit_schema(owner_dsn)
+    checkpoints = directory / "pg.checkpoints"
+    served = ServedProcess(directory, "--audit-dsn", app_dsn, "--audit-signing-key", str(directory / "pg.key"),
+                           "--audit-checkpoint-file", str(checkpoints))
+    try:
+        served.wait_ready()
+        load = Load(served.address, streams, tokens).start()
+        time.sleep(3.0)
+        stopped_at = len(load.outcomes)
+        subprocess.run(restart[0], check=True, capture_output=True, timeout=120)
+        time.sleep(down_s)
+        subprocess.run(restart[1], check=True, capture_output=True, timeout=120)
+        started_at = len(load.outcomes)
+        time.sleep(after_s)
+        outcomes = load.stop()
+    finally:
+        served.stop()
+    return PostgresRestartResult(outcomes[:stopped_at], outcomes[stopped_at:started_at], outcomes[started_at:],
+                                 check_store(PostgresAuditStore(app_dsn), checkpoints, outcomes))
 
 
 # --- soak -----------------------------------------------------------------------------------------------------
