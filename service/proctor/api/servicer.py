@@ -16,7 +16,7 @@ from typing import Protocol
 import grpc
 
 from proctor import __version__
-from proctor.api.audit_trail import MODEL_FIELDS, AuditTrail, AuditWriteFailed
+from proctor.api.audit_trail import MODEL_FIELDS, AuditStoreUnavailable, AuditTrail, AuditWriteFailed
 from proctor.api.caller_limits import capped_request
 from proctor.api.convert import chunk_from_event, request_from_proto, response_from_events
 from proctor.api.errors import abort_with
@@ -183,9 +183,11 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             self.audit.status_from(call, exc)
         if not isinstance(exc, AuditWriteFailed):
             try:
-                # Submitted, not waited for: no output goes with an error, so there is nothing for the record to
-                # vouch for first, and a refusal under load (or with the store down) answers in milliseconds.
-                await self.audit.commit(call, wait=False)
+                # Compliance mode waits for a failed call's record too, except where waiting defeats the answer:
+                # a cancel, load shedding (a refusal must stay cheap under overload: it is submitted, and lands
+                # within the writer's next batch) and a store that is down.
+                unwaited = isinstance(exc, asyncio.CancelledError | Overloaded | AuditStoreUnavailable)
+                await self.audit.commit(call, wait=False if unwaited else None)
             except AuditWriteFailed as audit_exc:
                 exc = audit_exc
         if isinstance(exc, asyncio.CancelledError | grpc.aio.AbortError):
