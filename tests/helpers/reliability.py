@@ -50,11 +50,13 @@ def free_port() -> int:
 class ServedProcess:
     """``proctor serve`` as a child process on free ports (main and health-only), logging to a file."""
 
-    def __init__(self, directory: Path, *extra: str, audit_db: Path | None = None) -> None:
+    def __init__(self, directory: Path, *extra: str, audit_db: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.directory = directory
         self.port, self.health_port = free_port(), free_port()
         self.audit_db = audit_db or directory / "audit.db"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "service"), str(ROOT / "clients/python/src")])}
+        env = {**os.environ, **(env or {}),
+               "PYTHONPATH": os.pathsep.join([str(ROOT / "service"), str(ROOT / "clients/python/src")])}
         self.log_path = directory / f"server-{self.port}.log"
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
@@ -72,8 +74,14 @@ class ServedProcess:
         return self.log_path.read_text(errors="replace")
 
     def wait_ready(self, timeout_s: float = 300) -> None:
-        with ProctorClient(self.address, timeout_s=timeout_s) as client:
-            client.wait_ready(timeout_s)
+        """Until the server is SERVING; raises with its log's end when it exits first."""
+        end = time.monotonic() + timeout_s
+        while health(self.address) != "SERVING":
+            if self.process.poll() is not None:
+                raise RuntimeError(f"proctor serve exited with {self.process.returncode}:\n{self.log[-2000:]}")
+            if time.monotonic() > end:
+                raise TimeoutError(f"proctor serve not ready after {timeout_s:.0f} s:\n{self.log[-2000:]}")
+            time.sleep(0.2)
 
     def rss_mb(self) -> float:
         """Resident memory now (VmRSS), MB."""
@@ -337,7 +345,7 @@ def postgres_restart_under_load(directory: Path, owner_dsn: str, restart: tuple[
     _, app_dsn = audit_schema(owner_dsn)
     checkpoints = directory / "pg.checkpoints"
     served = ServedProcess(directory, "--audit-dsn", app_dsn, "--audit-signing-key", str(directory / "pg.key"),
-                           "--audit-checkpoint-file", str(checkpoints))
+                           env={"PROCTOR_AUDIT_CHECKPOINT_FILE": str(checkpoints)})
     try:
         served.wait_ready()
         load = Load(served.address, streams, tokens).start()
