@@ -70,3 +70,19 @@ image: $(STAMP)
 image-check: $(STAMP)
 	bash deploy/docker/install-tools.sh
 	PROCTOR_IMAGE_CHECK=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/deploy/test_image.py $(ARGS)
+
+# The Compose stack (deploy/compose/README.md): postgres, audit-init, two replicas and prometheus started
+# with podman-compose and checked by tests/deploy/test_compose.py (TLS + token calls to both replicas, the
+# shared audit chain verified, the alert rules evaluated against the real scrape, a draining stop), then
+# torn down. Builds the local images only when missing (`make image` rebuilds Proctor's). Minutes, so not
+# part of `make test`.
+.PHONY: compose-check
+compose-check: $(STAMP)
+	bash deploy/docker/install-tools.sh --compose
+	set -e; export CONTAINERS_CONF="$${CONTAINERS_CONF:-$(CURDIR)/deploy/docker/containers.conf}"; \
+	podman image exists "$${PROCTOR_IMAGE:-localhost/proctor:dev}" \
+	    || IMAGE="$${PROCTOR_IMAGE:-localhost/proctor:dev}" bash deploy/docker/build.sh; \
+	if [ -z "$${POSTGRES_IMAGE:-}$${PROMETHEUS_IMAGE:-}" ]; then \
+	    podman image exists localhost/proctor-postgres:15 && podman image exists localhost/proctor-prometheus:2.42 \
+	        || bash deploy/compose/images/build.sh; fi
+	PROCTOR_COMPOSE_CHECK=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/deploy/test_compose.py $(ARGS)

@@ -6,6 +6,7 @@ of the server exports (scraped over HTTP).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import re
@@ -13,9 +14,12 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import yaml
@@ -138,3 +142,62 @@ def test_every_metric_the_rules_and_the_dashboard_name_is_exported() -> None:
 def test_grafana_provisioning_files_parse(path: str) -> None:
     provisioning = yaml.safe_load((DEPLOY / "grafana" / path).read_text())
     assert provisioning["apiVersion"] == 1
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def prometheus_api(port: int, path: str) -> dict[str, Any]:
+    return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/{path}", timeout=10).read())
+
+
+def test_a_real_prometheus_scrape_keeps_the_names_and_every_rule_and_query_evaluates(tmp_path: Path) -> None:
+    """A real Prometheus (Debian's, from scripts/deploy-tools.sh) scrapes a real metrics endpoint with the
+    alert rules loaded: the ``proctor:`` names arrive as they are (prometheus_client's OpenMetrics answer
+    once turned them into ``proctor_…``, and every rule matched nothing), the rules evaluate without an
+    error, and so does every dashboard query."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        missing("prometheus is not installed (scripts/deploy-tools.sh installs it; `make test` runs that)")
+    metrics_port, web_port = free_port(), free_port()
+    observability = Observability.from_settings(Settings(metrics_port=metrics_port), environ={})
+    observability.serve(Settings(metrics_port=metrics_port))
+    metrics = observability.metrics
+    assert metrics is not None
+    metrics.requests.labels("proctor.v1.Generation", "Generate", "OK").inc(3)  # a few samples to find
+    metrics.ttft.observe(0.2)
+    shutil.copy(RULES, tmp_path / RULES.name)
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [RULES.name],
+        "scrape_configs": [{"job_name": "proctor", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}],
+    }))
+    server = subprocess.Popen([str(binary), f"--config.file={tmp_path / 'prometheus.yml'}",
+                               f"--storage.tsdb.path={tmp_path / 'data'}",
+                               f"--web.listen-address=127.0.0.1:{web_port}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        names: list[str] = []
+        while "proctor:requests_total" not in names:
+            assert time.monotonic() < deadline, f"no proctor:requests_total scraped; names: {names[:20]}"
+            time.sleep(0.5)
+            with contextlib.suppress(OSError):
+                names = prometheus_api(web_port, "label/__name__/values")["data"]
+        assert not [name for name in names if name.startswith("proctor_")], names  # no escaped names
+        time.sleep(2.5)  # a few rule evaluations
+        rules = [rule for group in prometheus_api(web_port, "rules")["data"]["groups"] for rule in group["rules"]]
+        assert len(rules) == len(rule_expressions())
+        assert all(rule["health"] == "ok" for rule in rules), [(r["name"], r.get("lastError")) for r in rules]
+        for expr in rule_expressions() + [q.replace("$__rate_interval", "1m") for q in dashboard_queries()]:
+            query = urllib.parse.urlencode({"query": expr})
+            assert prometheus_api(web_port, f"query?{query}")["status"] == "success", expr
+        found = prometheus_api(web_port, "query?" + urllib.parse.urlencode({"query": "proctor:requests_total"}))
+        assert [sample["value"][1] for sample in found["data"]["result"]] == ["3"]
+    finally:
+        server.terminate()
+        server.wait(30)
+        observability.close()

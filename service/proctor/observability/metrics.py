@@ -24,10 +24,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from proctor.observability.calls import CallObservation
 from proctor.observability.collectors import PREFIX, StateCollector
+from proctor.observability.endpoint import serve_metrics
 
 log = logging.getLogger("proctor.observability")
 # Buckets in seconds (vLLM's for the request latencies).
@@ -150,7 +151,7 @@ class Metrics:
     # --- serving -----------------------------------------------------------------------------------
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` (any path) over HTTP on ``host:port``; returns the bound port."""
-        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        server = serve_metrics(self.registry, host, port)
         self._http = server
         self.port = int(server.server_port)
         log.info("metrics on http://%s:%d/metrics", host if ":" not in host else f"[{host}]", self.port)
