@@ -41,9 +41,9 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "service"), str(ROOT / "clients"
 import grpc  # noqa: E402
 from helpers.fuzz import RPCS, FuzzTally, fuzz_rpc  # noqa: E402
 from helpers.reliability import (  # noqa: E402
-    Outcome,
     ServedProcess,
     access_durations_ms,
+    count_codes,
     health,
     kill_under_load,
     overload,
@@ -109,9 +109,7 @@ def run_overload(args: argparse.Namespace, directory: Path) -> None:
 
 def run_sigterm(args: argparse.Namespace, directory: Path) -> None:
     result = sigterm_under_load(directory, args.sigterm_streams, 96, args.drain_notice_s)
-    codes: dict[str, int] = {}
-    for outcome in result.outcomes:
-        codes[outcome.code] = codes.get(outcome.code, 0) + 1
+    codes = count_codes(result.outcomes)
     lost = len(result.log.missing) + len(result.log.mismatched)
     note("sigterm", f"NOT_SERVING visible >= the {args.drain_notice_s:.0f} s notice before the port closes; "
          "in-flight calls finish; 0 records lost",
@@ -139,20 +137,14 @@ def run_pgrestart(args: argparse.Namespace, directory: Path) -> None:
     result = postgres_restart_under_load(directory, owner, ([*script, "stop"], [*script, "start"]),
                                          args.kill_streams, 24, args.pg_down_s, 15.0)
 
-    def codes(outcomes: list[Outcome]) -> dict[str, int]:
-        counted: dict[str, int] = {}
-        for outcome in outcomes:
-            counted[outcome.code] = counted.get(outcome.code, 0) + 1
-        return counted
-
     lost = len(result.log.missing) + len(result.log.mismatched)
-    during = codes(result.during)
+    before, during, after = (count_codes(part) for part in (result.before, result.during, result.after))
+    verdict = "verifies" if result.log.verified else "FAILS: " + result.log.problem
     note("PostgreSQL restart", f"stopped {args.pg_down_s:.0f} s under load: calls fail closed meanwhile, resume "
-         "after, nothing acknowledged lost", f"calls before {codes(result.before)}, while down or starting {during}, "
-         f"after {codes(result.after)}; log {'verifies' if result.log.verified else 'FAILS: ' + result.log.problem}"
-         f" ({result.log.records} records), {lost} received responses missing",
+         "after, nothing acknowledged lost", f"calls before {before}, while down or starting {during}, "
+         f"after {after}; log {verdict} ({result.log.records} records), {lost} received responses missing",
          result.log.verified and not lost and set(during) <= {"OK", "INTERNAL", "UNAVAILABLE"}
-         and codes(result.after).get("OK", 0) > 0)
+         and after.get("OK", 0) > 0)
 
 
 def run_fuzz(args: argparse.Namespace, directory: Path) -> None:

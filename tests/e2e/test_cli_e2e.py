@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from helpers.reliability import health
 
 from proctor_client import ProctorClient, ProctorError
 from proctor_client.v1 import generation_pb2 as pb
@@ -144,16 +144,6 @@ def test_sigterm_drains_a_running_stream(serve_process: Callable[..., Any]) -> N
     assert "stopped" in server.log
 
 
-def _health(address: str) -> str:
-    """The health check's status name, or the gRPC error code name when the call itself fails."""
-    with grpc.insecure_channel(address) as channel:
-        try:
-            return health_pb2.HealthCheckResponse.ServingStatus.Name(
-                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1).status)
-        except grpc.RpcError as exc:
-            return exc.code().name  # type: ignore[attr-defined, no-any-return]
-
-
 def test_sigterm_reports_not_serving_for_the_drain_notice_while_calls_are_still_served(
         serve_process: Callable[..., Any]) -> None:
     """A load balancer's probe sees NOT_SERVING (not a connection error) for the notice — on the main port
@@ -164,13 +154,13 @@ def test_sigterm_reports_not_serving_for_the_drain_notice_while_calls_are_still_
     server = serve_process("--drain-notice", str(notice_s), "--health-port", health_address.rsplit(":", 1)[1])
     with ProctorClient(server.address, timeout_s=120, retries=0) as client:
         client.wait_ready(120)
-        assert _health(server.address) == _health(health_address) == "SERVING"
+        assert health(server.address) == health(health_address) == "SERVING"
         server.terminate()
         signalled = time.monotonic()
         seen: list[tuple[float, str, str]] = []
         served_late = None
         while server.proc.poll() is None and time.monotonic() - signalled < notice_s + 30:
-            seen.append((time.monotonic() - signalled, _health(server.address), _health(health_address)))
+            seen.append((time.monotonic() - signalled, health(server.address), health(health_address)))
             if served_late is None and seen[-1][1] == "NOT_SERVING":
                 served_late = client.generate(PROMPT, temperature=0, max_new_tokens=4)
             time.sleep(0.1)

@@ -16,7 +16,7 @@ gRPC and returns what it saw, for the caller to assert on or print.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import json
 import os
 import random
@@ -26,7 +26,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,6 +141,11 @@ async def _call(client: AsyncProctorClient, prompt: str, tokens: int, request_id
     return Outcome("OK", time.perf_counter() - start, response.audit_id, tuple(response.token_ids))
 
 
+def count_codes(outcomes: list[Outcome]) -> dict[str, int]:
+    """How many of the calls ended with each code."""
+    return dict(collections.Counter(outcome.code for outcome in outcomes))
+
+
 # --- overload ----------------------------------------------------------------------------------------------
 @dataclass
 class OverloadResult:
@@ -149,10 +153,7 @@ class OverloadResult:
     outcomes: list[Outcome]
 
     def by_code(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for outcome in self.outcomes:
-            counts[outcome.code] = counts.get(outcome.code, 0) + 1
-        return counts
+        return count_codes(self.outcomes)
 
     @property
     def refusals(self) -> list[Outcome]:
@@ -390,13 +391,3 @@ def soak(directory: Path, streams: int, tokens: int, seconds: float, warmup_s: f
     finally:
         served.stop()
     return SoakResult(seconds, outcomes, warm or samples[0][1], end, samples)
-
-
-@contextlib.contextmanager
-def served(directory: Path, *extra: str) -> Iterator[ServedProcess]:
-    process = ServedProcess(directory, *extra)
-    try:
-        process.wait_ready()
-        yield process
-    finally:
-        process.stop()

@@ -224,8 +224,8 @@ def test_with_postgresql_refusing_records_calls_fail_closed_readiness_follows_an
     (liveness: a restart would not help), refuses new calls at once with UNAVAILABLE, and is back — health
     and calls — by itself when the store answers again. Every response returned is in the log."""
     psycopg = pytest.importorskip("psycopg")
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
     from helpers.postgres import audit_schema, postgres_dsn
+    from helpers.reliability import health as server_health
     from helpers.requirements import missing
 
     from proctor.app import BackgroundServer
@@ -248,9 +248,7 @@ def test_with_postgresql_refusing_records_calls_fail_closed_readiness_follows_an
     background = BackgroundServer(settings).start()
 
     def health(service: str) -> str:
-        with grpc.insecure_channel(background.address) as channel:
-            status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service)).status
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+        return server_health(background.address, service)
 
     def eventually(service: str, wanted: str, timeout_s: float = 10.0) -> None:
         end = time.monotonic() + timeout_s

@@ -147,7 +147,7 @@ def _greedy_under_constraints(logits: torch.Tensor, rows: list[DecodeRow], top: 
     if not all(row.sampling.greedy and not row.processors and row.penalties is None for row in rows):
         return None
     constrained = only_constraints(rows)
-    if not constrained:
+    if not constrained or not fused_decode.suits(logits):  # (checked first: the fallback fills the masks itself)
         return None
     start = time.perf_counter()
     bitmask = constraint_bitmask(rows, constrained, logits.shape[-1])

@@ -109,25 +109,26 @@ def unpack_banned(bitmask: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torc
 def row_argmax(logits: torch.Tensor) -> list[int]:
     """``logits.argmax(dim=-1).tolist()`` (the same indices) in one vectorised pass per row when the library
     is loaded and the tensor suits it."""
-    if not _suits(logits):
+    if not suits(logits):
         return logits.argmax(dim=-1).tolist()
     return torch.ops.proctor.row_argmax(logits.contiguous()).tolist()
 
 
-def _suits(logits: torch.Tensor) -> bool:
+def suits(logits: torch.Tensor) -> bool:
+    """The library is loaded and ``logits`` is a 2-D float32 CPU tensor its row passes take."""
     return _loaded and logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 2
 
 
 def row_logsumexp(logits: torch.Tensor) -> torch.Tensor:
     """``torch.logsumexp(logits, dim=-1)`` [B] (to float rounding) in one vectorised pass per row."""
-    if not _suits(logits):
+    if not suits(logits):
         return torch.logsumexp(logits, dim=-1)
     return torch.ops.proctor.row_logsumexp(logits.contiguous())
 
 
 def row_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``logits.topk(k, dim=-1)`` (values and indices, largest first; ties lowest index first) in one pass."""
-    if not _suits(logits):
+    if not suits(logits):
         values, indices = logits.topk(k, dim=-1)
         return values, indices
     values, indices = torch.ops.proctor.row_topk(logits.contiguous(), k)
@@ -139,7 +140,7 @@ def masked_pick(logits: torch.Tensor, bitmask: torch.Tensor) -> tuple[list[int],
     log Σ exp [B] and the allowed count (the same bits ``row_argmax``/``row_logsumexp`` give on the masked
     copy), without editing or copying the logits; None when the library is not loaded or the tensors do
     not suit it."""
-    if not _suits(logits) or bitmask.device.type != "cpu":
+    if not suits(logits) or bitmask.device.type != "cpu":
         return None
     chosen, lse, allowed = torch.ops.proctor.masked_pick(logits.contiguous(), bitmask.contiguous())
     return chosen.tolist(), lse, allowed.tolist()
