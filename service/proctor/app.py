@@ -25,18 +25,28 @@ from grpc_reflection.v1alpha import reflection
 from proctor import __version__
 from proctor.api.audit_servicer import AuditServicer
 from proctor.api.audit_trail import AuditTrail
+from proctor.api.contracts_servicer import ContractsServicer
 from proctor.api.security import bind, build_gate
 from proctor.api.servicer import GenerationServicer
 from proctor.api.telemetry import TelemetryInterceptor
 from proctor.audit.setup import checkpoint_path, open_sink, privacy_policy
 from proctor.audit.sink import AuditSink
 from proctor.config import WEIGHT_MODE_REVISIONS, Settings
+from proctor.contracts.templates import TemplateRegistry
 from proctor.domain import GenerationRequest, StoppingParams
 from proctor.observability.setup import Observability
-from proctor_client.v1 import audit_pb2, audit_pb2_grpc, generation_pb2, generation_pb2_grpc
+from proctor_client.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
+    contracts_pb2,
+    contracts_pb2_grpc,
+    generation_pb2,
+    generation_pb2_grpc,
+)
 
 log = logging.getLogger("proctor.app")
 SERVICE_NAME = generation_pb2.DESCRIPTOR.services_by_name["Generation"].full_name
+CONTRACTS_SERVICE_NAME = contracts_pb2.DESCRIPTOR.services_by_name["Contracts"].full_name
 AUDIT_SERVICE_NAME = audit_pb2.DESCRIPTOR.services_by_name["Audit"].full_name
 
 
@@ -192,6 +202,16 @@ def _build_masks(loaded: object, settings: Settings) -> tuple[object, tuple[str,
     return plugins, phrases
 
 
+def load_templates(settings: Settings) -> TemplateRegistry:
+    """The contract templates, checked against the schema registry now: a bad file stops the start."""
+    from proctor.constraints.registry import SchemaRegistry
+
+    schemas = SchemaRegistry.load(Path(settings.schema_dir) if settings.schema_dir else None)
+    templates = TemplateRegistry.load(schemas, Path(settings.template_dir) if settings.template_dir else None)
+    log.info("%d contract templates", len(templates))
+    return templates
+
+
 def _build_engine(settings: Settings, on_health: object, observability: Observability | None = None
                   ) -> tuple[object, dict[str, object], list[object]]:
     from proctor.engine.engine import Engine
@@ -231,7 +251,9 @@ async def start_server(settings: Settings) -> RunningServer:
                        top_n=settings.audit_top_n)
     servicer = GenerationServicer(settings, audit)
     generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
-    names = [SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]
+    contracts_pb2_grpc.add_ContractsServicer_to_server(ContractsServicer(servicer, load_templates(settings)), server)
+    names = [SERVICE_NAME, CONTRACTS_SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+             reflection.SERVICE_NAME]
     if sink is not None:
         audit_pb2_grpc.add_AuditServicer_to_server(
             AuditServicer(settings, sink.store, servicer, checkpoint_path(settings)), server)

@@ -52,6 +52,7 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--fallback-temperature", type=float,
                    help="temperature of the fallback's retries of a greedy request (default 0.7)")
     p.add_argument("--schema-dir", help="schema registry directory (default: the schemas shipped with proctor)")
+    p.add_argument("--template-dir", help="contract template directory (default: the templates shipped with proctor)")
     p.add_argument("--forbidden-file", help="server-wide forbidden phrases, one per line, merged into every request")
     p.add_argument("--plugins", help="plugin entry points to load, comma-separated, or '*' (PROCTOR_PLUGINS)")
     audit = p.add_argument_group("audit trail (docs/audit-format.md)")
@@ -93,7 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
             "max_new_tokens_limit", "grace_period_s", "drain_notice_s", "health_port", "reflection", "warmup",
             "log_level",
             "constraint_timeout_s", "compile_workers", "max_schema_depth", "fallback_attempts",
-            "fallback_temperature", "schema_dir", "forbidden_file", "plugins", "audit",
+            "fallback_temperature", "schema_dir", "template_dir", "forbidden_file", "plugins", "audit",
             "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",
             "audit_hmac_key_file", "audit_signing_key", "tls_cert_file", "tls_key_file", "tls_client_ca_file",
             "callers_file", "insecure", "reflection_needs_auth",
@@ -134,12 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
     from proctor.audit.cli import add_audit_commands
     from proctor.health_probe import add_health_command
     from proctor_client.cli import add_client_commands
+    from proctor_client.contract_cli import add_contract_commands
 
     parser = argparse.ArgumentParser(prog="proctor", description="Constrained, audited text generation over gRPC.")
     parser.add_argument("--version", action="version", version=f"proctor {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_serve(subparsers)
     add_client_commands(subparsers)
+    add_contract_commands(subparsers)
     add_health_command(subparsers)
     _add_model(subparsers)
     add_audit_commands(subparsers)

@@ -102,6 +102,7 @@ class Settings:
     compile_workers: int = 1
     constraint_isolation: bool = True
     schema_dir: str = ""  # empty: the registry shipped with the package (proctor/schemas)
+    template_dir: str = ""  # empty: the contract templates shipped with the package (proctor/templates)
     # Forbidden phrases: a server-wide list (a UTF-8 file, one phrase per line, "#" comments) merged
     # into every request's list, and the per-request limits.
     forbidden_file: str = ""

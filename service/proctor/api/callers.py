@@ -39,13 +39,16 @@ METHOD_ROLES = {
     "/proctor.v1.Generation/StreamGenerate": "generate",
     "/proctor.v1.Generation/GetModelInfo": "generate",
     "/proctor.v1.Generation/ListSchemas": "generate",
+    "/proctor.v1.Contracts/DraftContract": "generate",
+    "/proctor.v1.Contracts/ListTemplates": "generate",
     "/proctor.v1.Audit/GetRecord": "audit:read",
     "/proctor.v1.Audit/ExportRecords": "audit:read",
     "/proctor.v1.Audit/VerifyLog": "audit:read",
     "/proctor.v1.Audit/Replay": "audit:replay",
 }
+# These hold a concurrent-stream slot.
 GENERATING_METHODS = frozenset({"/proctor.v1.Generation/Generate", "/proctor.v1.Generation/StreamGenerate",
-                                "/proctor.v1.Audit/Replay"})  # these hold a concurrent-stream slot
+                                "/proctor.v1.Contracts/DraftContract", "/proctor.v1.Audit/Replay"})
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 REFLECTION_PREFIXES = ("/grpc.reflection.v1alpha.ServerReflection/", "/grpc.reflection.v1.ServerReflection/")
 RELOAD_CHECK_S = 1.0

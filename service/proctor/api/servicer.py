@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import grpc
@@ -103,10 +103,37 @@ class GenerationServicer(pb_grpc.GenerationServicer):
         except Exception:
             call.raw_request = bounded_dict(message)
             raise
+        return self.admit_request(request, call, capped=True)
+
+    def max_new_tokens_limit(self) -> int:
+        return self._settings.max_new_tokens_limit
+
+    def admit_request(self, request: GenerationRequest, call: CallRecord, capped: bool = False) -> GenerationRequest:
+        """A converted request as this call runs it: the caller's token cap, the audit's settings."""
+        identity = current_identity()
+        if identity is not None and not capped:
+            request = capped_request(request, identity.caller, self._settings.default_max_new_tokens)
         if self.audit.enabled:
             request = dataclasses.replace(request, audited=True, audit_top_n=self.audit.top_n)
         call.request = request
         return request
+
+    async def run_call(self, method: str, request: GenerationRequest, context: grpc.aio.ServicerContext,
+                       before_commit: Callable[[CallRecord, list[TokenEvent]], None]) -> tuple[list[TokenEvent], str]:
+        """Run an already converted request as one audited call of ``method`` (another service's attempt):
+        ``before_commit`` adds to the record what only that service knows. Returns the events and audit id."""
+        call = self.audit.begin(method, context)
+        try:
+            request = self.admit_request(request, call)
+            events = [event async for event in self.events(request, call)]
+            self._final_status(events[-1], call)
+            before_commit(call, events)
+            await self.audit.commit(call)
+        except BaseException as exc:
+            await self._fail(call, exc, context)
+            raise
+        await self._deadline_status(events[-1], context)
+        return events, call.audit_id
 
     async def _start(self, request: GenerationRequest, call: CallRecord) -> asyncio.Queue[TokenEvent]:
         engine = self._engine

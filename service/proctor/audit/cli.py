@@ -142,6 +142,14 @@ def render_record(body: dict[str, Any], seq: int, hash_: str) -> list[str]:
     if body.get("constraint"):
         c = body["constraint"]
         lines.append(f"constraint {c['kind']} via {c['backend']} (spec sha256 {c['spec_sha256'][:16]}…)")
+    if body.get("contract"):
+        k = body["contract"]
+        present = {c["id"]: c["present"] for c in k["check"]["clauses"]}
+        clauses = ", ".join(f"{c['id']} {'present' if present.get(c['id']) else 'MISSING'}"
+                            for c in k["required_clauses"]) or "none required"
+        lines.append(f"contract   {k['template']} ({k['language']}), draft {k['draft_id']} attempt {k['attempt']}"
+                     f"/{k['max_attempts']} ({k['reason']}): {'valid' if k['check']['valid'] else 'NOT VALID'}; "
+                     f"clauses {clauses}")
     tokens = body.get("tokens") or []
     if tokens:
         lines += ["", f"{'step':>4}  {'token':>6}  {'text':<16} {'logprob':>8} {'final':>8}  {'allowed':>7}  "

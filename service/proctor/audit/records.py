@@ -65,6 +65,7 @@ class CallRecord:
     replay_of: str = ""
     submitted: bool = False
     trace_id: str = ""  # W3C trace id (32 hex) of the call's trace, or of the caller's traceparent
+    contract: dict[str, Any] | None = None  # a contract draft's attempt: template, clauses, check (Contracts)
 
 
 def request_to_dict(request: GenerationRequest, seed: int | None) -> dict[str, Any]:
@@ -120,6 +121,14 @@ def _tokens(events: list[TokenEvent], policy: PrivacyPolicy) -> list[dict[str, A
     return tokens
 
 
+def _contract(contract: dict[str, Any], policy: PrivacyPolicy) -> dict[str, Any]:
+    """A draft attempt's contract facts; the check's messages quote the output, so they follow its policy."""
+    if policy.output == "full":
+        return contract
+    check = {k: v for k, v in contract.get("check", {}).items() if k != "errors"}
+    return {**contract, "check": check}
+
+
 def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dict[str, Any]:
     final = call.events[-1] if call.events and call.events[-1].finished else None
     output = "".join(e.text for e in call.events)
@@ -136,6 +145,8 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
         "trace_id": call.trace_id or None,
         "tokens": _tokens(call.events, policy),
     }
+    if call.contract is not None:  # only on Contracts calls: older records keep their exact shape
+        body["contract"] = _contract(call.contract, policy)
     if policy.prompt == "hmac":  # the input must not leak through the parameters either
         for part in (body["request"], body["raw_request"]):
             if part:

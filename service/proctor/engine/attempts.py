@@ -20,18 +20,13 @@ import time
 from collections.abc import Callable
 
 from proctor.domain import Attempt, FinishReason, TokenEvent
+from proctor.domain.seeds import attempt_seed
 from proctor.engine.preprocess import PreparedRequest
 
 # Attempts end for good on these: the caller went away, time ran out, or the engine failed.
 FINAL_REASONS = frozenset({FinishReason.CANCELLED, FinishReason.DEADLINE, FinishReason.ERROR})
-_GOLDEN = 0x9E3779B97F4A7C15
 EventSink = Callable[[TokenEvent], None]
 StartAttempt = Callable[[PreparedRequest, int, EventSink, float], None]
-
-
-def attempt_seed(seed: int, number: int) -> int:
-    """The seed of attempt ``number`` (1-based) of a request seeded with ``seed``."""
-    return seed if number == 1 else (seed + (number - 1) * _GOLDEN) % (1 << 63)
 
 
 class FallbackAttempts:

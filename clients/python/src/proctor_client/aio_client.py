@@ -23,8 +23,9 @@ from proctor_client._common import (
     status_code,
 )
 from proctor_client.auth import AsyncBearerToken
+from proctor_client.contracts import build_contract_request
 from proctor_client.errors import ProctorError
-from proctor_client.v1 import generation_pb2, generation_pb2_grpc
+from proctor_client.v1 import contracts_pb2, contracts_pb2_grpc, generation_pb2, generation_pb2_grpc
 
 T = TypeVar("T")
 
@@ -56,6 +57,7 @@ class AsyncProctorClient:
         else:
             self._channel = grpc.aio.secure_channel(target, credentials, options=opts, interceptors=interceptors)
         self._stub = generation_pb2_grpc.GenerationStub(self._channel)
+        self._contracts = contracts_pb2_grpc.ContractsStub(self._channel)
 
     async def __aenter__(self) -> Self:
         return self
@@ -106,6 +108,26 @@ class AsyncProctorClient:
         request = generation_pb2.ListSchemasRequest()
         response = await self._unary(self._stub.ListSchemas, request, resolve_timeout(timeout_s, self.timeout_s))
         return list(response.schemas)
+
+
+    async def draft_contract(
+        self,
+        request: contracts_pb2.DraftContractRequest | str,
+        /,
+        *,
+        timeout_s: TimeoutArg = UNSET,
+        **kwargs: Any,
+    ) -> contracts_pb2.DraftContractResponse:
+        """Draft a contract (see ProctorClient.draft_contract)."""
+        message = request if isinstance(request, contracts_pb2.DraftContractRequest) else build_contract_request(
+            request, **kwargs)
+        return await self._unary(self._contracts.DraftContract, message, resolve_timeout(timeout_s, self.timeout_s))
+
+    async def list_templates(self, *, timeout_s: TimeoutArg = UNSET) -> list[contracts_pb2.ContractTemplate]:
+        """The contract templates registered on the server."""
+        request = contracts_pb2.ListTemplatesRequest()
+        response = await self._unary(self._contracts.ListTemplates, request, resolve_timeout(timeout_s, self.timeout_s))
+        return list(response.templates)
 
     async def wait_ready(self, timeout_s: float) -> generation_pb2.ModelInfo:
         """Poll GetModelInfo until it succeeds or ``timeout_s`` passes (see ProctorClient.wait_ready)."""

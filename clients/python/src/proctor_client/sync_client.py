@@ -22,8 +22,16 @@ from proctor_client._common import (
     status_code,
 )
 from proctor_client.auth import BearerToken
+from proctor_client.contracts import build_contract_request
 from proctor_client.errors import ProctorError
-from proctor_client.v1 import audit_pb2, audit_pb2_grpc, generation_pb2, generation_pb2_grpc
+from proctor_client.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
+    contracts_pb2,
+    contracts_pb2_grpc,
+    generation_pb2,
+    generation_pb2_grpc,
+)
 
 T = TypeVar("T")
 
@@ -56,6 +64,7 @@ class ProctorClient:
             self._raw_channel = grpc.secure_channel(target, credentials, options=opts)
         self._channel = grpc.intercept_channel(self._raw_channel, BearerToken(token)) if token else self._raw_channel
         self._stub = generation_pb2_grpc.GenerationStub(self._channel)
+        self._contracts = contracts_pb2_grpc.ContractsStub(self._channel)
         self._audit = audit_pb2_grpc.AuditStub(self._channel)
 
     def __enter__(self) -> Self:
@@ -107,6 +116,27 @@ class ProctorClient:
         request = generation_pb2.ListSchemasRequest()
         response = self._unary(self._stub.ListSchemas, request, resolve_timeout(timeout_s, self.timeout_s))
         return list(response.schemas)
+
+
+    def draft_contract(
+        self,
+        request: contracts_pb2.DraftContractRequest | str,
+        /,
+        *,
+        timeout_s: TimeoutArg = UNSET,
+        **kwargs: Any,
+    ) -> contracts_pb2.DraftContractResponse:
+        """Draft a contract: a DraftContractRequest, or a template name + ``build_contract_request`` kwargs
+        (``parties=["Acme Corp:disclosing", ...], required_clauses=["4.2"], facts={...}``)."""
+        message = request if isinstance(request, contracts_pb2.DraftContractRequest) else build_contract_request(
+            request, **kwargs)
+        return self._unary(self._contracts.DraftContract, message, resolve_timeout(timeout_s, self.timeout_s))
+
+    def list_templates(self, *, timeout_s: TimeoutArg = UNSET) -> list[contracts_pb2.ContractTemplate]:
+        """The contract templates registered on the server (usable as DraftContract's ``template``)."""
+        request = contracts_pb2.ListTemplatesRequest()
+        response = self._unary(self._contracts.ListTemplates, request, resolve_timeout(timeout_s, self.timeout_s))
+        return list(response.templates)
 
     def audit_record(self, audit_id: str, *, timeout_s: TimeoutArg = UNSET) -> audit_pb2.AuditRecord:
         """One audit record (``record_json`` is its canonical JSON; see docs/audit-format.md)."""

@@ -1,0 +1,119 @@
+"""Contract drafting over gRPC with the real model: required clauses by construction, the audit record of each
+attempt, exact replay, repair when an attempt is cut, Chinese end to end, and input errors named by field."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from typing import Any
+
+import grpc
+import pytest
+
+from proctor_client import ProctorClient, ProctorError
+from proctor_client.v1 import audit_pb2, audit_pb2_grpc
+from proctor_client.v1 import generation_pb2 as pb
+
+pytestmark = pytest.mark.real_model
+
+
+@pytest.fixture(scope="module")
+def audit(server: object) -> audit_pb2_grpc.AuditStub:
+    channel = grpc.insecure_channel(server.address)  # type: ignore[attr-defined]
+    yield audit_pb2_grpc.AuditStub(channel)
+    channel.close()
+
+
+def record(audit: audit_pb2_grpc.AuditStub, audit_id: str) -> dict[str, Any]:
+    return json.loads(audit.GetRecord(audit_pb2.GetRecordRequest(audit_id=audit_id)).record_json)
+
+
+def test_an_nda_holds_every_required_clause_party_and_fact(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]
+    response = client.draft_contract(
+        "contract/nda", parties=["Acme Corp:disclosing:Delaware", "Beta LLC:receiving"],
+        required_clauses=["4.2", "7=Governing Law"], facts={"term_months": 24, "governing_law": "State of New York"},
+        request_id="nda-1", timeout_s=300)
+    assert response.valid, list(response.errors)
+    assert response.template == "contract/nda@1" and response.schema_ref == "contract/nda@1"
+    contract = json.loads(response.contract_json)
+    assert [(c["id"], c["title"]) for c in contract["clauses"][:2]] == [("4.2", "Return of Materials"),
+                                                                        ("7", "Governing Law")]
+    assert [(p["name"], p["role"]) for p in contract["parties"]] == [("Acme Corp", "disclosing"),
+                                                                     ("Beta LLC", "receiving")]
+    assert contract["parties"][0]["jurisdiction"] == "Delaware"
+    assert contract["term_months"] == 24 and contract["governing_law"] == "State of New York"
+    assert [(c.id, c.present) for c in response.required_clauses] == [("4.2", True), ("7", True)]
+    assert len(response.attempts) == 1 and response.attempts[0].audit_id == response.audit_id
+
+    stored = record(audit, response.audit_id)
+    assert stored["method"] == "DraftContract" and stored["request_id"] == "nda-1#1"
+    assert stored["contract"]["template"] == "contract/nda@1" and stored["contract"]["attempt"] == 1
+    assert stored["contract"]["required_clauses"] == [{"id": "4.2", "title": "Return of Materials"},
+                                                      {"id": "7", "title": "Governing Law"}]
+    assert stored["contract"]["check"]["valid"] is True
+    assert stored["contract"]["schema_sha256"] == response.schema_sha256
+    assert stored["output"]["text"] == response.contract_json
+    replay = audit.Replay(audit_pb2.ReplayRequest(audit_id=response.audit_id), timeout=300)
+    assert replay.exact_match, replay.message
+
+
+def test_a_cut_attempt_is_repaired_and_every_attempt_is_audited(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]
+    response = client.draft_contract(
+        "contract/service-agreement", parties=["Fabrikam Inc:provider:Delaware", "Tailspin LLC:client"],
+        required_clauses=["5"], max_new_tokens=90, max_attempts=4, request_id="sa-repair", timeout_s=300)
+    attempts = list(response.attempts)
+    assert attempts[0].finish_reason == pb.FINISH_REASON_LENGTH and not attempts[0].valid
+    assert attempts[1].max_new_tokens > attempts[0].max_new_tokens and "cut at 90" in attempts[1].reason
+    assert response.valid == attempts[-1].valid and response.audit_id == attempts[-1].audit_id
+    for attempt in attempts:
+        stored = record(audit, attempt.audit_id)
+        assert stored["contract"]["attempt"] == attempt.attempt and stored["request_id"] == f"sa-repair#{attempt.attempt}"
+        assert stored["contract"]["check"]["valid"] == attempt.valid
+    if not response.valid:  # never returned as valid when it is not
+        assert response.errors
+
+
+def test_a_chinese_contract_comes_out_whole(client: ProctorClient, audit, model_dir) -> None:  # type: ignore[no-untyped-def]
+    response = client.draft_contract(
+        "contract/nda", language="zh", parties=["上海星辰科技有限公司:disclosing:上海", "北京云图数据有限公司:receiving:北京"],
+        required_clauses=["3=保密期限", "7=争议解决"], facts={"governing_law": "中华人民共和国法律"},
+        forbidden_phrases=["信息"], request_id="nda-zh", timeout_s=300)
+    assert response.valid, list(response.errors)
+    contract = json.loads(response.contract_json)
+    assert [c["title"] for c in contract["clauses"][:2]] == ["保密期限", "争议解决"]
+    assert "\ufffd" not in response.contract_json and "信息" not in response.contract_json
+    assert unicodedata.is_normalized("NFC", response.contract_json)
+    stored = record(audit, response.audit_id)
+    # The text is the whole token sequence decoded at once: the incremental detokenizer added no space and
+    # split no character.
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert tokenizer.decode([t["id"] for t in stored["tokens"]]) == response.contract_json
+    assert stored["contract"]["language"] == "zh"
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"template": "contract/lease"}, "template"),
+    ({"parties": ["A:boss", "B:both"]}, "parties[0].role"),
+    ({"required_clauses": ["1", "2", "3", "4", "5"]}, "required_clauses"),
+    ({"facts": {"term_months": 500}}, "facts[term_months]"),
+    ({"language": "fr"}, "language"),
+    ({"template": "contract/service-agreement", "language": "zh",
+      "parties": ["A:provider", "B:client"]}, "language"),
+])
+def test_what_cannot_be_drafted_is_invalid_argument_naming_the_field(client: ProctorClient, kwargs: dict[str, Any],
+                                                                     field: str) -> None:
+    arguments: dict[str, Any] = {"template": "contract/nda", "parties": ["A:both", "B:both"], **kwargs}
+    with pytest.raises(ProctorError) as error:
+        client.draft_contract(arguments.pop("template"), **arguments, timeout_s=30)
+    assert error.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [f for f, _ in error.value.field_violations] == [field]
+
+
+def test_list_templates_describes_what_a_caller_may_fill_in(client: ProctorClient) -> None:
+    templates = {f"{t.name}@{t.version}": t for t in client.list_templates()}
+    nda = templates["contract/nda@1"]
+    assert list(nda.roles) == ["disclosing", "receiving", "both"] and list(nda.languages) == ["en", "zh"]
+    assert {f.name for f in nda.facts} == {"effective_date", "term_months", "governing_law"}
+    assert ("4.2", "Return of Materials") in [(c.id, c.title) for c in nda.clauses] and nda.max_clauses == 4
