@@ -67,7 +67,8 @@ def test_a_cut_attempt_is_repaired_and_every_attempt_is_audited(client: ProctorC
     assert response.valid == attempts[-1].valid and response.audit_id == attempts[-1].audit_id
     for attempt in attempts:
         stored = record(audit, attempt.audit_id)
-        assert stored["contract"]["attempt"] == attempt.attempt and stored["request_id"] == f"sa-repair#{attempt.attempt}"
+        assert stored["contract"]["attempt"] == attempt.attempt
+        assert stored["request_id"] == f"sa-repair#{attempt.attempt}"
         assert stored["contract"]["check"]["valid"] == attempt.valid
     if not response.valid:  # never returned as valid when it is not
         assert response.errors
@@ -75,7 +76,8 @@ def test_a_cut_attempt_is_repaired_and_every_attempt_is_audited(client: ProctorC
 
 def test_a_chinese_contract_comes_out_whole(client: ProctorClient, audit, model_dir) -> None:  # type: ignore[no-untyped-def]
     response = client.draft_contract(
-        "contract/nda", language="zh", parties=["上海星辰科技有限公司:disclosing:上海", "北京云图数据有限公司:receiving:北京"],
+        "contract/nda", language="zh",
+        parties=["上海星辰科技有限公司:disclosing:上海", "北京云图数据有限公司:receiving:北京"],
         required_clauses=["3=保密期限", "7=争议解决"], facts={"governing_law": "中华人民共和国法律"},
         forbidden_phrases=["信息"], request_id="nda-zh", timeout_s=300)
     assert response.valid, list(response.errors)

@@ -9,11 +9,12 @@ from collections.abc import Iterable
 from google.protobuf.json_format import MessageToDict
 
 from proctor.api.size_limits import check_sizes
-from proctor.api.validation import validate
+from proctor.api.validation import MAX_MUST_INCLUDE, validate
 from proctor.config import Settings
 from proctor.domain import (
     ChatMessage,
     ConstraintRequest,
+    FieldViolation,
     FinishReason,
     ForbiddenParams,
     GenerationRequest,
@@ -95,6 +96,20 @@ def _opt(message: object, name: str, default: object) -> object:
     return getattr(message, name) if message.HasField(name) else default  # type: ignore[attr-defined]
 
 
+def _check_control_sizes(s: pb.SamplingParams, st: pb.StoppingParams, settings: Settings) -> None:
+    """Counts of the generation controls, before they are converted (O(1), like ``size_limits.py``):
+    forced positions are distinct and below max_new_tokens, so more than its limit cannot all be valid."""
+    bad = []
+    if len(s.forced_tokens) > settings.max_new_tokens_limit:
+        bad.append(FieldViolation("sampling.forced_tokens", f"at most {settings.max_new_tokens_limit} entries "
+                                                            f"(max_new_tokens_limit), got {len(s.forced_tokens)}"))
+    if len(st.must_include) > MAX_MUST_INCLUDE:
+        bad.append(FieldViolation("stopping.must_include", f"at most {MAX_MUST_INCLUDE} phrases, "
+                                                           f"got {len(st.must_include)}"))
+    if bad:
+        raise RequestValidationError(bad)
+
+
 def request_from_proto(message: pb.GenerateRequest, settings: Settings,
                        time_remaining_s: float | None) -> GenerationRequest:
     """Convert and validate; raises RequestValidationError listing every bad field.
@@ -104,6 +119,7 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
     """
     check_sizes(message, settings)
     s, st = message.sampling, message.stopping
+    _check_control_sizes(s, st, settings)
     messages = None
     prompt = None
     if message.WhichOneof("input") == "messages":
@@ -124,6 +140,9 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
             frequency_penalty=_opt(s, "frequency_penalty", 0.0),  # type: ignore[arg-type]
             no_repeat_ngram_size=_opt(s, "no_repeat_ngram_size", 0),  # type: ignore[arg-type]
             seed=_opt(s, "seed", None),  # type: ignore[arg-type]
+            typical_p=_opt(s, "typical_p", 1.0),  # type: ignore[arg-type]
+            greedy_first_tokens=_opt(s, "greedy_first_tokens", 0),  # type: ignore[arg-type]
+            forced_tokens=tuple(s.forced_tokens.items()),
         ),
         stopping=StoppingParams(
             max_new_tokens=_opt(st, "max_new_tokens", None),  # type: ignore[arg-type]
@@ -133,6 +152,7 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
             ignore_eos=st.ignore_eos,
             repetition=RepetitionParams(st.repetition.ngram_size, st.repetition.repeats)
             if st.HasField("repetition") else None,
+            must_include=tuple(st.must_include),
         ),
         top_logprobs=_opt(message, "top_logprobs", 0),  # type: ignore[arg-type]
         token_details=message.token_details,
@@ -143,6 +163,7 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
         allowed_token_ids=tuple(message.allowed_token_ids),
         logits_processors=_plugins(message.logits_processors, "logits_processors"),
         stopping_criteria=_plugins(message.stopping_criteria, "stopping_criteria"),
+        confidence=message.confidence,
     )
     violations = validate(request, settings)
     if violations:
@@ -188,6 +209,13 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
                              valid=a.valid, errors=a.errors)
         for a in event.attempts)
     target.plugins.extend(pb.PluginInfo(name=p.name, version=p.version, kind=p.kind) for p in event.plugins)
+    if event.confidence is not None:
+        c = event.confidence
+        target.confidence.CopyFrom(pb.Confidence(
+            tokens=c.tokens, mean_token_probability=c.mean_token_probability,
+            min_token_probability=c.min_token_probability, mean_top2_gap=c.mean_top2_gap,
+            min_top2_gap=c.min_top2_gap))
+    target.must_include.extend(pb.PhraseInclusion(phrase=p.phrase, included=p.included) for p in event.must_include)
     if event.timings is not None:
         target.timings.queue_ms = event.timings.queue_ms
         target.timings.time_to_first_token_ms = event.timings.time_to_first_token_ms

@@ -14,6 +14,8 @@ from proctor.domain.request import CHAT_ROLES, GenerationRequest
 MAX_TOP_LOGPROBS = 20
 MAX_SEED = 2**64 - 1
 MAX_REPETITION = 64
+MAX_MUST_INCLUDE = 16  # stopping.must_include phrases (the count is checked before conversion, in convert.py)
+MAX_MUST_INCLUDE_CHARS = 256
 
 
 def _finite(value: float) -> bool:
@@ -47,6 +49,7 @@ def validate(request: GenerationRequest, settings: Settings) -> list[FieldViolat
             bad(f"sampling.{name}", f"must be in [-2, 2], got {value}")
     if s.no_repeat_ngram_size < 0:
         bad("sampling.no_repeat_ngram_size", f"must be >= 0, got {s.no_repeat_ngram_size}")
+    _validate_controls(request, settings, bad)
     _validate_stopping(request, settings, bad)
     _validate_masks(request, settings, bad)
     if not 0 <= request.top_logprobs <= MAX_TOP_LOGPROBS:
@@ -76,7 +79,7 @@ def _validate_stopping(request: GenerationRequest, settings: Settings, bad: Viol
             f"must be between 1 and the server cap {settings.max_new_tokens_limit}, got {st.max_new_tokens}")
     if st.min_new_tokens < 0:
         bad("stopping.min_new_tokens", f"must be >= 0, got {st.min_new_tokens}")
-    limit = st.max_new_tokens if st.max_new_tokens is not None else settings.default_max_new_tokens
+    limit = _max_new_tokens(request, settings)
     if st.min_new_tokens > limit:
         bad("stopping.min_new_tokens", f"{st.min_new_tokens} exceeds max_new_tokens ({limit})")
     for index, stop in enumerate(st.stop):
@@ -93,6 +96,33 @@ def _validate_stopping(request: GenerationRequest, settings: Settings, bad: Viol
                 f"must be between 1 and {MAX_REPETITION}, got {st.repetition.ngram_size}")
         if not 2 <= st.repetition.repeats <= MAX_REPETITION:
             bad("stopping.repetition.repeats", f"must be between 2 and {MAX_REPETITION}, got {st.repetition.repeats}")
+
+
+def _validate_controls(request: GenerationRequest, settings: Settings, bad: Violations) -> None:
+    """typical_p, greedy_first_tokens, forced_tokens and must_include (ids against the vocabulary: the engine)."""
+    s = request.sampling
+    if not (_finite(s.typical_p) and 0 < s.typical_p <= 1):
+        bad("sampling.typical_p", f"must be in (0, 1] (1 means off), got {s.typical_p}")
+    if s.greedy_first_tokens < 0:
+        bad("sampling.greedy_first_tokens", f"must be >= 0 (0 means off), got {s.greedy_first_tokens}")
+    limit = _max_new_tokens(request, settings)
+    for position, token_id in s.forced_tokens:
+        field = f"sampling.forced_tokens[{position}]"
+        if not 0 <= position < limit:
+            bad(field, f"the position must be in [0, max_new_tokens) = [0, {limit}), got {position}")
+        if token_id < 0:
+            bad(field, f"token ids are >= 0, got {token_id}")
+    for index, phrase in enumerate(request.stopping.must_include):
+        if not phrase:
+            bad(f"stopping.must_include[{index}]", "a phrase must not be empty")
+        elif len(phrase) > MAX_MUST_INCLUDE_CHARS:
+            bad(f"stopping.must_include[{index}]", f"longer than {MAX_MUST_INCLUDE_CHARS} characters")
+
+
+def _max_new_tokens(request: GenerationRequest, settings: Settings) -> int:
+    """The request's max_new_tokens as asked (the server default when unset; the context may cap it further)."""
+    st = request.stopping
+    return st.max_new_tokens if st.max_new_tokens is not None else settings.default_max_new_tokens
 
 
 def _validate_masks(request: GenerationRequest, settings: Settings, bad: Violations) -> None:

@@ -100,6 +100,7 @@ def request_from_dict(data: dict[str, Any], request_id: str) -> GenerationReques
         stopping_criteria=tuple(PluginCall(**p) for p in data.get("stopping_criteria", ())),
         audit_top_n=data.get("audit_top_n", 0),
         audited=data.get("audited", False),
+        confidence=data.get("confidence", False),
     )
 
 
@@ -170,6 +171,10 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
         if final.constraint is not None:
             body["constraint"] = dataclasses.asdict(final.constraint)
         body["plugins"] = [dataclasses.asdict(p) for p in final.plugins]
+        if final.confidence is not None:  # only when asked for: older records keep their exact shape
+            body["confidence"] = dataclasses.asdict(final.confidence)
+        if final.must_include:
+            body["must_include"] = [dataclasses.asdict(p) for p in final.must_include]
         if final.attempts:  # the validated fallback: every attempt, the returned one last
             body["attempts"] = [{**dataclasses.asdict(a), "finish_reason": a.finish_reason.value}
                                 for a in final.attempts]

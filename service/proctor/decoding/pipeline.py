@@ -6,10 +6,19 @@ Processor order (the only place it is written down):
    constraint, forbidden phrases, ``allowed_token_ids``, end-of-sequence before
    ``min_new_tokens``. A row left with no token is a dead end (``RowDecision.dead_end``);
 2. **processors** — ``logit_bias``, then the request's logits-processor plugins in request
-   order; the masks are applied again afterwards, so no processor can revive a masked token;
+   order, then the request's generation controls at this step (``controls.py``): the
+   ``must_include`` end ban (end-of-sequence and stop tokens, unless nothing else is left) and a
+   forced token (``forced_tokens``: every other token removed); the masks are applied again
+   afterwards, so no processor can revive a masked token (a forced token a mask removed leaves
+   the row with nothing: a dead end);
 3. **penalties** — repetition, presence, frequency, no-repeat-n-gram (``penalties.py``);
-4. **temperature**, then **top-k → top-p → min-p** (``warpers.py``), sampling rows only;
+4. **temperature**, then **top-k → top-p → min-p → typical-p** (``warpers.py``), sampling rows only.
+   This is the order of ``transformers``' ``GenerationMixin._get_logits_processor`` (5.x: temperature,
+   top-k, top-p, min-p, typical-p; its top-h, epsilon and eta warpers are not offered here);
 5. **sample** — argmax for greedy rows, a draw from the row's own seeded generator otherwise.
+   A row is greedy for a greedy request, and for any request on a forced step or within its
+   ``greedy_first_tokens``: the sequence state presents such a step's sampling as greedy, so the
+   generator draws nothing on it.
 
 Reported log-probabilities: ``raw_logprob`` is the chosen token's log-probability under the
 model's own distribution (log-softmax of the unprocessed logits); ``final_logprob`` is under the
@@ -128,6 +137,8 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow],
             top_k=_per_row(sampling_rows, "top_k", device, torch.long),
             top_p=_per_row(sampling_rows, "top_p", device, logits.dtype),
             min_p=_per_row(sampling_rows, "min_p", device, logits.dtype),
+            typical_p=_per_row(sampling_rows, "typical_p", device, logits.dtype)
+            if any(row.sampling.typical_p < 1.0 for row in sampling_rows) else None,
         )
         final = logits.index_copy(0, index, warped)
         processed = True

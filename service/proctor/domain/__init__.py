@@ -9,9 +9,11 @@ from proctor.domain.errors import (
 )
 from proctor.domain.events import (
     Attempt,
+    Confidence,
     ConstraintSummary,
     FinishReason,
     FormatUse,
+    PhraseInclusion,
     PluginInfo,
     SchemaCheck,
     TokenAlternative,
@@ -32,6 +34,7 @@ from proctor.domain.request import (
 __all__ = [
     "Attempt",
     "ChatMessage",
+    "Confidence",
     "ConstraintRequest",
     "ConstraintSummary",
     "EngineFault",
@@ -41,6 +44,7 @@ __all__ = [
     "FormatUse",
     "GenerationRequest",
     "Overloaded",
+    "PhraseInclusion",
     "PluginCall",
     "PluginInfo",
     "RepetitionParams",

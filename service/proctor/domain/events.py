@@ -116,6 +116,30 @@ class PluginInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Confidence:
+    """A heuristic of how sure the model was over an output (not a calibrated probability of correctness).
+
+    Over the generated tokens the model chose (forced ones left out): the chosen token's probability
+    under the final distribution sampled from (exp of ``final_logprob``), and the top-2 gap ``p1 - p2``
+    of the model's raw distribution at each of those steps; mean and minimum of each.
+    """
+
+    tokens: int
+    mean_token_probability: float
+    min_token_probability: float
+    mean_top2_gap: float
+    min_top2_gap: float
+
+
+@dataclass(frozen=True, slots=True)
+class PhraseInclusion:
+    """Whether the returned text includes one ``must_include`` phrase."""
+
+    phrase: str
+    included: bool
+
+
+@dataclass(frozen=True, slots=True)
 class TokenEvent:
     """One step's output for one request.
 
@@ -138,6 +162,8 @@ class TokenEvent:
     schema_check: SchemaCheck | None = None
     plugins: tuple[PluginInfo, ...] = ()
     attempts: tuple[Attempt, ...] = ()  # validated fallback only: every attempt, the returned one last
+    confidence: Confidence | None = None  # final event only, when the request asked for it
+    must_include: tuple[PhraseInclusion, ...] = ()  # final event only: one per must_include phrase
 
     @property
     def finished(self) -> bool:

@@ -15,7 +15,11 @@ class ChatMessage:
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Sampling parameters; ``temperature`` None or 0 means greedy."""
+    """Sampling parameters; ``temperature`` None or 0 means greedy.
+
+    ``typical_p`` 1 is off; ``greedy_first_tokens``: the first N generated tokens are greedy;
+    ``forced_tokens``: (generated position, token id) pairs, sorted by position.
+    """
 
     temperature: float | None = None
     top_k: int = 0
@@ -26,6 +30,14 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     no_repeat_ngram_size: int = 0
     seed: int | None = None
+    typical_p: float = 1.0
+    greedy_first_tokens: int = 0
+    forced_tokens: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        # Stored as sorted pairs, whatever iterable of pairs came in (the audit trail gives JSON lists back),
+        # so a replayed request equals the recorded one.
+        object.__setattr__(self, "forced_tokens", tuple(sorted((int(p), int(t)) for p, t in self.forced_tokens)))
 
     @property
     def greedy(self) -> bool:
@@ -59,6 +71,10 @@ class StoppingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     repetition: RepetitionParams | None = None
+    must_include: tuple[str, ...] = ()  # the end is held off until the output contains each (controls.py)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "must_include", tuple(self.must_include))  # (a list when read back from JSON)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +140,7 @@ class GenerationRequest:
     stopping_criteria: tuple[PluginCall, ...] = ()
     audit_top_n: int = 0  # alternatives the audit trail records per token (set by the server, not the caller)
     audited: bool = False
+    confidence: bool = False  # report a Confidence summary with the final event
 
     @property
     def wants_details(self) -> bool:

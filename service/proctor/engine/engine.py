@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from proctor.config import Settings
+from proctor.decoding.controls import check_forced_tokens
 from proctor.decoding.pipeline import run_pipeline
 from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
@@ -97,6 +98,8 @@ class Engine:
         """Render and tokenize the input, build the masks, compile the constraint (off the decode thread).
 
         Raises RequestValidationError naming the field."""
+        if request.sampling.forced_tokens:
+            check_forced_tokens(request, self.loaded.vocab_size)
         prepared = prepare_request(
             self.loaded.tokenizer, request, context_length=self.loaded.context_length,
             default_max_new_tokens=self.settings.default_max_new_tokens,

@@ -10,13 +10,14 @@ from typing import Any
 import torch
 
 from proctor.constraints.backend import Matcher
+from proctor.decoding.controls import ConfidenceStats, EndBan, ForceToken, PhraseTracker
 from proctor.decoding.forbidden import ForbiddenTracker
 from proctor.decoding.logit_bias import LogitBias
 from proctor.decoding.penalties import PenaltyState
 from proctor.decoding.pipeline import RowDecision
 from proctor.decoding.stop_strings import StopStringMatcher
 from proctor.decoding.stopping import TokenStopRules, check_external
-from proctor.domain import FinishReason, SchemaCheck, TokenAlternative, TokenDetail, TokenEvent
+from proctor.domain import FinishReason, SamplingParams, SchemaCheck, TokenAlternative, TokenDetail, TokenEvent
 from proctor.domain.events import Timings, Usage
 from proctor.engine.detokenizer import IncrementalDetokenizer, text_decoder
 from proctor.engine.preprocess import PreparedRequest
@@ -44,8 +45,11 @@ class SequenceState:
         self.generated: list[int] = []
         self.seed = seed
         self.sink = sink
-        self.sampling = request.sampling
-        self.top_logprobs = max(request.top_logprobs, request.audit_top_n)
+        self.sampling = request.sampling  # this step's view: greedy on forced and greedy-prefix steps
+        self._alternatives = max(request.top_logprobs, request.audit_top_n)  # reported per token
+        # Computed per token: the confidence summary needs the raw distribution's best two.
+        self.top_logprobs = max(self._alternatives, 2 if request.confidence else 0)
+        self.confidence = ConfidenceStats() if request.confidence else None
         self.generator: torch.Generator | None = None
         if not request.sampling.greedy:
             self.generator = torch.Generator(device=device)
@@ -71,6 +75,7 @@ class SequenceState:
         processors += [(name, self._guarded(name, processor)) for name, processor in masks.processors]
         self.processors = tuple(processors)
         self.plugins = masks.plugins
+        self._init_controls(device)
         self._pieces = pieces if pieces is not None else {}  # token id -> its text; shared, ids never change text
         self.detokenizer = IncrementalDetokenizer(tokenizer, self.prompt_ids)
         self._decode_piece = text_decoder(tokenizer, skip_special_tokens=False)
@@ -83,6 +88,38 @@ class SequenceState:
         self.created = time.monotonic()
         self.started: float | None = None
         self.first_token_at: float | None = None
+
+    def _init_controls(self, device: torch.device) -> None:
+        """Forced tokens, the greedy prefix and must-include phrases change the row step by step;
+        a request with none of them keeps its sampling and processors fixed (``_controlled`` False)."""
+        request = self.request
+        sampling = request.sampling
+        self._forced = dict(sampling.forced_tokens)
+        self._greedy_prefix = 0 if sampling.greedy else sampling.greedy_first_tokens
+        self._greedy_view = SamplingParams() if not sampling.greedy else sampling
+        self.must_include = PhraseTracker(request.stopping.must_include) if request.stopping.must_include else None
+        ending = self.rules.stop_token_ids | (frozenset() if self.rules.ignore_eos else self.rules.eos_token_ids)
+        self._end_ban = EndBan(sorted(ending), device) if self.must_include is not None and ending else None
+        self._base_processors = self.processors
+        self._forced_now: int | None = None
+        self._controlled = bool(self._forced or self._greedy_prefix or self.must_include is not None)
+        if self._controlled:
+            self._plan_step()
+
+    def _plan_step(self) -> None:
+        """The next step's sampling view and processors: a forced step or a greedy-prefix step is greedy (the
+        generator draws nothing); the end ban runs while a phrase is missing (not on a forced step)."""
+        position = len(self.generated)
+        forced = self._forced.get(position)
+        self._forced_now = forced
+        greedy = forced is not None or position < self._greedy_prefix
+        self.sampling = self._greedy_view if greedy else self.request.sampling
+        extra: list[tuple[str, Callable[[torch.Tensor], None]]] = []
+        if self._end_ban is not None and forced is None and self.must_include is not None and self.must_include.missing:
+            extra.append(("must_include", self._end_ban))
+        if forced is not None:
+            extra.append(("forced_tokens", ForceToken(forced)))
+        self.processors = self._base_processors + tuple(extra)
 
     # --- read by the pipeline and by plugins ------------------------------------------------
     def banned_token_ids(self) -> tuple[int, ...]:
@@ -111,7 +148,12 @@ class SequenceState:
             self.finish_without_token(FinishReason.ERROR, now, error=self.plugin_error)
             return
         if token_id < 0:
-            self.finish_without_token(decision.dead_end_reason, now, detail=decision.dead_end or "no token is allowed")
+            detail = decision.dead_end or "no token is allowed"
+            if self._forced_now is not None:
+                position = len(self.generated)
+                detail = (f"sampling.forced_tokens[{position}]: token {self._forced_now} is not allowed at position "
+                          f"{position} (the constraint or another mask removes it; it was not emitted): {detail}")
+            self.finish_without_token(decision.dead_end_reason, now, detail=detail)
             return
         if self.forbidden is not None:
             phrase = self.forbidden.advance(token_id)
@@ -119,6 +161,8 @@ class SequenceState:
                 self.finish_without_token(FinishReason.ERROR, now, error=f"token {token_id} would complete the "
                                                                          f"forbidden phrase {phrase!r}")
                 return
+        if self.confidence is not None and self._forced_now is None:
+            self.confidence.add(decision.final_logprob, decision.alternatives)
         self.generated.append(token_id)
         if self.first_token_at is None:
             self.first_token_at = now
@@ -128,7 +172,10 @@ class SequenceState:
         reason, detail = (stop.reason, stop.detail) if stop is not None else (None, "")
         if self.matcher is not None:
             reason, detail = self._advance_constraint(token_id, reason, detail)
-        scan = self.stop_matcher.push(self.detokenizer.push(token_id))
+        piece = self.detokenizer.push(token_id)
+        if self.must_include is not None:
+            self.must_include.push(piece)
+        scan = self.stop_matcher.push(piece)
         text = scan.release
         if scan.matched is not None:
             reason, detail = FinishReason.STOP_STRING, f"matched stop string {scan.matched!r}"
@@ -142,6 +189,8 @@ class SequenceState:
             text += self._drain()
         details = (self._detail(decision),) if self.request.wants_details else ()
         event = TokenEvent(self.request_id, (token_id,), text, details, error=self.plugin_error)
+        if self._controlled and reason is None:
+            self._plan_step()
         self._emit(event, reason, detail, now)
 
     def _advance_constraint(self, token_id: int, reason: FinishReason | None,
@@ -191,7 +240,7 @@ class SequenceState:
 
     def _detail(self, decision: RowDecision) -> TokenDetail:
         piece = self._piece
-        alternatives = tuple(TokenAlternative(i, piece(i), lp) for i, lp in decision.alternatives)
+        alternatives = tuple(TokenAlternative(i, piece(i), lp) for i, lp in decision.alternatives[:self._alternatives])
         return TokenDetail(decision.token_id, piece(decision.token_id), decision.raw_logprob,
                            decision.final_logprob, alternatives, decision.removed_by, decision.allowed_count)
 
@@ -218,6 +267,7 @@ class SequenceState:
     def _emit(self, event: TokenEvent, reason: FinishReason | None, detail: str, now: float) -> None:
         self._text.append(event.text)
         if reason is not None:
+            included = self.must_include.results("".join(self._text)) if self.must_include is not None else ()
             self.finish_reason = reason
             started = self.started if self.started is not None else now
             ttft = (self.first_token_at - self.created) * 1000 if self.first_token_at else 0.0
@@ -227,7 +277,9 @@ class SequenceState:
                 timings=Timings((started - self.created) * 1000, ttft, (now - self.created) * 1000),
                 seed=self.seed, error=event.error,
                 constraint=self.constraint.summary if self.constraint else None,
-                schema_check=self._schema_check(reason), plugins=self.plugins)
+                schema_check=self._schema_check(reason), plugins=self.plugins,
+                confidence=self.confidence.summary() if self.confidence is not None else None,
+                must_include=included)
         self.sink(event)
 
     @property

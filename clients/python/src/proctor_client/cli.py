@@ -54,6 +54,8 @@ def add_client_commands(subparsers: argparse._SubParsersAction) -> dict[str, arg
         ("--frequency-penalty", float),
         ("--no-repeat-ngram-size", int),
         ("--seed", int),
+        ("--typical-p", float),
+        ("--greedy-first-tokens", int),
         ("--top-logprobs", int),
     ):
         generate.add_argument(flag, type=kind, metavar=kind.__name__.upper(), help="unset: server default")
@@ -63,6 +65,12 @@ def add_client_commands(subparsers: argparse._SubParsersAction) -> dict[str, arg
     )
     generate.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
     generate.add_argument("--token-details", action="store_true", help="return per-token details")
+    generate.add_argument("--force", action="append", default=[], metavar="POS=ID",
+                          help="force token ID at generated position POS, 0-based (repeatable)")
+    generate.add_argument("--must-include", action="append", default=[], metavar="PHRASE",
+                          help="the output may not end before it contains PHRASE (repeatable)")
+    generate.add_argument("--confidence", action="store_true",
+                          help="return a confidence summary (a heuristic, not a probability of correctness)")
     generate.add_argument("--stream", action="store_true", help="print text as it is generated (JSONL with json)")
     _add_constraint_flags(generate)
     _add_mask_flags(generate)
@@ -159,6 +167,23 @@ def parse_logit_bias(items: Sequence[str]) -> dict[int, float]:
         if not sep:
             raise ValueError(f"--logit-bias {item!r}: expected ID=BIAS, e.g. 1234=-100")
     return out
+
+
+def parse_forced_tokens(items: Sequence[str]) -> dict[int, int]:
+    """``POS=ID`` pairs (``--force``) as {position: token id}; ValueError on a malformed or repeated position."""
+    forced: dict[int, int] = {}
+    for item in items:
+        position, sep, token_id = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            key, value = int(position), int(token_id)
+        except ValueError:
+            raise ValueError(f"--force expects POS=ID (integers), got {item!r}") from None
+        if key in forced:
+            raise ValueError(f"--force: position {key} is given twice")
+        forced[key] = value
+    return forced
 
 
 def parse_repetition(text: str | None) -> tuple[int, int] | None:
@@ -291,6 +316,9 @@ def request_from_args(args: argparse.Namespace) -> generation_pb2.GenerateReques
         frequency_penalty=args.frequency_penalty,
         no_repeat_ngram_size=args.no_repeat_ngram_size,
         seed=args.seed,
+        typical_p=args.typical_p,
+        greedy_first_tokens=args.greedy_first_tokens,
+        forced_tokens=parse_forced_tokens(args.force),
         max_new_tokens=args.max_new_tokens,
         min_new_tokens=args.min_new_tokens,
         stop=args.stop,
@@ -315,6 +343,8 @@ def request_from_args(args: argparse.Namespace) -> generation_pb2.GenerateReques
         logits_processors=[parse_plugin(p) for p in args.processor],
         stopping_criteria=[parse_plugin(c) for c in args.criterion],
         repetition=parse_repetition(args.stop_repetition),
+        must_include=args.must_include,
+        confidence=args.confidence,
     )
 
 

@@ -39,6 +39,9 @@ def build_request(
     frequency_penalty: float | None = None,
     no_repeat_ngram_size: int | None = None,
     seed: int | None = None,
+    typical_p: float | None = None,
+    greedy_first_tokens: int | None = None,
+    forced_tokens: Mapping[int, int] | None = None,
     max_new_tokens: int | None = None,
     min_new_tokens: int | None = None,
     stop: Sequence[str] | str = (),
@@ -63,6 +66,8 @@ def build_request(
     logits_processors: Sequence[PluginLike] = (),
     stopping_criteria: Sequence[PluginLike] = (),
     repetition: tuple[int, int] | None = None,
+    must_include: Sequence[str] | str = (),
+    confidence: bool = False,
 ) -> generation_pb2.GenerateRequest:
     """Return a request with exactly one of ``prompt`` (raw text) or ``messages`` (chat turns).
 
@@ -72,6 +77,11 @@ def build_request(
     ``constraint_backend`` picks the engine (unset: the server's AUTO); ``json_whitespace`` applies to JSON
     constraints only; ``exact_only`` refuses a JSON schema no engine enforces exactly instead of serving it
     through the server's validated fallback.
+
+    Generation controls: ``typical_p`` (locally typical sampling), ``greedy_first_tokens`` (the first N tokens
+    greedy, then sampling), ``forced_tokens`` ({generated position: token id}), ``must_include`` (phrases the
+    output must contain before it may end; a bare string is one phrase) and ``confidence`` (ask for the
+    response's ``Confidence`` summary). See docs/generation-controls.md.
 
     Raises ValueError when both or neither input is given, a message is malformed, more than one constraint
     is given, or an option does not fit its constraint; range checks and compiling are left to the server,
@@ -98,10 +108,14 @@ def build_request(
         "frequency_penalty": frequency_penalty,
         "no_repeat_ngram_size": no_repeat_ngram_size,
         "seed": seed,
+        "typical_p": typical_p,
+        "greedy_first_tokens": greedy_first_tokens,
     }
     for name, value in sampling.items():
         if value is not None:
             setattr(request.sampling, name, value)
+    for position, token_id in (forced_tokens or {}).items():
+        request.sampling.forced_tokens[int(position)] = int(token_id)
 
     if max_new_tokens is not None:
         request.stopping.max_new_tokens = max_new_tokens
@@ -114,6 +128,9 @@ def build_request(
         request.stopping.ignore_eos = True
     if repetition is not None:
         request.stopping.repetition.ngram_size, request.stopping.repetition.repeats = repetition
+    # A bare string is one phrase, not a list of one-character phrases.
+    request.stopping.must_include.extend([must_include] if isinstance(must_include, str) else must_include)
+    request.confidence = confidence
     if top_logprobs is not None:
         request.top_logprobs = top_logprobs
     _set_masks(request, forbidden, forbidden_case_insensitive, forbidden_whole_word, logit_bias, allowed_token_ids)
