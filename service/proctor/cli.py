@@ -55,6 +55,10 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--template-dir", help="contract template directory (default: the templates shipped with proctor)")
     p.add_argument("--forbidden-file", help="server-wide forbidden phrases, one per line, merged into every request")
     p.add_argument("--plugins", help="plugin entry points to load, comma-separated, or '*' (PROCTOR_PLUGINS)")
+    p.add_argument("--input-screens", help="input screens run on every request before its own: comma-separated "
+                   "names, or a JSON list of names / {\"name\": ..., \"params\": {...}} (PROCTOR_INPUT_SCREENS)")
+    p.add_argument("--output-moderators", help="output moderators run on every request before its own, same format "
+                   "(PROCTOR_OUTPUT_MODERATORS)")
     audit = p.add_argument_group("audit trail (docs/audit-format.md)")
     audit.add_argument("--audit-db", help="SQLite audit file (default .proctor/audit/audit.db; PROCTOR_AUDIT_DB)")
     audit.add_argument("--audit-dsn", help="PostgreSQL audit store instead, postgresql://… (PROCTOR_AUDIT_DSN)")
@@ -94,7 +98,8 @@ def _serve(args: argparse.Namespace) -> int:
             "max_new_tokens_limit", "grace_period_s", "drain_notice_s", "health_port", "reflection", "warmup",
             "log_level",
             "constraint_timeout_s", "compile_workers", "max_schema_depth", "fallback_attempts",
-            "fallback_temperature", "schema_dir", "template_dir", "forbidden_file", "plugins", "audit",
+            "fallback_temperature", "schema_dir", "template_dir", "forbidden_file", "plugins", "input_screens",
+            "output_moderators", "audit",
             "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",
             "audit_hmac_key_file", "audit_signing_key", "tls_cert_file", "tls_key_file", "tls_client_ca_file",
             "callers_file", "insecure", "reflection_needs_auth",

@@ -7,7 +7,9 @@ from the environment by its upper-case name, e.g. ``PROCTOR_PORT=50051``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
+import json
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -116,6 +118,11 @@ class Settings:
     # Plugins: entry points (groups proctor.logits_processors / proctor.stopping_criteria) to load
     # at start, comma-separated names; "*" loads every installed one. The built-ins are always there.
     plugins: str = ""
+    # Input screens and output moderators run on every Generation request before the request's own
+    # (docs/plugins.md): comma-separated names ("prompt_injection"), or a JSON list whose items are
+    # names or {"name": ..., "params": {...}}. Checked at start (unknown names or bad params stop it).
+    input_screens: str = ""
+    output_moderators: str = ""
     # Audit trail (docs/audit-format.md). On by default, in SQLite; audit_dsn (postgresql://…) selects
     # PostgreSQL. Compliance mode: a response completes only once its record is committed.
     audit: bool = True
@@ -160,6 +167,8 @@ class Settings:
         for name in ("grace_period_s", "drain_notice_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be 0 or more seconds, got {getattr(self, name)}")
+        for name in ("input_screens", "output_moderators"):
+            plugin_calls_setting(name, getattr(self, name))
 
     @property
     def loopback(self) -> bool:
@@ -193,6 +202,34 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+
+@functools.lru_cache(maxsize=16)
+def plugin_calls_setting(name: str, raw: str) -> tuple[tuple[str, str], ...]:
+    """A server-wide plugin list (``input_screens``, ``output_moderators``) as (name, params JSON) pairs."""
+    text = raw.strip()
+    if not text:
+        return ()
+    if not text.startswith("["):
+        names = [part.strip() for part in text.split(",") if part.strip()]
+        bad = [n for n in names if not n.replace("_", "").replace("-", "").replace(".", "").isalnum()]
+        if bad:
+            raise ValueError(f"{name}: {bad[0]!r} is not a plugin name (give parameters as a JSON list)")
+        return tuple((n, "{}") for n in names)
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name}: not a JSON list: {exc}") from exc
+    calls: list[tuple[str, str]] = []
+    for index, item in enumerate(items if isinstance(items, list) else [None]):
+        if isinstance(item, str) and item:
+            calls.append((item, "{}"))
+        elif isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"] \
+                and isinstance(item.get("params", {}), dict) and set(item) <= {"name", "params"}:
+            calls.append((item["name"], json.dumps(item.get("params", {}), sort_keys=True)))
+        else:
+            raise ValueError(f"{name}[{index}]: expected a plugin name or {{\"name\": ..., \"params\": {{...}}}}")
+    return tuple(calls)
 
 
 def _parse(f: dataclasses.Field[Any], raw: str) -> Any:

@@ -77,3 +77,37 @@ def test_the_end_waits_for_every_must_include_phrase_and_the_record_says_so(clie
     assert record["must_include"] == [{"phrase": "Paris", "included": included}]
     assert record["confidence"]["tokens"] == held.confidence.tokens == len(held.token_ids)
     assert record["request"]["stopping"]["must_include"] == ["Paris"] and record["request"]["confidence"] is True
+
+
+def test_an_overlong_chat_is_shortened_by_its_policy_and_reported(client: ProctorClient, server) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from proctor_client.v1 import audit_pb2, audit_pb2_grpc
+
+    context = client.model_info().context_length_tokens
+    filler = "lorem ipsum dolor sit amet " * 120  # about 600 tokens a turn
+    messages = [{"role": "system", "content": "Answer briefly."}]
+    messages += [{"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n}: {filler}"} for n in range(16)]
+    messages.append({"role": "user", "content": "What is the capital of France?"})
+    with pytest.raises(ProctorError) as refused:
+        client.generate(messages=messages, max_new_tokens=8)
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    response = client.generate(messages=messages, max_new_tokens=8, context_overflow="drop_oldest_turns")
+    truncation = response.prompt_truncation
+    assert truncation.policy == pb.CONTEXT_OVERFLOW_DROP_OLDEST_TURNS and truncation.dropped_messages > 0
+    assert truncation.original_prompt_tokens >= context > truncation.prompt_tokens + 8
+    assert response.usage.prompt_tokens == truncation.prompt_tokens
+    assert len(response.token_ids) == 8 or response.finish_reason == pb.FINISH_REASON_EOS  # the output kept its room
+    channel = grpc.insecure_channel(server.address)
+    try:
+        stub = audit_pb2_grpc.AuditStub(channel)
+        record = json.loads(stub.GetRecord(audit_pb2.GetRecordRequest(audit_id=response.audit_id)).record_json)
+        assert record["prompt_truncation"]["dropped_messages"] == truncation.dropped_messages
+        assert record["request"]["context_overflow"] == "drop_oldest_turns"
+        assert "turn 0:" not in record["prompt"]["text"] and "capital of France" in record["prompt"]["text"]
+        replay = stub.Replay(audit_pb2.ReplayRequest(audit_id=response.audit_id), timeout=300)
+        assert replay.exact_match, replay.message
+    finally:
+        channel.close()
+    kept = client.generate(messages=messages, max_new_tokens=8, context_overflow="keep_start_and_end")
+    assert kept.prompt_truncation.dropped_tokens > 0 and kept.usage.prompt_tokens + 8 <= context

@@ -193,3 +193,34 @@ def test_a_new_version_is_a_new_file_and_latest_is_the_highest(tmp_path: Path) -
     assert registry.resolve("contract/nda").version == "10" and registry.resolve("contract/nda@1").version == "1"
     with pytest.raises(KeyError, match="has the versions 1, 10"):
         registry.resolve("contract/nda@2")
+
+
+def test_a_span_the_masks_forced_is_not_a_loop() -> None:
+    """A schema const such as 25000 spells its zeros whatever the model prefers: no repetition stop there."""
+    from proctor.decoding.stopping import repetition_stop
+    from proctor.domain import RepetitionParams
+
+    params = RepetitionParams(4, 3)
+    zeros = [17, 15, 15, 15]
+    assert repetition_stop(params, zeros) is not None
+    assert repetition_stop(params, zeros, [False, True, True, True]) is None
+    assert repetition_stop(params, zeros, [False, True, False, True]) is not None  # the model chose one of them
+
+
+# A published template never changes (an audit record's "name@version" must always mean the same prompts):
+# its bytes are pinned here. Changing a prompt means a new file (2.toml) and a new line below.
+PUBLISHED = {
+    "contract/nda/1.toml": "bc8fa093983246d137d4990d7aca969827d9fc1bb3dd2554da704404cf8bdce4",
+    "contract/service-agreement/1.toml": "c38d9a474d8efc8a35c37f69f315d066eebe8fe2c742e07a75432cf0d597dde4",
+}
+
+
+def test_published_templates_are_immutable() -> None:
+    import hashlib
+
+    shipped = {p.relative_to(default_template_directory()).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+               for p in default_template_directory().rglob("*.toml")}
+    changed = {name for name, digest in PUBLISHED.items() if shipped.get(name) != digest}
+    assert not changed, f"published templates changed (add a new version file instead): {sorted(changed)}"
+    unpinned = set(shipped) - set(PUBLISHED)
+    assert not unpinned, f"pin the new template versions in PUBLISHED: {sorted(unpinned)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterable
@@ -10,7 +11,7 @@ from google.protobuf.json_format import MessageToDict
 
 from proctor.api.size_limits import check_sizes
 from proctor.api.validation import MAX_MUST_INCLUDE, validate
-from proctor.config import Settings
+from proctor.config import Settings, plugin_calls_setting
 from proctor.domain import (
     ChatMessage,
     ConstraintRequest,
@@ -41,7 +42,10 @@ FINISH_TO_PROTO: dict[FinishReason, int] = {
     FinishReason.FORBIDDEN_PHRASE: pb.FINISH_REASON_FORBIDDEN_PHRASE,
     FinishReason.REPETITION: pb.FINISH_REASON_REPETITION,
     FinishReason.STOP_CRITERION: pb.FINISH_REASON_STOP_CRITERION,
+    FinishReason.BLOCKED: pb.FINISH_REASON_BLOCKED,
+    FinishReason.MODERATED: pb.FINISH_REASON_MODERATED,
 }
+DECISION_TO_PROTO = {"allow": pb.MODERATION_DECISION_ALLOW, "block": pb.MODERATION_DECISION_BLOCK}
 BACKEND_FROM_PROTO: dict[int, str] = {
     pb.CONSTRAINT_BACKEND_UNSPECIFIED: "auto",
     pb.CONSTRAINT_BACKEND_AUTO: "auto",
@@ -54,6 +58,11 @@ FORMAT_TO_PROTO: dict[str, int] = {
     "validated": pb.FORMAT_HANDLING_VALIDATED,
     "annotation": pb.FORMAT_HANDLING_ANNOTATION,
 }
+CONTEXT_OVERFLOW_FROM_PROTO = {pb.CONTEXT_OVERFLOW_UNSPECIFIED: "refuse", pb.CONTEXT_OVERFLOW_REFUSE: "refuse",
+                               pb.CONTEXT_OVERFLOW_DROP_OLDEST_TURNS: "drop_oldest_turns",
+                               pb.CONTEXT_OVERFLOW_KEEP_START_AND_END: "keep_start_and_end"}
+CONTEXT_OVERFLOW_TO_PROTO = {name: number for number, name in CONTEXT_OVERFLOW_FROM_PROTO.items()
+                             if number != pb.CONTEXT_OVERFLOW_UNSPECIFIED}
 JSON_WHITESPACES = frozenset({pb.JSON_WHITESPACE_UNSPECIFIED, pb.JSON_WHITESPACE_COMPACT, pb.JSON_WHITESPACE_FLEXIBLE})
 SYNTAX_FROM_PROTO: dict[int, str] = {pb.GRAMMAR_SYNTAX_LARK: "lark", pb.GRAMMAR_SYNTAX_EBNF: "ebnf"}
 
@@ -84,6 +93,33 @@ def constraint_from_proto(message: pb.GenerateRequest) -> ConstraintRequest | No
 def _plugins(calls: Iterable[pb.PluginCall], field: str) -> tuple[PluginCall, ...]:
     return tuple(PluginCall(c.name, MessageToDict(c.params) if c.HasField("params") else {}, f"{field}[{i}]")
                  for i, c in enumerate(calls))
+
+
+def default_plugin_calls(settings: Settings, field: str) -> tuple[PluginCall, ...]:
+    """The server's own screens or moderators (``field``: "input_screens" or "output_moderators"), named
+    ``settings.<field>[i]`` in errors and in the audit record."""
+    return tuple(PluginCall(name, json.loads(params), f"settings.{field}[{i}]")
+                 for i, (name, params) in enumerate(plugin_calls_setting(field, getattr(settings, field))))
+
+
+def _moderation_plugins(calls: Iterable[pb.PluginCall], field: str, settings: Settings) -> tuple[PluginCall, ...]:
+    """The server's own screens or moderators, then the request's."""
+    return default_plugin_calls(settings, field) + _plugins(calls, field)
+
+
+def _check_moderation_sizes(message: pb.GenerateRequest, settings: Settings) -> None:
+    """Counts and params sizes of the screen and moderator lists, before conversion (as size_limits.py does)."""
+    bad = []
+    for name in ("input_screens", "output_moderators"):
+        calls = getattr(message, name)
+        if len(calls) > settings.max_plugin_calls:
+            bad.append(FieldViolation(name, f"at most {settings.max_plugin_calls} plugin calls, got {len(calls)}"))
+        for index, call in enumerate(calls[: settings.max_plugin_calls]):
+            if call.params.ByteSize() > settings.max_plugin_params_bytes:
+                bad.append(FieldViolation(f"{name}[{index}].params", f"at most {settings.max_plugin_params_bytes} "
+                                                                      f"bytes, got {call.params.ByteSize()}"))
+    if bad:
+        raise RequestValidationError(bad)
 
 
 def _forbidden(message: pb.GenerateRequest) -> ForbiddenParams:
@@ -120,6 +156,7 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
     check_sizes(message, settings)
     s, st = message.sampling, message.stopping
     _check_control_sizes(s, st, settings)
+    _check_moderation_sizes(message, settings)
     messages = None
     prompt = None
     if message.WhichOneof("input") == "messages":
@@ -142,6 +179,9 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
             seed=_opt(s, "seed", None),  # type: ignore[arg-type]
             typical_p=_opt(s, "typical_p", 1.0),  # type: ignore[arg-type]
             greedy_first_tokens=_opt(s, "greedy_first_tokens", 0),  # type: ignore[arg-type]
+            num_beams=_opt(s, "num_beams", 1),  # type: ignore[arg-type]
+            length_penalty=_opt(s, "length_penalty", 1.0),  # type: ignore[arg-type]
+            early_stopping=_early_stopping(s),
             forced_tokens=tuple(s.forced_tokens.items()),
         ),
         stopping=StoppingParams(
@@ -164,11 +204,34 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
         logits_processors=_plugins(message.logits_processors, "logits_processors"),
         stopping_criteria=_plugins(message.stopping_criteria, "stopping_criteria"),
         confidence=message.confidence,
+        num_return_sequences=_opt(message, "num_return_sequences", 1),  # type: ignore[arg-type]
+        context_overflow=_context_overflow(message),
+        input_screens=_moderation_plugins(message.input_screens, "input_screens", settings),
+        output_moderators=_moderation_plugins(message.output_moderators, "output_moderators", settings),
     )
     violations = validate(request, settings)
     if violations:
         raise RequestValidationError(violations)
     return request
+
+
+EARLY_STOPPING_FROM_PROTO = {pb.BEAM_EARLY_STOPPING_UNSPECIFIED: "false", pb.BEAM_EARLY_STOPPING_HEURISTIC: "false",
+                             pb.BEAM_EARLY_STOPPING_WHEN_FULL: "true", pb.BEAM_EARLY_STOPPING_NEVER: "never"}
+
+
+def _early_stopping(sampling: pb.SamplingParams) -> str:
+    mode = EARLY_STOPPING_FROM_PROTO.get(sampling.early_stopping)  # proto3 enums are open
+    if mode is None:
+        raise RequestValidationError.single("sampling.early_stopping",
+                                            f"unknown early_stopping {sampling.early_stopping}")
+    return mode
+
+
+def _context_overflow(message: pb.GenerateRequest) -> str:
+    policy = CONTEXT_OVERFLOW_FROM_PROTO.get(message.context_overflow)  # proto3 enums are open: 99 arrives as such
+    if policy is None:
+        raise RequestValidationError.single("context_overflow", f"unknown context_overflow {message.context_overflow}")
+    return policy
 
 
 def details_to_proto(details: Iterable[TokenDetail], request: GenerationRequest | None = None) -> list[pb.TokenDetail]:
@@ -215,7 +278,19 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
             tokens=c.tokens, mean_token_probability=c.mean_token_probability,
             min_token_probability=c.min_token_probability, mean_top2_gap=c.mean_top2_gap,
             min_top2_gap=c.min_top2_gap))
+    target.sequences.extend(
+        pb.ReturnedSequence(token_ids=s.token_ids, text=s.text, score=s.score,
+                            finish_reason=FINISH_TO_PROTO[s.finish_reason])  # type: ignore[arg-type]
+        for s in event.sequences)
+    if event.prompt_truncation is not None:
+        t = event.prompt_truncation
+        target.prompt_truncation.CopyFrom(pb.PromptTruncation(
+            policy=CONTEXT_OVERFLOW_TO_PROTO[t.policy], original_prompt_tokens=t.original_prompt_tokens,  # type: ignore[arg-type]
+            prompt_tokens=t.prompt_tokens, dropped_messages=t.dropped_messages, dropped_tokens=t.dropped_tokens))
     target.must_include.extend(pb.PhraseInclusion(phrase=p.phrase, included=p.included) for p in event.must_include)
+    target.moderation.extend(pb.ModerationVerdict(name=v.name, version=v.version, kind=v.kind,
+                                                  decision=DECISION_TO_PROTO[v.verdict], score=v.score, reason=v.reason)
+                             for v in event.moderation)
     if event.timings is not None:
         target.timings.queue_ms = event.timings.queue_ms
         target.timings.time_to_first_token_ms = event.timings.time_to_first_token_ms

@@ -2,6 +2,12 @@
 
 It never imports torch and never lets a protobuf type past ``convert.py``. The engine runs on its
 own thread; its events come back through a ``LoopRelay`` (one loop wake-up per burst) into an asyncio queue.
+
+Input screens and output moderators run here, once per call, in a worker thread (never per decode
+step): screens right after ``prepare`` (a block answers the call with the screen's reply and nothing
+is submitted), moderators on the final output before the audit record is committed (a block
+replaces the output with the moderator's reply). A stream with moderators is held back until then.
+The call's events (and so the audit record's ``output`` and ``tokens``) stay the model's own.
 """
 
 from __future__ import annotations
@@ -18,22 +24,32 @@ import grpc
 from proctor import __version__
 from proctor.api.audit_trail import MODEL_FIELDS, AuditStoreUnavailable, AuditTrail, AuditWriteFailed
 from proctor.api.caller_limits import capped_request
-from proctor.api.convert import chunk_from_event, request_from_proto, response_from_events
+from proctor.api.convert import chunk_from_event, default_plugin_calls, request_from_proto, response_from_events
 from proctor.api.errors import abort_with
 from proctor.api.gate import current_identity
 from proctor.api.loop_relay import LoopRelay
 from proctor.api.size_limits import bounded_dict
 from proctor.audit.records import CallRecord, PrivacyPolicy
 from proctor.config import Settings
+from proctor.decoding.plugins.api import ModerationInput, PluginContext, ScreenInput
+from proctor.decoding.plugins.moderation import (
+    ModerationFault,
+    ModerationPlugin,
+    Outcome,
+    moderate_output,
+    screen_input,
+)
 from proctor.domain import (
     EngineFault,
     FinishReason,
     GenerationRequest,
     Overloaded,
+    PluginInfo,
     RequestValidationError,
     ShuttingDown,
     TokenEvent,
 )
+from proctor.domain.events import Usage
 from proctor.observability.calls import PREPARE, VALIDATE, stage
 from proctor_client.v1 import generation_pb2 as pb
 from proctor_client.v1 import generation_pb2_grpc as pb_grpc
@@ -61,11 +77,20 @@ class RegisteredSchemaView(Protocol):
     schema_json: str
 
 
+class MasksView(Protocol):
+    """The per-call plugins the API runs itself (screens and moderators) and the plugins reported."""
+
+    screens: tuple[ModerationPlugin, ...]
+    moderators: tuple[ModerationPlugin, ...]
+    plugins: tuple[PluginInfo, ...]
+
+
 class PreparedView(Protocol):
-    """What the API reads from a prepared request (for the audit record)."""
+    """What the API reads from a prepared request (for the audit record and the screens)."""
 
     rendered_prompt: str
     prompt_ids: tuple[int, ...]
+    masks: MasksView
 
 
 class GenerationServicer(pb_grpc.GenerationServicer):
@@ -85,6 +110,20 @@ class GenerationServicer(pb_grpc.GenerationServicer):
         self._model_info = model_info
         self._schemas = list(schemas or [])
         self.audit.model = {k: model_info.get(k) for k in MODEL_FIELDS}
+        self._check_default_moderation(engine)
+
+    def _check_default_moderation(self, engine: object) -> None:
+        """The server's own screens and moderators must exist and take their params: else the start fails
+        (ValueError), rather than every request failing. Engines without a plugin registry (tests) skip it."""
+        registry, loaded = getattr(engine, "plugins", None), getattr(engine, "loaded", None)
+        if registry is None or loaded is None:
+            return
+        context = PluginContext(loaded.tokenizer, loaded.vocab_size, frozenset(loaded.eos_token_ids))
+        for field, kind in (("input_screens", "input_screen"), ("output_moderators", "output_moderator")):
+            try:
+                registry.instantiate(default_plugin_calls(self._settings, field), kind, context)
+            except RequestValidationError as exc:
+                raise ValueError(f"--{field.replace('_', '-')}: {exc}") from exc
 
     @property
     def _engine(self) -> GenerationEngine:
@@ -127,26 +166,74 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             request = self.admit_request(request, call)
             events = [event async for event in self.events(request, call)]
             self._final_status(events[-1], call)
-            before_commit(call, events)
+            released = await self._moderated(call, events)
+            before_commit(call, released)
             await self.audit.commit(call)
         except BaseException as exc:
             await self._fail(call, exc, context)
             raise
         await self._deadline_status(events[-1], context)
-        return events, call.audit_id
+        return released, call.audit_id
 
     async def _start(self, request: GenerationRequest, call: CallRecord) -> asyncio.Queue[TokenEvent]:
         engine = self._engine
         self.audit.check_available()
         with engine.admission():  # a full queue refuses the call here, before any work on it
             with stage(PREPARE):  # its end is the submission: the engine's timings count from there
-                prepared = await asyncio.to_thread(engine.prepare, request)
+                try:
+                    prepared, screening = await asyncio.to_thread(self._prepare_and_screen, engine, request)
+                except ModerationFault as exc:
+                    call.moderation = exc.verdicts
+                    raise
             view: PreparedView = prepared  # type: ignore[assignment]
             call.rendered_prompt, call.prompt_tokens = view.rendered_prompt, len(view.prompt_ids)
-            relay = self._relay_for(asyncio.get_running_loop())
+            call.moderators, call.moderation = view.masks.moderators, screening.verdicts
             queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+            if screening.blocked:  # nothing is generated: the call ends with the screen's reply
+                call.moderation_reply = screening.reply
+                queue.put_nowait(TokenEvent(
+                    request.request_id, finish_reason=FinishReason.BLOCKED, finish_detail=screening.detail,
+                    usage=Usage(len(view.prompt_ids), 0), seed=request.sampling.seed or 0,
+                    plugins=view.masks.plugins))
+                return queue
+            relay = self._relay_for(asyncio.get_running_loop())
             engine.submit(prepared, lambda event: relay.send(queue.put_nowait, event))
         return queue
+
+    @staticmethod
+    def _prepare_and_screen(engine: GenerationEngine, request: GenerationRequest) -> tuple[object, Outcome]:
+        """Prepare the request, then run its input screens on the rendered input (worker thread)."""
+        prepared = engine.prepare(request)
+        view: PreparedView = prepared  # type: ignore[assignment]
+        if not view.masks.screens:
+            return prepared, Outcome()
+        return prepared, screen_input(view.masks.screens, _screen_input(request, view.rendered_prompt))
+
+    async def _moderated(self, call: CallRecord, events: list[TokenEvent]) -> list[TokenEvent]:
+        """The events the caller gets: the screens' and moderators' verdicts on the final one, or one final
+        event with the reply when the input was blocked or the output withheld (the call's own events and
+        so the record's ``output`` stay the model's). Requests without screens or moderators pass as they are."""
+        final = events[-1]
+        if final.finish_reason is FinishReason.BLOCKED:
+            return [dataclasses.replace(final, text=call.moderation_reply or "", moderation=call.moderation)]
+        if call.moderators and final.finish_reason is not FinishReason.DEADLINE:
+            assert call.request is not None
+            moderation_input = ModerationInput("".join(e.text for e in events),
+                                               _screen_input(call.request, call.rendered_prompt or ""))
+            try:
+                outcome = await asyncio.to_thread(moderate_output, call.moderators, moderation_input, call.moderation)
+            except ModerationFault as exc:
+                call.moderation = exc.verdicts
+                raise
+            call.moderation = outcome.verdicts
+            if outcome.blocked:
+                call.moderation_reply, call.output_withheld = outcome.reply, True
+                return [dataclasses.replace(final, token_ids=(), text=outcome.reply, details=(),
+                                            finish_reason=FinishReason.MODERATED, finish_detail=outcome.detail,
+                                            moderation=outcome.verdicts)]
+        if not call.moderation:
+            return events
+        return [*events[:-1], dataclasses.replace(final, moderation=call.moderation)]
 
     def _relay_for(self, loop: asyncio.AbstractEventLoop) -> LoopRelay:
         relay = self._relays.get(loop)
@@ -178,25 +265,32 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             request = self._convert(message, context, call)
             events = [event async for event in self.events(request, call)]
             self._final_status(events[-1], call)
+            released = await self._moderated(call, events)
             await self.audit.commit(call)
         except BaseException as exc:
             await self._fail(call, exc, context)
             raise
         await self._deadline_status(events[-1], context)
-        return response_from_events(events, request, call.audit_id)
+        return response_from_events(released, request, call.audit_id)
 
     async def StreamGenerate(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext
                              ) -> AsyncIterator[pb.GenerateChunk]:
         call = self.audit.begin("StreamGenerate", context)
         try:
             request = self._convert(message, context, call)
+            held = bool(request.output_moderators)  # the output is released only once moderated
             async for event in self.events(request, call):
-                if event.finished:
-                    self._final_status(event, call)
-                    await self.audit.commit(call)  # compliance: the final chunk waits for the record
-                    await self._deadline_status(event, context)
-                if event.token_ids or event.text or event.finished:
-                    yield chunk_from_event(event, request, call.audit_id)
+                if not event.finished:
+                    if not held and (event.token_ids or event.text):
+                        yield chunk_from_event(event, request, call.audit_id)
+                    continue
+                self._final_status(event, call)
+                released = await self._moderated(call, list(call.events))
+                await self.audit.commit(call)  # compliance: the final chunk waits for the record
+                await self._deadline_status(event, context)
+                for out in released if held else released[-1:]:
+                    if out.token_ids or out.text or out.finished:
+                        yield chunk_from_event(out, request, call.audit_id)
         except grpc.aio.AbortError:
             raise
         except BaseException as exc:
@@ -253,3 +347,8 @@ class GenerationServicer(pb_grpc.GenerationServicer):
         return pb.ListSchemasResponse(schemas=[
             pb.RegisteredSchema(name=s.name, version=s.version, description=s.description, schema=s.schema_json)
             for s in self._schemas])
+
+
+def _screen_input(request: GenerationRequest, rendered: str) -> ScreenInput:
+    messages = None if request.messages is None else tuple((m.role, m.content) for m in request.messages)
+    return ScreenInput(rendered, messages)

@@ -112,6 +112,14 @@ def _validate_controls(request: GenerationRequest, settings: Settings, bad: Viol
             bad(field, f"the position must be in [0, max_new_tokens) = [0, {limit}), got {position}")
         if token_id < 0:
             bad(field, f"token ids are >= 0, got {token_id}")
+    if not _finite(s.length_penalty):
+        bad("sampling.length_penalty", f"must be a finite number, got {s.length_penalty}")
+    if s.num_beams > 1 or request.num_return_sequences > 1:  # the rest is the engine's (engine/beam.py)
+        if s.num_beams < 1:
+            bad("sampling.num_beams", f"must be >= 1, got {s.num_beams}")
+        if not 1 <= request.num_return_sequences <= max(1, s.num_beams):
+            bad("num_return_sequences", f"must be in [1, num_beams = {s.num_beams}] (more than one needs beam "
+                                        f"search), got {request.num_return_sequences}")
     for index, phrase in enumerate(request.stopping.must_include):
         if not phrase:
             bad(f"stopping.must_include[{index}]", "a phrase must not be empty")

@@ -18,6 +18,7 @@ from proctor.domain import (
     ConstraintRequest,
     ForbiddenParams,
     GenerationRequest,
+    ModerationVerdict,
     PluginCall,
     RepetitionParams,
     SamplingParams,
@@ -66,12 +67,22 @@ class CallRecord:
     submitted: bool = False
     trace_id: str = ""  # W3C trace id (32 hex) of the call's trace, or of the caller's traceparent
     contract: dict[str, Any] | None = None  # a contract draft's attempt: template, clauses, check (Contracts)
+    # Input screens and output moderators (decoding/plugins/moderation.py): the instances still to run on the
+    # output, and what was decided. ``events`` keep the model's own output; ``moderation_reply`` is what the
+    # caller got instead (blocked input or withheld output), ``output_withheld`` whether the output was withheld.
+    moderators: tuple[Any, ...] = ()
+    moderation: tuple[ModerationVerdict, ...] = ()
+    moderation_reply: str | None = None
+    output_withheld: bool = False
 
 
 def request_to_dict(request: GenerationRequest, seed: int | None) -> dict[str, Any]:
     """Every generation parameter, with the seed actually used (replay rebuilds the request from it)."""
     data = dataclasses.asdict(request)
     data.pop("deadline", None)
+    for key in ("input_screens", "output_moderators"):  # only when used: older records keep their exact shape
+        if not data[key]:
+            del data[key]
     data["sampling"]["seed"] = None if seed is None else str(seed)  # 64-bit: beyond JSON's safe integers
     return data
 
@@ -101,6 +112,10 @@ def request_from_dict(data: dict[str, Any], request_id: str) -> GenerationReques
         audit_top_n=data.get("audit_top_n", 0),
         audited=data.get("audited", False),
         confidence=data.get("confidence", False),
+        context_overflow=data.get("context_overflow", "refuse"),
+        num_return_sequences=data.get("num_return_sequences", 1),
+        input_screens=tuple(PluginCall(**p) for p in data.get("input_screens", ())),
+        output_moderators=tuple(PluginCall(**p) for p in data.get("output_moderators", ())),
     )
 
 
@@ -130,6 +145,21 @@ def _contract(contract: dict[str, Any], policy: PrivacyPolicy) -> dict[str, Any]
     return {**contract, "check": check}
 
 
+def _moderation(call: CallRecord, policy: PrivacyPolicy) -> dict[str, Any]:
+    """Every screen and moderator that ran; what the caller got instead of the model's output, if anything.
+
+    ``output`` and ``tokens`` stay the model's own (so replay compares like with like): when
+    ``output_withheld`` is true, that output was suppressed and the caller got ``reply``."""
+    reply = call.moderation_reply
+    return {
+        "verdicts": [dataclasses.asdict(v) for v in call.moderation],
+        "blocked_input": any(v.kind == "input_screen" and v.verdict == "block" for v in call.moderation),
+        "output_withheld": call.output_withheld,
+        "reply": None if reply is None else ({"policy": "full", "text": reply} if policy.output == "full"
+                                             else {"policy": "hmac", "hmac_sha256": policy.digest(reply)}),
+    }
+
+
 def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dict[str, Any]:
     final = call.events[-1] if call.events and call.events[-1].finished else None
     output = "".join(e.text for e in call.events)
@@ -148,6 +178,8 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
     }
     if call.contract is not None:  # only on Contracts calls: older records keep their exact shape
         body["contract"] = _contract(call.contract, policy)
+    if call.moderation:  # only when a screen or moderator ran: older records keep their exact shape
+        body["moderation"] = _moderation(call, policy)
     if policy.prompt == "hmac":  # the input must not leak through the parameters either
         for part in (body["request"], body["raw_request"]):
             if part:
@@ -173,6 +205,12 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
         body["plugins"] = [dataclasses.asdict(p) for p in final.plugins]
         if final.confidence is not None:  # only when asked for: older records keep their exact shape
             body["confidence"] = dataclasses.asdict(final.confidence)
+        if final.sequences:  # beam search: every returned beam (the first is the output above)
+            body["sequences"] = [{"score": s.score, "finish_reason": s.finish_reason.value,
+                                  **({"token_ids": list(s.token_ids), "text": s.text} if policy.output == "full"
+                                     else {"hmac_sha256": policy.digest(s.text)})} for s in final.sequences]
+        if final.prompt_truncation is not None:  # only when the input was shortened
+            body["prompt_truncation"] = dataclasses.asdict(final.prompt_truncation)
         if final.must_include:
             body["must_include"] = [dataclasses.asdict(p) for p in final.must_include]
         if final.attempts:  # the validated fallback: every attempt, the returned one last

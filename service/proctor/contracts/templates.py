@@ -37,6 +37,9 @@ from proctor.constraints.registry import NAME_SEGMENT, VERSION, RegisteredSchema
 from proctor.contracts.pointers import PointerError, resolve_local
 
 LANGUAGES = ("en", "zh")
+# The repetition stop a template runs with unless it says otherwise: a unit of up to 16 tokens four times
+# in a row (three caught "000" in amounts and "..." in prose).
+DEFAULT_REPETITION = (16, 4)
 PROMPT_FIELDS = frozenset({"parties", "facts", "clauses", "title"})
 TOP_KEYS = frozenset({"description", "schema", "title", "parties", "clauses", "facts", "languages", "max_new_tokens",
                       "max_attempts", "repetition"})
@@ -119,7 +122,7 @@ class ContractTemplate:
     languages: tuple[tuple[str, Prompts], ...]
     max_new_tokens: int = 700
     max_attempts: int = 3
-    repetition: tuple[int, int] = (12, 3)
+    repetition: tuple[int, int] = DEFAULT_REPETITION
 
     @property
     def ref(self) -> str:
@@ -212,7 +215,7 @@ def _build(data: dict[str, Any], name: str, version: str, schemas: SchemaRegistr
         name=name, version=version, description=_text(data, "description"), title=_text(data, "title"),
         schema=schema, parties=parties, clauses=clauses, facts=facts, languages=languages,
         max_new_tokens=int(data.get("max_new_tokens", 700)), max_attempts=int(data.get("max_attempts", 3)),
-        repetition=tuple(data.get("repetition", (12, 3))))  # type: ignore[arg-type]
+        repetition=tuple(data.get("repetition", DEFAULT_REPETITION)))  # type: ignore[arg-type]
     _check_examples(template)
     return template
 

@@ -24,13 +24,20 @@ class Stop:
     detail: str = ""
 
 
-def repetition_stop(params: RepetitionParams, generated: Sequence[int]) -> Stop | None:
-    """The output ends in ``repeats`` consecutive copies of a unit of 1..``ngram_size`` tokens."""
+def repetition_stop(params: RepetitionParams, generated: Sequence[int],
+                    forced: Sequence[bool] = ()) -> Stop | None:
+    """The output ends in ``repeats`` consecutive copies of a unit of 1..``ngram_size`` tokens.
+
+    ``forced`` (parallel to ``generated``, when known): steps where the masks left a single token. A span
+    made only of such steps is not the model looping — a schema ``const`` such as ``25000`` spells its
+    zeros whatever the model prefers — so it never ends the output."""
     for size in range(1, params.ngram_size + 1):
         span = size * params.repeats
         if len(generated) < span:
             break
         unit = generated[-size:]
+        if forced and all(forced[-span:]):
+            continue
         if all(generated[-span + i] == unit[i % size] for i in range(span - size)):
             return Stop(FinishReason.REPETITION,
                         f"the last {size} token(s) repeated {params.repeats} times in a row")
@@ -49,14 +56,14 @@ class TokenStopRules:
     length_detail: str = ""
     repetition: RepetitionParams | None = None
 
-    def check_token(self, token_id: int, generated: Sequence[int]) -> Stop | None:
-        """Called after committing a token; ``generated`` includes it."""
+    def check_token(self, token_id: int, generated: Sequence[int], forced: Sequence[bool] = ()) -> Stop | None:
+        """Called after committing a token; ``generated`` includes it (``forced``: see ``repetition_stop``)."""
         if token_id in self.stop_token_ids:
             return Stop(FinishReason.STOP_TOKEN, f"stop token {token_id}")
         if not self.ignore_eos and token_id in self.eos_token_ids:
             return Stop(FinishReason.EOS)
         if self.repetition is not None:
-            stop = repetition_stop(self.repetition, generated)
+            stop = repetition_stop(self.repetition, generated, forced)
             if stop is not None:
                 return stop
         if len(generated) >= self.max_new_tokens:

@@ -21,6 +21,8 @@ class FinishReason(enum.Enum):
     FORBIDDEN_PHRASE = "forbidden_phrase"
     REPETITION = "repetition"
     STOP_CRITERION = "stop_criterion"
+    BLOCKED = "blocked"  # an input screen refused the input: nothing was generated (the API's, never the engine's)
+    MODERATED = "moderated"  # an output moderator withheld the output (the API's response only, never the engine's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +134,44 @@ class Confidence:
 
 
 @dataclass(frozen=True, slots=True)
+class ReturnedSequence:
+    """One finished beam of a beam search, best first (the first is also the request's own output)."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    score: float  # sum of the tokens' log-probabilities / generated tokens ** length_penalty (generate()'s)
+    finish_reason: FinishReason
+
+
+@dataclass(frozen=True, slots=True)
+class PromptTruncation:
+    """How ``context_overflow`` shortened an input to fit the context (only when it did)."""
+
+    policy: str
+    original_prompt_tokens: int
+    prompt_tokens: int
+    dropped_messages: int = 0
+    dropped_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class PhraseInclusion:
     """Whether the returned text includes one ``must_include`` phrase."""
 
     phrase: str
     included: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ModerationVerdict:
+    """What one input screen or output moderator decided ("allow" or "block"), for the response and the audit."""
+
+    name: str
+    version: str
+    kind: str  # "input_screen" or "output_moderator"
+    verdict: str  # "allow", "block", or "error" (the plugin raised; the call failed)
+    score: float | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +199,9 @@ class TokenEvent:
     attempts: tuple[Attempt, ...] = ()  # validated fallback only: every attempt, the returned one last
     confidence: Confidence | None = None  # final event only, when the request asked for it
     must_include: tuple[PhraseInclusion, ...] = ()  # final event only: one per must_include phrase
+    prompt_truncation: PromptTruncation | None = None  # final event only, when the input was shortened
+    sequences: tuple[ReturnedSequence, ...] = ()  # final event only, beam search: the returned beams, best first
+    moderation: tuple[ModerationVerdict, ...] = ()  # final event only: the screens' and moderators' verdicts
 
     @property
     def finished(self) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 CHAT_ROLES = frozenset({"system", "user", "assistant"})
+# What to do when the input and max_new_tokens do not both fit the context (engine/context_policy.py).
+CONTEXT_OVERFLOW_POLICIES = ("refuse", "drop_oldest_turns", "keep_start_and_end")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,9 @@ class SamplingParams:
     no_repeat_ngram_size: int = 0
     seed: int | None = None
     typical_p: float = 1.0
+    num_beams: int = 1  # > 1: beam search (engine/beam.py), with generate()'s semantics
+    length_penalty: float = 1.0  # beam search: a finished beam scores sum(logprob) / generated_tokens ** this
+    early_stopping: str = "false"  # beam search: "true", "false" (generate()'s heuristic) or "never"
     greedy_first_tokens: int = 0
     forced_tokens: tuple[tuple[int, int], ...] = ()
 
@@ -141,6 +146,10 @@ class GenerationRequest:
     audit_top_n: int = 0  # alternatives the audit trail records per token (set by the server, not the caller)
     audited: bool = False
     confidence: bool = False  # report a Confidence summary with the final event
+    num_return_sequences: int = 1  # beam search: the best this many finished beams (<= num_beams)
+    context_overflow: str = "refuse"  # CONTEXT_OVERFLOW_POLICIES: what to do when the input does not fit
+    input_screens: tuple[PluginCall, ...] = ()  # run on the rendered input before generation (server defaults first)
+    output_moderators: tuple[PluginCall, ...] = ()  # run on the finished output (server defaults first)
 
     @property
     def wants_details(self) -> bool:

@@ -28,6 +28,7 @@ from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
 from proctor.engine.attempts import FallbackAttempts
 from proctor.engine.batch import DecodeBatch
+from proctor.engine.beam import BeamSearches
 from proctor.engine.llama_step import LlamaSlots
 from proctor.engine.model_runner import SlotRunner, make_runner
 from proctor.engine.preprocess import PreparedRequest, prepare_masks, prepare_request
@@ -68,6 +69,7 @@ class Engine:
         self._pieces: dict[int, str] = {}  # per-token text for token details, filled on first use
         self._by_id: dict[str, SequenceState] = {}
         self._fallbacks: dict[str, FallbackAttempts] = {}  # requests on the validated fallback, by id
+        self._beams = BeamSearches(loaded, lambda rows: self._make_runner(rows, False))  # beside the batch
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._accepting = True
@@ -136,6 +138,9 @@ class Engine:
         request = prepared.request
         seed = request.sampling.seed if request.sampling.seed is not None else secrets.randbits(63)
         constraint = prepared.constraint
+        if request.sampling.num_beams > 1 and constraint is not None and not constraint.exact:
+            raise RequestValidationError.single("sampling.num_beams", "beam search needs a constraint the mask "
+                                                "enforces exactly (this schema is on the validated fallback)")
         if constraint is not None and not constraint.exact:
             request_id = request.request_id
             attempts = FallbackAttempts(prepared, seed, sink, budget=self.settings.fallback_attempts,
@@ -169,12 +174,16 @@ class Engine:
                               sink=deliver)
         if created is not None:
             state.created = created
+        search = self._beams.create(state) if request.sampling.num_beams > 1 else None
         with self._lock:
             if request.request_id in self._by_id:
                 raise RequestValidationError.single("request_id", f"request {request.request_id!r} is already running")
             self._by_id[request.request_id] = state
+            if search is not None:  # beside the batch, on its own runner (engine/beam.py)
+                self._beams.add(search)
         try:
-            self._scheduler.enqueue(state)
+            if search is None:
+                self._scheduler.enqueue(state)
         except Exception:
             with self._lock:
                 self._by_id.pop(request.request_id, None)
@@ -244,7 +253,7 @@ class Engine:
 
     def _run_loop(self) -> None:
         while True:
-            if self._stop and not self._batch.states and not self._batch.staged:
+            if self._stop and not self._batch.states and not self._batch.staged and not self._beams:
                 self._fail_waiting(FinishReason.CANCELLED, "the server shut down before this request ran")
                 return
             try:
@@ -283,7 +292,8 @@ class Engine:
         self._expire(now)
         batch = self._batch
         joining = [] if self._stop else self._scheduler.take_joining(batch)
-        if not joining and not batch.states and not batch.staged:
+        self._beams.take_new()
+        if not joining and not batch.states and not batch.staged and not self._beams:
             return False
         observer = self.observer
         for state in joining:
@@ -312,6 +322,7 @@ class Engine:
             self._threads.after_step(elapsed)
             if observer is not None:
                 observer.decode_step(elapsed, rows)
+        self._beams.step(time.monotonic())
         self.steps += 1
         return True
 
@@ -358,6 +369,7 @@ class Engine:
 
     def _fail_running(self, message: str) -> None:
         now = time.monotonic()
+        self._beams.fail(now, message)
         for state in self._batch.states + self._batch.staged:
             if not state.finished:
                 state.finish_without_token(FinishReason.ERROR, now, detail=message, error=message)

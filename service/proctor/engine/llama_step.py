@@ -126,6 +126,23 @@ class LlamaSlots:
     def free(self, slot: int) -> None:
         self.lengths[slot] = 0
 
+    def copy(self, source: int, target: int) -> None:
+        """Copy slot ``source`` into slot ``target`` (beam search: every beam starts from the prompt)."""
+        n = self.lengths[source]
+        self.reserve(target + 1, n + 1)
+        for cache in self._keys + self._values:
+            cache[target, :, :n].copy_(cache[source, :, :n])
+        self.lengths[target] = n
+
+    def reorder(self, parents: list[int]) -> None:
+        """Slot ``i`` takes the cache of slot ``parents[i]`` (beam search; every slot holds the same length)."""
+        if parents == list(range(len(parents))):
+            return
+        n = self.lengths[0]
+        index = torch.tensor(parents, dtype=torch.long, device=self.device)
+        for cache in self._keys + self._values:
+            cache[:len(parents), :, :n] = cache.index_select(0, index)[:, :, :n]
+
     # --- forward passes -------------------------------------------------------------------------
     def prefill(self, slot: int, token_ids: list[int], start: int = 0, every_position: bool = False) -> torch.Tensor:
         """Run prompt tokens into ``slot`` after the ``start`` it already holds (0: an empty slot; more:

@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from proctor.domain import FieldViolation, GenerationRequest, PluginInfo, RequestValidationError
+from proctor.domain import FieldViolation, GenerationRequest, PluginInfo, PromptTruncation, RequestValidationError
+from proctor.engine.context_policy import input_room, shorten
 
 if TYPE_CHECKING:
     from proctor.constraints.service import PreparedConstraint
     from proctor.decoding.forbidden import ForbiddenIndex
     from proctor.decoding.plugins import PluginContext, PluginRegistry
+    from proctor.decoding.plugins.moderation import ModerationPlugin
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,9 @@ class RequestMasks:
     processors: tuple[tuple[str, Any], ...] = ()  # ("plugin:<name>", instance)
     criteria: tuple[tuple[str, Any], ...] = ()
     plugins: tuple[PluginInfo, ...] = ()
+    # Run by the API, once per call, never per step (decoding/plugins/moderation.py).
+    screens: tuple[ModerationPlugin, ...] = ()
+    moderators: tuple[ModerationPlugin, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,7 @@ class PreparedRequest:
     constraint: PreparedConstraint | None = None
     masks: RequestMasks = RequestMasks()
     rendered_prompt: str = ""  # the input as the model saw it (chat template applied), for the audit
+    truncation: PromptTruncation | None = None  # how context_overflow shortened the input, if it did
 
 
 _LONGEST: dict[int, int] = {}
@@ -95,8 +101,14 @@ def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_lengt
             if token_id >= vocab_size:
                 raise RequestValidationError.single(
                     f"stopping.stop_token_ids[{index}]", f"{token_id} is outside the vocabulary (size {vocab_size})")
-    text, add_special = render_prompt(tokenizer, request)
+    requested = request.stopping.max_new_tokens
+    budget = min(requested if requested is not None else default_max_new_tokens, max_new_tokens_limit)
     field = "messages" if request.messages is not None else "prompt"
+    if request.context_overflow != "refuse":  # an input that does not fit is shortened, not refused
+        text, ids, truncation = shorten(tokenizer, request, lambda r: render_prompt(tokenizer, r),
+                                        input_room(context_length, budget))
+        return _limited(request, text, ids, budget, context_length, field, truncation)
+    text, add_special = render_prompt(tokenizer, request)
     fewest = len(text.encode("utf-8")) // longest_token_bytes(tokenizer)  # no tokenization can use fewer
     if fewest >= context_length:  # refused before tokenizing it (a 900,000-character prompt took seconds)
         raise RequestValidationError.single(
@@ -106,20 +118,24 @@ def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_lengt
         raise RequestValidationError.single(
             field, f"the input is at least {too_long} tokens; the model's context is {context_length} tokens")
     ids = tokenizer(text, add_special_tokens=add_special)["input_ids"]
+    return _limited(request, text, ids, budget, context_length, field, None)
+
+
+def _limited(request: GenerationRequest, text: str, ids: list[int], budget: int, context_length: int, field: str,
+             truncation: PromptTruncation | None) -> PreparedRequest:
+    """The prepared request with its output budget capped by the room the context leaves."""
     if not ids:
         raise RequestValidationError.single(field, "the input encodes to zero tokens")
     if len(ids) >= context_length:
         raise RequestValidationError.single(
             field, f"the input is {len(ids)} tokens; the model's context is {context_length} tokens "
                    "and at least one must remain for output")
-    requested = request.stopping.max_new_tokens
-    budget = min(requested if requested is not None else default_max_new_tokens, max_new_tokens_limit)
     room = context_length - len(ids)
     detail = ""
     if room < budget:
         detail = f"capped at {room} new tokens by the context length ({context_length})"
         budget = room
-    return PreparedRequest(request, tuple(ids), budget, detail, rendered_prompt=text)
+    return PreparedRequest(request, tuple(ids), budget, detail, rendered_prompt=text, truncation=truncation)
 
 
 def prepare_masks(request: GenerationRequest, *, tokenizer: Any, vocab_size: int, server_forbidden: tuple[str, ...],
@@ -155,4 +171,27 @@ def prepare_masks(request: GenerationRequest, *, tokenizer: Any, vocab_size: int
             for spec, instance in plugins.instantiate(calls, kind, context):  # type: ignore[arg-type]
                 out.append((f"plugin:{spec.name}", instance))
                 infos.append(PluginInfo(spec.name, spec.version, spec.kind))
-    return RequestMasks(forbidden, allowed, bias, tuple(processors), tuple(criteria), tuple(infos))
+    screens, moderators = _moderation_plugins(request, plugins, context, infos)
+    return RequestMasks(forbidden, allowed, bias, tuple(processors), tuple(criteria), tuple(infos),
+                        screens, moderators)
+
+
+def _moderation_plugins(request: GenerationRequest, plugins: PluginRegistry, context: PluginContext,
+                        infos: list[PluginInfo]) -> tuple[tuple[ModerationPlugin, ...], tuple[ModerationPlugin, ...]]:
+    """The request's input screens and output moderators, instantiated (bad names or params: INVALID_ARGUMENT)."""
+    if not (request.input_screens or request.output_moderators):
+        return (), ()
+    from proctor.decoding.plugins.moderation import ModerationPlugin
+
+    built: dict[str, list[ModerationPlugin]] = {"input_screen": [], "output_moderator": []}
+    bad: list[FieldViolation] = []
+    for kind, calls in (("input_screen", request.input_screens), ("output_moderator", request.output_moderators)):
+        try:
+            for spec, instance in plugins.instantiate(calls, kind, context):  # type: ignore[arg-type]
+                built[kind].append(ModerationPlugin(spec.name, spec.version, spec.kind, instance))  # type: ignore[arg-type]
+                infos.append(PluginInfo(spec.name, spec.version, spec.kind))
+        except RequestValidationError as exc:  # both lists' violations are reported together
+            bad += exc.violations
+    if bad:
+        raise RequestValidationError(bad)
+    return tuple(built["input_screen"]), tuple(built["output_moderator"])

@@ -17,7 +17,15 @@ from proctor.decoding.penalties import PenaltyState
 from proctor.decoding.pipeline import RowDecision
 from proctor.decoding.stop_strings import StopStringMatcher
 from proctor.decoding.stopping import TokenStopRules, check_external
-from proctor.domain import FinishReason, SamplingParams, SchemaCheck, TokenAlternative, TokenDetail, TokenEvent
+from proctor.domain import (
+    FinishReason,
+    ReturnedSequence,
+    SamplingParams,
+    SchemaCheck,
+    TokenAlternative,
+    TokenDetail,
+    TokenEvent,
+)
 from proctor.domain.events import Timings, Usage
 from proctor.engine.detokenizer import IncrementalDetokenizer, text_decoder
 from proctor.engine.preprocess import PreparedRequest
@@ -41,6 +49,9 @@ class SequenceState:
         self.request = request
         self.request_id = request.request_id
         self.prompt_ids = list(prepared.prompt_ids)
+        self.truncation = prepared.truncation
+        self._forced_steps: list[bool] = []
+        self.sequences: tuple[ReturnedSequence, ...] = ()  # beam search: the returned beams (engine/beam.py)
         self.max_new_tokens = prepared.max_new_tokens
         self.generated: list[int] = []
         self.seed = seed
@@ -168,7 +179,9 @@ class SequenceState:
             self.first_token_at = now
         if self.penalties is not None:
             self.penalties.commit(token_id)
-        stop = self.rules.check_token(token_id, self.generated)
+        if self.rules.repetition is not None:  # which steps the masks decided alone (see repetition_stop)
+            self._forced_steps.append(decision.allowed_count == 1)
+        stop = self.rules.check_token(token_id, self.generated, self._forced_steps)
         reason, detail = (stop.reason, stop.detail) if stop is not None else (None, "")
         if self.matcher is not None:
             reason, detail = self._advance_constraint(token_id, reason, detail)
@@ -279,7 +292,7 @@ class SequenceState:
                 constraint=self.constraint.summary if self.constraint else None,
                 schema_check=self._schema_check(reason), plugins=self.plugins,
                 confidence=self.confidence.summary() if self.confidence is not None else None,
-                must_include=included)
+                must_include=included, prompt_truncation=self.truncation, sequences=self.sequences)
         self.sink(event)
 
     @property

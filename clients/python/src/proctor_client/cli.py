@@ -17,7 +17,14 @@ import grpc
 from proctor_client.auth import TOKEN_ENV, resolve_token, tls_credentials
 from proctor_client.errors import ProctorError
 from proctor_client.formatting import info_lines, schema_lines, summary_line, to_json, validation_lines
-from proctor_client.request import CONSTRAINT_BACKENDS, GRAMMAR_SYNTAXES, JSON_WHITESPACES, build_request
+from proctor_client.request import (
+    CONSTRAINT_BACKENDS,
+    CONTEXT_OVERFLOWS,
+    EARLY_STOPPINGS,
+    GRAMMAR_SYNTAXES,
+    JSON_WHITESPACES,
+    build_request,
+)
 from proctor_client.sync_client import ProctorClient
 from proctor_client.v1 import generation_pb2
 
@@ -69,6 +76,13 @@ def add_client_commands(subparsers: argparse._SubParsersAction) -> dict[str, arg
                           help="force token ID at generated position POS, 0-based (repeatable)")
     generate.add_argument("--must-include", action="append", default=[], metavar="PHRASE",
                           help="the output may not end before it contains PHRASE (repeatable)")
+    generate.add_argument("--num-beams", type=int, help="beam search with this many beams (generate()'s semantics)")
+    generate.add_argument("--length-penalty", type=float, help="beam search: score / generated_tokens ** this")
+    generate.add_argument("--early-stopping", choices=EARLY_STOPPINGS, help="beam search: when to stop searching")
+    generate.add_argument("--num-return-sequences", type=int, help="beam search: return the best N beams")
+    generate.add_argument("--context-overflow", choices=CONTEXT_OVERFLOWS,
+                          help="when the input and --max-new-tokens do not fit the context: refuse (default), drop "
+                          "the oldest chat turns after the system message, or keep the start and the end")
     generate.add_argument("--confidence", action="store_true",
                           help="return a confidence summary (a heuristic, not a probability of correctness)")
     generate.add_argument("--stream", action="store_true", help="print text as it is generated (JSONL with json)")
@@ -138,6 +152,11 @@ def _add_mask_flags(parser: argparse.ArgumentParser) -> None:
                        help="a logits-processor plugin with JSON object parameters (repeatable)")
     group.add_argument("--criterion", action="append", default=[], metavar="NAME[=JSON]",
                        help="a stopping-criterion plugin with JSON object parameters (repeatable)")
+    group.add_argument("--input-screen", action="append", default=[], metavar="NAME[=JSON]",
+                       help="an input screen run before generation, e.g. prompt_injection (repeatable)")
+    group.add_argument("--output-moderator", action="append", default=[], metavar="NAME[=JSON]",
+                       help="an output moderator run on the finished output, e.g. "
+                       "'keyword_score={\"terms\": [\"secret\"]}' (repeatable; streams are held back)")
     group.add_argument("--stop-repetition", metavar="N,K",
                        help="stop when a unit of up to N tokens repeats K times in a row")
 
@@ -342,9 +361,16 @@ def request_from_args(args: argparse.Namespace) -> generation_pb2.GenerateReques
         allowed_token_ids=args.allow_token,
         logits_processors=[parse_plugin(p) for p in args.processor],
         stopping_criteria=[parse_plugin(c) for c in args.criterion],
+        input_screens=[parse_plugin(c) for c in args.input_screen],
+        output_moderators=[parse_plugin(c) for c in args.output_moderator],
         repetition=parse_repetition(args.stop_repetition),
         must_include=args.must_include,
         confidence=args.confidence,
+        context_overflow=args.context_overflow,
+        num_beams=args.num_beams,
+        length_penalty=args.length_penalty,
+        early_stopping=args.early_stopping,
+        num_return_sequences=args.num_return_sequences,
     )
 
 
@@ -399,6 +425,8 @@ def _print_response(response: generation_pb2.GenerateResponse, output: str, out:
         print(to_json(response), file=out)
         return
     print(response.text, file=out)
+    for rank, sequence in enumerate(response.sequences[1:], 2):  # beam search: the other returned beams
+        print(f"--- beam {rank} (score {sequence.score:.4f}) ---\n{sequence.text}", file=out)
     out.flush()
     _print_summary(response)
 

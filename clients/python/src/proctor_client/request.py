@@ -23,6 +23,10 @@ JsonWhitespaceName = Literal["compact", "flexible"]
 GRAMMAR_SYNTAXES: tuple[str, ...] = get_args(GrammarSyntaxName)
 CONSTRAINT_BACKENDS: tuple[str, ...] = get_args(ConstraintBackendName)
 JSON_WHITESPACES: tuple[str, ...] = get_args(JsonWhitespaceName)
+EarlyStoppingName = Literal["heuristic", "when_full", "never"]
+EARLY_STOPPINGS: tuple[str, ...] = get_args(EarlyStoppingName)
+ContextOverflowName = Literal["refuse", "drop_oldest_turns", "keep_start_and_end"]
+CONTEXT_OVERFLOWS: tuple[str, ...] = get_args(ContextOverflowName)
 
 
 def build_request(
@@ -65,9 +69,16 @@ def build_request(
     allowed_token_ids: Sequence[int] = (),
     logits_processors: Sequence[PluginLike] = (),
     stopping_criteria: Sequence[PluginLike] = (),
+    input_screens: Sequence[PluginLike] = (),
+    output_moderators: Sequence[PluginLike] = (),
     repetition: tuple[int, int] | None = None,
     must_include: Sequence[str] | str = (),
     confidence: bool = False,
+    context_overflow: ContextOverflowName | None = None,
+    num_beams: int | None = None,
+    length_penalty: float | None = None,
+    early_stopping: EarlyStoppingName | None = None,
+    num_return_sequences: int | None = None,
 ) -> generation_pb2.GenerateRequest:
     """Return a request with exactly one of ``prompt`` (raw text) or ``messages`` (chat turns).
 
@@ -82,6 +93,10 @@ def build_request(
     greedy, then sampling), ``forced_tokens`` ({generated position: token id}), ``must_include`` (phrases the
     output must contain before it may end; a bare string is one phrase) and ``confidence`` (ask for the
     response's ``Confidence`` summary). See docs/generation-controls.md.
+
+    Screens and moderators (docs/plugins.md): ``input_screens`` run on the input before generation (a block
+    answers with the screen's reply, FINISH_REASON_BLOCKED); ``output_moderators`` run on the finished output
+    (a block replaces it with the moderator's reply, FINISH_REASON_MODERATED; a stream is then held back).
 
     Raises ValueError when both or neither input is given, a message is malformed, more than one constraint
     is given, or an option does not fit its constraint; range checks and compiling are left to the server,
@@ -110,6 +125,8 @@ def build_request(
         "seed": seed,
         "typical_p": typical_p,
         "greedy_first_tokens": greedy_first_tokens,
+        "num_beams": num_beams,
+        "length_penalty": length_penalty,
     }
     for name, value in sampling.items():
         if value is not None:
@@ -131,11 +148,25 @@ def build_request(
     # A bare string is one phrase, not a list of one-character phrases.
     request.stopping.must_include.extend([must_include] if isinstance(must_include, str) else must_include)
     request.confidence = confidence
+    if early_stopping is not None:
+        if early_stopping not in EARLY_STOPPINGS:
+            raise ValueError(f"early_stopping must be one of {', '.join(EARLY_STOPPINGS)}, got {early_stopping!r}")
+        request.sampling.early_stopping = generation_pb2.BeamEarlyStopping.Value(
+            f"BEAM_EARLY_STOPPING_{early_stopping.upper()}")
+    if num_return_sequences is not None:
+        request.num_return_sequences = num_return_sequences
+    if context_overflow is not None:
+        if context_overflow not in CONTEXT_OVERFLOWS:
+            raise ValueError(f"context_overflow must be one of {', '.join(CONTEXT_OVERFLOWS)}, "
+                             f"got {context_overflow!r}")
+        request.context_overflow = generation_pb2.ContextOverflow.Value(f"CONTEXT_OVERFLOW_{context_overflow.upper()}")
     if top_logprobs is not None:
         request.top_logprobs = top_logprobs
     _set_masks(request, forbidden, forbidden_case_insensitive, forbidden_whole_word, logit_bias, allowed_token_ids)
     request.logits_processors.extend(_plugin_call(call) for call in logits_processors)
     request.stopping_criteria.extend(_plugin_call(call) for call in stopping_criteria)
+    request.input_screens.extend(_plugin_call(call) for call in input_screens)
+    request.output_moderators.extend(_plugin_call(call) for call in output_moderators)
     _set_constraint(
         request,
         json_schema=json_schema,

@@ -83,6 +83,10 @@ class LLGuidanceMatcher:
     def rollback(self, tokens: int) -> None:
         self._matcher.rollback(tokens)
 
+    def fork(self) -> LLGuidanceMatcher:
+        """An independent copy at the same position (beam search: each beam keeps its own state)."""
+        return LLGuidanceMatcher(self._matcher.deep_copy())
+
 
 class LLGuidanceCompiled:
     backend = NAME

@@ -6,6 +6,8 @@
 * ``json_value_complete`` (stopping criterion): stops as soon as the JSON value at a path
   (``"$.title"``, ``"$.parties"``) is complete in the output, e.g. to take only the header of a
   long document.
+* ``prompt_injection`` (input screen) and ``keyword_score`` (output moderator): see
+  ``moderation_builtin.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 
 from proctor.decoding.plugins.api import PluginContext, PluginParamsError, PluginSpec, SequenceView
 from proctor.decoding.plugins.json_path import JsonPathWatcher, parse_path
+from proctor.decoding.plugins.moderation_builtin import MODERATION_PLUGINS
 
 MAX_BIAS_PHRASES = 256
 
@@ -87,4 +90,5 @@ BUILTIN_PLUGINS = (
                "add 'bias' (default 5) to the tokens that start or continue any of 'phrases'"),
     PluginSpec("json_value_complete", "1.0", "stopping_criterion", _json_value_complete,
                "stop once the JSON value at 'path' ($.key.key…) is complete"),
+    *MODERATION_PLUGINS,
 )

@@ -1,5 +1,8 @@
 """The plugin registry: built-ins from the package plus entry points named in the configuration.
 
+Four kinds, one entry-point group each (``GROUPS``): logits processors, stopping criteria, input
+screens and output moderators.
+
 Loaded once at start. A request names plugins; ``instantiate`` turns the names and parameters
 into per-request instances or raises one ``RequestValidationError`` listing every bad call.
 """
@@ -15,7 +18,9 @@ from proctor.domain import FieldViolation, PluginCall, RequestValidationError
 
 log = logging.getLogger("proctor.plugins")
 GROUPS: dict[Kind, str] = {"logits_processor": "proctor.logits_processors",
-                           "stopping_criterion": "proctor.stopping_criteria"}
+                           "stopping_criterion": "proctor.stopping_criteria",
+                           "input_screen": "proctor.input_screens",
+                           "output_moderator": "proctor.output_moderators"}
 
 
 class PluginRegistry:

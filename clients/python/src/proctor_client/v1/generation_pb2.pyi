@@ -8,11 +8,31 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class BeamEarlyStopping(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BEAM_EARLY_STOPPING_UNSPECIFIED: _ClassVar[BeamEarlyStopping]
+    BEAM_EARLY_STOPPING_HEURISTIC: _ClassVar[BeamEarlyStopping]
+    BEAM_EARLY_STOPPING_WHEN_FULL: _ClassVar[BeamEarlyStopping]
+    BEAM_EARLY_STOPPING_NEVER: _ClassVar[BeamEarlyStopping]
+
+class ModerationDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODERATION_DECISION_UNSPECIFIED: _ClassVar[ModerationDecision]
+    MODERATION_DECISION_ALLOW: _ClassVar[ModerationDecision]
+    MODERATION_DECISION_BLOCK: _ClassVar[ModerationDecision]
+
 class GrammarSyntax(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     GRAMMAR_SYNTAX_UNSPECIFIED: _ClassVar[GrammarSyntax]
     GRAMMAR_SYNTAX_LARK: _ClassVar[GrammarSyntax]
     GRAMMAR_SYNTAX_EBNF: _ClassVar[GrammarSyntax]
+
+class ContextOverflow(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONTEXT_OVERFLOW_UNSPECIFIED: _ClassVar[ContextOverflow]
+    CONTEXT_OVERFLOW_REFUSE: _ClassVar[ContextOverflow]
+    CONTEXT_OVERFLOW_DROP_OLDEST_TURNS: _ClassVar[ContextOverflow]
+    CONTEXT_OVERFLOW_KEEP_START_AND_END: _ClassVar[ContextOverflow]
 
 class ConstraintBackend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -43,6 +63,8 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_FORBIDDEN_PHRASE: _ClassVar[FinishReason]
     FINISH_REASON_REPETITION: _ClassVar[FinishReason]
     FINISH_REASON_STOP_CRITERION: _ClassVar[FinishReason]
+    FINISH_REASON_BLOCKED: _ClassVar[FinishReason]
+    FINISH_REASON_MODERATED: _ClassVar[FinishReason]
 
 class FormatHandling(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -50,9 +72,20 @@ class FormatHandling(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FORMAT_HANDLING_ENFORCED: _ClassVar[FormatHandling]
     FORMAT_HANDLING_VALIDATED: _ClassVar[FormatHandling]
     FORMAT_HANDLING_ANNOTATION: _ClassVar[FormatHandling]
+BEAM_EARLY_STOPPING_UNSPECIFIED: BeamEarlyStopping
+BEAM_EARLY_STOPPING_HEURISTIC: BeamEarlyStopping
+BEAM_EARLY_STOPPING_WHEN_FULL: BeamEarlyStopping
+BEAM_EARLY_STOPPING_NEVER: BeamEarlyStopping
+MODERATION_DECISION_UNSPECIFIED: ModerationDecision
+MODERATION_DECISION_ALLOW: ModerationDecision
+MODERATION_DECISION_BLOCK: ModerationDecision
 GRAMMAR_SYNTAX_UNSPECIFIED: GrammarSyntax
 GRAMMAR_SYNTAX_LARK: GrammarSyntax
 GRAMMAR_SYNTAX_EBNF: GrammarSyntax
+CONTEXT_OVERFLOW_UNSPECIFIED: ContextOverflow
+CONTEXT_OVERFLOW_REFUSE: ContextOverflow
+CONTEXT_OVERFLOW_DROP_OLDEST_TURNS: ContextOverflow
+CONTEXT_OVERFLOW_KEEP_START_AND_END: ContextOverflow
 CONSTRAINT_BACKEND_UNSPECIFIED: ConstraintBackend
 CONSTRAINT_BACKEND_AUTO: ConstraintBackend
 CONSTRAINT_BACKEND_XGRAMMAR: ConstraintBackend
@@ -74,6 +107,8 @@ FINISH_REASON_DEAD_END: FinishReason
 FINISH_REASON_FORBIDDEN_PHRASE: FinishReason
 FINISH_REASON_REPETITION: FinishReason
 FINISH_REASON_STOP_CRITERION: FinishReason
+FINISH_REASON_BLOCKED: FinishReason
+FINISH_REASON_MODERATED: FinishReason
 FORMAT_HANDLING_UNSPECIFIED: FormatHandling
 FORMAT_HANDLING_ENFORCED: FormatHandling
 FORMAT_HANDLING_VALIDATED: FormatHandling
@@ -94,7 +129,7 @@ class ChatMessages(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
-    __slots__ = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "no_repeat_ngram_size", "seed", "typical_p", "greedy_first_tokens", "forced_tokens")
+    __slots__ = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "no_repeat_ngram_size", "seed", "typical_p", "greedy_first_tokens", "forced_tokens", "num_beams", "length_penalty", "early_stopping")
     class ForcedTokensEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +149,9 @@ class SamplingParams(_message.Message):
     TYPICAL_P_FIELD_NUMBER: _ClassVar[int]
     GREEDY_FIRST_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FORCED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    NUM_BEAMS_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    EARLY_STOPPING_FIELD_NUMBER: _ClassVar[int]
     temperature: float
     top_k: int
     top_p: float
@@ -126,7 +164,22 @@ class SamplingParams(_message.Message):
     typical_p: float
     greedy_first_tokens: int
     forced_tokens: _containers.ScalarMap[int, int]
-    def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., no_repeat_ngram_size: _Optional[int] = ..., seed: _Optional[int] = ..., typical_p: _Optional[float] = ..., greedy_first_tokens: _Optional[int] = ..., forced_tokens: _Optional[_Mapping[int, int]] = ...) -> None: ...
+    num_beams: int
+    length_penalty: float
+    early_stopping: BeamEarlyStopping
+    def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., no_repeat_ngram_size: _Optional[int] = ..., seed: _Optional[int] = ..., typical_p: _Optional[float] = ..., greedy_first_tokens: _Optional[int] = ..., forced_tokens: _Optional[_Mapping[int, int]] = ..., num_beams: _Optional[int] = ..., length_penalty: _Optional[float] = ..., early_stopping: _Optional[_Union[BeamEarlyStopping, str]] = ...) -> None: ...
+
+class ReturnedSequence(_message.Message):
+    __slots__ = ("token_ids", "text", "score", "finish_reason")
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    score: float
+    finish_reason: FinishReason
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ...) -> None: ...
 
 class StoppingParams(_message.Message):
     __slots__ = ("max_new_tokens", "min_new_tokens", "stop", "stop_token_ids", "ignore_eos", "repetition", "must_include")
@@ -182,8 +235,24 @@ class PluginInfo(_message.Message):
     kind: str
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
 
+class ModerationVerdict(_message.Message):
+    __slots__ = ("name", "version", "kind", "decision", "score", "reason")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    kind: str
+    decision: ModerationDecision
+    score: float
+    reason: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[str] = ..., decision: _Optional[_Union[ModerationDecision, str]] = ..., score: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "prompt", "messages", "sampling", "stopping", "top_logprobs", "token_details", "json_schema", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace", "constraint_exact_only", "forbidden", "logit_bias", "allowed_token_ids", "logits_processors", "stopping_criteria", "confidence")
+    __slots__ = ("request_id", "prompt", "messages", "sampling", "stopping", "top_logprobs", "token_details", "json_schema", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace", "constraint_exact_only", "forbidden", "logit_bias", "allowed_token_ids", "logits_processors", "stopping_criteria", "confidence", "context_overflow", "input_screens", "output_moderators", "num_return_sequences")
     class LogitBiasEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +281,10 @@ class GenerateRequest(_message.Message):
     LOGITS_PROCESSORS_FIELD_NUMBER: _ClassVar[int]
     STOPPING_CRITERIA_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_OVERFLOW_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SCREENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_MODERATORS_FIELD_NUMBER: _ClassVar[int]
+    NUM_RETURN_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt: str
     messages: ChatMessages
@@ -233,7 +306,11 @@ class GenerateRequest(_message.Message):
     logits_processors: _containers.RepeatedCompositeFieldContainer[PluginCall]
     stopping_criteria: _containers.RepeatedCompositeFieldContainer[PluginCall]
     confidence: bool
-    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingParams, _Mapping]] = ..., top_logprobs: _Optional[int] = ..., token_details: _Optional[bool] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Union[ChoiceConstraint, _Mapping]] = ..., grammar: _Optional[_Union[GrammarConstraint, _Mapping]] = ..., schema_ref: _Optional[str] = ..., constraint_backend: _Optional[_Union[ConstraintBackend, str]] = ..., json_whitespace: _Optional[_Union[JsonWhitespace, str]] = ..., constraint_exact_only: _Optional[bool] = ..., forbidden: _Optional[_Union[ForbiddenPhrases, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., logits_processors: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., stopping_criteria: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., confidence: _Optional[bool] = ...) -> None: ...
+    context_overflow: ContextOverflow
+    input_screens: _containers.RepeatedCompositeFieldContainer[PluginCall]
+    output_moderators: _containers.RepeatedCompositeFieldContainer[PluginCall]
+    num_return_sequences: int
+    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingParams, _Mapping]] = ..., top_logprobs: _Optional[int] = ..., token_details: _Optional[bool] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Union[ChoiceConstraint, _Mapping]] = ..., grammar: _Optional[_Union[GrammarConstraint, _Mapping]] = ..., schema_ref: _Optional[str] = ..., constraint_backend: _Optional[_Union[ConstraintBackend, str]] = ..., json_whitespace: _Optional[_Union[JsonWhitespace, str]] = ..., constraint_exact_only: _Optional[bool] = ..., forbidden: _Optional[_Union[ForbiddenPhrases, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., logits_processors: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., stopping_criteria: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., confidence: _Optional[bool] = ..., context_overflow: _Optional[_Union[ContextOverflow, str]] = ..., input_screens: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., output_moderators: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., num_return_sequences: _Optional[int] = ...) -> None: ...
 
 class ChoiceConstraint(_message.Message):
     __slots__ = ("options",)
@@ -248,6 +325,20 @@ class GrammarConstraint(_message.Message):
     syntax: GrammarSyntax
     text: str
     def __init__(self, syntax: _Optional[_Union[GrammarSyntax, str]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class PromptTruncation(_message.Message):
+    __slots__ = ("policy", "original_prompt_tokens", "prompt_tokens", "dropped_messages", "dropped_tokens")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    policy: ContextOverflow
+    original_prompt_tokens: int
+    prompt_tokens: int
+    dropped_messages: int
+    dropped_tokens: int
+    def __init__(self, policy: _Optional[_Union[ContextOverflow, str]] = ..., original_prompt_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., dropped_messages: _Optional[int] = ..., dropped_tokens: _Optional[int] = ...) -> None: ...
 
 class SchemaValidation(_message.Message):
     __slots__ = ("valid", "errors")
@@ -374,7 +465,7 @@ class Timings(_message.Message):
     def __init__(self, queue_ms: _Optional[float] = ..., time_to_first_token_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "tokens", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts", "confidence", "must_include")
+    __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "tokens", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts", "confidence", "must_include", "prompt_truncation", "moderation", "sequences")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -391,6 +482,9 @@ class GenerateResponse(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     MUST_INCLUDE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TRUNCATION_FIELD_NUMBER: _ClassVar[int]
+    MODERATION_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -407,10 +501,13 @@ class GenerateResponse(_message.Message):
     attempts: _containers.RepeatedCompositeFieldContainer[GenerationAttempt]
     confidence: Confidence
     must_include: _containers.RepeatedCompositeFieldContainer[PhraseInclusion]
-    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ..., confidence: _Optional[_Union[Confidence, _Mapping]] = ..., must_include: _Optional[_Iterable[_Union[PhraseInclusion, _Mapping]]] = ...) -> None: ...
+    prompt_truncation: PromptTruncation
+    moderation: _containers.RepeatedCompositeFieldContainer[ModerationVerdict]
+    sequences: _containers.RepeatedCompositeFieldContainer[ReturnedSequence]
+    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ..., confidence: _Optional[_Union[Confidence, _Mapping]] = ..., must_include: _Optional[_Iterable[_Union[PhraseInclusion, _Mapping]]] = ..., prompt_truncation: _Optional[_Union[PromptTruncation, _Mapping]] = ..., moderation: _Optional[_Iterable[_Union[ModerationVerdict, _Mapping]]] = ..., sequences: _Optional[_Iterable[_Union[ReturnedSequence, _Mapping]]] = ...) -> None: ...
 
 class GenerateChunk(_message.Message):
-    __slots__ = ("request_id", "token_ids", "text", "tokens", "finish_reason", "usage", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts", "confidence", "must_include")
+    __slots__ = ("request_id", "token_ids", "text", "tokens", "finish_reason", "usage", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts", "confidence", "must_include", "prompt_truncation", "moderation", "sequences")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -427,6 +524,9 @@ class GenerateChunk(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     MUST_INCLUDE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TRUNCATION_FIELD_NUMBER: _ClassVar[int]
+    MODERATION_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
@@ -443,7 +543,10 @@ class GenerateChunk(_message.Message):
     attempts: _containers.RepeatedCompositeFieldContainer[GenerationAttempt]
     confidence: Confidence
     must_include: _containers.RepeatedCompositeFieldContainer[PhraseInclusion]
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ..., confidence: _Optional[_Union[Confidence, _Mapping]] = ..., must_include: _Optional[_Iterable[_Union[PhraseInclusion, _Mapping]]] = ...) -> None: ...
+    prompt_truncation: PromptTruncation
+    moderation: _containers.RepeatedCompositeFieldContainer[ModerationVerdict]
+    sequences: _containers.RepeatedCompositeFieldContainer[ReturnedSequence]
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ..., confidence: _Optional[_Union[Confidence, _Mapping]] = ..., must_include: _Optional[_Iterable[_Union[PhraseInclusion, _Mapping]]] = ..., prompt_truncation: _Optional[_Union[PromptTruncation, _Mapping]] = ..., moderation: _Optional[_Iterable[_Union[ModerationVerdict, _Mapping]]] = ..., sequences: _Optional[_Iterable[_Union[ReturnedSequence, _Mapping]]] = ...) -> None: ...
 
 class GetModelInfoRequest(_message.Message):
     __slots__ = ()

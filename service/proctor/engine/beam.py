@@ -1,0 +1,339 @@
+"""Beam search with ``generate()``'s semantics (transformers 5.x ``GenerationMixin._beam_search``).
+
+A beam request runs beside the continuous batch on a runner of its own with ``num_beams`` slots (one per
+beam, all the same length), one step per engine step. Each step follows transformers exactly — the same
+tensor operations in the same order, so the same ties break the same way:
+
+1. each beam's next-token log-softmax, with the masks applied after it (the constraint, forbidden
+   phrases, ``allowed_token_ids``, end-of-sequence before ``min_new_tokens``: each beam its own state);
+2. plus the beam's running score; the best ``max(2, 1 + n_eos) * num_beams`` continuations over all beams;
+3. a continuation ending in an end token (or reaching ``max_new_tokens``) among the first ``num_beams``
+   joins the finished beams with score ``sum(logprob) / generated ** length_penalty`` (kept: the best
+   ``num_beams``); the best ``num_beams`` that did not end run on (the KV cache rows reordered to their
+   parents);
+4. stop when no running beam can still beat the worst finished one (``early_stopping``: ``False`` —
+   generate()'s heuristic at the current length, ``True`` — as soon as ``num_beams`` are finished,
+   ``"never"`` — the best possible length).
+
+The finished beams, best first, are the result: the best is replayed through the request's own
+``SequenceState`` (its detokenizer, stop rules, schema check, events and audit details: the request
+then reads like any other, released at the end), the first ``num_return_sequences`` are reported as
+``TokenEvent.sequences``. Each beam carries its own constraint matcher (forked: llguidance copies its
+state; other engines replay the beam's tokens into a new matcher) and forbidden-phrase state.
+Sampling, penalties, processors, stop strings and the repetition stop are refused with beams.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from proctor.constraints.backend import Matcher
+from proctor.decoding.forbidden import ForbiddenTracker
+from proctor.decoding.masks import build_masks
+from proctor.decoding.pipeline import RowDecision
+from proctor.domain import FieldViolation, FinishReason, RequestValidationError, ReturnedSequence
+from proctor.engine.detokenizer import text_decoder
+from proctor.engine.llama_step import unsupported_reason
+from proctor.engine.sequence import SequenceState
+
+MAX_NUM_BEAMS = 16
+EARLY_STOPPING = ("false", "true", "never")
+NEG = -1.0e9  # transformers' "impossible" score
+
+
+def check_beam_request(state: SequenceState) -> None:
+    """What beam search does not combine with, named by field (INVALID_ARGUMENT before any work)."""
+    request, sampling, stopping = state.request, state.request.sampling, state.request.stopping
+    bad: list[FieldViolation] = []
+    if not 1 < sampling.num_beams <= MAX_NUM_BEAMS:
+        bad.append(FieldViolation("sampling.num_beams", f"must be in [2, {MAX_NUM_BEAMS}] for beam search"))
+    if not sampling.greedy:
+        bad.append(FieldViolation("sampling.temperature", "beam search is deterministic here: leave it unset or 0"))
+    if sampling.has_penalties or sampling.typical_p < 1.0 or sampling.forced_tokens or sampling.greedy_first_tokens:
+        bad.append(FieldViolation("sampling", "penalties, typical_p, forced_tokens and greedy_first_tokens are not "
+                                              "offered with beam search"))
+    if sampling.early_stopping not in EARLY_STOPPING:
+        bad.append(FieldViolation("sampling.early_stopping", f"one of {', '.join(EARLY_STOPPING)}"))
+    if not 1 <= request.num_return_sequences <= sampling.num_beams:
+        bad.append(FieldViolation("num_return_sequences", f"must be in [1, num_beams = {sampling.num_beams}]"))
+    if stopping.stop or stopping.repetition is not None or stopping.must_include:
+        bad.append(FieldViolation("stopping", "stop strings, the repetition stop and must_include are not offered "
+                                              "with beam search"))
+    if state.processors or state.criteria:
+        bad.append(FieldViolation("logits_processors", "logit_bias and plugins are not offered with beam search"))
+    if bad:
+        raise RequestValidationError(bad)
+
+
+@dataclass
+class Beam:
+    """One hypothesis: its tokens and their decisions, its own constraint and forbidden-phrase state."""
+
+    tokens: list[int]
+    decisions: list[RowDecision]
+    matcher: Matcher | None
+    forbidden: ForbiddenTracker | None
+    allowed_mask: torch.Tensor | None
+    min_new_tokens: int
+    max_new_tokens: int
+    end_ids: tuple[int, ...]
+    eos_ids: tuple[int, ...]
+    dead: bool = False
+
+    # --- MaskedRow (decoding/masks.py) ---
+    @property
+    def last_step(self) -> bool:
+        return len(self.tokens) + 1 >= self.max_new_tokens
+
+    def end_token_ids(self) -> tuple[int, ...]:
+        return self.end_ids
+
+    def banned_token_ids(self) -> tuple[int, ...]:
+        return self.eos_ids if len(self.tokens) < self.min_new_tokens else ()
+
+
+@dataclass
+class BeamSearch:
+    """One beam request; ``step`` once per engine step on the engine thread until it returns True."""
+
+    host: SequenceState
+    make_runner: Callable[[int], Any]
+    end_ids: frozenset[int]  # tokens that end a beam: end-of-sequence (unless ignore_eos) and stop tokens
+    n_eos: int
+    decode: Callable[[list[int]], str]  # a returned beam's text (special tokens skipped, as the output's)
+    beams: list[Beam] = field(default_factory=list)
+    _runner: Any = None
+    _scores: torch.Tensor | None = None  # running beam scores [B]
+    _finished: list[tuple[Beam, FinishReason] | None] = field(default_factory=list)
+    _finished_scores: torch.Tensor | None = None
+    _finished_flags: torch.Tensor | None = None
+    _improvable: bool = True
+    _logits: torch.Tensor | None = None
+
+    @property
+    def num_beams(self) -> int:
+        return self.host.request.sampling.num_beams
+
+    def start(self) -> None:
+        """Prefill the prompt once and copy its cache into every beam's slot."""
+        host, count = self.host, self.num_beams
+        self._runner = self.make_runner(count)
+        first = self._runner.prefill(0, host.prompt_ids)
+        for slot in range(1, count):
+            self._runner.copy(0, slot)
+        self._logits = first.expand(count, -1).contiguous()
+        rules = host.rules
+        eos = tuple(sorted(rules.eos_token_ids))
+        self.beams = [Beam([], [], host.matcher if slot == 0 else _fork(host, host.matcher, []),
+                           _copy_tracker(host.forbidden), host.allowed_mask, rules.min_new_tokens, rules.max_new_tokens,
+                           tuple(sorted(self.end_ids)), eos) for slot in range(count)]
+        host.matcher = _fork(host, host.matcher, [])  # the host replays the winner from the start
+        self._scores = torch.zeros(count, dtype=torch.float32)
+        self._scores[1:] = NEG
+        self._finished = [None] * count
+        self._finished_scores = torch.full((count,), NEG, dtype=torch.float32)
+        self._finished_flags = torch.zeros(count, dtype=torch.bool)
+
+    def step(self) -> bool:
+        """One beam step (the first also prefills); True once the request has been answered."""
+        if self._runner is None:
+            self.start()
+        else:
+            self._logits = self._runner.decode([beam.tokens[-1] for beam in self.beams])
+        assert self._logits is not None and self._scores is not None
+        count, host = self.num_beams, self.host
+        logits = self._logits.float()
+        raw = torch.log_softmax(logits, dim=-1)
+        top = raw.argmax(dim=-1).tolist()
+        masks = build_masks(logits, self.beams, top)  # type: ignore[arg-type]
+        log_probs = raw.masked_fill(masks.banned, float("-inf")) if masks.banned is not None else raw.clone()
+        vocab = log_probs.shape[-1]
+        accumulated = (log_probs + self._scores[:, None]).reshape(1, -1)
+        keep = max(2, 1 + self.n_eos) * count
+        values, indices = torch.topk(accumulated, k=keep)
+        values, indices = values[0], indices[0]
+        parents = (indices // vocab).tolist()
+        tokens = (indices % vocab).tolist()
+        generated = len(self.beams[0].tokens) + 1  # tokens each continuation holds
+        length_hit = generated >= host.rules.max_new_tokens
+        hits = torch.tensor([length_hit or token in self.end_ids for token in tokens], dtype=torch.bool)
+        want = max(host.request.top_logprobs, host.request.audit_top_n)
+        alternatives = _alternatives(raw, want)
+        candidates = [self._extend(parents[i], tokens[i], raw, log_probs, masks, alternatives) for i in range(keep)]
+        # Running beams for the next step (transformers' _get_running_beams_for_next_iteration).
+        running_scores = values + hits.to(torch.float32) * NEG
+        next_indices = torch.topk(running_scores, k=count)[1].tolist()
+        # Finished beams (transformers' _update_finished_beams).
+        just = hits & (torch.arange(keep) < count)
+        normalised = values / (generated ** host.request.sampling.length_penalty)
+        early = host.request.sampling.early_stopping
+        assert self._finished_flags is not None and self._finished_scores is not None
+        if bool(self._finished_flags.all()) and early == "true":
+            normalised = normalised + NEG
+        if not self._improvable:
+            normalised = normalised + NEG
+        normalised = normalised + (~just).to(torch.float32) * NEG
+        merged_scores = torch.cat((self._finished_scores, normalised))
+        merged_flags = torch.cat((self._finished_flags, just))
+        merged = [*self._finished, *[(c, FinishReason.LENGTH if length_hit and t not in self.end_ids
+                                      else self._end_reason(t)) for c, t in zip(candidates, tokens, strict=True)]]
+        chosen = torch.topk(merged_scores, k=count)[1].tolist()
+        self._finished = [merged[i] for i in chosen]  # type: ignore[misc]
+        self._finished_scores = merged_scores[chosen]
+        self._finished_flags = merged_flags[chosen]
+        # Move to the running beams: the cache rows follow their parents.
+        self._scores = running_scores[next_indices]
+        self._runner.reorder([parents[i] for i in next_indices])
+        self.beams = [self._advance(candidates[i], tokens[i]) for i in next_indices]
+        self._improvable = self._still_improvable(generated)
+        exists_open = not (bool(self._finished_flags.all()) and early == "true")
+        if self._improvable and exists_open and not bool(hits.all()):
+            return False
+        self._answer()
+        return True
+
+    def _end_reason(self, token: int) -> FinishReason:
+        return FinishReason.EOS if token in self.host.rules.eos_token_ids and not self.host.rules.ignore_eos \
+            else FinishReason.STOP_TOKEN
+
+    def _extend(self, parent: int, token: int, raw: torch.Tensor, log_probs: torch.Tensor, masks: Any,
+                alternatives: list[tuple[tuple[int, float], ...]]) -> Beam:
+        """The parent beam plus ``token`` (its matcher not yet advanced: most candidates are dropped)."""
+        beam = self.beams[parent]
+        decision = RowDecision(token, float(raw[parent, token]), float(log_probs[parent, token]), alternatives[parent],
+                               removed_by=masks.removed_by[parent], allowed_count=masks.allowed_count[parent])
+        return Beam([*beam.tokens, token], [*beam.decisions, decision], beam.matcher, beam.forbidden,
+                    beam.allowed_mask, beam.min_new_tokens, beam.max_new_tokens, beam.end_ids, beam.eos_ids,
+                    beam.dead)
+
+    def _advance(self, beam: Beam, token: int) -> Beam:
+        """A running beam's own constraint and forbidden state, moved past its new token."""
+        matcher = _fork(self.host, beam.matcher, beam.tokens[:-1]) if beam.matcher is not None else None
+        forbidden = _copy_tracker(beam.forbidden)
+        dead = beam.dead
+        if matcher is not None and not dead and not matcher.advance(token):
+            dead = True  # only a beam kept at an impossible score can take a token its grammar refuses
+        if forbidden is not None and not dead:
+            forbidden.advance(token)
+        return Beam(beam.tokens, beam.decisions, matcher, forbidden, beam.allowed_mask, beam.min_new_tokens,
+                    beam.max_new_tokens, beam.end_ids, beam.eos_ids, dead)
+
+    def _still_improvable(self, generated: int) -> bool:
+        """transformers' _check_early_stop_heuristic, after the step (``generated`` tokens so far)."""
+        assert self._scores is not None and self._finished_flags is not None and self._finished_scores is not None
+        sampling = self.host.request.sampling
+        if sampling.early_stopping == "never" and sampling.length_penalty > 0.0:
+            length = self.host.rules.max_new_tokens
+        else:
+            length = generated
+        best_possible = self._scores[:1] / (length ** sampling.length_penalty)
+        worst = torch.where(self._finished_flags, torch.min(self._finished_scores), torch.tensor(NEG))
+        return self._improvable and bool(torch.any(best_possible > worst))
+
+    def _answer(self) -> None:
+        """Replay the best finished beam through the request's own state; report the returned ones."""
+        host = self.host
+        finished = [(entry, float(score)) for entry, score in zip(self._finished, self._finished_scores.tolist(),
+                                                                   strict=True) if entry is not None]
+        wanted = finished[:host.request.num_return_sequences]
+        host.sequences = tuple(ReturnedSequence(tuple(beam.tokens), self.decode(beam.tokens), score, reason)
+                               for (beam, reason), score in wanted)
+        self._runner = None  # the beams' cache goes with it
+        now = time.monotonic()
+        if not wanted:
+            host.finish_without_token(FinishReason.DEAD_END, now, detail="no beam finished")
+            return
+        (best, _), _ = wanted[0]
+        for decision in best.decisions:
+            if host.finished:
+                break
+            host.commit(decision, now)
+        if not host.finished:  # the best beam ended at the token limit without the host's own rules seeing it
+            host.finish_without_token(FinishReason.LENGTH, now)
+
+
+class BeamSearches:
+    """The engine's beam requests: created and added from a caller's thread, stepped on the engine thread."""
+
+    def __init__(self, loaded: Any, make_runner: Callable[[int], Any]) -> None:
+        self._loaded = loaded
+        self._make_runner = make_runner
+        self._decode = text_decoder(loaded.tokenizer, skip_special_tokens=True)
+        self._lock = threading.Lock()
+        self._new: list[BeamSearch] = []
+        self._running: list[BeamSearch] = []
+
+    def create(self, state: SequenceState) -> BeamSearch:
+        """A beam request's search (checked now: what it cannot combine with is the caller's error)."""
+        check_beam_request(state)
+        reason = unsupported_reason(self._loaded.model)
+        if reason is not None:
+            raise RequestValidationError.single("sampling.num_beams", f"beam search needs the slot forward: {reason}")
+        rules = state.rules
+        ends = rules.stop_token_ids | (frozenset() if rules.ignore_eos else rules.eos_token_ids)
+        return BeamSearch(state, self._make_runner, ends, len(self._loaded.eos_token_ids), self._decode)
+
+    def add(self, search: BeamSearch) -> None:
+        with self._lock:
+            self._new.append(search)
+
+    def take_new(self) -> None:
+        with self._lock:
+            self._running += self._new
+            self._new = []
+
+    def __bool__(self) -> bool:
+        return bool(self._running)
+
+    def step(self, now: float) -> None:
+        """One step of each; a cancelled or expired one ends between steps."""
+        for search in list(self._running):
+            reason = search.host.check_external(now)
+            if reason is not None:
+                search.host.finish_without_token(reason, now)
+                self._running.remove(search)
+            elif search.step():
+                self._running.remove(search)
+
+    def fail(self, now: float, message: str) -> None:
+        """An engine fault: every running beam request ends with it."""
+        for search in self._running:
+            if not search.host.finished:
+                search.host.finish_without_token(FinishReason.ERROR, now, detail=message, error=message)
+        self._running = []
+
+
+def _fork(host: SequenceState, matcher: Matcher | None, history: list[int]) -> Matcher | None:
+    """An independent matcher at the same position: the engine's own copy when it has one, else a new
+    matcher that read the beam's tokens again."""
+    if matcher is None:
+        return None
+    fork = getattr(matcher, "fork", None)
+    if fork is not None:
+        return fork()  # type: ignore[no-any-return]
+    assert host.constraint is not None
+    fresh: Matcher = host.constraint.compiled.new_matcher()
+    for token in history:
+        fresh.advance(token)
+    return fresh
+
+
+def _copy_tracker(tracker: ForbiddenTracker | None) -> ForbiddenTracker | None:
+    if tracker is None:
+        return None
+    copy = ForbiddenTracker(tracker.index)
+    copy.state = tracker.state
+    return copy
+
+
+def _alternatives(raw: torch.Tensor, want: int) -> list[tuple[tuple[int, float], ...]]:
+    if not want:
+        return [()] * raw.shape[0]
+    values, ids = torch.topk(raw, k=min(want, raw.shape[-1]), dim=-1)
+    return [tuple(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]

@@ -1,0 +1,144 @@
+"""Beam search (engine/beam.py) against transformers' own ``generate(num_beams=...)`` on the tiny model:
+the same returned sequences in the same order with the same scores, for several length penalties and
+early-stopping modes; constraints per beam; what beams do not combine with is refused by field."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+
+from proctor.domain import (
+    ConstraintRequest,
+    FinishReason,
+    GenerationRequest,
+    RequestValidationError,
+    SamplingParams,
+    StoppingParams,
+)
+from tests.helpers.engine import Collector
+
+PROMPT = "The history of the printing press begins"
+_ids = itertools.count()
+
+
+def beam_request(n: int, beams: int = 4, returned: int = 1, **sampling: object) -> GenerationRequest:
+    ignore_eos = bool(sampling.pop("ignore_eos", False))
+    return GenerationRequest(request_id=f"beam-{next(_ids)}", prompt=PROMPT,
+                             sampling=SamplingParams(num_beams=beams, **sampling),  # type: ignore[arg-type]
+                             stopping=StoppingParams(max_new_tokens=n, ignore_eos=ignore_eos),
+                             num_return_sequences=returned)
+
+
+def run(engine, request: GenerationRequest) -> Collector:  # type: ignore[no-untyped-def]
+    sink = Collector()
+    engine.submit(engine.prepare(request), sink)
+    sink.wait(60)
+    return sink
+
+
+def hf_beams(model, tokenizer, n: int, beams: int, returned: int, eos: int | None, **kwargs: object
+             ) -> list[tuple[list[int], float]]:  # type: ignore[no-untyped-def]
+    ids = torch.tensor([tokenizer(PROMPT)["input_ids"]])
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                             num_beams=beams, num_return_sequences=returned, eos_token_id=eos,
+                             pad_token_id=tokenizer.pad_token_id, output_scores=True, return_dict_in_generate=True,
+                             **kwargs)
+    result = []
+    for row, score in zip(out.sequences[:, ids.shape[1]:].tolist(), out.sequences_scores.tolist(), strict=True):
+        if eos is not None and eos in row:
+            row = row[:row.index(eos) + 1]
+        result.append((row, score))
+    return result
+
+
+def beam_token(model, tokenizer, step: int) -> int:  # type: ignore[no-untyped-def]
+    """The best unconstrained beam's token at ``step``: made the end-of-sequence token, beams end at varied
+    lengths."""
+    return hf_beams(model, tokenizer, step + 1, 4, 1, None)[0][0][step]
+
+
+def favourite(model, tokenizer, step: int) -> int:  # type: ignore[no-untyped-def]
+    """The greedy continuation's token at ``step``: made the end-of-sequence token, beams end at varied lengths."""
+    ids = torch.tensor([tokenizer(PROMPT)["input_ids"]])
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=step + 1,
+                             eos_token_id=None, pad_token_id=tokenizer.pad_token_id)
+    return int(out[0, ids.shape[1] + step])
+
+
+def test_beams_to_the_limit_equal_generate(make_engine, tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    engine = make_engine()
+    expected = hf_beams(tiny_model, tokenizer, 12, 4, 3, None)
+    sink = run(engine, beam_request(12, 4, 3, ignore_eos=True))
+    final = sink.final
+    assert final.error is None, final.error
+    assert [list(s.token_ids) for s in final.sequences] == [row for row, _ in expected]
+    assert [s.score for s in final.sequences] == pytest.approx([score for _, score in expected], rel=1e-6)
+    assert sink.token_ids == expected[0][0] and final.finish_reason is FinishReason.LENGTH
+    assert all(s.finish_reason is FinishReason.LENGTH for s in final.sequences)
+    greedy = [favourite(tiny_model, tokenizer, step) for step in range(12)]
+    assert sink.token_ids != greedy  # the search found something greedy decoding did not
+
+
+@pytest.mark.parametrize(("length_penalty", "early_stopping"), [(1.0, False), (0.5, True), (2.0, "never"),
+                                                                (-1.0, False)])
+def test_beams_that_end_equal_generate(make_engine, tiny_loaded, tiny_model, tokenizer, length_penalty: float,
+                                       early_stopping: bool | str) -> None:  # type: ignore[no-untyped-def]
+    eos = beam_token(tiny_model, tokenizer, 3)
+    engine = make_engine(loaded=dataclasses.replace(tiny_loaded, eos_token_ids=(eos,)))
+    expected = hf_beams(tiny_model, tokenizer, 16, 4, 4, eos, length_penalty=length_penalty,
+                        early_stopping=early_stopping)
+    sink = run(engine, beam_request(16, 4, 4, length_penalty=length_penalty,
+                                    early_stopping=str(early_stopping).lower()))
+    final = sink.final
+    assert final.error is None, final.error
+    assert [list(s.token_ids) for s in final.sequences] == [row for row, _ in expected]
+    assert [s.score for s in final.sequences] == pytest.approx([score for _, score in expected], rel=1e-6)
+    if length_penalty <= 0.5:  # a penalty that favours short beams returns some that ended on their own
+        assert any(s.token_ids[-1] == eos for s in final.sequences)
+    best = final.sequences[0]
+    if best.token_ids[-1] == eos:
+        assert final.finish_reason is FinishReason.EOS and sink.token_ids == list(best.token_ids)
+
+
+def test_each_beam_keeps_its_own_constraint_state(make_engine, tiny_loaded, default_model_dir) -> None:  # type: ignore[no-untyped-def]
+    from proctor.constraints.compiler import ConstraintCompiler
+    from proctor.constraints.service import ConstraintService
+
+    engine = make_engine(start=False)
+    engine.constraints = ConstraintService(ConstraintCompiler(
+        tokenizer=tiny_loaded.tokenizer, model_path=str(default_model_dir), vocab_size=tiny_loaded.vocab_size,
+        eos_token_ids=tiny_loaded.eos_token_ids, tokenizer_fingerprint="tiny", isolate=False))
+    engine.start()
+    options = ["alpha beta gamma", "alpha delta", "omega"]
+    request = dataclasses.replace(beam_request(12, 3, 3),
+                                  constraint=ConstraintRequest("choice", options=tuple(options)))
+    sink = run(engine, request)
+    assert sink.final.error is None, sink.final.error
+    texts = [s.text for s in sink.final.sequences]
+    assert sink.text in options and all(text in options for text in texts)
+    tokens = [s.token_ids for s in sink.final.sequences]
+    assert len(set(tokens)) == len(tokens) == 3  # three different beams (the same text may come two ways)
+    assert len(set(texts)) > 1
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"sampling": SamplingParams(num_beams=2, temperature=0.7)}, "sampling.temperature"),
+    ({"sampling": SamplingParams(num_beams=2), "num_return_sequences": 3}, "num_return_sequences"),
+    ({"sampling": SamplingParams(num_beams=2, repetition_penalty=1.2)}, "sampling"),
+    ({"sampling": SamplingParams(num_beams=99)}, "sampling.num_beams"),
+    ({"sampling": SamplingParams(num_beams=2, early_stopping="sometimes")}, "sampling.early_stopping"),
+    ({"stopping": StoppingParams(max_new_tokens=4, stop=("x",))}, "stopping"),
+])
+def test_what_beams_do_not_combine_with_is_refused_by_field(make_engine, changes: dict[str, object],
+                                                            field: str) -> None:  # type: ignore[no-untyped-def]
+    engine = make_engine()
+    request = dataclasses.replace(beam_request(4, 2), **changes)  # type: ignore[arg-type]
+    with pytest.raises(RequestValidationError) as error:
+        engine.submit(engine.prepare(request), Collector())
+    assert field in [v.field for v in error.value.violations]
+    assert engine.active_count() == 0
