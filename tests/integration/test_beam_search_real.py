@@ -57,3 +57,28 @@ def test_what_beams_do_not_combine_with_is_invalid_argument(client: ProctorClien
     assert error.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert field in [f for f, _ in error.value.field_violations]
     assert pb.BEAM_EARLY_STOPPING_NEVER == 3
+
+
+def test_n_sampled_completions_each_audited_and_reproducible(client: ProctorClient, server) -> None:  # type: ignore[no-untyped-def]
+    kwargs = {"messages": MESSAGES, "max_new_tokens": 24, "temperature": 0.9, "seed": 5, "num_return_sequences": 3}
+    response = client.generate(**kwargs, timeout_s=300)
+    sequences = list(response.sequences)
+    assert len(sequences) == 3 and sequences[0].text == response.text and sequences[0].audit_id == response.audit_id
+    assert len({s.audit_id for s in sequences}) == 3 and len({tuple(s.token_ids) for s in sequences}) > 1
+    assert not response.tokens  # the caller did not ask for token details
+    again = client.generate(**kwargs, timeout_s=300)
+    assert [s.token_ids for s in again.sequences] == [s.token_ids for s in sequences]  # seeds derived, not random
+    channel = grpc.insecure_channel(server.address)
+    try:
+        stub = audit_pb2_grpc.AuditStub(channel)
+        for index, sequence in enumerate(sequences):
+            record = json.loads(stub.GetRecord(audit_pb2.GetRecordRequest(audit_id=sequence.audit_id)).record_json)
+            assert record["sample"]["index"] == index and record["sample"]["of"] == 3
+            assert [t["id"] for t in record["tokens"]] == list(sequence.token_ids)
+            assert sum(t["final_logprob"] for t in record["tokens"]) == pytest.approx(sequence.score, abs=1e-3)
+        replay = stub.Replay(audit_pb2.ReplayRequest(audit_id=sequences[2].audit_id), timeout=300)
+        assert replay.exact_match, replay.message
+    finally:
+        channel.close()
+    chunks = list(client.stream_generate(**kwargs, timeout_s=300))
+    assert "".join(c.text for c in chunks) == response.text and len(chunks[-1].sequences) == 3

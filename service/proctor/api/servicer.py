@@ -28,6 +28,7 @@ from proctor.api.convert import chunk_from_event, default_plugin_calls, request_
 from proctor.api.errors import abort_with
 from proctor.api.gate import current_identity
 from proctor.api.loop_relay import LoopRelay
+from proctor.api.samples import sample_events, wants_samples
 from proctor.api.size_limits import bounded_dict
 from proctor.audit.records import CallRecord, PrivacyPolicy
 from proctor.config import Settings
@@ -147,6 +148,15 @@ class GenerationServicer(pb_grpc.GenerationServicer):
     def max_new_tokens_limit(self) -> int:
         return self._settings.max_new_tokens_limit
 
+    async def _converted(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext,
+                         call: CallRecord) -> GenerationRequest:
+        """The converted request; a bad one is recorded on ``call`` and the RPC aborted."""
+        try:
+            return self._convert(message, context, call)
+        except BaseException as exc:
+            await self._fail(call, exc, context)
+            raise
+
     def admit_request(self, request: GenerationRequest, call: CallRecord, capped: bool = False) -> GenerationRequest:
         """A converted request as this call runs it: the caller's token cap, the audit's settings."""
         identity = current_identity()
@@ -261,8 +271,11 @@ class GenerationServicer(pb_grpc.GenerationServicer):
 
     async def Generate(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> pb.GenerateResponse:
         call = self.audit.begin("Generate", context)
+        request = await self._converted(message, context, call)
+        if wants_samples(request):  # n completions, each its own audited call (api/samples.py)
+            events, audit_id = await sample_events(self, "Generate", request, context)
+            return response_from_events(events, request, audit_id)
         try:
-            request = self._convert(message, context, call)
             events = [event async for event in self.events(request, call)]
             self._final_status(events[-1], call)
             released = await self._moderated(call, events)
@@ -276,8 +289,14 @@ class GenerationServicer(pb_grpc.GenerationServicer):
     async def StreamGenerate(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext
                              ) -> AsyncIterator[pb.GenerateChunk]:
         call = self.audit.begin("StreamGenerate", context)
+        request = await self._converted(message, context, call)
+        if wants_samples(request):  # n completions arrive whole at the end (api/samples.py)
+            events, audit_id = await sample_events(self, "StreamGenerate", request, context)
+            for event in events:
+                if event.token_ids or event.text or event.finished:
+                    yield chunk_from_event(event, request, audit_id)
+            return
         try:
-            request = self._convert(message, context, call)
             held = bool(request.output_moderators)  # the output is released only once moderated
             async for event in self.events(request, call):
                 if not event.finished:

@@ -16,6 +16,7 @@ MAX_SEED = 2**64 - 1
 MAX_REPETITION = 64
 MAX_MUST_INCLUDE = 16  # stopping.must_include phrases (the count is checked before conversion, in convert.py)
 MAX_MUST_INCLUDE_CHARS = 256
+MAX_SAMPLES = 16  # num_return_sequences without beam search: independent sampled completions
 
 
 def _finite(value: float) -> bool:
@@ -114,12 +115,14 @@ def _validate_controls(request: GenerationRequest, settings: Settings, bad: Viol
             bad(field, f"token ids are >= 0, got {token_id}")
     if not _finite(s.length_penalty):
         bad("sampling.length_penalty", f"must be a finite number, got {s.length_penalty}")
-    if s.num_beams > 1 or request.num_return_sequences > 1:  # the rest is the engine's (engine/beam.py)
-        if s.num_beams < 1:
-            bad("sampling.num_beams", f"must be >= 1, got {s.num_beams}")
-        if not 1 <= request.num_return_sequences <= max(1, s.num_beams):
-            bad("num_return_sequences", f"must be in [1, num_beams = {s.num_beams}] (more than one needs beam "
-                                        f"search), got {request.num_return_sequences}")
+    if s.num_beams < 1:
+        bad("sampling.num_beams", f"must be >= 1, got {s.num_beams}")
+    returned = request.num_return_sequences
+    if s.num_beams > 1 and not 1 <= returned <= s.num_beams:  # the rest of beams: the engine's (engine/beam.py)
+        bad("num_return_sequences", f"must be in [1, num_beams = {s.num_beams}], got {returned}")
+    elif s.num_beams <= 1 and returned != 1 and (s.greedy or not 1 <= returned <= MAX_SAMPLES):
+        bad("num_return_sequences", f"without beam search, more than one needs sampling (temperature > 0: greedy "
+                                    f"completions would be identical), at most {MAX_SAMPLES}; got {returned}")
     for index, phrase in enumerate(request.stopping.must_include):
         if not phrase:
             bad(f"stopping.must_include[{index}]", "a phrase must not be empty")

@@ -67,6 +67,7 @@ class CallRecord:
     submitted: bool = False
     trace_id: str = ""  # W3C trace id (32 hex) of the call's trace, or of the caller's traceparent
     contract: dict[str, Any] | None = None  # a contract draft's attempt: template, clauses, check (Contracts)
+    sample: dict[str, Any] | None = None  # one of n sampled completions: its group (request id) and index
     # Input screens and output moderators (decoding/plugins/moderation.py): the instances still to run on the
     # output, and what was decided. ``events`` keep the model's own output; ``moderation_reply`` is what the
     # caller got instead (blocked input or withheld output), ``output_withheld`` whether the output was withheld.
@@ -178,6 +179,8 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
     }
     if call.contract is not None:  # only on Contracts calls: older records keep their exact shape
         body["contract"] = _contract(call.contract, policy)
+    if call.sample is not None:
+        body["sample"] = call.sample
     if call.moderation:  # only when a screen or moderator ran: older records keep their exact shape
         body["moderation"] = _moderation(call, policy)
     if policy.prompt == "hmac":  # the input must not leak through the parameters either

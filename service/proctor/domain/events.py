@@ -139,8 +139,9 @@ class ReturnedSequence:
 
     token_ids: tuple[int, ...]
     text: str
-    score: float  # sum of the tokens' log-probabilities / generated tokens ** length_penalty (generate()'s)
+    score: float  # beams: sum(logprob) / generated ** length_penalty (generate()'s); samples: sum(logprob)
     finish_reason: FinishReason
+    audit_id: str = ""  # samples: each completion's own record ("": the call's)
 
 
 @dataclass(frozen=True, slots=True)
