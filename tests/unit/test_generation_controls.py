@@ -203,6 +203,12 @@ def test_controls_are_converted() -> None:
     ({"typical_p": 1.5}, "sampling.typical_p"),
     ({"typical_p": float("nan")}, "sampling.typical_p"),
     ({"greedy_first_tokens": -1}, "sampling.greedy_first_tokens"),
+    ({"first_tokens_temperature": -0.5}, "sampling.first_tokens_temperature"),
+    ({"first_tokens_temperature": float("inf")}, "sampling.first_tokens_temperature"),
+    ({"num_return_sequences": 2}, "num_return_sequences"),  # greedy: the completions would be identical
+    ({"num_return_sequences": 17, "temperature": 0.5}, "num_return_sequences"),
+    ({"num_beams": 2, "num_return_sequences": 3}, "num_return_sequences"),
+    ({"length_penalty": float("nan")}, "sampling.length_penalty"),
     ({"forced_tokens": {5: 1}, "max_new_tokens": 5}, "sampling.forced_tokens[5]"),
     ({"forced_tokens": {-1: 1}}, "sampling.forced_tokens[-1]"),
     ({"forced_tokens": {0: -3}}, "sampling.forced_tokens[0]"),

@@ -132,6 +132,18 @@ def test_greedy_prefix_forced_tokens_and_then_the_request_s_own_draws(engine, ti
     assert run(engine, request(n, sampling=sampling)).token_ids == tokens  # seeded: reproducible
 
 
+def test_a_mixed_schedule_samples_its_first_tokens_at_their_own_temperature(engine, tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    seed, n, prefix = 77, 8, 3
+    sampling = SamplingParams(temperature=1.0, seed=seed, greedy_first_tokens=prefix, first_tokens_temperature=0.3)
+    tokens = run(engine, request(n, sampling=sampling)).token_ids
+    logits = step_logits(tiny_model, tokenizer, tokens)
+    generator = torch.Generator().manual_seed(seed)  # drawn from on every step: the prefix is sampled too
+    for step in range(n):
+        scaled = logits[step] / (0.3 if step < prefix else 1.0)
+        probs = (scaled - scaled.max()).softmax(-1)
+        assert tokens[step] == int(torch.multinomial(probs, 1, generator=generator)), step
+
+
 def test_forced_tokens_in_a_greedy_request(engine, tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
     forced = {0: ZEBRA, 3: BANANA}
     tokens = run(engine, request(6, sampling=SamplingParams(forced_tokens=tuple(forced.items())))).token_ids

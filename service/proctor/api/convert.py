@@ -179,6 +179,7 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
             seed=_opt(s, "seed", None),  # type: ignore[arg-type]
             typical_p=_opt(s, "typical_p", 1.0),  # type: ignore[arg-type]
             greedy_first_tokens=_opt(s, "greedy_first_tokens", 0),  # type: ignore[arg-type]
+            first_tokens_temperature=_opt(s, "first_tokens_temperature", 0.0),  # type: ignore[arg-type]
             num_beams=_opt(s, "num_beams", 1),  # type: ignore[arg-type]
             length_penalty=_opt(s, "length_penalty", 1.0),  # type: ignore[arg-type]
             early_stopping=_early_stopping(s),

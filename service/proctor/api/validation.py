@@ -104,6 +104,8 @@ def _validate_controls(request: GenerationRequest, settings: Settings, bad: Viol
     s = request.sampling
     if not (_finite(s.typical_p) and 0 < s.typical_p <= 1):
         bad("sampling.typical_p", f"must be in (0, 1] (1 means off), got {s.typical_p}")
+    if not (_finite(s.first_tokens_temperature) and 0 <= s.first_tokens_temperature <= 2):
+        bad("sampling.first_tokens_temperature", f"must be in [0, 2] (0: greedy), got {s.first_tokens_temperature}")
     if s.greedy_first_tokens < 0:
         bad("sampling.greedy_first_tokens", f"must be >= 0 (0 means off), got {s.greedy_first_tokens}")
     limit = _max_new_tokens(request, settings)

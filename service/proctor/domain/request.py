@@ -37,6 +37,7 @@ class SamplingParams:
     length_penalty: float = 1.0  # beam search: a finished beam scores sum(logprob) / generated_tokens ** this
     early_stopping: str = "false"  # beam search: "true", "false" (generate()'s heuristic) or "never"
     greedy_first_tokens: int = 0
+    first_tokens_temperature: float = 0.0  # the temperature of those first tokens (0: greedy)
     forced_tokens: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:

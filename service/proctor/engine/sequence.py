@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -108,6 +109,9 @@ class SequenceState:
         self._forced = dict(sampling.forced_tokens)
         self._greedy_prefix = 0 if sampling.greedy else sampling.greedy_first_tokens
         self._greedy_view = SamplingParams() if not sampling.greedy else sampling
+        # The first tokens' view: greedy, or sampled at their own temperature (a mixed schedule).
+        self._prefix_view = (dataclasses.replace(sampling, temperature=sampling.first_tokens_temperature)
+                             if sampling.first_tokens_temperature > 0 else self._greedy_view)
         self.must_include = PhraseTracker(request.stopping.must_include) if request.stopping.must_include else None
         ending = self.rules.stop_token_ids | (frozenset() if self.rules.ignore_eos else self.rules.eos_token_ids)
         self._end_ban = EndBan(sorted(ending), device) if self.must_include is not None and ending else None
@@ -118,13 +122,16 @@ class SequenceState:
             self._plan_step()
 
     def _plan_step(self) -> None:
-        """The next step's sampling view and processors: a forced step or a greedy-prefix step is greedy (the
-        generator draws nothing); the end ban runs while a phrase is missing (not on a forced step)."""
+        """The next step's sampling view and processors: a forced step is greedy, a first-tokens step greedy or at
+        its own temperature (greedy: the generator draws nothing); the end ban runs while a phrase is missing
+        (not on a forced step)."""
         position = len(self.generated)
         forced = self._forced.get(position)
         self._forced_now = forced
-        greedy = forced is not None or position < self._greedy_prefix
-        self.sampling = self._greedy_view if greedy else self.request.sampling
+        if forced is not None:
+            self.sampling = self._greedy_view
+        else:
+            self.sampling = self._prefix_view if position < self._greedy_prefix else self.request.sampling
         extra: list[tuple[str, Callable[[torch.Tensor], None]]] = []
         if self._end_ban is not None and forced is None and self.must_include is not None and self.must_include.missing:
             extra.append(("must_include", self._end_ban))

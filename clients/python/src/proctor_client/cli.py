@@ -63,6 +63,7 @@ def add_client_commands(subparsers: argparse._SubParsersAction) -> dict[str, arg
         ("--seed", int),
         ("--typical-p", float),
         ("--greedy-first-tokens", int),
+        ("--first-tokens-temperature", float),
         ("--top-logprobs", int),
     ):
         generate.add_argument(flag, type=kind, metavar=kind.__name__.upper(), help="unset: server default")
@@ -337,6 +338,7 @@ def request_from_args(args: argparse.Namespace) -> generation_pb2.GenerateReques
         seed=args.seed,
         typical_p=args.typical_p,
         greedy_first_tokens=args.greedy_first_tokens,
+        first_tokens_temperature=args.first_tokens_temperature,
         forced_tokens=parse_forced_tokens(args.force),
         max_new_tokens=args.max_new_tokens,
         min_new_tokens=args.min_new_tokens,

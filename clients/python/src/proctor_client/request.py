@@ -45,6 +45,7 @@ def build_request(
     seed: int | None = None,
     typical_p: float | None = None,
     greedy_first_tokens: int | None = None,
+    first_tokens_temperature: float | None = None,
     forced_tokens: Mapping[int, int] | None = None,
     max_new_tokens: int | None = None,
     min_new_tokens: int | None = None,
@@ -125,6 +126,7 @@ def build_request(
         "seed": seed,
         "typical_p": typical_p,
         "greedy_first_tokens": greedy_first_tokens,
+        "first_tokens_temperature": first_tokens_temperature,
         "num_beams": num_beams,
         "length_penalty": length_penalty,
     }

@@ -129,7 +129,7 @@ class ChatMessages(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
-    __slots__ = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "no_repeat_ngram_size", "seed", "typical_p", "greedy_first_tokens", "forced_tokens", "num_beams", "length_penalty", "early_stopping")
+    __slots__ = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "no_repeat_ngram_size", "seed", "typical_p", "greedy_first_tokens", "forced_tokens", "num_beams", "length_penalty", "early_stopping", "first_tokens_temperature")
     class ForcedTokensEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +152,7 @@ class SamplingParams(_message.Message):
     NUM_BEAMS_FIELD_NUMBER: _ClassVar[int]
     LENGTH_PENALTY_FIELD_NUMBER: _ClassVar[int]
     EARLY_STOPPING_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TOKENS_TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     temperature: float
     top_k: int
     top_p: float
@@ -167,7 +168,8 @@ class SamplingParams(_message.Message):
     num_beams: int
     length_penalty: float
     early_stopping: BeamEarlyStopping
-    def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., no_repeat_ngram_size: _Optional[int] = ..., seed: _Optional[int] = ..., typical_p: _Optional[float] = ..., greedy_first_tokens: _Optional[int] = ..., forced_tokens: _Optional[_Mapping[int, int]] = ..., num_beams: _Optional[int] = ..., length_penalty: _Optional[float] = ..., early_stopping: _Optional[_Union[BeamEarlyStopping, str]] = ...) -> None: ...
+    first_tokens_temperature: float
+    def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., no_repeat_ngram_size: _Optional[int] = ..., seed: _Optional[int] = ..., typical_p: _Optional[float] = ..., greedy_first_tokens: _Optional[int] = ..., forced_tokens: _Optional[_Mapping[int, int]] = ..., num_beams: _Optional[int] = ..., length_penalty: _Optional[float] = ..., early_stopping: _Optional[_Union[BeamEarlyStopping, str]] = ..., first_tokens_temperature: _Optional[float] = ...) -> None: ...
 
 class ReturnedSequence(_message.Message):
     __slots__ = ("token_ids", "text", "score", "finish_reason", "audit_id")
