@@ -10,7 +10,6 @@ from proctor.config import Settings
 from proctor.domain import RequestValidationError
 from proctor.engine.preprocess import prepare_request
 from proctor_client import build_request
-from proctor_client.v1 import generation_pb2 as pb
 
 SYSTEM = "You are a careful assistant."
 TURNS = [("user", f"Question {n}: " + "words " * 30) if n % 2 == 0 else ("assistant", f"Answer {n}: " + "more " * 30)
@@ -89,4 +88,3 @@ def test_the_policy_is_converted_checked_and_kept_for_replay() -> None:
     assert error.value.violations[0].field == "context_overflow"
     with pytest.raises(ValueError, match="context_overflow"):
         build_request(prompt="x", context_overflow="truncate")  # type: ignore[arg-type]
-    assert pb.CONTEXT_OVERFLOW_DROP_OLDEST_TURNS == 2

@@ -10,7 +10,6 @@ any other call; its record adds a ``contract`` section (template version, attemp
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 import uuid
@@ -105,7 +104,7 @@ class ContractsServicer(cpb_grpc.ContractsServicer):
             contract_json=text, valid=verdict.valid, errors=list(verdict.errors),
             required_clauses=[cpb.ClauseCheck(id=c.id, title=c.title, present=c.present) for c in verdict.clauses],
             audit_id=audit_id, attempts=attempts,
-            schema_sha256=hashlib.sha256(specialised.schema_json.encode()).hexdigest(),
+            schema_sha256=specialised.schema_sha256,
             language=request.language, usage=usage, total_ms=(time.monotonic() - started) * 1000)
 
     def _template(self, request: ContractRequest) -> ContractTemplate:
@@ -170,7 +169,7 @@ def _record_section(request: ContractRequest, template: ContractTemplate, specia
                     plan: AttemptPlan, budget: int, check: ContractCheck) -> dict[str, Any]:
     return {
         "draft_id": request.request_id, "template": template.ref, "schema_ref": template.schema.ref,
-        "schema_sha256": hashlib.sha256(specialised.schema_json.encode()).hexdigest(),
+        "schema_sha256": specialised.schema_sha256,
         "language": request.language, "attempt": plan.number, "max_attempts": budget, "reason": plan.reason,
         "required_clauses": [{"id": c.id, "title": c.title} for c in specialised.clauses],
         "check": {"valid": check.valid, "errors": list(check.errors),

@@ -137,13 +137,10 @@ class GenerationServicer(pb_grpc.GenerationServicer):
         try:
             with stage(VALIDATE):
                 request = request_from_proto(message, self._settings, context.time_remaining())
-            identity = current_identity()
-            if identity is not None:
-                request = capped_request(request, identity.caller, self._settings.default_max_new_tokens)
+            return self.admit_request(request, call)
         except Exception:
             call.raw_request = bounded_dict(message)
             raise
-        return self.admit_request(request, call, capped=True)
 
     def max_new_tokens_limit(self) -> int:
         return self._settings.max_new_tokens_limit
@@ -157,10 +154,10 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             await self._fail(call, exc, context)
             raise
 
-    def admit_request(self, request: GenerationRequest, call: CallRecord, capped: bool = False) -> GenerationRequest:
+    def admit_request(self, request: GenerationRequest, call: CallRecord) -> GenerationRequest:
         """A converted request as this call runs it: the caller's token cap, the audit's settings."""
         identity = current_identity()
-        if identity is not None and not capped:
+        if identity is not None:
             request = capped_request(request, identity.caller, self._settings.default_max_new_tokens)
         if self.audit.enabled:
             request = dataclasses.replace(request, audited=True, audit_top_n=self.audit.top_n)

@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 
+from proctor.constraints.json_validation import json_path
 from proctor.contracts.request import ContractRequest, RequiredClause
 from proctor.contracts.specialise import Specialised
 from proctor.contracts.templates import ContractTemplate
@@ -131,7 +132,7 @@ def check_contract(text: str, template: ContractTemplate, specialised: Specialis
     except ValueError as exc:
         return ContractCheck(False, (f"not complete JSON: {exc}",), _clauses(None, template, specialised.clauses))
     validator = jsonschema.Draft202012Validator(specialised.schema)
-    errors = tuple(f"at {_path(e.absolute_path)}: {e.message}" for e in validator.iter_errors(document))
+    errors = tuple(f"at {json_path(e.absolute_path)}: {e.message}" for e in validator.iter_errors(document))
     clauses = _clauses(document, template, specialised.clauses)
     missing = tuple(f"required clause {c.id} is missing" for c in clauses if not c.present)
     return ContractCheck(not errors and not missing, errors + missing, clauses, document)
@@ -155,6 +156,3 @@ def _clauses(document: Any, template: ContractTemplate,
 
     return tuple(ClauseCheck(c.id, c.title, present(c)) for c in required)
 
-
-def _path(parts: Any) -> str:
-    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)

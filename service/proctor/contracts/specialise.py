@@ -20,6 +20,7 @@ the template's schema too. The result is plain JSON Schema text, compiled and ca
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from proctor.contracts.templates import ContractTemplate, FactSpec
 class Specialised:
     schema: dict[str, Any]
     schema_json: str
+    schema_sha256: str  # what the responses and audit records name it by
     clauses: tuple[RequiredClause, ...]  # required clauses with their titles filled in from the catalogue
     facts: tuple[tuple[str, Any], ...]  # parsed fact values, in the template's order
 
@@ -44,7 +46,8 @@ def specialise(template: ContractTemplate, request: ContractRequest) -> Speciali
     _parties(root, template, request.parties)
     facts = _facts(root, template, request.facts)
     clauses = _clauses(root, template, request.required_clauses)
-    return Specialised(root, json.dumps(root, ensure_ascii=False, separators=(",", ":")), clauses, facts)
+    text = json.dumps(root, ensure_ascii=False, separators=(",", ":"))
+    return Specialised(root, text, hashlib.sha256(text.encode()).hexdigest(), clauses, facts)
 
 
 def _check(value: Any, schema: dict[str, Any], root: dict[str, Any], field: str) -> None:

@@ -38,6 +38,7 @@ from proctor.decoding.forbidden import ForbiddenTracker
 from proctor.decoding.masks import build_masks
 from proctor.decoding.pipeline import RowDecision
 from proctor.domain import FieldViolation, FinishReason, RequestValidationError, ReturnedSequence
+from proctor.engine import fused_decode
 from proctor.engine.detokenizer import text_decoder
 from proctor.engine.llama_step import unsupported_reason
 from proctor.engine.sequence import SequenceState
@@ -335,5 +336,5 @@ def _copy_tracker(tracker: ForbiddenTracker | None) -> ForbiddenTracker | None:
 def _alternatives(raw: torch.Tensor, want: int) -> list[tuple[tuple[int, float], ...]]:
     if not want:
         return [()] * raw.shape[0]
-    values, ids = torch.topk(raw, k=min(want, raw.shape[-1]), dim=-1)
+    values, ids = fused_decode.row_topk(raw, min(want, raw.shape[-1]))
     return [tuple(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]

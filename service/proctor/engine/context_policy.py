@@ -15,6 +15,7 @@ The result is deterministic in the request, so a replay of the audit record shor
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -54,7 +55,7 @@ def _drop_turns(tokenizer: Any, request: GenerationRequest, render: Render, room
 
     def attempt(dropped: int) -> tuple[str, list[int]]:
         kept = (*messages[:system], *messages[system + dropped:])
-        text, add_special = render(_with_messages(request, kept))
+        text, add_special = render(dataclasses.replace(request, messages=kept))
         return text, _ids(tokenizer, text, add_special)
 
     most = len(messages) - system - 1  # the last message always stays
@@ -71,12 +72,6 @@ def _drop_turns(tokenizer: Any, request: GenerationRequest, render: Render, room
             low = middle + 1
     text, ids = attempt(low)
     return text, ids, PromptTruncation("drop_oldest_turns", original, len(ids), dropped_messages=low)
-
-
-def _with_messages(request: GenerationRequest, messages: tuple[Any, ...]) -> GenerationRequest:
-    import dataclasses
-
-    return dataclasses.replace(request, messages=messages)
 
 
 def _ids(tokenizer: Any, text: str, add_special: bool) -> list[int]:
