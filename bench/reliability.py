@@ -19,15 +19,22 @@ the fast tests (tests/integration/test_reliability_real.py) run them small.
   come back by themselves after, and every response a client received is in the log, which verifies.
 - **fuzz**: ``--fuzz-examples`` generated requests per RPC (hypothesis over the protobuf descriptors, one
   in eight raw bytes): 0 INTERNAL/UNKNOWN, every INVALID_ARGUMENT with a field violation, healthy after.
+- **interleavings** (issue 30): issue 30's exact sequence, then ``--interleavings`` random interleavings of
+  bursts, deadlines (before, in and after admission), cancels and disconnects, ``--interleaving-calls`` calls
+  each, on 2 rows and 2 waiting places with two callers (one limited to 3 concurrent generations): every
+  call ends as its kind allows, every admission counter returns to 0 and an 8-token request is served after
+  each (tests/helpers/admission.py).
 
     python bench/reliability.py [--only soak,overload,sigterm,kill,pgrestart,fuzz] [--soak-s 600] [--soak-streams 32]
-        [--kill-rounds 20] [--fuzz-examples 10000]
+        [--kill-rounds 20] [--fuzz-examples 10000] [--interleavings 100] [--interleaving-calls 40]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -39,11 +46,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "service"), str(ROOT / "clients" / "python" / "src")]
 
 import grpc  # noqa: E402
+from helpers.admission import (  # noqa: E402
+    codes,
+    issue30_sequence,
+    random_plan,
+    run_plan,
+    served,
+    settled,
+    unexpected,
+)
 from helpers.fuzz import RPCS, FuzzTally, fuzz_rpc  # noqa: E402
 from helpers.reliability import (  # noqa: E402
     ServedProcess,
     access_durations_ms,
     count_codes,
+    free_port,
     health,
     kill_under_load,
     overload,
@@ -54,7 +71,7 @@ from helpers.reliability import (  # noqa: E402
 
 from proctor_client import ProctorClient  # noqa: E402
 
-SCENARIOS = ("soak", "overload", "sigterm", "kill", "pgrestart", "fuzz")
+SCENARIOS = ("soak", "overload", "sigterm", "kill", "pgrestart", "fuzz", "interleavings")
 rows: list[tuple[str, str, str, str]] = []  # (scenario, target, measured, met)
 
 
@@ -179,6 +196,59 @@ def run_fuzz(args: argparse.Namespace, directory: Path) -> None:
          not tally.failures and healthy == ["SERVING", "SERVING"])
 
 
+def run_interleavings(args: argparse.Namespace, directory: Path) -> None:
+    tokens = {"svc-a": "bench-token-a", "svc-b": "bench-token-b"}
+    callers = directory / "callers.yaml"
+    callers.write_text("callers:\n" + "".join(
+        f"  - name: {name}\n    token_sha256: {hashlib.sha256(token.encode()).hexdigest()}\n    roles: [generate]\n"
+        + ("    limits: {concurrent_streams: 3}\n" if name == "svc-a" else "") for name, token in tokens.items()))
+    metadata = [(("authorization", f"Bearer {tokens[name]}"),) for name in sorted(tokens)]
+    base = ("--threads", "1", "--max-batch-size", "2", "--max-waiting", "2", "--watchdog-s", "10")
+    (directory / "open").mkdir()
+    metrics = free_port()
+    server = ServedProcess(directory / "open", *base, "--metrics-port", str(metrics))
+    try:  # issue 30's sequence, in open mode as reported
+        server.wait_ready()
+        sequence = issue30_sequence(server.address)
+        held = settled(f"127.0.0.1:{metrics}")
+    finally:
+        server.stop()
+    last = sequence[-1]
+    note("issue 30 sequence", "the request after the deadlines is served; counters back to 0",
+         f"{dict(count_codes(sequence))}; last 8-token request {last.code} in {last.seconds * 1000:.0f} ms; "
+         f"counters {'all 0' if not any(held.values()) else held}", last.code == "OK" and not any(held.values()))
+    metrics = free_port()
+    server = ServedProcess(directory, *base, "--metrics-port", str(metrics), "--callers-file", str(callers))
+    rng = random.Random(args.seed)
+    failures: list[str] = []
+    total: dict[str, int] = {}
+    after_ms: list[float] = []
+    start = time.perf_counter()
+    try:
+        server.wait_ready()
+        for number in range(args.interleavings):
+            results = run_plan(server.address, random_plan(rng, args.interleaving_calls, callers=2), metadata)
+            for key, count in codes(results).items():
+                total[key] = total.get(key, 0) + count
+            held = settled(f"127.0.0.1:{metrics}")
+            after = served(server.address, metadata[0])
+            after_ms.append(after.seconds * 1000)
+            if unexpected(results) or any(held.values()) or after.code != "OK":
+                failures.append(f"#{number}: unexpected {unexpected(results)[:3]}, counters {held}, after {after}")
+            print(f"interleaving {number + 1}/{args.interleavings}: {dict(codes(results))}; after: {after.code}",
+                  file=sys.stderr, flush=True)
+        status = health(server.address, "proctor.v1.Generation")
+    finally:
+        server.stop()
+    calls = sum(total.values())
+    note("interleavings", f"{args.interleavings} random interleavings: every counter back to 0 and an 8-token "
+         "request served after each, no call ending otherwise than its kind allows",
+         f"{calls:,} calls in {time.perf_counter() - start:.0f} s: {dict(sorted(total.items()))}; 8-token request "
+         f"after each: p50 {pct(after_ms, 0.5):.0f} / max {max(after_ms):.0f} ms; {len(failures)} failed"
+         + (f" ({failures[0]})" if failures else "") + f"; health after: {status}",
+         not failures and status == "SERVING")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(SCENARIOS), help="scenarios to run, comma-separated")
@@ -195,13 +265,16 @@ def main() -> None:
     parser.add_argument("--kill-streams", type=int, default=4)
     parser.add_argument("--pg-down-s", type=float, default=5.0)
     parser.add_argument("--fuzz-examples", type=int, default=10_000)
+    parser.add_argument("--interleavings", type=int, default=100)
+    parser.add_argument("--interleaving-calls", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=30, help="of the interleavings' plans")
     args = parser.parse_args()
     chosen = [name for name in args.only.split(",") if name]
     unknown = set(chosen) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
     runners = {"soak": run_soak, "overload": run_overload, "sigterm": run_sigterm, "kill": run_kill,
-               "pgrestart": run_pgrestart, "fuzz": run_fuzz}
+               "pgrestart": run_pgrestart, "fuzz": run_fuzz, "interleavings": run_interleavings}
     for name in chosen:
         directory = Path(tempfile.mkdtemp(prefix=f"proctor-reliability-{name}-"))
         runners[name](args, directory)

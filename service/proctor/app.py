@@ -35,6 +35,7 @@ from proctor.config import WEIGHT_MODE_REVISIONS, Settings
 from proctor.contracts.templates import TemplateRegistry
 from proctor.domain import GenerationRequest, StoppingParams
 from proctor.observability.setup import Observability
+from proctor.observability.watchdog import CHECK_INTERVAL_S, EngineProgress, Watchdog, Watched, WriterProgress
 from proctor_client.v1 import (
     audit_pb2,
     audit_pb2_grpc,
@@ -89,6 +90,8 @@ class RunningServer:
     _ready: bool = field(default=False, init=False)  # the model is loaded and the engine started
     _engine_ok: bool = field(default=True, init=False)
     _audit_ok: bool = field(default=True, init=False)  # the audit store takes records (last write or probe)
+    _progress_ok: bool = field(default=True, init=False)  # the watchdog sees every part move (or is off)
+    _watchdog: asyncio.Task[None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if self.audit_sink is not None:
@@ -109,14 +112,37 @@ class RunningServer:
             "count": len(phrases), "sha256": hashlib.sha256("\n".join(phrases).encode()).hexdigest()}}
         self._ready = True
         await self._publish_health()
+        self._start_watchdog(engine)
         log.info("ready: serving %s on %s:%d", info["model_id"], self.settings.host, self.port)
 
+    def _start_watchdog(self, engine: object) -> None:
+        """Check every second that the engine and the audit writer make progress (settings.watchdog_s; 0: off)."""
+        if not self.settings.watchdog_s:
+            return
+        parts: list[Watched] = [EngineProgress(engine)]  # type: ignore[arg-type]
+        if self.audit_sink is not None:
+            parts.append(WriterProgress(self.audit_sink))
+        watchdog = Watchdog(parts, self.settings.watchdog_s)
+        if self.observability is not None:
+            self.observability.watch_watchdog(watchdog)
+
+        async def run() -> None:
+            while True:
+                await asyncio.sleep(CHECK_INTERVAL_S)
+                watchdog.check()
+                if self._progress_ok != (not watchdog.wedged):
+                    self._progress_ok = not watchdog.wedged
+                    await self._publish_health()
+
+        self._watchdog = asyncio.create_task(run(), name="proctor-watchdog")
+
     async def _publish_health(self) -> None:
-        """The whole server ("") is liveness: SERVING unless the engine is faulty. proctor.v1.Generation is
-        readiness: also NOT_SERVING while, in compliance mode, the audit store takes no records (calls would
-        fail closed). Both are NOT_SERVING before the model is loaded and from the start of a drain."""
+        """The whole server ("") is liveness: SERVING unless the engine is faulty or the watchdog finds the engine
+        or the audit writer stuck. proctor.v1.Generation is readiness: also NOT_SERVING while, in compliance
+        mode, the audit store takes no records (calls would fail closed). Both are NOT_SERVING before the
+        model is loaded and from the start of a drain."""
         serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
-        alive = self._ready and self._engine_ok
+        alive = self._ready and self._engine_ok and self._progress_ok
         ready = alive and (self._audit_ok or not self.settings.audit_compliance)
         await self.health.set("", serving if alive else not_serving)
         await self.health.set(SERVICE_NAME, serving if ready else not_serving)
@@ -135,6 +161,8 @@ class RunningServer:
         """Health NOT_SERVING → (``notice_s``: keep serving, so probes and load balancers see it and stop
         sending) → refuse new calls → finish in-flight calls within the grace period."""
         await self.health.enter_graceful_shutdown()
+        if self._watchdog is not None:  # a closing sink and a draining engine are no wedge
+            self._watchdog.cancel()
         if notice_s > 0:
             log.info("draining: health NOT_SERVING for %.1f s before the listener closes (calls still served)",
                      notice_s)
@@ -237,6 +265,7 @@ async def start_server(settings: Settings) -> RunningServer:
     limit = settings.max_message_bytes
     gate = build_gate(settings)  # refuses an exposed server before anything else starts
     observability = Observability.from_settings(settings)
+    observability.watch_gate(gate.limiter)
     telemetry = TelemetryInterceptor(observability.metrics, observability.tracing)  # first: sees refusals too
     server = grpc.aio.server(interceptors=[telemetry, gate], options=[
         ("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit),

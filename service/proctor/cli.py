@@ -81,6 +81,8 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
                      help="allow serving a non-loopback address without TLS or without a callers file")
     sec.add_argument("--reflection-auth", dest="reflection_needs_auth", action=argparse.BooleanOptionalAction,
                      default=None, help="with a callers file, reflection answers known callers only (default on)")
+    p.add_argument("--watchdog-s", type=float, help="health NOT_SERVING when the engine or the audit writer makes "
+                   "no progress for this long (default 30; 0: off)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip the warm-up request")
     p.add_argument("--log-level", help="logging level (default INFO)")
     obs = p.add_argument_group("observability (README: Observability)")
@@ -95,8 +97,8 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 def _serve(args: argparse.Namespace) -> int:
     keys = ("host", "port", "model", "model_store", "device", "dtype", "weights", "threads", "max_batch_size",
             "max_waiting", "kv_cache_mb", "max_prefill_tokens", "prefill_chunk_tokens",
-            "max_new_tokens_limit", "grace_period_s", "drain_notice_s", "health_port", "reflection", "warmup",
-            "log_level",
+            "max_new_tokens_limit", "grace_period_s", "drain_notice_s", "health_port", "watchdog_s", "reflection",
+            "warmup", "log_level",
             "constraint_timeout_s", "compile_workers", "max_schema_depth", "fallback_attempts",
             "fallback_temperature", "schema_dir", "template_dir", "forbidden_file", "plugins", "input_screens",
             "output_moderators", "audit",

@@ -81,6 +81,9 @@ class Settings:
     # A second, plaintext port that serves the gRPC health service only (0: off), for kubelet gRPC
     # probes, which cannot speak TLS; it reveals nothing but SERVING / NOT_SERVING.
     health_port: int = 0
+    # The watchdog (observability/watchdog.py): health NOT_SERVING and an ERROR line when the engine has
+    # pending work, or the audit writer queued records, and neither moves for this many seconds (0: off).
+    watchdog_s: float = 30.0
     warmup: bool = True
     log_level: str = "INFO"
     # Observability (observability/, README "Observability"): the log format, Prometheus metrics
@@ -164,7 +167,7 @@ class Settings:
             raise ValueError(f"weights must be auto or one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}")
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
-        for name in ("grace_period_s", "drain_notice_s"):
+        for name in ("grace_period_s", "drain_notice_s", "watchdog_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be 0 or more seconds, got {getattr(self, name)}")
         for name in ("input_screens", "output_moderators"):

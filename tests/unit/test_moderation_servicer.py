@@ -37,6 +37,7 @@ class CaptureSink:
     """Stands in for the audit sink: keeps each record body (the servicer under test builds them)."""
 
     store_healthy = True
+    alive = True
 
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []

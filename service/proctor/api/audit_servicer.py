@@ -87,7 +87,7 @@ class AuditServicer(apb_grpc.AuditServicer):
             audited=True, audit_top_n=max(generation.audit.top_n, 1))
         try:
             call.request = replayed
-            events = [event async for event in generation.events(replayed, call)]
+            events = await generation.collect(replayed, call)
             await generation.audit.commit(call)
         except BaseException as exc:
             await generation._fail(call, exc, context)

@@ -84,6 +84,9 @@ class AuditTrail:
 
     def check_available(self) -> None:
         """Raise AuditStoreUnavailable in compliance mode while the store takes no records."""
+        if self.compliance and self.sink is not None and not self.sink.alive:
+            raise AuditStoreUnavailable("the audit writer has stopped; in compliance mode calls are refused "
+                                        "(retry on another replica)")
         if self.compliance and self.sink is not None and not self.sink.store_healthy:
             raise AuditStoreUnavailable("the audit store is not taking records; in compliance mode calls are "
                                         "refused until it recovers (retry later or on another replica)")
@@ -108,6 +111,7 @@ class AuditTrail:
                     future = await asyncio.to_thread(self.sink.submit, body)  # a full queue blocks, off the loop
                 attributes["proctor.audit.waited"] = bool(self.compliance if wait is None else wait)
                 if attributes["proctor.audit.waited"]:
+                    # A cancel here (the client left, the deadline passed) stops the wait, not the write.
                     await asyncio.wrap_future(future)
         except Exception as exc:
             raise AuditWriteFailed(f"the audit record could not be written, so the output is withheld: {exc}") from exc

@@ -54,6 +54,10 @@ class CallerLimiter:
         self._streams[caller.name] = held + 1
         return True
 
+    def open_streams(self) -> dict[str, int]:
+        """Concurrent-generation slots held now, by caller (a copy: read by the metrics scrape)."""
+        return dict(self._streams)
+
     def close_stream(self, caller: Caller) -> None:
         held = self._streams.get(caller.name, 0) - 1
         if held > 0:

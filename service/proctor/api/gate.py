@@ -14,6 +14,7 @@ cap). Nothing here logs or returns a credential.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import inspect
@@ -117,7 +118,6 @@ class ServerGate(grpc.aio.ServerInterceptor):
 
     def _admission(self, method: str) -> Callable[[grpc.aio.ServicerContext], Awaitable[Identity]]:
         role = None if method.startswith(REFLECTION_PREFIXES) else role_for(method)  # reflection: any caller
-        generating = method in GENERATING_METHODS
         book = self.book
         assert book is not None
 
@@ -137,29 +137,37 @@ class ServerGate(grpc.aio.ServerInterceptor):
             if wait_ms is not None:
                 await abort_with(context, Overloaded(
                     f"caller {caller.name!r} is over its {caller.limits.requests_per_second:g} requests/s", wait_ms))
-            if generating and not self.limiter.open_stream(caller):
-                await abort_with(context, Overloaded(
-                    f"caller {caller.name!r} already has {caller.limits.concurrent_streams} generations running",
-                    STREAM_RETRY_MS))
             CURRENT_IDENTITY.set(identity)
             return identity
 
         return admit
 
-    def _release(self, slot: bool, identity: Identity | None) -> None:
-        if slot and identity is not None:
-            self.limiter.close_stream(identity.caller)
+    @contextlib.asynccontextmanager
+    async def _generation_slot(self, slot: bool, identity: Identity | None,
+                               context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+        """Hold one of the caller's concurrent-generation slots for the whole call (refused: RESOURCE_EXHAUSTED).
+        Taken and returned here only, so no path of a call (refused, cancelled, failed) can keep one."""
+        if not slot or identity is None:
+            yield
+            return
+        caller = identity.caller
+        if not self.limiter.open_stream(caller):
+            await abort_with(context, Overloaded(
+                f"caller {caller.name!r} already has {caller.limits.concurrent_streams} generations running",
+                STREAM_RETRY_MS))
+        try:
+            yield
+        finally:
+            self.limiter.close_stream(caller)
 
     def _unary(self, behaviour: Any, deserialize: Any, admit: Any, slot: bool) -> Any:
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if deserialize is not None:
                 request = await _decode(deserialize, request, context)
             identity = await admit(context) if admit is not None else None
-            try:
+            async with self._generation_slot(slot, identity, context):
                 result = behaviour(request, context)
                 return await result if inspect.isawaitable(result) else result
-            finally:
-                self._release(slot, identity)
 
         return unary
 
@@ -168,18 +176,18 @@ class ServerGate(grpc.aio.ServerInterceptor):
             if deserialize is not None:
                 request = await _decode(deserialize, request, context)
             identity = await admit(context) if admit is not None else None
-            responses = behaviour(request, context)
-            try:
-                if hasattr(responses, "__aiter__"):
-                    async for response in responses:
-                        yield response
-                else:
-                    for response in responses:
-                        yield response
-            finally:
-                if hasattr(responses, "aclose"):
-                    await responses.aclose()  # its cleanup (the engine abort of a cancelled stream) runs now
-                self._release(slot, identity)
+            async with self._generation_slot(slot, identity, context):
+                responses = behaviour(request, context)
+                try:
+                    if hasattr(responses, "__aiter__"):
+                        async for response in responses:
+                            yield response
+                    else:
+                        for response in responses:
+                            yield response
+                finally:
+                    if hasattr(responses, "aclose"):
+                        await responses.aclose()  # its cleanup (the engine abort of a cancelled stream) runs now
 
         return stream
 

@@ -57,6 +57,8 @@ from proctor_client.v1 import generation_pb2_grpc as pb_grpc
 
 log = logging.getLogger("proctor.api")
 EXPECTED = (RequestValidationError, Overloaded, ShuttingDown, EngineFault)
+# The caller went away: a cancel (client, deadline) or the closing of a stream at a yield. Recorded, never answered.
+GONE = (asyncio.CancelledError, GeneratorExit)
 DEADLINE_MESSAGE = "the call's deadline passed during generation"
 
 
@@ -171,7 +173,7 @@ class GenerationServicer(pb_grpc.GenerationServicer):
         call = self.audit.begin(method, context)
         try:
             request = self.admit_request(request, call)
-            events = [event async for event in self.events(request, call)]
+            events = await self.collect(request, call)
             self._final_status(events[-1], call)
             released = await self._moderated(call, events)
             before_commit(call, released)
@@ -248,8 +250,14 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             relay = self._relays[loop] = LoopRelay(loop)
         return relay
 
+    async def collect(self, request: GenerationRequest, call: CallRecord) -> list[TokenEvent]:
+        """All the request's events (``events`` closed on every path: a cancel aborts the engine request now)."""
+        async with contextlib.aclosing(self.events(request, call)) as events:
+            return [event async for event in events]
+
     async def events(self, request: GenerationRequest, call: CallRecord) -> AsyncIterator[TokenEvent]:
-        """The request's events until the final one (also kept on ``call``); aborts it if the call goes away."""
+        """The request's events until the final one (also kept on ``call``); aborts it if the call goes away.
+        Iterate it under ``contextlib.aclosing``, so the abort runs when the call ends, not when it is collected."""
         queue = await self._start(request, call)
         finished = False
         try:
@@ -273,7 +281,7 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             events, audit_id = await sample_events(self, "Generate", request, context)
             return response_from_events(events, request, audit_id)
         try:
-            events = [event async for event in self.events(request, call)]
+            events = await self.collect(request, call)
             self._final_status(events[-1], call)
             released = await self._moderated(call, events)
             await self.audit.commit(call)
@@ -295,27 +303,38 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             return
         try:
             held = bool(request.output_moderators)  # the output is released only once moderated
-            async for event in self.events(request, call):
-                if not event.finished:
-                    if not held and (event.token_ids or event.text):
-                        yield chunk_from_event(event, request, call.audit_id)
-                    continue
-                self._final_status(event, call)
-                released = await self._moderated(call, list(call.events))
-                await self.audit.commit(call)  # compliance: the final chunk waits for the record
-                await self._deadline_status(event, context)
-                for out in released if held else released[-1:]:
-                    if out.token_ids or out.text or out.finished:
-                        yield chunk_from_event(out, request, call.audit_id)
+            async with contextlib.aclosing(self.events(request, call)) as events:
+                async for event in events:
+                    if not event.finished:
+                        if not held and (event.token_ids or event.text):
+                            yield chunk_from_event(event, request, call.audit_id)
+                        continue
+                    self._final_status(event, call)
+                    released = await self._moderated(call, list(call.events))
+                    await self.audit.commit(call)  # compliance: the final chunk waits for the record
+                    await self._deadline_status(event, context)
+                    for out in released if held else released[-1:]:
+                        if out.token_ids or out.text or out.finished:
+                            yield chunk_from_event(out, request, call.audit_id)
         except grpc.aio.AbortError:
+            raise
+        except GONE:  # the stream was cancelled or closed at a yield: record it; nobody is left to answer
+            await self._record_gone(call)
             raise
         except BaseException as exc:
             await self._fail(call, exc, context)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
+
+    async def _record_gone(self, call: CallRecord) -> None:
+        """Record a call whose caller went away (cancelled, deadline, stream closed), without waiting for it."""
+        self.audit.status_from(call, asyncio.CancelledError())
+        with contextlib.suppress(AuditWriteFailed):
+            await self.audit.commit(call, wait=False)
 
     async def _fail(self, call: CallRecord, exc: BaseException, context: grpc.aio.ServicerContext) -> None:
         """Record the failed call (once) and abort with the mapped status; a cancel is only recorded."""
+        if isinstance(exc, GONE):
+            await self._record_gone(call)
+            return
         if not isinstance(exc, grpc.aio.AbortError):
             self.audit.status_from(call, exc)
         if not isinstance(exc, AuditWriteFailed):
@@ -323,11 +342,11 @@ class GenerationServicer(pb_grpc.GenerationServicer):
                 # Compliance mode waits for a failed call's record too, except where waiting defeats the answer:
                 # a cancel, load shedding (a refusal must stay cheap under overload: it is submitted, and lands
                 # within the writer's next batch) and a store that is down.
-                unwaited = isinstance(exc, asyncio.CancelledError | Overloaded | AuditStoreUnavailable)
+                unwaited = isinstance(exc, Overloaded | AuditStoreUnavailable)
                 await self.audit.commit(call, wait=False if unwaited else None)
             except AuditWriteFailed as audit_exc:
                 exc = audit_exc
-        if isinstance(exc, asyncio.CancelledError | grpc.aio.AbortError):
+        if isinstance(exc, grpc.aio.AbortError):
             return
         if not isinstance(exc, EXPECTED):
             log.error("call failed", exc_info=exc)

@@ -78,7 +78,7 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
               metadata: tuple[Any, ...]) -> Callable[..., Any]:
         if inspect.isasyncgenfunction(behaviour):
             async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                observation = self._open(service, method, metadata)
+                observation = self._open(service, method, metadata, context)
                 token = CURRENT.set(observation)
                 inner = behaviour(request, context)
                 failure: BaseException | None = None
@@ -95,7 +95,7 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
             return stream
 
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            observation = self._open(service, method, metadata)
+            observation = self._open(service, method, metadata, context)
             token = CURRENT.set(observation)
             try:
                 result = await behaviour(request, context)
@@ -109,8 +109,9 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
                 _reset(token)
         return call
 
-    def _open(self, service: str, method: str, metadata: tuple[Any, ...]) -> CallObservation:
-        observation = CallObservation(service, method, time.time_ns(), time.perf_counter())
+    def _open(self, service: str, method: str, metadata: tuple[Any, ...],
+              context: grpc.aio.ServicerContext) -> CallObservation:
+        observation = CallObservation(service, method, time.time_ns(), time.perf_counter(), peer=context.peer() or "")
         try:
             if self.tracing is not None:
                 observation.span = self.tracing.start(observation, metadata)
@@ -129,7 +130,7 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
                 self.metrics.record_call(observation, code, seconds)
             if self.tracing is not None and observation.span is not None:
                 self.tracing.finish(observation.span, observation, code, time.time_ns())
-            log_call(observation, code, seconds, context.peer() or "")
+            log_call(observation, code, seconds, observation.peer)
         except Exception:
             log.exception("could not record the call %s/%s", observation.service, observation.method)
 

@@ -9,6 +9,12 @@ The writer tracks whether the store takes writes (``store_healthy``, reported to
 a failed commit marks it down; while down and idle, the writer asks the store for its head every
 ``STORE_PROBE_S`` and marks it up again when it answers (the server's health follows: README "Scale out").
 
+A waiter may give up on its future (a call cancelled or past its deadline while it waits): the
+writer claims each future as it takes the record (``set_running_or_notify_cancel``), writes the record
+whatever the waiter did, and resolves only futures still waited on. The writer never dies of one
+batch: an unexpected error fails that batch's waiters, is logged, and the writer takes the next
+(``alive`` and ``stalled_s`` tell the server's watchdog otherwise).
+
 The writer also appends a signed checkpoint every ``checkpoint_every`` records or
 ``checkpoint_interval_s`` seconds (whichever comes first, only when records arrived), to the
 store and to the checkpoint file, and one at shutdown.
@@ -64,23 +70,39 @@ class AuditSink:
         self._last_checkpoint = time.monotonic()
         self._closed = False
         self.written = 0
+        self._progress = time.monotonic()  # when the writer last took a batch or found the queue empty
         self.observer: AuditObserver | None = None  # metrics: write latency and failures per batch
         self.store_healthy = True
         self.on_store_health: Callable[[bool, str], None] | None = None  # called on the writer thread on changes
         self._thread = threading.Thread(target=self._run, name="proctor-audit-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, body: dict[str, Any]) -> Future[int]:
+    @property
+    def alive(self) -> bool:
+        """The writer thread runs (False once closed, or if it died)."""
+        return self._thread.is_alive()
+
+    def stalled_s(self, now: float | None = None) -> float:
+        """Seconds records have waited without the writer taking any (0 while the queue is empty or moving)."""
+        if self._queue.empty():
+            return 0.0
+        return max(0.0, (time.monotonic() if now is None else now) - self._progress)
+
+    def _check_open(self) -> None:
         if self._closed:
             raise AuditUnavailable("the audit trail is closed")
+        if not self._thread.is_alive():
+            raise AuditUnavailable("the audit writer has stopped; no record can be written")
+
+    def submit(self, body: dict[str, Any]) -> Future[int]:
+        self._check_open()
         future: Future[int] = Future()
         self._queue.put((body, future))
         return future
 
     def try_submit(self, body: dict[str, Any]) -> Future[int] | None:
         """``submit`` if the queue has room now, else None (without blocking: for the event loop)."""
-        if self._closed:
-            raise AuditUnavailable("the audit trail is closed")
+        self._check_open()
         future: Future[int] = Future()
         try:
             self._queue.put_nowait((body, future))
@@ -106,10 +128,17 @@ class AuditSink:
         # the committer needs the GIL for every row it binds, and orjson holds it ~100 µs a record.)
         stopping = False
         while not stopping:
-            batch, stopping = self._next_batch()
-            self._commit(self._serialise(batch), final=stopping)
-            if not batch and not self.store_healthy:
-                self._probe_store()
+            batch: list[tuple[dict[str, Any], Future[int]]] = []
+            try:
+                batch, stopping = self._next_batch()
+                self._progress = time.monotonic()
+                self._commit(self._serialise(batch), final=stopping)
+                if not batch and not self.store_healthy:
+                    self._probe_store()
+            except Exception as exc:  # a bug here must not leave every later call waiting on a dead writer
+                log.exception("audit writer: a batch of %d records failed unexpectedly", len(batch))
+                for _, future in batch:
+                    _reject(future, AuditUnavailable(f"the audit record could not be written: {exc}"))
 
     def _probe_store(self) -> None:
         try:
@@ -144,7 +173,7 @@ class AuditSink:
         while True:
             if item is None:
                 return batch, True
-            batch.append(item)
+            batch.append(self._claim(item))
             if len(batch) >= BATCH_MAX:
                 return batch, False
             try:
@@ -152,6 +181,12 @@ class AuditSink:
             except queue.Empty:
                 return batch, False
 
+    @staticmethod
+    def _claim(item: tuple[dict[str, Any], Future[int]]) -> tuple[dict[str, Any], Future[int]]:
+        """Mark the record's future as being written: from here its waiter can no longer cancel it
+        (a future cancelled before stays cancelled; its record is written all the same)."""
+        item[1].set_running_or_notify_cancel()
+        return item
     def _serialise(self, batch: list[tuple[dict[str, Any], Future[int]]]) -> list[_Item]:
         """Stored body (compressed canonical JSON) and filter columns of each record; a record that
         has none fails alone."""
@@ -161,7 +196,7 @@ class AuditSink:
                 items.append((compress(canonical(body)), _columns(body), future))
             except Exception as exc:
                 log.exception("audit record %s cannot be serialised", body.get("audit_id"))
-                future.set_exception(AuditUnavailable(f"the audit record cannot be serialised: {exc}"))
+                _reject(future, AuditUnavailable(f"the audit record cannot be serialised: {exc}"))
         return items
 
     def _commit(self, items: list[_Item], final: bool) -> None:
@@ -199,7 +234,7 @@ class AuditSink:
             if self.observer is not None:
                 self.observer.audit_written(time.perf_counter() - start, len(items), False)
             for _, _, future in items:
-                future.set_exception(AuditUnavailable(f"the audit record could not be written: {exc}"))
+                _reject(future, AuditUnavailable(f"the audit record could not be written: {exc}"))
             self._set_store_health(False, f"{type(exc).__name__}: {exc}")
             return
         self._set_store_health(True, "a write succeeded")
@@ -215,7 +250,8 @@ class AuditSink:
                 self._since_checkpoint += 1
         self.written += len(records)
         for (_, _, future), row in zip(items, records, strict=True):
-            future.set_result(row.seq)
+            if future.running():  # not cancelled by its waiter (the record is written either way)
+                future.set_result(row.seq)
 
     def _checkpoint_row(self, seq: int, covers_seq: int, covers_hash: str) -> Row:
         now_ms = int(time.time() * 1000)
@@ -237,6 +273,12 @@ class AuditSink:
             handle.write(line + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def _reject(future: Future[int], exc: Exception) -> None:
+    """Fail a record's future unless its waiter gave up on it or it is already settled."""
+    if future.running():
+        future.set_exception(exc)
 
 
 def _columns(body: dict[str, Any]) -> tuple[str, int, str, str, str]:

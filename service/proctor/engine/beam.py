@@ -292,6 +292,11 @@ class BeamSearches:
     def __bool__(self) -> bool:
         return bool(self._running)
 
+    def held(self) -> int:
+        """Beam requests added and not yet answered (any thread: the admission counters)."""
+        with self._lock:
+            return len(self._new) + len(self._running)
+
     def step(self, now: float) -> None:
         """One step of each; a cancelled or expired one ends between steps."""
         for search in list(self._running):

@@ -205,6 +205,21 @@ class Engine:
         with self._lock:
             return len(self._by_id)
 
+    def admission_counts(self) -> dict[str, int]:
+        """What admission holds for calls, by holder: all zero once every call has ended (``reserved``: being
+        prepared; ``fallbacks``: on the validated fallback; ``live``: request ids the engine answers for)."""
+        with self._lock:
+            live, fallbacks = len(self._by_id), len(self._fallbacks)
+        return {"reserved": self._scheduler.reserved_count(), "waiting": self._scheduler.waiting_count(),
+                "staged": len(self._batch.staged), "running": len(self._batch.states),
+                "beams": self._beams.held(), "fallbacks": fallbacks, "live": live}
+
+    def progress(self) -> tuple[bool, int]:
+        """(work a step would advance is pending, steps run so far): the watchdog's view (any thread)."""
+        pending = bool(self._scheduler.waiting_count() or self._batch.states or self._batch.staged
+                       or self._beams.held())
+        return pending and not self._stop, self.steps
+
     def occupancy(self) -> dict[str, int]:
         """Waiting and running requests and KV-cache bytes (a snapshot, for the metrics scrape)."""
         return {"waiting": self._scheduler.waiting_count(), "running": len(self._batch),

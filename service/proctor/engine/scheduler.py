@@ -54,6 +54,11 @@ class Scheduler:
         with self._lock:
             return len(self._waiting)
 
+    def reserved_count(self) -> int:
+        """Calls admitted and still being prepared (``reserve``d, not yet ``unreserve``d)."""
+        with self._lock:
+            return self._reserved
+
     def take_joining(self, batch: DecodeBatch) -> list[SequenceState]:
         """The waiting requests that join ``batch`` at this step boundary (oldest first)."""
         with self._lock:

@@ -48,6 +48,7 @@ class CallObservation:
     call: Any = None  # the audit trail's CallRecord, once the servicer opened it
     stages: list[Stage] = field(default_factory=list)
     span: Any = None  # the RPC's span while tracing is on
+    peer: str = ""  # read when the call arrives: asking a finished call's context for it can crash grpc
 
     def final_event(self) -> Any:
         """The engine's final event of this call (usage, timings, finish reason), or None."""

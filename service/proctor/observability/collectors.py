@@ -26,9 +26,12 @@ class StateCollector(Collector):
         self.engine: Any = None  # proctor.engine.engine.Engine (not imported: no torch here)
         self.cache: Any = None  # proctor.constraints.cache.CompiledCache
         self.sink: Any = None  # proctor.audit.sink.AuditSink
+        self.limiter: Any = None  # proctor.api.caller_limits.CallerLimiter
+        self.watchdog: Any = None  # proctor.observability.watchdog.Watchdog
 
     def collect(self) -> Iterator[Metric]:
         yield from self._engine()
+        yield from self._admission()
         yield from self._cache()
         yield from self._audit()
 
@@ -42,6 +45,28 @@ class StateCollector(Collector):
                                 value=state.get("kv_used_bytes", 0))
         yield GaugeMetricFamily(PREFIX + "kv_cache_total_bytes", "KV-cache memory budget (--kv-cache-mb)",
                                 value=state.get("kv_total_bytes", 0))
+
+    def _admission(self) -> Iterator[Metric]:
+        """What admission holds for calls; every figure returns to 0 once the calls have ended."""
+        counts = self.engine.admission_counts() if self.engine is not None else {}
+        held = GaugeMetricFamily(PREFIX + "admission_held", "Places admission holds for calls, by holder (reserved: "
+                                 "being prepared; live: request ids the engine answers for)", labels=("holder",))
+        for holder, count in counts.items():  # (no series before the model is loaded)
+            held.add_metric((holder,), count)
+        yield held
+        streams = self.limiter.open_streams() if self.limiter is not None else {}
+        open_streams = GaugeMetricFamily(PREFIX + "caller_generations_open",
+                                         "Concurrent-generation slots held, by caller (callers file only)",
+                                         labels=("caller",))
+        for caller, count in sorted(streams.items()):
+            open_streams.add_metric((caller,), count)
+        yield open_streams
+        stuck = GaugeMetricFamily(PREFIX + "watchdog_stuck", "1 while the watchdog finds this part making no progress",
+                                  labels=("part",))
+        wedged = self.watchdog.wedged if self.watchdog is not None else {}
+        for part in (p.name for p in self.watchdog.parts) if self.watchdog is not None else ():
+            stuck.add_metric((part,), int(part in wedged))
+        yield stuck
 
     def _cache(self) -> Iterator[Metric]:
         counts: dict[str, dict[str, int]] = dict(self.cache.engine_counts) if self.cache is not None else {}

@@ -48,6 +48,14 @@ class Observability:
             compiler.observer = self.metrics
             self.metrics.state.cache = compiler.cache
 
+    def watch_gate(self, limiter: Any) -> None:
+        if self.metrics is not None:
+            self.metrics.state.limiter = limiter
+
+    def watch_watchdog(self, watchdog: Any) -> None:
+        if self.metrics is not None:
+            self.metrics.state.watchdog = watchdog
+
     def watch_engine(self, engine: Any) -> None:
         if self.metrics is not None:
             engine.observer = self.metrics
