@@ -33,6 +33,9 @@ def test_beams_come_back_best_first_audited_and_replayable(client: ProctorClient
         stub = audit_pb2_grpc.AuditStub(channel)
         record = json.loads(stub.GetRecord(audit_pb2.GetRecordRequest(audit_id=response.audit_id)).record_json)
         assert [s["token_ids"] for s in record["sequences"]] == [list(s.token_ids) for s in sequences]
+        for stored in record["sequences"]:  # every returned beam audited token by token, not only the best
+            assert [t["id"] for t in stored["tokens"]] == stored["token_ids"]
+            assert all(t["logprob"] <= 0 and len(t["top"]) == 5 for t in stored["tokens"])
         assert record["request"]["sampling"]["num_beams"] == 4 and record["request"]["num_return_sequences"] == 3
         replay = stub.Replay(audit_pb2.ReplayRequest(audit_id=response.audit_id), timeout=300)
         assert replay.exact_match, replay.message

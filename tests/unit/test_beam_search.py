@@ -79,6 +79,15 @@ def test_beams_to_the_limit_equal_generate(make_engine, tiny_model, tokenizer) -
     assert [list(s.token_ids) for s in final.sequences] == [row for row, _ in expected]
     assert [s.score for s in final.sequences] == pytest.approx([score for _, score in expected], rel=1e-6)
     assert sink.token_ids == expected[0][0] and final.finish_reason is FinishReason.LENGTH
+    assert all(not s.details for s in final.sequences)  # nobody asked for details: none are kept
+    audited = run(engine, dataclasses.replace(beam_request(12, 4, 3, ignore_eos=True), audited=True, audit_top_n=2))
+    for sequence in audited.final.sequences:  # the audit record gets every returned beam's token details
+        assert [d.token_id for d in sequence.details] == list(sequence.token_ids)
+        assert all(len(d.top_logprobs) == 2 for d in sequence.details)
+        mean = sum(d.final_logprob for d in sequence.details) / len(sequence.details)  # length_penalty 1
+        assert sequence.score == pytest.approx(mean, rel=1e-5)
+    best = audited.final.sequences[0]
+    assert [d.logprob for d in best.details] == [d.logprob for e in audited.events for d in e.details]
     assert all(s.finish_reason is FinishReason.LENGTH for s in final.sequences)
     greedy = [favourite(tiny_model, tokenizer, step) for step in range(12)]
     assert sink.token_ids != greedy  # the search found something greedy decoding did not

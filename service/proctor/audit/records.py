@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from proctor.domain import (
     RepetitionParams,
     SamplingParams,
     StoppingParams,
+    TokenDetail,
     TokenEvent,
 )
 
@@ -121,9 +123,13 @@ def request_from_dict(data: dict[str, Any], request_id: str) -> GenerationReques
 
 
 def _tokens(events: list[TokenEvent], policy: PrivacyPolicy) -> list[dict[str, Any]]:
+    return _token_entries((d for e in events for d in e.details), policy)
+
+
+def _token_entries(details: Iterable[TokenDetail], policy: PrivacyPolicy) -> list[dict[str, Any]]:
     tokens: list[dict[str, Any]] = []
     hashed = policy.output == "hmac"
-    for detail in (d for e in events for d in e.details):
+    for detail in details:
         entry: dict[str, Any] = {"step": len(tokens), "logprob": detail.logprob, "final_logprob": detail.final_logprob,
                                  "allowed": detail.allowed_count if detail.allowed_count >= 0 else None,
                                  "removed_by": detail.removed_by}
@@ -211,7 +217,8 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
         if final.sequences:  # beam search: every returned beam (the first is the output above)
             body["sequences"] = [{"score": s.score, "finish_reason": s.finish_reason.value,
                                   **({"token_ids": list(s.token_ids), "text": s.text} if policy.output == "full"
-                                     else {"hmac_sha256": policy.digest(s.text)})} for s in final.sequences]
+                                     else {"hmac_sha256": policy.digest(s.text)}),
+                                  "tokens": _token_entries(s.details, policy)} for s in final.sequences]
         if final.prompt_truncation is not None:  # only when the input was shortened
             body["prompt_truncation"] = dataclasses.asdict(final.prompt_truncation)
         if final.must_include:

@@ -243,8 +243,11 @@ class BeamSearch:
         finished = [(entry, float(score)) for entry, score in zip(self._finished, self._finished_scores.tolist(),
                                                                    strict=True) if entry is not None]
         wanted = finished[:host.request.num_return_sequences]
-        host.sequences = tuple(ReturnedSequence(tuple(beam.tokens), self.decode(beam.tokens), score, reason)
-                               for (beam, reason), score in wanted)
+        details = host.request.wants_details  # the audit record keeps every returned beam's token details
+        host.sequences = tuple(
+            ReturnedSequence(tuple(beam.tokens), self.decode(beam.tokens), score, reason,
+                             details=tuple(host.detail(d) for d in beam.decisions) if details else ())
+            for (beam, reason), score in wanted)
         self._runner = None  # the beams' cache goes with it
         now = time.monotonic()
         if not wanted:

@@ -258,6 +258,11 @@ class SequenceState:
         scan = self.stop_matcher.push(self.detokenizer.flush())
         return scan.release + ("" if scan.matched else self.stop_matcher.flush())
 
+    def detail(self, decision: RowDecision) -> TokenDetail:
+        """A decision as a token detail (the one the request's own events carry; beam search reports its beams'
+        with it)."""
+        return self._detail(decision)
+
     def _detail(self, decision: RowDecision) -> TokenDetail:
         piece = self._piece
         alternatives = tuple(TokenAlternative(i, piece(i), lp) for i, lp in decision.alternatives[:self._alternatives])
