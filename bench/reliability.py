@@ -240,13 +240,16 @@ def run_interleavings(args: argparse.Namespace, directory: Path) -> None:
         status = health(server.address, "proctor.v1.Generation")
     finally:
         server.stop()
+    errors = [line for line in server.log.splitlines() if " ERROR " in line or "Traceback" in line
+              or "Segfault" in line or "Fatal Python" in line]
     calls = sum(total.values())
     note("interleavings", f"{args.interleavings} random interleavings: every counter back to 0 and an 8-token "
-         "request served after each, no call ending otherwise than its kind allows",
+         "request served after each, no call ending otherwise than its kind allows, nothing logged as an error",
          f"{calls:,} calls in {time.perf_counter() - start:.0f} s: {dict(sorted(total.items()))}; 8-token request "
          f"after each: p50 {pct(after_ms, 0.5):.0f} / max {max(after_ms):.0f} ms; {len(failures)} failed"
-         + (f" ({failures[0]})" if failures else "") + f"; health after: {status}",
-         not failures and status == "SERVING")
+         + (f" ({failures[0]})" if failures else "") + f"; health after: {status}; server log: {len(errors)} "
+         "ERROR/Traceback/crash lines" + (f" (first: {errors[0][:200]})" if errors else ""),
+         not failures and status == "SERVING" and not errors)
 
 
 def main() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
+
 import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
@@ -39,4 +42,20 @@ def _status(code: int, message: str, detail: object | None = None) -> status_pb2
 
 async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     """Abort the call with the mapped status (raises, as ``context.abort`` does)."""
-    await context.abort_with_status(rpc_status.to_status(status_for(exc)))
+    await _sent(context.abort_with_status(rpc_status.to_status(status_for(exc))))
+
+
+async def abort_code(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> None:
+    """``context.abort(code, message)`` for a call that may already be over (raises, as abort does)."""
+    await _sent(context.abort(code, message))
+
+
+async def _sent(aborting: Awaitable[None]) -> None:
+    """Send an abort; a call that ended meanwhile (its deadline passed, its client left) can take no status,
+    and gRPC then fails the send: that is a cancel (``CancelledError``), not an error of this server."""
+    try:
+        await aborting
+    except grpc.aio.AbortError:
+        raise
+    except Exception as exc:  # cygrpc's ExecuteBatchError or UsageError: the call is gone
+        raise asyncio.CancelledError(f"the call ended before its status could be sent ({exc})") from exc

@@ -25,7 +25,7 @@ from proctor import __version__
 from proctor.api.audit_trail import MODEL_FIELDS, AuditStoreUnavailable, AuditTrail, AuditWriteFailed
 from proctor.api.caller_limits import capped_request
 from proctor.api.convert import chunk_from_event, default_plugin_calls, request_from_proto, response_from_events
-from proctor.api.errors import abort_with
+from proctor.api.errors import abort_code, abort_with
 from proctor.api.gate import current_identity
 from proctor.api.loop_relay import LoopRelay
 from proctor.api.samples import sample_events, wants_samples
@@ -360,7 +360,7 @@ class GenerationServicer(pb_grpc.GenerationServicer):
     async def _deadline_status(self, event: TokenEvent, context: grpc.aio.ServicerContext) -> None:
         """A request that ran out of time ends with DEADLINE_EXCEEDED, as gRPC callers expect."""
         if event.finish_reason is FinishReason.DEADLINE:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_MESSAGE)
+            await abort_code(context, grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_MESSAGE)
 
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext) -> pb.ModelInfo:
         if self._engine_or_none is None:
