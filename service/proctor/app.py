@@ -53,11 +53,13 @@ AUDIT_SERVICE_NAME = audit_pb2.DESCRIPTOR.services_by_name["Audit"].full_name
 
 def model_info(loaded: object, settings: Settings) -> dict[str, object]:
     """The ModelInfo fields that describe the loaded model."""
+    from proctor.engine.llama_step import runner_description
     from proctor.models import LoadedModel
 
     assert isinstance(loaded, LoadedModel)
     return {
         "model_id": loaded.model_id,
+        "runner": runner_description(loaded.model, loaded.weights),
         "weights_sha256": loaded.weights_sha256,
         "tokenizer_sha256": loaded.tokenizer_sha256,
         "dtype": str(loaded.dtype).removeprefix("torch."),
@@ -252,12 +254,14 @@ def _build_engine(settings: Settings, on_health: object, observability: Observab
                     plugins=plugins, server_forbidden=forbidden, release_dense_weights=True)  # type: ignore[arg-type]
     if observability is not None:
         observability.watch_engine(engine)
+    info = model_info(loaded, settings)
+    log.info("runner: %s", info["runner"])
     engine.start()
     if settings.warmup:
         warm = GenerationRequest(request_id="warmup", prompt="Hello",
                                  stopping=StoppingParams(max_new_tokens=4, ignore_eos=True))
         engine.generate_blocking(warm)
-    return engine, model_info(loaded, settings), constraints.registry.list()  # type: ignore[attr-defined]
+    return engine, info, constraints.registry.list()  # type: ignore[attr-defined]
 
 
 async def start_server(settings: Settings) -> RunningServer:

@@ -289,5 +289,6 @@ def test_model_info_describes_the_default_model(client: ProctorClient) -> None:
     assert info.dtype == ("bfloat16" if cuda and torch.cuda.is_bf16_supported() else
                           "float16" if cuda else "float32")
     assert info.model_id == "SmolLM2-135M-Instruct"
+    assert info.runner.startswith("slot forward: llama, batched"), info.runner  # the default model's fast path
     assert info.max_new_tokens_limit >= info.default_max_new_tokens > 0
     assert info.server_version

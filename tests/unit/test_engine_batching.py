@@ -130,12 +130,11 @@ def test_slot_moves_keep_each_rows_cache(tiny_model, tokenizer) -> None:  # type
 
 
 def test_other_architectures_use_the_per_slot_runner(tokenizer) -> None:  # type: ignore[no-untyped-def]
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel  # not a family of engine/families.py
 
-    config = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=256)
+    config = GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=len(tokenizer), n_positions=256)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).eval()
+    model = GPT2LMHeadModel(config).eval()
     runner = make_runner(model, 4, torch.device("cpu"))
     assert isinstance(runner, PerSlotRunner)
     rows = [tokenizer(p)["input_ids"] for p in PROMPTS[:2]]

@@ -79,7 +79,7 @@ def test_bad_arguments_raise_instead_of_crashing(kernel_ready: None, tiny_model,
         slots = prefilled(tiny_model, tokenizer, (5,))
         layer = slots._layers[0]
         h = torch.zeros(1, tiny_model.config.hidden_size)
-        cos, sin = slots._rope_cos[:, 0], slots._rope_sin[:, 0]
+        cos, sin = (table[:, 0] for table in slots._rope_tables_by_key[None])
         op = fused_decode.decode_layer()
         arguments = [h, layer.in_norm, layer.qkv.packed, layer.o.packed, layer.post_norm, layer.gate_up.packed,
                      layer.down.packed, slots._keys[0], slots._values[0], [5], cos, sin, slots.heads, slots.kv_heads,
@@ -132,7 +132,7 @@ def test_the_q4_kernel_refuses_blocks_that_do_not_fit(kernel_ready: None, tiny_m
         slots = prefilled(tiny_model, tokenizer, (5,), "q4")
         layer = slots._layers[0]
         h = torch.zeros(1, tiny_model.config.hidden_size)
-        cos, sin = slots._rope_cos[:, 0], slots._rope_sin[:, 0]
+        cos, sin = (table[:, 0] for table in slots._rope_tables_by_key[None])
         op = fused_decode.decode_layer("q4")
         arguments = [h, layer.in_norm, layer.qkv.blocks, layer.o.blocks, layer.post_norm, layer.gate_up.blocks,
                      layer.down.blocks, slots._keys[0], slots._values[0], [5], cos, sin, slots.heads, slots.kv_heads,

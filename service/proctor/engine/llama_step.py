@@ -1,4 +1,5 @@
-"""A batched forward pass for Llama-family models over a slot KV cache (continuous batching).
+"""A batched forward pass over a slot KV cache (continuous batching), for every family that
+``engine/families.py`` describes: Llama, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3 and Phi-3.
 
 Why our own forward instead of the model's: transformers' caches share one write position across
 the batch, so rows of different lengths need left padding that grows and has to be re-aligned each
@@ -8,8 +9,11 @@ position and attends over its own prefix (a per-row mask), so requests join afte
 prefill into a free slot and leave by moving the last slot into the hole. No padding, no re-alignment.
 
 The arithmetic is the model's own: its weights (q/k/v and gate/up fused into one matrix product each),
-its rotary embedding module, RMSNorm as transformers computes it, and ``scaled_dot_product_attention``.
-A test checks logits against the model's own forward.
+its rotary embedding module, its norms, biases, activation, windows and soft-capping as transformers
+computes them (``slot_ops.py``), and ``scaled_dot_product_attention`` where nothing else applies. Tests
+check logits against the model's own forward, family by family (tests/unit/test_families.py). The q8
+and q4 C++ decode kernels compute Llama's arithmetic (``Family.plain``); other families decode with
+the same weights through PyTorch operations, batched all the same.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from proctor.engine import fused_decode
+from proctor.engine.families import LENGTH_DEPENDENT_ROPE, Family, Unsupported, describe
+from proctor.engine.slot_ops import decode_biases, gate, prefill_visible, rms_norm, rotate, softcap
 from proctor.engine.slot_weights import LayerWeights, slot_weights
 
 KV_GROWTH_TOKENS = 256  # the cache's length grows in steps of this many tokens
@@ -31,17 +37,35 @@ KV_GROWTH_TOKENS = 256  # the cache's length grows in steps of this many tokens
 ATTENTION_SPAN_BLOCK = 64
 
 
+def decodes_fused(family: Family, weights: str) -> bool:
+    """Whether the q8/q4 C++ decode kernels run this family (they compute Llama's arithmetic, head sizes in
+    multiples of 8, up to 8 query heads per key head)."""
+    return (weights in ("q8", "q4") and family.plain and family.head_dim % 8 == 0
+            and family.heads // family.kv_heads <= 8)
+
+
+def runner_description(model: Any, weights: str) -> str:
+    """Which forward serves ``model`` in ``weights`` mode, and why (the start-up log, GetModelInfo.runner)."""
+    reason = unsupported_reason(model)
+    if reason is not None:
+        return f"per-slot: transformers' forward, one row at a time, dense weights ({reason})"
+    family = describe(model.config)
+    if decodes_fused(family, weights):
+        return f"slot forward: {family.name}, batched, {weights} weights in the C++ decode kernels"
+    why = "" if weights not in ("q8", "q4") else (
+        "; the C++ kernels compute Llama's arithmetic only" if not family.plain else "; head sizes the kernels lack")
+    return f"slot forward: {family.name}, batched, {weights} weights through PyTorch operations{why}"
+
+
 def unsupported_reason(model: Any) -> str | None:
     """Why this model cannot use the slot forward (None when it can)."""
     cfg = getattr(model, "config", None)
-    if cfg is None or getattr(cfg, "model_type", "") != "llama":
-        return f"architecture {getattr(cfg, 'model_type', '?')!r} is not Llama"
-    if getattr(cfg, "hidden_act", "silu") != "silu":
-        return f"activation {cfg.hidden_act!r}"
-    if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
-        return "biased projections"
-    if getattr(cfg, "pretraining_tp", 1) != 1:
-        return "pretraining_tp > 1"
+    if cfg is None:
+        return "the model has no config"
+    try:
+        describe(cfg)
+    except Unsupported as exc:
+        return str(exc)
     return None
 
 
@@ -50,29 +74,31 @@ class LlamaSlots:
 
     def __init__(self, model: Any, max_slots: int, device: torch.device, weights: str = "dense",
                  calibration_ids: list[int] | None = None) -> None:
-        cfg = model.config
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"the slot forward does not support this model: {reason}")
+        self.family = family = describe(model.config)
+        if weights == "q8" and not family.plain:
+            raise ValueError(f"--weights q8 is built for Llama's arithmetic only; {family.name} differs "
+                             "(use --weights q4, fp16 or dense)")
         self.device = device
-        self.heads = cfg.num_attention_heads
-        self.kv_heads = cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.eps = float(cfg.rms_norm_eps)
+        self.heads, self.kv_heads, self.head_dim = family.heads, family.kv_heads, family.head_dim
+        self.eps = family.eps
         self.max_slots = max_slots
-        self._scale = self.head_dim ** -0.5
+        self._scale = family.attn_scale
         self._model = model
         self.weights = slot_weights(model, weights, calibration_ids)
         self._final_norm = self.weights.final_norm
         self._lm_head = self.weights.lm_head
         self._rotary = model.model.rotary_emb
-        self._rope_cos = self._rope_sin = torch.empty(0)
+        self._rope_tables_by_key: dict[str | None, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._windows = set(family.windows)
         self.dtype = self._final_norm.dtype  # the activations' dtype (q8 keeps its embedding table in fp16)
         self._layers = self.weights.layers
         # q8 and q4 decode through the C++ kernels (fused_decode.py), which take head sizes in multiples of
         # 8 and keep keys and values in float16: half the memory, and half the bytes a step reads over a
         # long prefix (both are approximate anyway; the other modes keep the model's dtype).
-        self._fused = weights in ("q8", "q4") and self.head_dim % 8 == 0 and self.heads // self.kv_heads <= 8
+        self._fused = decodes_fused(family, weights)
         self._decode_layer = fused_decode.decode_layer(weights) if self._fused else None  # raises if it cannot load
         self._fused_arguments = [_fused_arguments(layer, weights) for layer in self._layers] if self._fused else []
         self.cache_dtype = torch.float16 if self._fused else self.dtype
@@ -155,29 +181,43 @@ class LlamaSlots:
         self.reserve(slot + 1, total + 1)
         ids = torch.tensor(token_ids, dtype=torch.long, device=self.device)
         positions = torch.arange(start, total, device=self.device)
-        # The first chunk (or a whole prompt) is plain causal attention; a later chunk also sees the
-        # cached prefix: query i may look at keys 0..start+i.
-        visible = None if start == 0 else (torch.arange(total, device=self.device)[None, :] <= positions[:, None])
-        h = self.weights.embed_rows(ids).to(self.dtype)  # [T, hidden]
-        cos, sin = self._rope(h, positions, total)  # [T, 1, D]
+        visible = {window: prefill_visible(start, total, window, self.device) for window in self._windows}
+        h = self._embed(ids)  # [T, hidden]
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
+            cos, sin = self._rope(h, positions, total, self.family.rope_keys[index])  # [T, 1, D]
             q, k, v = self._project_qkv(x, layer, cos, sin)  # [T, H|KVH, D]
             keys, values = self._keys[index], self._values[index]
             keys[slot, :, start:total].copy_(k.transpose(0, 1))
             values[slot, :, start:total].copy_(v.transpose(0, 1))
-            if visible is None:
-                out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
-                                                     v.transpose(0, 1)[None], is_causal=True, enable_gqa=True)
-            else:
-                out = F.scaled_dot_product_attention(q.transpose(0, 1)[None],
-                                                     keys[slot:slot + 1, :, :total].to(q.dtype),
-                                                     values[slot:slot + 1, :, :total].to(q.dtype),
-                                                     attn_mask=visible, enable_gqa=True)
-            h = h + layer.o(out[0].transpose(0, 1).reshape(n, -1))
+            if start:  # a later chunk also sees the cached prefix
+                k = keys[slot, :, :total].transpose(0, 1).to(q.dtype)
+                v = values[slot, :, :total].transpose(0, 1).to(q.dtype)
+            out = self._prefill_attention(q, k, v, visible[self.family.windows[index]])
+            h = h + self._attention_out(out.reshape(n, -1), layer)
             h = h + self._mlp(self._norm(h, layer.post_norm), layer)
         self.lengths[slot] = total
         return self._logits(h if every_position else h[-1:])
+
+    def _prefill_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           visible: torch.Tensor | None) -> torch.Tensor:
+        """Attention of the prompt's queries [T, H, D] over keys and values [L, KVH, D]; ``visible``
+        [T, L] (None: causal). Soft-capped scores (Gemma 2) are computed here; the rest by SDPA."""
+        q, k, v = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
+        family = self.family
+        if family.attn_softcap is None:
+            scale = None if family.attn_scale == self.head_dim ** -0.5 else family.attn_scale
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, is_causal=visible is None,
+                                                 scale=scale, enable_gqa=True)
+            return out[0].transpose(0, 1)
+        group = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = softcap(torch.matmul(q, k.transpose(-1, -2)) * self._scale, family.attn_softcap)
+        if visible is None:
+            visible = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~visible, float("-inf"))
+        out = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype), v)
+        return out[0].transpose(0, 1)
 
     def staging(self) -> LlamaSlots:
         """A one-slot runner on the same weights, where a long prompt is prefilled chunk by chunk
@@ -200,8 +240,8 @@ class LlamaSlots:
         return self._decode_ops(token_ids)
 
     def _decode_ops(self, token_ids: list[int]) -> torch.Tensor:
-        """``decode`` as PyTorch operations (dense and fp16; for q8 and q4 the reference the kernels are
-        tested against)."""
+        """``decode`` as PyTorch operations (dense and fp16, every family; for q8 and q4 on Llama's
+        arithmetic the reference the kernels are tested against)."""
         rows = len(token_ids)
         lengths = self.lengths[:rows]
         span = -(-(max(lengths) + 1) // ATTENTION_SPAN_BLOCK) * ATTENTION_SPAN_BLOCK
@@ -209,20 +249,18 @@ class LlamaSlots:
         ids = torch.tensor(token_ids, dtype=torch.long, device=self.device)
         positions = torch.tensor(lengths, dtype=torch.long, device=self.device)
         row_index = torch.arange(rows, device=self.device)
-        # Additive mask: 0 where a row may look, -inf past its own length (x + 0 == x exactly).
-        hidden = torch.arange(span, device=self.device)[None, :] > positions[:, None]
-        bias = torch.zeros((rows, span), dtype=torch.float32, device=self.device).masked_fill_(hidden, float("-inf"))
-        bias = bias.to(self.dtype)[:, None, None, :]
-        h = self.weights.embed_rows(ids).to(self.dtype)  # [B, hidden]
-        cos, sin = self._rope(h, positions, max(lengths) + 1)
+        biases = decode_biases(positions, span, self._windows, self.dtype)
+        h = self._embed(ids)  # [B, hidden]
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
+            cos, sin = self._rope(h, positions, max(lengths) + 1, self.family.rope_keys[index])
             q, k, v = self._project_qkv(x, layer, cos, sin)  # [B, H|KVH, D]
             keys, values = self._keys[index], self._values[index]
             keys[row_index, :, positions] = k.to(keys.dtype)
             values[row_index, :, positions] = v.to(values.dtype)
-            out = self._attend(q, keys[:rows, :, :span].to(q.dtype), values[:rows, :, :span].to(q.dtype), bias)
-            h = h + layer.o(out)
+            out = self._attend(q, keys[:rows, :, :span].to(q.dtype), values[:rows, :, :span].to(q.dtype),
+                               biases[self.family.windows[index]])
+            h = h + self._attention_out(out, layer)
             h = h + self._mlp(self._norm(h, layer.post_norm), layer)
         for slot in range(rows):
             self.lengths[slot] += 1
@@ -233,8 +271,8 @@ class LlamaSlots:
         rows = len(token_ids)
         lengths = self.lengths[:rows]
         self.reserve(rows, max(lengths) + 1)
-        h = self.weights.embed_rows(torch.tensor(token_ids, dtype=torch.long, device=self.device)).to(self.dtype)
-        cos, sin = (table[:, 0] for table in self._rope_tables(h, max(lengths) + 1))  # [L, D]: the kernel indexes
+        h = self._embed(torch.tensor(token_ids, dtype=torch.long, device=self.device))
+        cos, sin = (table[:, 0] for table in self._rope_tables(h, max(lengths) + 1, None))  # [L, D]: the kernel indexes
         for index, (weights, tail) in enumerate(self._fused_arguments):
             self._decode_layer(h, *weights, self._keys[index], self._values[index], lengths, cos, sin,  # type: ignore[misc]
                                self.heads, self.kv_heads, self.eps, *tail)
@@ -250,43 +288,80 @@ class LlamaSlots:
         own prefix (see ATTENTION_SPAN_BLOCK)."""
         rows, group = q.shape[0], self.heads // self.kv_heads
         q = q.view(rows, self.kv_heads, group, self.head_dim)
-        scores = torch.matmul(q, keys.transpose(-1, -2)) * self._scale + bias  # [B, KVH, G, L]
+        scores = softcap(torch.matmul(q, keys.transpose(-1, -2)) * self._scale, self.family.attn_softcap) + bias
         out = torch.matmul(torch.softmax(scores.float(), dim=-1).to(values.dtype), values)  # [B, KVH, G, D]
         return out.reshape(rows, self.heads * self.head_dim)
 
     # --- pieces -----------------------------------------------------------------------------------
-    def _rope(self, h: torch.Tensor, positions: torch.Tensor, needed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin for ``positions`` ([N, 1, D]); ``needed``: the highest position + 1."""
-        cos, sin = self._rope_tables(h, needed)
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.weights.embed_rows(ids).to(self.dtype)
+        if self.family.embed_scale is not None:  # Gemma: times √hidden, as a scalar of the activations' dtype
+            h = h * torch.tensor(self.family.embed_scale, dtype=self.dtype)
+        return h
+
+    def _rope(self, h: torch.Tensor, positions: torch.Tensor, needed: int,
+              key: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin for ``positions`` ([N, 1, D]) from table ``key``; ``needed``: the highest position + 1."""
+        cos, sin = self._rope_tables(h, needed, key)
         return cos[positions], sin[positions]
 
-    def _rope_tables(self, h: torch.Tensor, needed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The cos/sin tables [L, 1, D], filled by the rotary module once per growth (it is elementwise in
-        the position, so a table row is the same bits as computing that position alone)."""
-        if needed > self._rope_cos.shape[0]:
-            table = torch.arange(_round_up(needed), device=self.device)
-            cos, sin = self._rotary(h, table[None])
-            self._rope_cos, self._rope_sin = cos[0][:, None, :], sin[0][:, None, :]
-        return self._rope_cos, self._rope_sin
+    def _rope_tables(self, h: torch.Tensor, needed: int, key: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cos/sin tables [L, 1, D] (per layer type where the family has several), filled by the model's
+        rotary module once per growth: it is elementwise in the position, so a table row is the same bits as
+        computing that position alone. A rope whose frequencies depend on the sequence's length (dynamic,
+        longrope) is computed per regime: positions below ``rope_original_length`` from a table no longer than
+        that, the rest from the long one, so a row never depends on how long another row is."""
+        tables = self._rope_tables_by_key.get(key)
+        if tables is None or needed > tables[0].shape[0]:
+            length = _round_up(needed)
+            cos, sin = self._rotary_call(h, length, key)
+            short = self.family.rope_original_length
+            if self.family.rope_type in LENGTH_DEPENDENT_ROPE and length > short:
+                short_cos, short_sin = self._rotary_call(h, short, key)
+                cos, sin = torch.cat((short_cos, cos[short:])), torch.cat((short_sin, sin[short:]))
+            tables = self._rope_tables_by_key[key] = (cos[:, None, :], sin[:, None, :])
+        return tables
+
+    def _rotary_call(self, h: torch.Tensor, length: int, key: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = torch.arange(length, device=self.device)[None]
+        cos, sin = self._rotary(h, positions) if key is None else self._rotary(h, positions, key)
+        return cos[0], sin[0]
 
     def _norm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        x = h.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return weight * x.to(h.dtype)
+        return rms_norm(h, weight, self.family)
 
     def _project_qkv(self, x: torch.Tensor, layer: LayerWeights, cos: torch.Tensor,
                      sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n, d = x.shape[0], self.head_dim
-        heads = layer.qkv(x).view(n, -1, d)
-        qk = _rotate(heads[:, :self.heads + self.kv_heads], cos, sin)  # q and k in one pass: the same bits
+        projected = layer.qkv(x)
+        if layer.qkv_bias is not None:
+            projected = projected + layer.qkv_bias
+        heads = projected.view(n, -1, d)
+        if layer.q_norm is not None:  # per head, before the rotation (Qwen3, Gemma 3)
+            q, k = self._norm(heads[:, :self.heads], layer.q_norm), self._norm(
+                heads[:, self.heads:self.heads + self.kv_heads], layer.k_norm)  # type: ignore[arg-type]
+            return rotate(q, cos, sin), rotate(k, cos, sin), heads[:, self.heads + self.kv_heads:]
+        qk = rotate(heads[:, :self.heads + self.kv_heads], cos, sin)  # q and k in one pass: the same bits
         return qk[:, :self.heads], qk[:, self.heads:], heads[:, self.heads + self.kv_heads:]
 
+    def _attention_out(self, out: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
+        projected = layer.o(out)
+        if layer.o_bias is not None:
+            projected = projected + layer.o_bias
+        return projected if layer.attn_out_norm is None else self._norm(projected, layer.attn_out_norm)
+
     def _mlp(self, x: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
-        gate, up = layer.gate_up(x).chunk(2, dim=-1)
-        return layer.down(F.silu(gate) * up)
+        projected = layer.gate_up(x)
+        if layer.gate_up_bias is not None:
+            projected = projected + layer.gate_up_bias
+        gate_part, up = projected.chunk(2, dim=-1)
+        out = layer.down(gate(gate_part, self.family) * up)
+        if layer.down_bias is not None:
+            out = out + layer.down_bias
+        return out if layer.mlp_out_norm is None else self._norm(out, layer.mlp_out_norm)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self._lm_head(self._norm(h, self._final_norm)).float()
+        return softcap(self._lm_head(self._norm(h, self._final_norm)), self.family.final_softcap).float()
 
 
 def _fused_arguments(layer: LayerWeights, mode: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -296,12 +371,6 @@ def _fused_arguments(layer: LayerWeights, mode: str) -> tuple[tuple[Any, ...], t
     handles = [p.blocks if mode == "q4" else p.packed for p in products]  # type: ignore[attr-defined]
     weights = (layer.in_norm, handles[0], handles[1], layer.post_norm, handles[2], handles[3])
     return weights, (() if mode == "q4" else (layer.qkv.reduce_range,))  # type: ignore[attr-defined]
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
 
 
 def _round_up(length: int) -> int:

@@ -5,7 +5,7 @@ each decode step feeds one token to every slot ``0..B-1`` at once; when a reques
 last slot moves into its hole (so the running rows are always ``0..B-1``). Two implementations:
 
 - ``LlamaSlots`` (llama_step.py): one batched forward for all rows, each row with its own length —
-  the fast path, used for Llama-family models.
+  the fast path, for every family engine/families.py describes.
 - ``PerSlotRunner`` (here): any other causal LM through transformers' own forward, one
   ``DynamicCache`` per slot, decoding the rows one after another. Correct for every architecture,
   without the batching speed-up.
@@ -91,3 +91,4 @@ def make_runner(model: Any, max_slots: int, device: torch.device, weights: str =
     log.warning("batched decoding is not available for this model (%s); rows are decoded one by one%s", reason,
                 "" if weights == "dense" else f", with dense weights (not {weights})")
     return PerSlotRunner(model, max_slots, device)
+

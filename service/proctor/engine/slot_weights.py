@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from proctor.engine.families import describe
 from proctor.engine.resident import page_out, paged_out_after_forward, returning_freed_memory
 from proctor.engine.smoothing import expand_to_heads, input_peaks, shared_by_kv_head, smoothing_scales
 from proctor.engine.weights import Linear, make_linear
@@ -27,9 +28,18 @@ class LayerWeights:
     in_norm: torch.Tensor
     qkv: Linear  # [(H + 2·KVH)·D, hidden]
     o: Linear
-    post_norm: torch.Tensor
+    post_norm: torch.Tensor  # the norm before the MLP (Gemma's pre_feedforward_layernorm)
     gate_up: Linear  # [2·I, hidden]
     down: Linear
+    # What other families add (engine/families.py); None where the family has none.
+    qkv_bias: torch.Tensor | None = None
+    o_bias: torch.Tensor | None = None
+    gate_up_bias: torch.Tensor | None = None
+    down_bias: torch.Tensor | None = None
+    q_norm: torch.Tensor | None = None  # over each head (head_dim)
+    k_norm: torch.Tensor | None = None
+    attn_out_norm: torch.Tensor | None = None  # Gemma's post_attention_layernorm, on the attention's output
+    mlp_out_norm: torch.Tensor | None = None  # Gemma's post_feedforward_layernorm
 
 
 @dataclass(frozen=True)
@@ -102,9 +112,10 @@ def release_dense(model: Any) -> int:
         return 0
     freed = 0
     embed = model.model.embed_tokens.weight
+    attention_names, mlp_names = describe(model.config).fused_names
     for layer in model.model.layers:
-        for linear in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
-                       layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
+        for linear in (*(getattr(layer.self_attn, name) for name in (*attention_names, "o_proj")),
+                       *(getattr(layer.mlp, name) for name in (*mlp_names, "down_proj"))):
             freed += linear.weight.numel() * linear.weight.element_size()
             linear.weight = torch.nn.Parameter(linear.weight.new_empty(0), requires_grad=False)
     if model.lm_head.weight.data_ptr() != embed.data_ptr():
@@ -174,6 +185,7 @@ def _build_smoothed(model: Any, mode: str, peaks: dict[str, torch.Tensor]) -> Sl
 
 
 def _build(model: Any, mode: str) -> SlotWeights:
+    family = describe(model.config)
     inner = model.model
     # q4 keeps the LM head in 8-bit blocks and, with tied embeddings, looks tokens up in those blocks
     # (BlockLinear.dequantized_rows: the same values) instead of holding a second table.
@@ -182,17 +194,31 @@ def _build(model: Any, mode: str) -> SlotWeights:
     embed = (torch.empty(0) if mode == "q4" and tied and _exact_rows(lm_head, inner.embed_tokens.weight)
              else _own_copy(inner.embed_tokens.weight))
 
-    def fused(*linears: Any) -> Linear:
-        return make_linear(torch.cat([linear.weight for linear in linears]), mode)
+    attention_names, mlp_names = family.fused_names
+
+    def fused(module: Any, names: tuple[str, ...]) -> tuple[Linear, torch.Tensor | None]:
+        linears = [getattr(module, name) for name in names]
+        biases = [linear.bias for linear in linears if linear.bias is not None]
+        return (make_linear(torch.cat([linear.weight for linear in linears]), mode),
+                _own_copy(torch.cat(biases)) if biases else None)
+
+    def bias(linear: Any) -> torch.Tensor | None:
+        return None if linear.bias is None else _own_copy(linear.bias)
 
     def built(layer: Any) -> LayerWeights:
+        attn, mlp = layer.self_attn, layer.mlp
+        (qkv, qkv_bias), (gate_up, gate_up_bias) = fused(attn, attention_names), fused(mlp, mlp_names)
+        sandwich = family.sandwich
         weights = LayerWeights(
-            in_norm=layer.input_layernorm.weight,
-            qkv=fused(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
-            o=make_linear(layer.self_attn.o_proj.weight, mode),
-            post_norm=layer.post_attention_layernorm.weight,
-            gate_up=fused(layer.mlp.gate_proj, layer.mlp.up_proj),
-            down=make_linear(layer.mlp.down_proj.weight, mode),
+            in_norm=layer.input_layernorm.weight, qkv=qkv, qkv_bias=qkv_bias,
+            o=make_linear(attn.o_proj.weight, mode), o_bias=bias(attn.o_proj),
+            post_norm=(layer.pre_feedforward_layernorm if sandwich else layer.post_attention_layernorm).weight,
+            gate_up=gate_up, gate_up_bias=gate_up_bias,
+            down=make_linear(mlp.down_proj.weight, mode), down_bias=bias(mlp.down_proj),
+            q_norm=attn.q_norm.weight if family.qk_norm else None,
+            k_norm=attn.k_norm.weight if family.qk_norm else None,
+            attn_out_norm=layer.post_attention_layernorm.weight if sandwich else None,
+            mlp_out_norm=layer.post_feedforward_layernorm.weight if sandwich else None,
         )
         page_out(layer.parameters())  # resident.py: faulted back in from the file if read again
         return weights

@@ -557,7 +557,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "device", "context_length_tokens", "vocab_size", "eos_token_ids", "pad_token_id", "bos_token_id", "server_version", "max_new_tokens_limit", "default_max_new_tokens", "weights", "weights_revision")
+    __slots__ = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "device", "context_length_tokens", "vocab_size", "eos_token_ids", "pad_token_id", "bos_token_id", "server_version", "max_new_tokens_limit", "default_max_new_tokens", "weights", "weights_revision", "runner")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_SHA256_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -573,6 +573,7 @@ class ModelInfo(_message.Message):
     DEFAULT_MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_REVISION_FIELD_NUMBER: _ClassVar[int]
+    RUNNER_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     weights_sha256: str
     tokenizer_sha256: str
@@ -588,7 +589,8 @@ class ModelInfo(_message.Message):
     default_max_new_tokens: int
     weights: str
     weights_revision: int
-    def __init__(self, model_id: _Optional[str] = ..., weights_sha256: _Optional[str] = ..., tokenizer_sha256: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., context_length_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., pad_token_id: _Optional[int] = ..., bos_token_id: _Optional[int] = ..., server_version: _Optional[str] = ..., max_new_tokens_limit: _Optional[int] = ..., default_max_new_tokens: _Optional[int] = ..., weights: _Optional[str] = ..., weights_revision: _Optional[int] = ...) -> None: ...
+    runner: str
+    def __init__(self, model_id: _Optional[str] = ..., weights_sha256: _Optional[str] = ..., tokenizer_sha256: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., context_length_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., pad_token_id: _Optional[int] = ..., bos_token_id: _Optional[int] = ..., server_version: _Optional[str] = ..., max_new_tokens_limit: _Optional[int] = ..., default_max_new_tokens: _Optional[int] = ..., weights: _Optional[str] = ..., weights_revision: _Optional[int] = ..., runner: _Optional[str] = ...) -> None: ...
 
 class ListSchemasRequest(_message.Message):
     __slots__ = ()
