@@ -179,7 +179,8 @@ def test_the_runner_description_names_the_path_and_why() -> None:
 
     assert runner_description(build("llama"), "q4") == (
         "slot forward: llama, batched, q4 weights in the C++ decode kernels")
-    assert runner_description(build("gemma2"), "q4").endswith("the C++ kernels compute Llama's arithmetic only")
+    assert runner_description(build("gemma2"), "q4").endswith("the q4 C++ kernel does not compute this family's layer")
+    assert runner_description(build("qwen2-sliding"), "q4").endswith("q4 weights in the C++ decode kernels")
     assert runner_description(build("qwen3"), "dense") == (
         "slot forward: qwen3, batched, dense weights through PyTorch operations")
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=64))
@@ -224,3 +225,33 @@ def test_the_engine_batches_other_families_with_the_same_tokens_as_alone(
     together = run(batched, "joined", range(len(prompts)))
     assert together == alone, name
     assert batched.steps < sum(len(tokens) for tokens in together)  # they shared steps
+
+
+KERNEL_FAMILIES = ("llama-llama3-rope", "mistral", "qwen2", "qwen2-sliding", "qwen3", "phi3-longrope")
+
+
+@pytest.mark.parametrize("name", KERNEL_FAMILIES)
+def test_the_q4_kernel_computes_what_the_operations_compute_for_the_family(name: str) -> None:
+    """The q4 C++ decode step with the family's extras (biases, q/k norms, windows) against the same step as
+    PyTorch operations on the same q4 weights, over rows shorter and longer than the window."""
+    from helpers.requirements import missing
+
+    from proctor.engine import fused_decode
+
+    problem = fused_decode.load_problem()
+    if problem is not None:
+        missing(f"the decode kernels: {problem}")
+    model = build(name)
+    assert describe(model.config).kernel_ready, name
+    with torch.inference_mode():
+        slots = LlamaSlots(model, 3, torch.device("cpu"), "q4")
+        assert slots._fused, name
+        for slot, length in enumerate((5, 20, 40)):
+            slots.prefill(slot, prompt(length, 30 + slot))
+        lengths, keys = list(slots.lengths), [k.clone() for k in slots._keys]
+        values = [v.clone() for v in slots._values]
+        fused = [slots.decode(step) for step in ([7, 8, 9], [10, 11, 12])]
+        slots.lengths, slots._keys, slots._values = lengths, keys, values
+        ops = [slots._decode_ops(step) for step in ([7, 8, 9], [10, 11, 12])]
+    for ours, reference in zip(fused, ops, strict=True):
+        assert torch.allclose(ours, reference, rtol=1e-3, atol=2e-3), (name, (ours - reference).abs().max())

@@ -57,16 +57,24 @@ class Family:
     rope_keys: tuple[str | None, ...]  # per layer: which rotary table (Gemma 3: per layer type)
     rope_type: str  # transformers' rope type ("default", "llama3", "linear", "dynamic", "yarn", "longrope", …)
     rope_original_length: int  # where a length-dependent rope changes regime
+    rotary_fraction: float  # of each head's dims that rotate (Phi's partial_rotary_factor)
     fused_names: tuple[tuple[str, ...], tuple[str, ...]]  # module names (see ATTENTION_NAMES, MLP_NAMES)
 
     @property
+    def kernel_ready(self) -> bool:
+        """What the q4 C++ decode kernel computes (kernels/layer_step.h): Llama's layer plus q/k/v biases,
+        q/k norms over each head, sliding windows, its own attention scale and a scaled embedding (the
+        embedding is looked up before it). Llama, Mistral, Qwen2/2.5, Qwen3 and Phi-3 (full rotary)."""
+        return (self.activation == "silu" and not self.norm_offset and not (self.o_bias or self.mlp_bias
+                or self.sandwich) and self.attn_softcap is None and self.final_softcap is None
+                and len(set(self.rope_keys)) == 1 and self.rotary_fraction == 1.0)
+
+    @property
     def plain(self) -> bool:
-        """Llama's arithmetic exactly (the q8/q4 C++ decode kernels compute only this so far)."""
-        return (self.activation == "silu" and not self.norm_offset and not (self.qkv_bias or self.o_bias
-                or self.mlp_bias or self.qk_norm or self.sandwich) and self.embed_scale is None
-                and self.attn_softcap is None and self.final_softcap is None and not any(self.windows)
-                and abs(self.attn_scale - self.head_dim ** -0.5) < 1e-12 and len(set(self.rope_keys)) == 1
-                and self.rope_type not in LENGTH_DEPENDENT_ROPE)
+        """Llama's arithmetic exactly: what q8's smoothing (the norm folded into the next product) assumes."""
+        return (self.kernel_ready and not (self.qkv_bias or self.qk_norm) and self.embed_scale is None
+                and not any(self.windows) and abs(self.attn_scale - self.head_dim ** -0.5) < 1e-12
+                and self.fused_names == (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")))
 
 
 def describe(config: Any) -> Family:
@@ -103,6 +111,8 @@ def describe(config: Any) -> Family:
         rope_original_length=int(rope.get("original_max_position_embeddings")
                                  or getattr(config, "original_max_position_embeddings", 0)
                                  or config.max_position_embeddings),
+        rotary_fraction=float(rope.get("partial_rotary_factor") or getattr(config, "partial_rotary_factor", 1.0)
+                              or 1.0),
         fused_names=(ATTENTION_NAMES.get(kind, ("q_proj", "k_proj", "v_proj")),
                      MLP_NAMES.get(kind, ("gate_proj", "up_proj"))))
 

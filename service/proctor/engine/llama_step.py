@@ -38,10 +38,10 @@ ATTENTION_SPAN_BLOCK = 64
 
 
 def decodes_fused(family: Family, weights: str) -> bool:
-    """Whether the q8/q4 C++ decode kernels run this family (they compute Llama's arithmetic, head sizes in
-    multiples of 8, up to 8 query heads per key head)."""
-    return (weights in ("q8", "q4") and family.plain and family.head_dim % 8 == 0
-            and family.heads // family.kv_heads <= 8)
+    """Whether the C++ decode kernels run this family: q4's computes ``Family.kernel_ready``, q8's Llama's
+    arithmetic only (its smoothing); both take head sizes in multiples of 8, up to 8 query heads a key head."""
+    computes = family.kernel_ready if weights == "q4" else family.plain if weights == "q8" else False
+    return computes and family.head_dim % 8 == 0 and family.heads // family.kv_heads <= 8
 
 
 def runner_description(model: Any, weights: str) -> str:
@@ -52,8 +52,10 @@ def runner_description(model: Any, weights: str) -> str:
     family = describe(model.config)
     if decodes_fused(family, weights):
         return f"slot forward: {family.name}, batched, {weights} weights in the C++ decode kernels"
+    computes = family.kernel_ready if weights == "q4" else family.plain
     why = "" if weights not in ("q8", "q4") else (
-        "; the C++ kernels compute Llama's arithmetic only" if not family.plain else "; head sizes the kernels lack")
+        f"; the {weights} C++ kernel does not compute this family's layer" if not computes
+        else "; head sizes the kernels lack")
     return f"slot forward: {family.name}, batched, {weights} weights through PyTorch operations{why}"
 
 
@@ -100,7 +102,9 @@ class LlamaSlots:
         # long prefix (both are approximate anyway; the other modes keep the model's dtype).
         self._fused = decodes_fused(family, weights)
         self._decode_layer = fused_decode.decode_layer(weights) if self._fused else None  # raises if it cannot load
-        self._fused_arguments = [_fused_arguments(layer, weights) for layer in self._layers] if self._fused else []
+        self._fused_arguments = [_fused_arguments(layer, weights, family, window)
+                                 for layer, window in zip(self._layers, family.windows, strict=True)
+                                 ] if self._fused else []
         self.cache_dtype = torch.float16 if self._fused else self.dtype
         self.bytes_per_token = (len(self._layers) * 2 * self.kv_heads * self.head_dim
                                 * torch.empty(0, dtype=self.cache_dtype).element_size())
@@ -364,13 +368,16 @@ class LlamaSlots:
         return softcap(self._lm_head(self._norm(h, self._final_norm)), self.family.final_softcap).float()
 
 
-def _fused_arguments(layer: LayerWeights, mode: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+def _fused_arguments(layer: LayerWeights, mode: str, family: Family,
+                     window: int | None) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """A layer's weights as the decode kernel of ``mode`` takes them, and its trailing arguments (built
-    once: a step makes 30 of these calls)."""
+    once: a step makes 30 of these calls): the family's extras (kernels/layer_step.h, LayerExtras)."""
     products = (layer.qkv, layer.o, layer.gate_up, layer.down)
     handles = [p.blocks if mode == "q4" else p.packed for p in products]  # type: ignore[attr-defined]
     weights = (layer.in_norm, handles[0], handles[1], layer.post_norm, handles[2], handles[3])
-    return weights, (() if mode == "q4" else (layer.qkv.reduce_range,))  # type: ignore[attr-defined]
+    scale = 0.0 if family.attn_scale == family.head_dim ** -0.5 else family.attn_scale  # 0: the kernel's own
+    extras = (layer.qkv_bias, layer.q_norm, layer.k_norm, window or 0, scale)
+    return weights, (extras if mode == "q4" else (layer.qkv.reduce_range, *extras))  # type: ignore[attr-defined]
 
 
 def _round_up(length: int) -> int:

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace proctor_kernels {
@@ -128,6 +129,44 @@ inline void rms_norm_rows(const at::Tensor& h, const at::Tensor& weight, double 
 
 enum class Product { qkv, o, gate_up, down };
 
+// What a family adds to Llama's layer that the step computes (engine/families.py, Family.kernel_ready):
+// a bias on the q/k/v product, RMSNorm over each query and key head before the rotation, a sliding
+// window (keys at distance >= window unseen; 0: none) and the attention scale (0: 1/sqrt(head_dim)).
+struct LayerExtras {
+  const float* qkv_bias = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  int64_t window = 0;
+  float scale = 0.f;
+};
+
+inline const float* optional_floats(const std::optional<at::Tensor>& t, int64_t size, const char* name) {
+  if (!t.has_value() || !t->defined()) return nullptr;
+  check_float(*t, name);
+  TORCH_CHECK(t->numel() == size, name, " has ", t->numel(), " values, expected ", size);
+  return t->const_data_ptr<float>();
+}
+
+inline LayerExtras layer_extras(const std::optional<at::Tensor>& qkv_bias, const std::optional<at::Tensor>& q_norm,
+                                const std::optional<at::Tensor>& k_norm, int64_t window, double scale, int64_t heads,
+                                int64_t kv_heads, int64_t d) {
+  LayerExtras extras;
+  extras.qkv_bias = optional_floats(qkv_bias, (heads + 2 * kv_heads) * d, "qkv_bias");
+  extras.q_norm = optional_floats(q_norm, d, "q_norm");
+  extras.k_norm = optional_floats(k_norm, d, "k_norm");
+  TORCH_CHECK((extras.q_norm == nullptr) == (extras.k_norm == nullptr), "q_norm and k_norm go together");
+  TORCH_CHECK(window >= 0 && scale >= 0, "window and scale must not be negative");
+  extras.window = window;
+  extras.scale = static_cast<float>(scale);
+  return extras;
+}
+
+// RMSNorm of one head's d values in place (weight * x / sqrt(mean(x^2) + eps), as rms_norm_rows).
+inline void rms_norm_head(float* x, const float* weight, int64_t d, double eps) {
+  const float inv = 1.f / std::sqrt(dot(x, x, d) / static_cast<float>(d) + static_cast<float>(eps));
+  for (int64_t i = 0; i < d; ++i) x[i] = weight[i] * (x[i] * inv);
+}
+
 // One decode step of a layer. h [B, hidden] is updated in place; keys/values [slots, KVH, capacity, D]
 // (float16) get row r's new key and value at positions[r]; cos/sin [L, D] are the rotary tables.
 // `project(which, x, rows, k, scales)` returns x [rows, k] times that weight as [rows, n] float32,
@@ -135,7 +174,8 @@ enum class Product { qkv, o, gate_up, down };
 template <class Project>
 void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tensor& post_norm, at::Tensor& keys,
                        at::Tensor& values, at::IntArrayRef positions, const at::Tensor& cos, const at::Tensor& sin,
-                       int64_t heads, int64_t kv_heads, double eps, const Project& project) {
+                       int64_t heads, int64_t kv_heads, double eps, const Project& project,
+                       const LayerExtras& extras = LayerExtras()) {
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&h, &in_norm, &post_norm, &cos, &sin}) {
     check_float(*t, "h, the norms and the rotary tables");
   }
@@ -150,7 +190,7 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
               "cache shape does not match the batch");
   for (int64_t p : positions) TORCH_CHECK(p >= 0 && p < capacity && p < cos.size(0), "position out of range");
   TORCH_CHECK(d % 8 == 0 && group <= 8, "head_dim must be a multiple of 8 and at most 8 query heads per kv head");
-  const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  const float scale = extras.scale > 0.f ? extras.scale : 1.f / std::sqrt(static_cast<float>(d));
   std::vector<float> scales(rows), normed;
 
   // q, k, v: one product; q and k rotated; k and v written at each row's own position.
@@ -165,6 +205,13 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
   for (int64_t r = 0; r < rows; ++r) {
     float* row = pp + r * width;
     for (int64_t i = 0; i < width; ++i) row[i] *= scales[r];
+    if (extras.qkv_bias != nullptr) {
+      for (int64_t i = 0; i < width; ++i) row[i] += extras.qkv_bias[i];
+    }
+    if (extras.q_norm != nullptr) {  // per head, before the rotation (Qwen3)
+      for (int64_t head = 0; head < heads; ++head) rms_norm_head(row + head * d, extras.q_norm, d, eps);
+      for (int64_t head = heads; head < heads + kv_heads; ++head) rms_norm_head(row + head * d, extras.k_norm, d, eps);
+    }
     const float* c = cos.const_data_ptr<float>() + positions[r] * d;
     const float* s = sin.const_data_ptr<float>() + positions[r] * d;
     for (int64_t head = 0; head < heads + kv_heads; ++head) {  // x * cos + rotate_half(x) * sin
@@ -189,8 +236,10 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
     std::vector<float> weights;
     for (int64_t job = begin; job < end; ++job) {
       const int64_t r = job / kv_heads, kvh = job % kv_heads;
-      const int64_t cache = (r * kv_heads + kvh) * capacity * d;
-      attend_group(pp + r * width + kvh * group * d, group, kp + cache, vp + cache, positions[r] + 1, d, scale,
+      const int64_t seen = positions[r] + 1;  // this row's prefix, or its last `window` positions
+      const int64_t first = extras.window > 0 ? std::max<int64_t>(0, seen - extras.window) : 0;
+      const int64_t cache = ((r * kv_heads + kvh) * capacity + first) * d;
+      attend_group(pp + r * width + kvh * group * d, group, kp + cache, vp + cache, seen - first, d, scale,
                    ap + r * heads * d + kvh * group * d, weights);
     }
   });

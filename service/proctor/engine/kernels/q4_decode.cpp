@@ -218,8 +218,11 @@ at::Tensor rms_norm(const at::Tensor& h, const at::Tensor& weight, double eps) {
 void decode_layer_q4(at::Tensor& h, const at::Tensor& in_norm, const at::Tensor& qkv, const at::Tensor& o,
                      const at::Tensor& post_norm, const at::Tensor& gate_up, const at::Tensor& down, at::Tensor& keys,
                      at::Tensor& values, at::IntArrayRef positions, const at::Tensor& cos, const at::Tensor& sin,
-                     int64_t heads, int64_t kv_heads, double eps) {
+                     int64_t heads, int64_t kv_heads, double eps, const std::optional<at::Tensor>& qkv_bias,
+                     const std::optional<at::Tensor>& q_norm, const std::optional<at::Tensor>& k_norm, int64_t window,
+                     double scale) {
   const at::TensorOptions options = h.options();
+  const LayerExtras extras = layer_extras(qkv_bias, q_norm, k_norm, window, scale, heads, kv_heads, cos.size(1));
   ActivationBlocks activations;
   auto project = [&](Product which, const float* x, int64_t rows, int64_t k, std::vector<float>& scales) {
     const at::Tensor& blocks = which == Product::qkv ? qkv : which == Product::o ? o : which == Product::gate_up ? gate_up : down;
@@ -228,7 +231,7 @@ void decode_layer_q4(at::Tensor& h, const at::Tensor& in_norm, const at::Tensor&
     activations.quantize(x, rows, k);
     return block_product(activations, rows, blocks, kQ4GroupBytes, options);
   };
-  decode_layer_with(h, in_norm, post_norm, keys, values, positions, cos, sin, heads, kv_heads, eps, project);
+  decode_layer_with(h, in_norm, post_norm, keys, values, positions, cos, sin, heads, kv_heads, eps, project, extras);
 }
 
 }  // namespace
@@ -244,7 +247,8 @@ TORCH_LIBRARY_FRAGMENT(proctor, m) {
   m.def(
       "decode_layer_q4(Tensor(a!) h, Tensor in_norm, Tensor qkv, Tensor o, Tensor post_norm, Tensor gate_up, "
       "Tensor down, Tensor(b!) keys, Tensor(c!) values, int[] positions, Tensor cos, Tensor sin, int heads, "
-      "int kv_heads, float eps) -> ()");
+      "int kv_heads, float eps, Tensor? qkv_bias=None, Tensor? q_norm=None, Tensor? k_norm=None, int window=0, "
+      "float scale=0.) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(proctor, CPU, m) {

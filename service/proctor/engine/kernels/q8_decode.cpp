@@ -26,8 +26,11 @@ inline float span_row(const float* row, int64_t k, float* spanned) {
 void decode_layer(at::Tensor& h, const at::Tensor& in_norm, const Packed& qkv, const Packed& o,
                   const at::Tensor& post_norm, const Packed& gate_up, const Packed& down, at::Tensor& keys,
                   at::Tensor& values, at::IntArrayRef positions, const at::Tensor& cos, const at::Tensor& sin,
-                  int64_t heads, int64_t kv_heads, double eps, bool reduce_range) {
+                  int64_t heads, int64_t kv_heads, double eps, bool reduce_range,
+                  const std::optional<at::Tensor>& qkv_bias, const std::optional<at::Tensor>& q_norm,
+                  const std::optional<at::Tensor>& k_norm, int64_t window, double scale) {
   const at::TensorOptions options = h.options();
+  const LayerExtras extras = layer_extras(qkv_bias, q_norm, k_norm, window, scale, heads, kv_heads, cos.size(1));
   auto project = [&](Product which, const float* x, int64_t rows, int64_t k, std::vector<float>& scales) {
     const Packed& packed = which == Product::qkv ? qkv : which == Product::o ? o : which == Product::gate_up ? gate_up : down;
     at::Tensor spanned = at::empty({rows, k + 2}, options);
@@ -35,7 +38,7 @@ void decode_layer(at::Tensor& h, const at::Tensor& in_norm, const Packed& qkv, c
     for (int64_t r = 0; r < rows; ++r) scales[r] = span_row(x + r * k, k, sp + r * (k + 2));
     return packed->apply_dynamic(spanned, reduce_range);
   };
-  decode_layer_with(h, in_norm, post_norm, keys, values, positions, cos, sin, heads, kv_heads, eps, project);
+  decode_layer_with(h, in_norm, post_norm, keys, values, positions, cos, sin, heads, kv_heads, eps, project, extras);
 }
 
 }  // namespace
@@ -46,7 +49,8 @@ TORCH_LIBRARY_FRAGMENT(proctor, m) {
       "__torch__.torch.classes.quantized.LinearPackedParamsBase o, Tensor post_norm, "
       "__torch__.torch.classes.quantized.LinearPackedParamsBase gate_up, "
       "__torch__.torch.classes.quantized.LinearPackedParamsBase down, Tensor(b!) keys, Tensor(c!) values, "
-      "int[] positions, Tensor cos, Tensor sin, int heads, int kv_heads, float eps, bool reduce_range) -> ()");
+      "int[] positions, Tensor cos, Tensor sin, int heads, int kv_heads, float eps, bool reduce_range, "
+      "Tensor? qkv_bias=None, Tensor? q_norm=None, Tensor? k_norm=None, int window=0, float scale=0.) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(proctor, CPU, m) {
