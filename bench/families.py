@@ -3,8 +3,9 @@ before: transformers' own forward one row after another (``PerSlotRunner``).
 
 Random-weight models of real shapes (speed does not depend on the weights): Qwen2.5-0.5B, Qwen3-0.6B and
 Gemma-3-270M. For each, the median decode step at 1 and 16 rows (each row prefilled with its own prompt)
-for: the per-slot path (dense fp32, as before), the slot forward on q4 weights through PyTorch operations,
-and — where the family is one the q4 C++ kernel computes — the slot forward in that kernel. Ratios are
+for: the per-slot path (dense fp32, as before), the slot forward on the same dense weights (the batching
+alone), the slot forward on q4 weights through PyTorch operations, and — where the family is one the q4
+C++ kernel computes — the slot forward in that kernel. Ratios are
 against the per-slot path measured in the same run. Also checked: a row's logits are the same bits alone
 and in the batch of 16, on every batched path.
 
@@ -26,8 +27,8 @@ sys.path[:0] = [str(ROOT / "service")]
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from proctor.engine.families import describe  # noqa: E402
-from proctor.engine.llama_step import LlamaSlots, decodes_fused  # noqa: E402
+from proctor.engine.families import decodes_fused, describe  # noqa: E402
+from proctor.engine.llama_step import LlamaSlots  # noqa: E402
 from proctor.engine.model_runner import PerSlotRunner  # noqa: E402
 
 SHAPES = {
@@ -86,15 +87,16 @@ def main() -> None:
             shape = SHAPES[family][2]
             fam = describe(model.config)
             paths = [("per-slot, dense (before)", lambda rows, m=model: PerSlotRunner(m, rows, torch.device("cpu"))),
-                     ("slot forward, q4, PyTorch ops", None)]
+                     ("slot forward, dense, PyTorch ops", None), ("slot forward, q4, PyTorch ops", None)]
             if decodes_fused(fam, "q4"):
                 paths.append(("slot forward, q4, C++ kernel", None))
             for rows in (int(r) for r in args.rows.split(",")):
                 texts = prompts(rows, model.config.vocab_size)
                 baseline = None
                 for label, make in paths:
+                    mode = "dense" if ", dense," in label else "q4"
                     if make is None:
-                        slots = LlamaSlots(model, rows, torch.device("cpu"), "q4")
+                        slots = LlamaSlots(model, rows, torch.device("cpu"), mode)
                         slots._fused = label.endswith("C++ kernel")  # the same weights either way
                         runner: object = slots
                     else:
@@ -104,7 +106,7 @@ def main() -> None:
                     baseline = baseline or median
                     identical = ""
                     if make is None and rows > 1:  # row 0 alone on a fresh runner of the same kind
-                        alone = LlamaSlots(model, 1, torch.device("cpu"), "q4")
+                        alone = LlamaSlots(model, 1, torch.device("cpu"), mode)
                         alone._fused = slots._fused
                         _, single = step_times(alone, texts[:1], args.steps)
                         same = all(torch.equal(a[0], b[0]) for a, b in zip(single, logits, strict=True))

@@ -53,7 +53,7 @@ AUDIT_SERVICE_NAME = audit_pb2.DESCRIPTOR.services_by_name["Audit"].full_name
 
 def model_info(loaded: object, settings: Settings) -> dict[str, object]:
     """The ModelInfo fields that describe the loaded model."""
-    from proctor.engine.llama_step import runner_description
+    from proctor.engine.families import runner_description
     from proctor.models import LoadedModel
 
     assert isinstance(loaded, LoadedModel)
@@ -245,9 +245,13 @@ def load_templates(settings: Settings) -> TemplateRegistry:
 def _build_engine(settings: Settings, on_health: object, observability: Observability | None = None
                   ) -> tuple[object, dict[str, object], list[object]]:
     from proctor.engine.engine import Engine
+    from proctor.engine.families import runner_problem
     from proctor.models import load_model
 
     loaded = load_model(settings)
+    problem = runner_problem(loaded.model, loaded.weights, settings.weights)
+    if problem is not None:  # at start, not as the fault of every request
+        raise ValueError(problem)
     constraints = _build_constraints(loaded, settings, observability)
     plugins, forbidden = _build_masks(loaded, settings)
     engine = Engine(loaded, settings, on_health=on_health, constraints=constraints,  # type: ignore[arg-type]

@@ -175,7 +175,7 @@ def test_a_length_dependent_rope_gives_each_position_its_regime_whatever_else_ru
 
 
 def test_the_runner_description_names_the_path_and_why() -> None:
-    from proctor.engine.llama_step import runner_description
+    from proctor.engine.families import runner_description
 
     assert runner_description(build("llama"), "q4") == (
         "slot forward: llama, batched, q4 weights in the C++ decode kernels")
@@ -255,3 +255,26 @@ def test_the_q4_kernel_computes_what_the_operations_compute_for_the_family(name:
         ops = [slots._decode_ops(step) for step in ([7, 8, 9], [10, 11, 12])]
     for ours, reference in zip(fused, ops, strict=True):
         assert torch.allclose(ours, reference, rtol=1e-3, atol=2e-3), (name, (ours - reference).abs().max())
+
+
+def test_a_start_with_a_mode_the_model_cannot_run_fails_naming_what_is_missing(
+        tmp_path: Any, tokenizer: Any) -> None:
+    """The server's own start (app._build_engine) on model directories: an architecture the slot forward does
+    not serve with --weights q4, and a Gemma 2 with --weights q8, each stop it with a message naming why."""
+    from proctor.app import _build_engine
+    from proctor.config import Settings
+
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4,
+                                                                 vocab_size=len(tokenizer)))
+    gemma = build("gemma2")
+    gemma.resize_token_embeddings(len(tokenizer))
+    for name, model, weights, expected in (("gpt2", gpt2, "q4", "--weights q4 needs the batched slot forward"),
+                                           ("gemma2", gemma, "q8", "q8 is built for Llama's arithmetic only")):
+        directory = tmp_path / name
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+        settings = Settings.load({"model": str(directory), "weights": weights, "warmup": False, "device": "cpu",
+                                  "dtype": "float32"}, environ={})
+        with pytest.raises(ValueError, match=expected) as refused:
+            _build_engine(settings, None)
+        assert name in str(refused.value)

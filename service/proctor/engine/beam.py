@@ -40,7 +40,7 @@ from proctor.decoding.pipeline import RowDecision
 from proctor.domain import FieldViolation, FinishReason, RequestValidationError, ReturnedSequence
 from proctor.engine import fused_decode
 from proctor.engine.detokenizer import text_decoder
-from proctor.engine.llama_step import unsupported_reason
+from proctor.engine.families import unsupported_reason
 from proctor.engine.sequence import SequenceState
 
 MAX_NUM_BEAMS = 16

@@ -206,8 +206,7 @@ class Engine:
             return len(self._by_id)
 
     def admission_counts(self) -> dict[str, int]:
-        """What admission holds for calls, by holder: all zero once every call has ended (``reserved``: being
-        prepared; ``fallbacks``: on the validated fallback; ``live``: request ids the engine answers for)."""
+        """What admission holds for calls, by holder: all zero once every call has ended (``live``: request ids)."""
         with self._lock:
             live, fallbacks = len(self._by_id), len(self._fallbacks)
         return {"reserved": self._scheduler.reserved_count(), "waiting": self._scheduler.waiting_count(),

@@ -139,3 +139,58 @@ def _windows(config: Any, kind: str, layers: int) -> tuple[int | None, ...]:
     if kind in ("mistral", "phi3"):  # every layer (their modeling masks all layers with the window)
         return (int(window),) * layers
     return (None,) * layers
+
+
+def decodes_fused(family: Family, weights: str) -> bool:
+    """Whether the C++ decode kernels run this family: q4's computes ``Family.kernel_ready``, q8's Llama's
+    arithmetic only (its smoothing); both take head sizes in multiples of 8, up to 8 query heads a key head."""
+    computes = family.kernel_ready if weights == "q4" else family.plain if weights == "q8" else False
+    return computes and family.head_dim % 8 == 0 and family.heads // family.kv_heads <= 8
+
+
+def weights_problem(family: Family, weights: str) -> str | None:
+    """Why ``weights`` cannot serve ``family`` on the slot forward (None when it can)."""
+    if weights == "q8" and not family.plain:
+        return (f"--weights q8 is built for Llama's arithmetic only; {family.name} differs "
+                "(use --weights q4, fp16 or dense)")
+    return None
+
+
+def runner_problem(model: Any, weights: str, asked: str = "auto") -> str | None:
+    """Why ``model`` cannot be served in ``weights`` mode, the operator having asked for ``asked`` (None: it
+    can). An architecture the slot forward does not serve runs on transformers' own forward with its dense
+    weights: fine for ``auto`` (said in the runner line), a start-up error when a mode was asked for."""
+    reason = unsupported_reason(model)
+    if reason is not None:
+        if asked.strip().lower() not in ("auto", "", "dense"):
+            return (f"--weights {asked} needs the batched slot forward, which does not serve this model: {reason} "
+                    "(use --weights auto or dense to run it on transformers' own forward, one row at a time)")
+        return None
+    return weights_problem(describe(model.config), weights)
+
+
+def runner_description(model: Any, weights: str) -> str:
+    """Which forward serves ``model`` in ``weights`` mode, and why (the start-up log, GetModelInfo.runner)."""
+    reason = unsupported_reason(model)
+    if reason is not None:
+        return f"per-slot: transformers' forward, one row at a time, dense weights ({reason})"
+    family = describe(model.config)
+    if decodes_fused(family, weights):
+        return f"slot forward: {family.name}, batched, {weights} weights in the C++ decode kernels"
+    computes = family.kernel_ready if weights == "q4" else family.plain
+    why = "" if weights not in ("q8", "q4") else (
+        f"; the {weights} C++ kernel does not compute this family's layer" if not computes
+        else "; head sizes the kernels lack")
+    return f"slot forward: {family.name}, batched, {weights} weights through PyTorch operations{why}"
+
+
+def unsupported_reason(model: Any) -> str | None:
+    """Why this model cannot use the slot forward (None when it can)."""
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        return "the model has no config"
+    try:
+        describe(cfg)
+    except Unsupported as exc:
+        return str(exc)
+    return None

@@ -11,9 +11,10 @@ prefill into a free slot and leave by moving the last slot into the hole. No pad
 The arithmetic is the model's own: its weights (q/k/v and gate/up fused into one matrix product each),
 its rotary embedding module, its norms, biases, activation, windows and soft-capping as transformers
 computes them (``slot_ops.py``), and ``scaled_dot_product_attention`` where nothing else applies. Tests
-check logits against the model's own forward, family by family (tests/unit/test_families.py). The q8
-and q4 C++ decode kernels compute Llama's arithmetic (``Family.plain``); other families decode with
-the same weights through PyTorch operations, batched all the same.
+check logits against the model's own forward, family by family (tests/unit/test_families.py). The q4
+C++ decode kernel computes Llama's layer plus q/k/v biases, q/k norms and windows
+(``Family.kernel_ready``: Llama, Mistral, Qwen2/2.5, Qwen3, Phi-3), the q8 one Llama's arithmetic only
+(``Family.plain``); other families decode the same weights through PyTorch operations, batched all the same.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ import torch
 import torch.nn.functional as F
 
 from proctor.engine import fused_decode
-from proctor.engine.families import LENGTH_DEPENDENT_ROPE, Family, Unsupported, describe
+from proctor.engine.families import (
+    LENGTH_DEPENDENT_ROPE,
+    Family,
+    decodes_fused,
+    describe,
+    unsupported_reason,
+    weights_problem,
+)
 from proctor.engine.slot_ops import decode_biases, gate, prefill_visible, rms_norm, rotate, softcap
 from proctor.engine.slot_weights import LayerWeights, slot_weights
 
@@ -37,40 +45,6 @@ KV_GROWTH_TOKENS = 256  # the cache's length grows in steps of this many tokens
 ATTENTION_SPAN_BLOCK = 64
 
 
-def decodes_fused(family: Family, weights: str) -> bool:
-    """Whether the C++ decode kernels run this family: q4's computes ``Family.kernel_ready``, q8's Llama's
-    arithmetic only (its smoothing); both take head sizes in multiples of 8, up to 8 query heads a key head."""
-    computes = family.kernel_ready if weights == "q4" else family.plain if weights == "q8" else False
-    return computes and family.head_dim % 8 == 0 and family.heads // family.kv_heads <= 8
-
-
-def runner_description(model: Any, weights: str) -> str:
-    """Which forward serves ``model`` in ``weights`` mode, and why (the start-up log, GetModelInfo.runner)."""
-    reason = unsupported_reason(model)
-    if reason is not None:
-        return f"per-slot: transformers' forward, one row at a time, dense weights ({reason})"
-    family = describe(model.config)
-    if decodes_fused(family, weights):
-        return f"slot forward: {family.name}, batched, {weights} weights in the C++ decode kernels"
-    computes = family.kernel_ready if weights == "q4" else family.plain
-    why = "" if weights not in ("q8", "q4") else (
-        f"; the {weights} C++ kernel does not compute this family's layer" if not computes
-        else "; head sizes the kernels lack")
-    return f"slot forward: {family.name}, batched, {weights} weights through PyTorch operations{why}"
-
-
-def unsupported_reason(model: Any) -> str | None:
-    """Why this model cannot use the slot forward (None when it can)."""
-    cfg = getattr(model, "config", None)
-    if cfg is None:
-        return "the model has no config"
-    try:
-        describe(cfg)
-    except Unsupported as exc:
-        return str(exc)
-    return None
-
-
 class LlamaSlots:
     """The model's weights plus a KV cache of ``max_slots`` rows, each with its own length."""
 
@@ -80,9 +54,9 @@ class LlamaSlots:
         if reason is not None:
             raise ValueError(f"the slot forward does not support this model: {reason}")
         self.family = family = describe(model.config)
-        if weights == "q8" and not family.plain:
-            raise ValueError(f"--weights q8 is built for Llama's arithmetic only; {family.name} differs "
-                             "(use --weights q4, fp16 or dense)")
+        problem = weights_problem(family, weights)
+        if problem is not None:
+            raise ValueError(problem)
         self.device = device
         self.heads, self.kv_heads, self.head_dim = family.heads, family.kv_heads, family.head_dim
         self.eps = family.eps

@@ -21,7 +21,8 @@ from typing import Any, Protocol
 import torch
 from transformers import DynamicCache
 
-from proctor.engine.llama_step import LlamaSlots, unsupported_reason
+from proctor.engine.families import unsupported_reason
+from proctor.engine.llama_step import LlamaSlots
 
 log = logging.getLogger("proctor.engine")
 

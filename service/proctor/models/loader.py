@@ -161,7 +161,7 @@ def load_model(settings: Settings) -> LoadedModel:
 
 
 def _load_hf(source: ModelSource, dtype: torch.dtype, device: torch.device) -> tuple[torch.nn.Module, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     if source.kind == "gguf":
         location, extra = str(source.path.parent), {"gguf_file": source.path.name}
@@ -171,9 +171,7 @@ def _load_hf(source: ModelSource, dtype: torch.dtype, device: torch.device) -> t
         tokenizer = AutoTokenizer.from_pretrained(
             location, clean_up_tokenization_spaces=False, local_files_only=True, **extra
         )
-        model = AutoModelForCausalLM.from_pretrained(
-            location, dtype=dtype, attn_implementation="sdpa", local_files_only=True, **extra
-        )
+        model = _from_pretrained(location, dtype, extra)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelError(f"could not load {source.kind} model from {source.path}: {exc}") from exc
     model.to(device)
@@ -242,3 +240,18 @@ def _vocab_size(model: torch.nn.Module) -> int:
     if size is None:
         raise ModelError("cannot tell the vocabulary size (no config.vocab_size and no output embeddings)")
     return int(size)
+
+
+def _from_pretrained(location: str, dtype: torch.dtype, extra: dict[str, str]) -> Any:
+    """The model with SDPA attention, or eager where the architecture has no SDPA path (Gemma 2's soft-capping):
+    the slot forward computes attention itself, so this only matters on transformers' own forward."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(location, dtype=dtype, attn_implementation="sdpa",
+                                                    local_files_only=True, **extra)
+    except ValueError as exc:
+        if "scaled_dot_product_attention" not in str(exc):
+            raise
+        return AutoModelForCausalLM.from_pretrained(location, dtype=dtype, attn_implementation="eager",
+                                                    local_files_only=True, **extra)
