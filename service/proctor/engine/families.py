@@ -62,17 +62,19 @@ class Family:
 
     @property
     def kernel_ready(self) -> bool:
-        """What the q4 C++ decode kernel computes (kernels/layer_step.h): Llama's layer plus q/k/v biases,
-        q/k norms over each head, sliding windows, its own attention scale and a scaled embedding (the
-        embedding is looked up before it). Llama, Mistral, Qwen2/2.5, Qwen3 and Phi-3 (full rotary)."""
-        return (self.activation == "silu" and not self.norm_offset and not (self.o_bias or self.mlp_bias
-                or self.sandwich) and self.attn_softcap is None and self.final_softcap is None
-                and len(set(self.rope_keys)) == 1 and self.rotary_fraction == 1.0)
+        """What the q4 C++ decode kernel computes (kernels/layer_step.h, LayerExtras): Llama's layer plus q/k/v
+        biases, q/k norms over each head, sliding windows, the attention scale and soft-capping, Gemma's
+        sandwich norms and GeGLU ((1 + w) norms passed as 1 + w; the embedding, its scale, the rotary tables
+        per layer type and the final norm and soft-cap are done around it). Every family here but output
+        biases on o/MLP and a partial rotary factor."""
+        return not (self.o_bias or self.mlp_bias) and self.rotary_fraction == 1.0
 
     @property
     def plain(self) -> bool:
         """Llama's arithmetic exactly: what q8's smoothing (the norm folded into the next product) assumes."""
-        return (self.kernel_ready and not (self.qkv_bias or self.qk_norm) and self.embed_scale is None
+        return (self.kernel_ready and self.activation == "silu" and not (self.norm_offset or self.sandwich
+                or self.qkv_bias or self.qk_norm) and self.attn_softcap is None and self.final_softcap is None
+                and len(set(self.rope_keys)) == 1 and self.embed_scale is None
                 and not any(self.windows) and abs(self.attn_scale - self.head_dim ** -0.5) < 1e-12
                 and self.fused_names == (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")))
 

@@ -12,13 +12,14 @@ The arithmetic is the model's own: its weights (q/k/v and gate/up fused into one
 its rotary embedding module, its norms, biases, activation, windows and soft-capping as transformers
 computes them (``slot_ops.py``), and ``scaled_dot_product_attention`` where nothing else applies. Tests
 check logits against the model's own forward, family by family (tests/unit/test_families.py). The q4
-C++ decode kernel computes Llama's layer plus q/k/v biases, q/k norms and windows
-(``Family.kernel_ready``: Llama, Mistral, Qwen2/2.5, Qwen3, Phi-3), the q8 one Llama's arithmetic only
-(``Family.plain``); other families decode the same weights through PyTorch operations, batched all the same.
+C++ decode kernel computes every family's layer but output biases and partial rotation
+(``Family.kernel_ready``), the q8 one Llama's arithmetic only (``Family.plain``); the rest decodes the
+same weights through PyTorch operations, batched all the same.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -76,6 +77,7 @@ class LlamaSlots:
         # long prefix (both are approximate anyway; the other modes keep the model's dtype).
         self._fused = decodes_fused(family, weights)
         self._decode_layer = fused_decode.decode_layer(weights) if self._fused else None  # raises if it cannot load
+        self._kernel_final_norm = _kernel_norm(self._final_norm, family)
         self._fused_arguments = [_fused_arguments(layer, weights, family, window)
                                  for layer, window in zip(self._layers, family.windows, strict=True)
                                  ] if self._fused else []
@@ -250,14 +252,17 @@ class LlamaSlots:
         lengths = self.lengths[:rows]
         self.reserve(rows, max(lengths) + 1)
         h = self._embed(torch.tensor(token_ids, dtype=torch.long, device=self.device))
-        cos, sin = (table[:, 0] for table in self._rope_tables(h, max(lengths) + 1, None))  # [L, D]: the kernel indexes
+        tables = {key: tuple(table[:, 0] for table in self._rope_tables(h, max(lengths) + 1, key))  # [L, D]
+                  for key in set(self.family.rope_keys)}  # the kernel indexes them by position
         for index, (weights, tail) in enumerate(self._fused_arguments):
+            cos, sin = tables[self.family.rope_keys[index]]
             self._decode_layer(h, *weights, self._keys[index], self._values[index], lengths, cos, sin,  # type: ignore[misc]
                                self.heads, self.kv_heads, self.eps, *tail)
         for slot in range(rows):
             self.lengths[slot] += 1
         if self.weights.mode == "q4":  # its final norm in the kernel library too (q8 keeps its own arithmetic)
-            return self._lm_head(torch.ops.proctor.rms_norm(h, self._final_norm, self.eps))
+            final = torch.ops.proctor.rms_norm(h, self._kernel_final_norm, self.eps)
+            return softcap(self._lm_head(final), self.family.final_softcap)
         return self._logits(h)
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -348,10 +353,19 @@ def _fused_arguments(layer: LayerWeights, mode: str, family: Family,
     once: a step makes 30 of these calls): the family's extras (kernels/layer_step.h, LayerExtras)."""
     products = (layer.qkv, layer.o, layer.gate_up, layer.down)
     handles = [p.blocks if mode == "q4" else p.packed for p in products]  # type: ignore[attr-defined]
-    weights = (layer.in_norm, handles[0], handles[1], layer.post_norm, handles[2], handles[3])
+    norm = functools.partial(_kernel_norm, family=family)
+    weights = (norm(layer.in_norm), handles[0], handles[1], norm(layer.post_norm), handles[2], handles[3])
     scale = 0.0 if family.attn_scale == family.head_dim ** -0.5 else family.attn_scale  # 0: the kernel's own
-    extras = (layer.qkv_bias, layer.q_norm, layer.k_norm, window or 0, scale)
+    extras = (layer.qkv_bias, norm(layer.q_norm), norm(layer.k_norm), window or 0, scale, family.attn_softcap or 0.0,
+              norm(layer.attn_out_norm), norm(layer.mlp_out_norm), family.activation == "gelu_tanh")
     return weights, (extras if mode == "q4" else (layer.qkv.reduce_range, *extras))  # type: ignore[attr-defined]
+
+
+def _kernel_norm(weight: torch.Tensor | None, family: Family) -> torch.Tensor | None:
+    """A norm weight as the kernel takes it: Gemma's (1 + w) as the weight 1 + w (float32, contiguous)."""
+    if weight is None:
+        return None
+    return (weight.float() + 1.0).contiguous() if family.norm_offset else weight
 
 
 def _round_up(length: int) -> int:

@@ -71,7 +71,7 @@ inline void store_half(const float* source, int64_t d, uint16_t* target) {  // d
 }
 
 inline void attend_group(const float* q, int64_t group, const uint16_t* keys, const uint16_t* values, int64_t n, int64_t d,
-                  float scale, float* out, std::vector<float>& weights) {
+                  float scale, float* out, std::vector<float>& weights, float softcap = 0.f) {
   const int64_t padded = (n + 7) / 8 * 8;
   weights.assign(group * padded, 0.f);
   for (int64_t t = 0; t < n; ++t) {
@@ -84,6 +84,11 @@ inline void attend_group(const float* q, int64_t group, const uint16_t* keys, co
       for (int64_t g = 0; g < group; ++g) acc[g][lane] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c), kc, acc[g][lane]);
     }
     for (int64_t g = 0; g < group; ++g) weights[g * padded + t] = horizontal_sum(_mm256_add_ps(acc[g][0], acc[g][1])) * scale;
+  }
+  if (softcap > 0.f) {  // cap * tanh(score / cap) (Gemma 2)
+    for (int64_t g = 0; g < group; ++g) {
+      for (int64_t t = 0; t < n; ++t) weights[g * padded + t] = std::tanh(weights[g * padded + t] / softcap) * softcap;
+    }
   }
   for (int64_t g = 0; g < group; ++g) {
     float* w = weights.data() + g * padded;
@@ -129,15 +134,36 @@ inline void rms_norm_rows(const at::Tensor& h, const at::Tensor& weight, double 
 
 enum class Product { qkv, o, gate_up, down };
 
+// h += out (each row times its scale), or h += RMSNorm(out) with `norm` (Gemma's output norms).
+inline void add_residual(float* hp, const at::Tensor& out, int64_t rows, int64_t hidden, const std::vector<float>& scales,
+                         const float* norm, double eps) {
+  float* op = out.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = op + r * hidden;
+    for (int64_t i = 0; i < hidden; ++i) row[i] *= scales[r];
+    if (norm != nullptr) {
+      const float inv = 1.f / std::sqrt(dot(row, row, hidden) / static_cast<float>(hidden) + static_cast<float>(eps));
+      for (int64_t i = 0; i < hidden; ++i) row[i] = norm[i] * (row[i] * inv);
+    }
+    for (int64_t i = 0; i < hidden; ++i) hp[r * hidden + i] += row[i];
+  }
+}
+
 // What a family adds to Llama's layer that the step computes (engine/families.py, Family.kernel_ready):
 // a bias on the q/k/v product, RMSNorm over each query and key head before the rotation, a sliding
-// window (keys at distance >= window unseen; 0: none) and the attention scale (0: 1/sqrt(head_dim)).
+// window (keys at distance >= window unseen; 0: none), the attention scale (0: 1/sqrt(head_dim)),
+// soft-capped scores (0: none), norms on the attention's and the MLP's outputs (Gemma's sandwich) and
+// GeGLU (tanh) instead of SiLU. Gemma's (1 + w) norms arrive as the weights 1 + w.
 struct LayerExtras {
   const float* qkv_bias = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   int64_t window = 0;
   float scale = 0.f;
+  float softcap = 0.f;
+  const float* attn_out_norm = nullptr;
+  const float* mlp_out_norm = nullptr;
+  bool gelu = false;
 };
 
 inline const float* optional_floats(const std::optional<at::Tensor>& t, int64_t size, const char* name) {
@@ -148,16 +174,22 @@ inline const float* optional_floats(const std::optional<at::Tensor>& t, int64_t 
 }
 
 inline LayerExtras layer_extras(const std::optional<at::Tensor>& qkv_bias, const std::optional<at::Tensor>& q_norm,
-                                const std::optional<at::Tensor>& k_norm, int64_t window, double scale, int64_t heads,
-                                int64_t kv_heads, int64_t d) {
+                                const std::optional<at::Tensor>& k_norm, int64_t window, double scale,
+                                double softcap, const std::optional<at::Tensor>& attn_out_norm,
+                                const std::optional<at::Tensor>& mlp_out_norm, bool gelu, int64_t heads,
+                                int64_t kv_heads, int64_t d, int64_t hidden) {
   LayerExtras extras;
   extras.qkv_bias = optional_floats(qkv_bias, (heads + 2 * kv_heads) * d, "qkv_bias");
   extras.q_norm = optional_floats(q_norm, d, "q_norm");
   extras.k_norm = optional_floats(k_norm, d, "k_norm");
   TORCH_CHECK((extras.q_norm == nullptr) == (extras.k_norm == nullptr), "q_norm and k_norm go together");
-  TORCH_CHECK(window >= 0 && scale >= 0, "window and scale must not be negative");
+  TORCH_CHECK(window >= 0 && scale >= 0 && softcap >= 0, "window, scale and softcap must not be negative");
   extras.window = window;
   extras.scale = static_cast<float>(scale);
+  extras.softcap = static_cast<float>(softcap);
+  extras.attn_out_norm = optional_floats(attn_out_norm, hidden, "attn_out_norm");
+  extras.mlp_out_norm = optional_floats(mlp_out_norm, hidden, "mlp_out_norm");
+  extras.gelu = gelu;
   return extras;
 }
 
@@ -240,16 +272,13 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
       const int64_t first = extras.window > 0 ? std::max<int64_t>(0, seen - extras.window) : 0;
       const int64_t cache = ((r * kv_heads + kvh) * capacity + first) * d;
       attend_group(pp + r * width + kvh * group * d, group, kp + cache, vp + cache, seen - first, d, scale,
-                   ap + r * heads * d + kvh * group * d, weights);
+                   ap + r * heads * d + kvh * group * d, weights, extras.softcap);
     }
   });
 
   float* hp = h.data_ptr<float>();
   at::Tensor out = project(Product::o, ap, rows, heads * d, scales);
-  const float* op = out.const_data_ptr<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < hidden; ++i) hp[r * hidden + i] += op[r * hidden + i] * scales[r];
-  }
+  add_residual(hp, out, rows, hidden, scales, extras.attn_out_norm, eps);
 
   // MLP: down(silu(gate) * up).
   rms_norm_rows(h, post_norm, eps, normed);
@@ -257,7 +286,15 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
   const int64_t inner = gu.size(1) / 2;
   const float* gp = gu.const_data_ptr<float>();
   std::vector<float> act(rows * inner + 8);
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = 0; r < rows && extras.gelu; ++r) {  // GeGLU: gelu_tanh(gate) * up
+    float* a = act.data() + r * inner;
+    for (int64_t i = 0; i < inner; ++i) {
+      const float gate = gp[r * 2 * inner + i] * scales[r], up = gp[r * 2 * inner + inner + i] * scales[r];
+      const float inner_term = 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);
+      a[i] = 0.5f * gate * (1.f + std::tanh(inner_term)) * up;
+    }
+  }
+  for (int64_t r = 0; r < rows && !extras.gelu; ++r) {
     float* a = act.data() + r * inner;
     for (int64_t i = 0; i < inner; ++i) a[i] = -gp[r * 2 * inner + i] * scales[r];  // -gate
     exp_in_place(a, inner);  // e^-gate (the rounding-up spills into the next row, written after)
@@ -267,10 +304,7 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
     }
   }
   at::Tensor mlp = project(Product::down, act.data(), rows, inner, scales);
-  const float* mp = mlp.const_data_ptr<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < hidden; ++i) hp[r * hidden + i] += mp[r * hidden + i] * scales[r];
-  }
+  add_residual(hp, mlp, rows, hidden, scales, extras.mlp_out_norm, eps);
 }
 
 }  // namespace proctor_kernels
