@@ -286,12 +286,17 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
   const int64_t inner = gu.size(1) / 2;
   const float* gp = gu.const_data_ptr<float>();
   std::vector<float> act(rows * inner + 8);
-  for (int64_t r = 0; r < rows && extras.gelu; ++r) {  // GeGLU: gelu_tanh(gate) * up
+  // GeGLU: gelu_tanh(gate) * up, with 0.5 (1 + tanh z) = 1 / (1 + e^-2z) so the vector e^x of SiLU serves it.
+  for (int64_t r = 0; r < rows && extras.gelu; ++r) {
     float* a = act.data() + r * inner;
     for (int64_t i = 0; i < inner; ++i) {
+      const float gate = gp[r * 2 * inner + i] * scales[r];
+      a[i] = -2.f * 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);  // -2z
+    }
+    exp_in_place(a, inner);
+    for (int64_t i = 0; i < inner; ++i) {
       const float gate = gp[r * 2 * inner + i] * scales[r], up = gp[r * 2 * inner + inner + i] * scales[r];
-      const float inner_term = 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);
-      a[i] = 0.5f * gate * (1.f + std::tanh(inner_term)) * up;
+      a[i] = gate / (1.f + a[i]) * up;
     }
   }
   for (int64_t r = 0; r < rows && !extras.gelu; ++r) {
