@@ -49,7 +49,7 @@ def test_an_engine_with_waiting_work_and_no_steps_is_stuck_until_it_steps(
 
 def test_a_busy_engine_is_never_stuck(make_engine) -> None:  # type: ignore[no-untyped-def]
     engine = make_engine()
-    watchdog = Watchdog([EngineProgress(engine)], 0.5)  # a step of the tiny model takes milliseconds
+    watchdog = Watchdog([EngineProgress(engine)], STALL_S)  # a step of the tiny model takes milliseconds
     collectors = [Collector() for _ in range(3)]
     for index, collector in enumerate(collectors):
         engine.submit(engine.prepare(GenerationRequest(
