@@ -340,8 +340,8 @@ class GenerationServicer(pb_grpc.GenerationServicer):
         if not isinstance(exc, AuditWriteFailed):
             try:
                 # Compliance mode waits for a failed call's record too, except where waiting defeats the answer:
-                # a cancel, load shedding (a refusal must stay cheap under overload: it is submitted, and lands
-                # within the writer's next batch) and a store that is down.
+                # load shedding (a refusal must stay cheap under overload: it is submitted, and lands within the
+                # writer's next batch) and a store that is down. (A cancel never waits: _record_gone.)
                 unwaited = isinstance(exc, Overloaded | AuditStoreUnavailable)
                 await self.audit.commit(call, wait=False if unwaited else None)
             except AuditWriteFailed as audit_exc:
