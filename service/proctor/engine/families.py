@@ -61,19 +61,11 @@ class Family:
     fused_names: tuple[tuple[str, ...], tuple[str, ...]]  # module names (see ATTENTION_NAMES, MLP_NAMES)
 
     @property
-    def kernel_ready(self) -> bool:
-        """What the q4 C++ decode kernel computes (kernels/layer_step.h, LayerExtras): Llama's layer plus q/k/v
-        biases, q/k norms over each head, sliding windows, the attention scale and soft-capping, Gemma's
-        sandwich norms and GeGLU ((1 + w) norms passed as 1 + w; the embedding, its scale, the rotary tables
-        per layer type and the final norm and soft-cap are done around it). Every family here but output
-        biases on o/MLP and a partial rotary factor."""
-        return not (self.o_bias or self.mlp_bias) and self.rotary_fraction == 1.0
-
-    @property
     def plain(self) -> bool:
         """Llama's arithmetic exactly: what q8's smoothing (the norm folded into the next product) assumes."""
-        return (self.kernel_ready and self.activation == "silu" and not (self.norm_offset or self.sandwich
-                or self.qkv_bias or self.qk_norm) and self.attn_softcap is None and self.final_softcap is None
+        return (self.activation == "silu" and not (self.norm_offset or self.sandwich or self.qkv_bias
+                or self.o_bias or self.mlp_bias or self.qk_norm) and self.rotary_fraction == 1.0
+                and self.attn_softcap is None and self.final_softcap is None
                 and len(set(self.rope_keys)) == 1 and self.embed_scale is None
                 and not any(self.windows) and abs(self.attn_scale - self.head_dim ** -0.5) < 1e-12
                 and self.fused_names == (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")))
@@ -144,9 +136,11 @@ def _windows(config: Any, kind: str, layers: int) -> tuple[int | None, ...]:
 
 
 def decodes_fused(family: Family, weights: str) -> bool:
-    """Whether the C++ decode kernels run this family: q4's computes ``Family.kernel_ready``, q8's Llama's
-    arithmetic only (its smoothing); both take head sizes in multiples of 8, up to 8 query heads a key head."""
-    computes = family.kernel_ready if weights == "q4" else family.plain if weights == "q8" else False
+    """Whether the C++ decode kernels run this family. q4's computes every family described here (biases,
+    q/k norms, partial rotation, windows, soft-capping, Gemma's norms and GeGLU: kernels/layer_step.h,
+    LayerExtras); q8's Llama's arithmetic only (its smoothing). Both take head sizes in multiples of 8 and
+    up to 8 query heads a key head."""
+    computes = weights == "q4" or (weights == "q8" and family.plain)
     return computes and family.head_dim % 8 == 0 and family.heads // family.kv_heads <= 8
 
 
@@ -179,7 +173,7 @@ def runner_description(model: Any, weights: str) -> str:
     family = describe(model.config)
     if decodes_fused(family, weights):
         return f"slot forward: {family.name}, batched, {weights} weights in the C++ decode kernels"
-    computes = family.kernel_ready if weights == "q4" else family.plain
+    computes = weights == "q4" or family.plain
     why = "" if weights not in ("q8", "q4") else (
         f"; the {weights} C++ kernel does not compute this family's layer" if not computes
         else "; head sizes the kernels lack")

@@ -12,9 +12,8 @@ The arithmetic is the model's own: its weights (q/k/v and gate/up fused into one
 its rotary embedding module, its norms, biases, activation, windows and soft-capping as transformers
 computes them (``slot_ops.py``), and ``scaled_dot_product_attention`` where nothing else applies. Tests
 check logits against the model's own forward, family by family (tests/unit/test_families.py). The q4
-C++ decode kernel computes every family's layer but output biases and partial rotation
-(``Family.kernel_ready``), the q8 one Llama's arithmetic only (``Family.plain``); the rest decodes the
-same weights through PyTorch operations, batched all the same.
+C++ decode kernel computes every family's layer (``families.decodes_fused``), the q8 one Llama's
+arithmetic only (``Family.plain``); dense and fp16 decode through PyTorch operations, batched all the same.
 """
 
 from __future__ import annotations
@@ -357,7 +356,8 @@ def _fused_arguments(layer: LayerWeights, mode: str, family: Family,
     weights = (norm(layer.in_norm), handles[0], handles[1], norm(layer.post_norm), handles[2], handles[3])
     scale = 0.0 if family.attn_scale == family.head_dim ** -0.5 else family.attn_scale  # 0: the kernel's own
     extras = (layer.qkv_bias, norm(layer.q_norm), norm(layer.k_norm), window or 0, scale, family.attn_softcap or 0.0,
-              norm(layer.attn_out_norm), norm(layer.mlp_out_norm), family.activation == "gelu_tanh")
+              norm(layer.attn_out_norm), norm(layer.mlp_out_norm), family.activation == "gelu_tanh",
+              layer.o_bias, layer.gate_up_bias, layer.down_bias)
     return weights, (extras if mode == "q4" else (layer.qkv.reduce_range, *extras))  # type: ignore[attr-defined]
 
 

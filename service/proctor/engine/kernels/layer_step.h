@@ -136,11 +136,14 @@ enum class Product { qkv, o, gate_up, down };
 
 // h += out (each row times its scale), or h += RMSNorm(out) with `norm` (Gemma's output norms).
 inline void add_residual(float* hp, const at::Tensor& out, int64_t rows, int64_t hidden, const std::vector<float>& scales,
-                         const float* norm, double eps) {
+                         const float* norm, double eps, const float* bias) {
   float* op = out.data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r) {
     float* row = op + r * hidden;
     for (int64_t i = 0; i < hidden; ++i) row[i] *= scales[r];
+    if (bias != nullptr) {
+      for (int64_t i = 0; i < hidden; ++i) row[i] += bias[i];
+    }
     if (norm != nullptr) {
       const float inv = 1.f / std::sqrt(dot(row, row, hidden) / static_cast<float>(hidden) + static_cast<float>(eps));
       for (int64_t i = 0; i < hidden; ++i) row[i] = norm[i] * (row[i] * inv);
@@ -149,11 +152,12 @@ inline void add_residual(float* hp, const at::Tensor& out, int64_t rows, int64_t
   }
 }
 
-// What a family adds to Llama's layer that the step computes (engine/families.py, Family.kernel_ready):
-// a bias on the q/k/v product, RMSNorm over each query and key head before the rotation, a sliding
-// window (keys at distance >= window unseen; 0: none), the attention scale (0: 1/sqrt(head_dim)),
-// soft-capped scores (0: none), norms on the attention's and the MLP's outputs (Gemma's sandwich) and
-// GeGLU (tanh) instead of SiLU. Gemma's (1 + w) norms arrive as the weights 1 + w.
+// What a family adds to Llama's layer that the step computes (engine/families.py, decodes_fused): the
+// biases of every product, RMSNorm over each query and key head before the rotation, a rotation of the
+// first dims only (the tables' width; Phi's partial rotary factor), a sliding window (keys at distance
+// >= window unseen; 0: none), the attention scale (0: 1/sqrt(head_dim)), soft-capped scores (0: none),
+// norms on the attention's and the MLP's outputs (Gemma's sandwich) and GeGLU (tanh) instead of SiLU.
+// Gemma's (1 + w) norms arrive as the weights 1 + w.
 struct LayerExtras {
   const float* qkv_bias = nullptr;
   const float* q_norm = nullptr;
@@ -164,6 +168,10 @@ struct LayerExtras {
   const float* attn_out_norm = nullptr;
   const float* mlp_out_norm = nullptr;
   bool gelu = false;
+  const float* o_bias = nullptr;
+  const float* gate_up_bias = nullptr;
+  int64_t gate_up_bias_size = 0;
+  const float* down_bias = nullptr;
 };
 
 inline const float* optional_floats(const std::optional<at::Tensor>& t, int64_t size, const char* name) {
@@ -176,8 +184,10 @@ inline const float* optional_floats(const std::optional<at::Tensor>& t, int64_t 
 inline LayerExtras layer_extras(const std::optional<at::Tensor>& qkv_bias, const std::optional<at::Tensor>& q_norm,
                                 const std::optional<at::Tensor>& k_norm, int64_t window, double scale,
                                 double softcap, const std::optional<at::Tensor>& attn_out_norm,
-                                const std::optional<at::Tensor>& mlp_out_norm, bool gelu, int64_t heads,
-                                int64_t kv_heads, int64_t d, int64_t hidden) {
+                                const std::optional<at::Tensor>& mlp_out_norm, bool gelu,
+                                const std::optional<at::Tensor>& o_bias, const std::optional<at::Tensor>& gate_up_bias,
+                                const std::optional<at::Tensor>& down_bias, int64_t heads, int64_t kv_heads, int64_t d,
+                                int64_t hidden) {
   LayerExtras extras;
   extras.qkv_bias = optional_floats(qkv_bias, (heads + 2 * kv_heads) * d, "qkv_bias");
   extras.q_norm = optional_floats(q_norm, d, "q_norm");
@@ -190,6 +200,13 @@ inline LayerExtras layer_extras(const std::optional<at::Tensor>& qkv_bias, const
   extras.attn_out_norm = optional_floats(attn_out_norm, hidden, "attn_out_norm");
   extras.mlp_out_norm = optional_floats(mlp_out_norm, hidden, "mlp_out_norm");
   extras.gelu = gelu;
+  extras.o_bias = optional_floats(o_bias, hidden, "o_bias");
+  extras.down_bias = optional_floats(down_bias, hidden, "down_bias");
+  if (gate_up_bias.has_value() && gate_up_bias->defined()) {  // its size is checked against the product
+    check_float(*gate_up_bias, "gate_up_bias");
+    extras.gate_up_bias = gate_up_bias->const_data_ptr<float>();
+    extras.gate_up_bias_size = gate_up_bias->numel();
+  }
   return extras;
 }
 
@@ -215,10 +232,11 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
     TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kHalf && t->is_contiguous(),
                 "the key and value caches must be contiguous float16 CPU tensors");
   }
-  const int64_t rows = h.size(0), hidden = h.size(1), d = cos.size(1), half = d / 2;
-  const int64_t group = heads / kv_heads, capacity = keys.size(2);
+  // d: the head size; the rotary tables may cover only its first `rotated_dims` (a partial rotary factor).
+  const int64_t rows = h.size(0), hidden = h.size(1), d = keys.size(3), rotated_dims = cos.size(1);
+  const int64_t half = rotated_dims / 2, group = heads / kv_heads, capacity = keys.size(2);
   TORCH_CHECK(static_cast<int64_t>(positions.size()) == rows && keys.size(0) >= rows && keys.size(1) == kv_heads &&
-                  keys.size(3) == d && values.sizes() == keys.sizes(),
+                  rotated_dims <= d && rotated_dims % 2 == 0 && values.sizes() == keys.sizes(),
               "cache shape does not match the batch");
   for (int64_t p : positions) TORCH_CHECK(p >= 0 && p < capacity && p < cos.size(0), "position out of range");
   TORCH_CHECK(d % 8 == 0 && group <= 8, "head_dim must be a multiple of 8 and at most 8 query heads per kv head");
@@ -244,15 +262,15 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
       for (int64_t head = 0; head < heads; ++head) rms_norm_head(row + head * d, extras.q_norm, d, eps);
       for (int64_t head = heads; head < heads + kv_heads; ++head) rms_norm_head(row + head * d, extras.k_norm, d, eps);
     }
-    const float* c = cos.const_data_ptr<float>() + positions[r] * d;
-    const float* s = sin.const_data_ptr<float>() + positions[r] * d;
+    const float* c = cos.const_data_ptr<float>() + positions[r] * rotated_dims;
+    const float* s = sin.const_data_ptr<float>() + positions[r] * rotated_dims;
     for (int64_t head = 0; head < heads + kv_heads; ++head) {  // x * cos + rotate_half(x) * sin
       float* x = row + head * d;
       for (int64_t i = 0; i < half; ++i) {
         rotated[i] = x[i] * c[i] + (-x[i + half]) * s[i];
         rotated[i + half] = x[i + half] * c[i + half] + x[i] * s[i + half];
       }
-      std::copy(rotated.begin(), rotated.end(), x);
+      std::copy(rotated.begin(), rotated.begin() + rotated_dims, x);  // the dims past them pass unchanged
     }
     for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
       const int64_t at_position = ((r * kv_heads + kvh) * capacity + positions[r]) * d;
@@ -278,38 +296,47 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
 
   float* hp = h.data_ptr<float>();
   at::Tensor out = project(Product::o, ap, rows, heads * d, scales);
-  add_residual(hp, out, rows, hidden, scales, extras.attn_out_norm, eps);
+  add_residual(hp, out, rows, hidden, scales, extras.attn_out_norm, eps, extras.o_bias);
 
   // MLP: down(silu(gate) * up).
   rms_norm_rows(h, post_norm, eps, normed);
   at::Tensor gu = project(Product::gate_up, normed.data(), rows, hidden, scales);
   const int64_t inner = gu.size(1) / 2;
+  std::vector<float> unit(rows, 1.f);
+  if (extras.gate_up_bias != nullptr) {  // scaled and biased here, so the activations below take unit scales
+    TORCH_CHECK(extras.gate_up_bias_size == 2 * inner, "gate_up_bias does not match the gate/up product");
+    float* g = gu.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < 2 * inner; ++i) g[r * 2 * inner + i] = g[r * 2 * inner + i] * scales[r] + extras.gate_up_bias[i];
+    }
+  }
+  const std::vector<float>& gate_scales = extras.gate_up_bias != nullptr ? unit : scales;
   const float* gp = gu.const_data_ptr<float>();
   std::vector<float> act(rows * inner + 8);
   // GeGLU: gelu_tanh(gate) * up, with 0.5 (1 + tanh z) = 1 / (1 + e^-2z) so the vector e^x of SiLU serves it.
   for (int64_t r = 0; r < rows && extras.gelu; ++r) {
     float* a = act.data() + r * inner;
     for (int64_t i = 0; i < inner; ++i) {
-      const float gate = gp[r * 2 * inner + i] * scales[r];
+      const float gate = gp[r * 2 * inner + i] * gate_scales[r];
       a[i] = -2.f * 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);  // -2z
     }
     exp_in_place(a, inner);
     for (int64_t i = 0; i < inner; ++i) {
-      const float gate = gp[r * 2 * inner + i] * scales[r], up = gp[r * 2 * inner + inner + i] * scales[r];
+      const float gate = gp[r * 2 * inner + i] * gate_scales[r], up = gp[r * 2 * inner + inner + i] * gate_scales[r];
       a[i] = gate / (1.f + a[i]) * up;
     }
   }
   for (int64_t r = 0; r < rows && !extras.gelu; ++r) {
     float* a = act.data() + r * inner;
-    for (int64_t i = 0; i < inner; ++i) a[i] = -gp[r * 2 * inner + i] * scales[r];  // -gate
+    for (int64_t i = 0; i < inner; ++i) a[i] = -gp[r * 2 * inner + i] * gate_scales[r];  // -gate
     exp_in_place(a, inner);  // e^-gate (the rounding-up spills into the next row, written after)
     for (int64_t i = 0; i < inner; ++i) {
-      const float gate = gp[r * 2 * inner + i] * scales[r], up = gp[r * 2 * inner + inner + i] * scales[r];
+      const float gate = gp[r * 2 * inner + i] * gate_scales[r], up = gp[r * 2 * inner + inner + i] * gate_scales[r];
       a[i] = gate / (1.f + a[i]) * up;
     }
   }
   at::Tensor mlp = project(Product::down, act.data(), rows, inner, scales);
-  add_residual(hp, mlp, rows, hidden, scales, extras.mlp_out_norm, eps);
+  add_residual(hp, mlp, rows, hidden, scales, extras.mlp_out_norm, eps, extras.down_bias);
 }
 
 }  // namespace proctor_kernels

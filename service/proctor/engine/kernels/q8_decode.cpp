@@ -30,10 +30,12 @@ void decode_layer(at::Tensor& h, const at::Tensor& in_norm, const Packed& qkv, c
                   const std::optional<at::Tensor>& qkv_bias, const std::optional<at::Tensor>& q_norm,
                   const std::optional<at::Tensor>& k_norm, int64_t window, double scale, double softcap,
                   const std::optional<at::Tensor>& attn_out_norm, const std::optional<at::Tensor>& mlp_out_norm,
-                  bool gelu) {
+                  bool gelu, const std::optional<at::Tensor>& o_bias, const std::optional<at::Tensor>& gate_up_bias,
+                  const std::optional<at::Tensor>& down_bias) {
   const at::TensorOptions options = h.options();
   const LayerExtras extras = layer_extras(qkv_bias, q_norm, k_norm, window, scale, softcap, attn_out_norm, mlp_out_norm,
-                                          gelu, heads, kv_heads, cos.size(1), h.size(1));
+                                          gelu, o_bias, gate_up_bias, down_bias, heads, kv_heads, keys.size(3),
+                                          h.size(1));
   auto project = [&](Product which, const float* x, int64_t rows, int64_t k, std::vector<float>& scales) {
     const Packed& packed = which == Product::qkv ? qkv : which == Product::o ? o : which == Product::gate_up ? gate_up : down;
     at::Tensor spanned = at::empty({rows, k + 2}, options);
@@ -54,7 +56,8 @@ TORCH_LIBRARY_FRAGMENT(proctor, m) {
       "__torch__.torch.classes.quantized.LinearPackedParamsBase down, Tensor(b!) keys, Tensor(c!) values, "
       "int[] positions, Tensor cos, Tensor sin, int heads, int kv_heads, float eps, bool reduce_range, "
       "Tensor? qkv_bias=None, Tensor? q_norm=None, Tensor? k_norm=None, int window=0, float scale=0., "
-      "float softcap=0., Tensor? attn_out_norm=None, Tensor? mlp_out_norm=None, bool gelu=False) -> ()");
+      "float softcap=0., Tensor? attn_out_norm=None, Tensor? mlp_out_norm=None, bool gelu=False, "
+      "Tensor? o_bias=None, Tensor? gate_up_bias=None, Tensor? down_bias=None) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(proctor, CPU, m) {
