@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers.requirements import missing
 
 from proctor.config import default_model_store
 from proctor.models.default_model import is_installed
@@ -108,7 +109,7 @@ class ServerProcess:
 def model_installed() -> None:
     store = default_model_store()
     if not is_installed(store):
-        pytest.skip(f"the default model is not installed in {store}; run `make setup` to run the e2e tests")
+        missing(f"the default model is not installed in {store}; run `make setup` to run the e2e tests")
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers.requirements import missing
 
 from proctor.config import Settings, default_model_store
 from proctor.models.default_model import default_model_path, is_installed
@@ -23,7 +24,7 @@ def installed_model_dir() -> Path:
     """The converted SmolLM2-135M-Instruct directory; skips the calling test when it is not installed."""
     store = default_model_store()
     if not is_installed(store):
-        pytest.skip(MODEL_MISSING.format(store=store))
+        missing(MODEL_MISSING.format(store=store))
     return default_model_path(store)
 
 

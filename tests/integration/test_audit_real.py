@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
+from helpers.requirements import missing, require_module
 
 from proctor_client import ProctorClient, ProctorError
 from proctor_client.v1 import audit_pb2, audit_pb2_grpc
@@ -178,7 +179,7 @@ def test_concurrent_calls_each_get_one_record(client: ProctorClient, audit) -> N
 
 
 def test_a_server_audits_into_postgresql(tmp_path: Path) -> None:
-    pytest.importorskip("psycopg")
+    require_module("psycopg")
     from helpers.postgres import audit_schema, postgres_dsn
 
     from proctor.app import BackgroundServer
@@ -188,7 +189,7 @@ def test_a_server_audits_into_postgresql(tmp_path: Path) -> None:
 
     owner = postgres_dsn()
     if owner is None:
-        pytest.skip("PostgreSQL is not running (make test starts it; PROCTOR_TEST_POSTGRES_DSN)")
+        missing("PostgreSQL is not running (make test starts it; PROCTOR_TEST_POSTGRES_DSN)")
     _, dsn = audit_schema(owner)
     settings = Settings.load({"port": 0, "host": "127.0.0.1", "warmup": False, "audit_dsn": dsn,
                               "audit_signing_key": str(tmp_path / "pg.key"),
@@ -223,10 +224,9 @@ def test_with_postgresql_refusing_records_calls_fail_closed_readiness_follows_an
     server then reports proctor.v1.Generation NOT_SERVING (readiness) while the whole server stays SERVING
     (liveness: a restart would not help), refuses new calls at once with UNAVAILABLE, and is back — health
     and calls — by itself when the store answers again. Every response returned is in the log."""
-    psycopg = pytest.importorskip("psycopg")
+    psycopg = require_module("psycopg")
     from helpers.postgres import audit_schema, postgres_dsn
     from helpers.reliability import health as server_health
-    from helpers.requirements import missing
 
     from proctor.app import BackgroundServer
     from proctor.audit.postgres_store import PostgresAuditStore

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from helpers.requirements import missing, require_module
 
 from proctor.audit import FORMAT, FORMAT_V1, FORMAT_V2, FORMAT_V3
 from proctor.audit.canonical import canonical
@@ -140,14 +141,14 @@ def sqlite_log(tmp_path: Path, records: int, old_formats: tuple[str, ...] = ()) 
 
 
 def postgres_log(tmp_path: Path, records: int, old_formats: tuple[str, ...] = ()) -> Log:
-    psycopg = pytest.importorskip("psycopg")
+    psycopg = require_module("psycopg")
     from helpers.postgres import audit_schema, postgres_dsn
 
     from proctor.audit.postgres_store import PostgresAuditStore
 
     owner = postgres_dsn()
     if owner is None:
-        pytest.skip("PostgreSQL is not running (make test starts it; PROCTOR_TEST_POSTGRES_DSN)")
+        missing("PostgreSQL is not running (make test starts it; PROCTOR_TEST_POSTGRES_DSN)")
     owner_dsn, app_dsn = audit_schema(owner)
     key_path, checkpoints = fill(PostgresAuditStore(app_dsn), tmp_path, records, old_formats)
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from helpers.postgres import audit_schema, postgres_dsn
-from helpers.requirements import missing
+from helpers.requirements import missing, require_module
 from test_audit_store import body
 
 from proctor.audit.chain import load_or_create_signing_key, load_public_key
@@ -21,7 +21,7 @@ from proctor.audit.postgres_store import PostgresAuditStore
 from proctor.audit.sink import STORE_PROBE_S, AuditSink, AuditUnavailable
 from proctor.audit.verify import verify_log
 
-psycopg = pytest.importorskip("psycopg")
+psycopg = require_module("psycopg")
 
 
 @pytest.fixture

@@ -111,8 +111,7 @@ def test_flush_drops_an_incomplete_final_character(tokenizer) -> None:  # type: 
     """Generation may stop between the bytes of one character: flush releases no U+FFFD."""
     ids = encode(tokenizer, "ab好")
     pieces = [i for i in ids if REPLACEMENT in tokenizer.decode([i])]
-    if len(pieces) < 2:
-        pytest.skip("this tokenizer keeps 好 whole")
+    assert len(pieces) >= 2, "the test needs a character the tokenizer splits over byte-level tokens"
     cut = ids.index(pieces[-1])  # stop before the character's last byte-level token
     detok = IncrementalDetokenizer(tokenizer)
     deltas = [detok.push(i) for i in ids[:cut]]

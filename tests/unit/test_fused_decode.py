@@ -23,7 +23,7 @@ PROMPT_LENGTHS = (3, 70, 130)  # one short row, rows past one and two 64-positio
 @pytest.fixture(scope="module")
 def kernel_ready() -> None:
     if not fbgemm_available():
-        pytest.skip("fbgemm needs an x86 CPU with AVX2")
+        missing("fbgemm needs an x86 CPU with AVX2")
     problem = fused_decode.load_problem()
     if problem is not None:
         missing(f"the q8 decode kernel: {problem}")
@@ -103,7 +103,7 @@ def test_without_the_kernel_auto_falls_back_to_fp16_and_q8_is_refused(monkeypatc
     from proctor.models.placement import resolve_weights
 
     if not fbgemm_available():
-        pytest.skip("fbgemm needs an x86 CPU with AVX2")
+        missing("fbgemm needs an x86 CPU with AVX2")
     monkeypatch.setattr(fused_decode, "load_problem", lambda: "no C++ compiler")
     cpu = torch.device("cpu")
     assert resolve_weights("auto", cpu, torch.float32) == "fp16"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.requirements import missing
 
 from proctor.config import Settings, default_model_store
 from proctor.models import LoadedModel, install_default_model, load_model
@@ -20,10 +21,7 @@ STORE = default_model_store()
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 if not is_installed(STORE):
-    pytest.skip(
-        f"default model not installed at {default_model_path(STORE)}; run `make setup`",
-        allow_module_level=True,
-    )
+    missing(f"default model not installed at {default_model_path(STORE)}; run `make setup`")
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +75,7 @@ def test_install_is_idempotent_and_fast() -> None:
 def test_logits_equal_the_gguf_model(loaded: LoadedModel) -> None:
     gguf: Path = STORE / "gguf" / GGUF_NAME
     if not gguf.is_file():
-        pytest.skip(f"{gguf} is missing (only the converted model is installed)")
+        missing(f"{gguf} is missing (only the converted model is installed)")
     reference = load_model(Settings(model=str(gguf), device="cpu", dtype="float32"))
     assert reference.weights_sha256 == GGUF_SHA256
     prompt = "<|im_start|>user\nName a primary colour.<|im_end|>\n<|im_start|>assistant\n"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.requirements import require_module
 
 from proctor.constraints.json_validation import CHECKED_FORMATS, validate_json_output
 from proctor.constraints.registry import (
@@ -185,7 +186,7 @@ def _engine_checker(engine: str, tokenizer: Any) -> Callable[[str, str], bool]:
     The tokenizer tables are built once per engine (seconds), the grammars per call (milliseconds).
     """
     if engine == "xgrammar":
-        xgr = pytest.importorskip("xgrammar")
+        xgr = require_module("xgrammar")
         compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tokenizer))
 
         def check_xgrammar(schema_json: str, text: str) -> bool:
@@ -195,8 +196,8 @@ def _engine_checker(engine: str, tokenizer: Any) -> Callable[[str, str], bool]:
 
         return check_xgrammar
     if engine == "llguidance":
-        llg = pytest.importorskip("llguidance")
-        ll_tokenizer = pytest.importorskip("llguidance.hf").from_tokenizer(tokenizer)
+        llg = require_module("llguidance")
+        ll_tokenizer = require_module("llguidance.hf").from_tokenizer(tokenizer)
 
         def check_llguidance(schema_json: str, text: str) -> bool:
             grammar = llg.LLMatcher.grammar_from_json_schema(schema_json, defaults={"whitespace_flexible": False})
@@ -205,7 +206,7 @@ def _engine_checker(engine: str, tokenizer: Any) -> Callable[[str, str], bool]:
             return matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
 
         return check_llguidance
-    outlines = pytest.importorskip("outlines_core.json_schema")
+    outlines = require_module("outlines_core.json_schema")
     return lambda schema_json, text: re.fullmatch(outlines.build_regex_from_schema(schema_json, None), text) is not None
 
 

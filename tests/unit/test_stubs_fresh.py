@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from helpers.requirements import require_module
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "clients" / "python" / "src" / "proctor_client" / "v1"
@@ -13,7 +14,7 @@ STALE = "stubs are stale: run `make proto`"
 
 
 def _generator():  # type: ignore[no-untyped-def]
-    pytest.importorskip("grpc_tools", reason="grpcio-tools (a dev dependency) is needed to regenerate stubs")
+    require_module("grpc_tools", "grpcio-tools (a dev dependency) is needed to regenerate stubs")
     spec = importlib.util.spec_from_file_location("_proctor_gen_proto", ROOT / "scripts" / "gen_proto.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
