@@ -215,8 +215,8 @@ class Engine:
 
     def progress(self) -> tuple[bool, int]:
         """(work a step would advance is pending, steps run so far): the watchdog's view (any thread)."""
-        pending = bool(self._scheduler.waiting_count() or self._batch.states or self._batch.staged
-                       or self._beams.held())
+        counts = self.admission_counts()
+        pending = any(counts[holder] for holder in ("waiting", "staged", "running", "beams"))
         return pending and not self._stop, self.steps
 
     def occupancy(self) -> dict[str, int]:

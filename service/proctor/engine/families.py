@@ -61,13 +61,19 @@ class Family:
     fused_names: tuple[tuple[str, ...], tuple[str, ...]]  # module names (see ATTENTION_NAMES, MLP_NAMES)
 
     @property
+    def scale_override(self) -> float | None:
+        """The attention scale where it is not head_dim^-0.5 (None: the default, left to SDPA and the kernel,
+        so Llama's bits stay those of the default)."""
+        return None if self.attn_scale == self.head_dim ** -0.5 else self.attn_scale
+
+    @property
     def plain(self) -> bool:
         """Llama's arithmetic exactly: what q8's smoothing (the norm folded into the next product) assumes."""
         return (self.activation == "silu" and not (self.norm_offset or self.sandwich or self.qkv_bias
                 or self.o_bias or self.mlp_bias or self.qk_norm) and self.rotary_fraction == 1.0
                 and self.attn_softcap is None and self.final_softcap is None
                 and len(set(self.rope_keys)) == 1 and self.embed_scale is None
-                and not any(self.windows) and abs(self.attn_scale - self.head_dim ** -0.5) < 1e-12
+                and not any(self.windows) and self.scale_override is None
                 and self.fused_names == (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")))
 
 

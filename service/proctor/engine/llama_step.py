@@ -162,10 +162,10 @@ class LlamaSlots:
         positions = torch.arange(start, total, device=self.device)
         visible = {window: prefill_visible(start, total, window, self.device) for window in self._windows}
         h = self._embed(ids)  # [T, hidden]
+        rope = self._rope(h, positions, total)  # per rotary table: cos, sin [T, 1, D]
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
-            cos, sin = self._rope(h, positions, total, self.family.rope_keys[index])  # [T, 1, D]
-            q, k, v = self._project_qkv(x, layer, cos, sin)  # [T, H|KVH, D]
+            q, k, v = self._project_qkv(x, layer, *rope[self.family.rope_keys[index]])  # [T, H|KVH, D]
             keys, values = self._keys[index], self._values[index]
             keys[slot, :, start:total].copy_(k.transpose(0, 1))
             values[slot, :, start:total].copy_(v.transpose(0, 1))
@@ -185,9 +185,8 @@ class LlamaSlots:
         q, k, v = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
         family = self.family
         if family.attn_softcap is None:
-            scale = None if family.attn_scale == self.head_dim ** -0.5 else family.attn_scale
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, is_causal=visible is None,
-                                                 scale=scale, enable_gqa=True)
+                                                 scale=family.scale_override, enable_gqa=True)
             return out[0].transpose(0, 1)
         group = self.heads // self.kv_heads
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -230,10 +229,10 @@ class LlamaSlots:
         row_index = torch.arange(rows, device=self.device)
         biases = decode_biases(positions, span, self._windows, self.dtype)
         h = self._embed(ids)  # [B, hidden]
+        rope = self._rope(h, positions, max(lengths) + 1)
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
-            cos, sin = self._rope(h, positions, max(lengths) + 1, self.family.rope_keys[index])
-            q, k, v = self._project_qkv(x, layer, cos, sin)  # [B, H|KVH, D]
+            q, k, v = self._project_qkv(x, layer, *rope[self.family.rope_keys[index]])  # [B, H|KVH, D]
             keys, values = self._keys[index], self._values[index]
             keys[row_index, :, positions] = k.to(keys.dtype)
             values[row_index, :, positions] = v.to(values.dtype)
@@ -281,11 +280,15 @@ class LlamaSlots:
             h = h * torch.tensor(self.family.embed_scale, dtype=self.dtype)
         return h
 
-    def _rope(self, h: torch.Tensor, positions: torch.Tensor, needed: int,
-              key: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin for ``positions`` ([N, 1, D]) from table ``key``; ``needed``: the highest position + 1."""
-        cos, sin = self._rope_tables(h, needed, key)
-        return cos[positions], sin[positions]
+    def _rope(self, h: torch.Tensor, positions: torch.Tensor,
+              needed: int) -> dict[str | None, tuple[torch.Tensor, torch.Tensor]]:
+        """cos/sin for ``positions`` ([N, 1, D]) from each rotary table the layers use (gathered once a step,
+        not once a layer); ``needed``: the highest position + 1."""
+        rope = {}
+        for key in set(self.family.rope_keys):
+            cos, sin = self._rope_tables(h, needed, key)
+            rope[key] = (cos[positions], sin[positions])
+        return rope
 
     def _rope_tables(self, h: torch.Tensor, needed: int, key: str | None) -> tuple[torch.Tensor, torch.Tensor]:
         """The cos/sin tables [L, 1, D] (per layer type where the family has several), filled by the model's
@@ -354,7 +357,7 @@ def _fused_arguments(layer: LayerWeights, mode: str, family: Family,
     handles = [p.blocks if mode == "q4" else p.packed for p in products]  # type: ignore[attr-defined]
     norm = functools.partial(_kernel_norm, family=family)
     weights = (norm(layer.in_norm), handles[0], handles[1], norm(layer.post_norm), handles[2], handles[3])
-    scale = 0.0 if family.attn_scale == family.head_dim ** -0.5 else family.attn_scale  # 0: the kernel's own
+    scale = family.scale_override or 0.0  # 0: the kernel's own 1/sqrt(head_dim)
     extras = (layer.qkv_bias, norm(layer.q_norm), norm(layer.k_norm), window or 0, scale, family.attn_softcap or 0.0,
               norm(layer.attn_out_norm), norm(layer.mlp_out_norm), family.activation == "gelu_tanh",
               layer.o_bias, layer.gate_up_bias, layer.down_bias)

@@ -32,6 +32,7 @@ class StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._engine()
         yield from self._admission()
+        yield from self._watchdog()
         yield from self._cache()
         yield from self._audit()
 
@@ -61,6 +62,8 @@ class StateCollector(Collector):
         for caller, count in sorted(streams.items()):
             open_streams.add_metric((caller,), count)
         yield open_streams
+
+    def _watchdog(self) -> Iterator[Metric]:
         stuck = GaugeMetricFamily(PREFIX + "watchdog_stuck", "1 while the watchdog finds this part making no progress",
                                   labels=("part",))
         wedged = self.watchdog.wedged if self.watchdog is not None else {}
