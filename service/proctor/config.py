@@ -19,8 +19,9 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 # How the slot forward runs the linear layers (engine/weights.py); "auto" picks one (models/placement.py).
 # Each with the revision of its arithmetic, recorded in the audit trail and bumped whenever what the mode
 # computes changes, so a replay is refused rather than diverging (q8 2: the C++ kernel, float16 cache
-# and embedding table; q4 1: GGUF Q4_1 layers and Q8_0 LM head in the C++ kernel, float16 cache).
-WEIGHT_MODE_REVISIONS = {"dense": 1, "fp16": 1, "q8": 2, "q4": 1}
+# and embedding table; q4 1: GGUF Q4_1 layers and Q8_0 LM head in the C++ kernel, float16 cache;
+# gguf 1: a .gguf file's own blocks of any supported type, activations rounded per block as llama.cpp does).
+WEIGHT_MODE_REVISIONS = {"dense": 1, "fp16": 1, "q8": 2, "q4": 1, "gguf": 1}
 WEIGHT_MODES = tuple(WEIGHT_MODE_REVISIONS)
 
 

@@ -23,7 +23,7 @@ from proctor.models.placement import resolve_weights
 
 PROMPTS = ["The capital of France is", "Hi", "你好，世界。今天天气很好。",
            "Once upon a time, in a small village by the sea, there lived an old fisherman", "1, 2, 3, 4,"]
-QUANTIZED = [m for m in WEIGHT_MODES if m != "dense"]
+QUANTIZED = [m for m in WEIGHT_MODES if m not in ("dense", "gguf")]  # gguf: a .gguf file (test_gguf_models.py)
 needs_fbgemm = pytest.mark.skipif(not fbgemm_available(), reason="fbgemm needs an x86 CPU with AVX2")
 
 

@@ -29,6 +29,8 @@ GEMMA = ("gemma2", "gemma3_text")
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
 # Rotary tables that depend on how long the sequence is: computed per position regime (see LlamaSlots._rope_tables).
 LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
+# Weights modes whose C++ decode kernel computes every family described here (the q8 one: Llama's only).
+EVERY_FAMILY_KERNELS = ("q4", "gguf")
 
 
 class Unsupported(ValueError):
@@ -146,7 +148,7 @@ def decodes_fused(family: Family, weights: str) -> bool:
     q/k norms, partial rotation, windows, soft-capping, Gemma's norms and GeGLU: kernels/layer_step.h,
     LayerExtras); q8's Llama's arithmetic only (its smoothing). Both take head sizes in multiples of 8 and
     up to 8 query heads a key head."""
-    computes = weights == "q4" or (weights == "q8" and family.plain)
+    computes = weights in EVERY_FAMILY_KERNELS or (weights == "q8" and family.plain)
     return computes and family.head_dim % 8 == 0 and family.heads // family.kv_heads <= 8
 
 
@@ -164,6 +166,9 @@ def runner_problem(model: Any, weights: str, asked: str = "auto") -> str | None:
     weights: fine for ``auto`` (said in the runner line), a start-up error when a mode was asked for."""
     reason = unsupported_reason(model)
     if reason is not None:
+        if weights == "gguf":  # the skeleton has no weights of its own for transformers' forward
+            return (f"a .gguf file is served from its blocks on the batched slot forward only, which does not "
+                    f"serve this model: {reason} (use --weights dense to dequantize it for transformers' forward)")
         if asked.strip().lower() not in ("auto", "", "dense"):
             return (f"--weights {asked} needs the batched slot forward, which does not serve this model: {reason} "
                     "(use --weights auto or dense to run it on transformers' own forward, one row at a time)")
@@ -179,8 +184,8 @@ def runner_description(model: Any, weights: str) -> str:
     family = describe(model.config)
     if decodes_fused(family, weights):
         return f"slot forward: {family.name}, batched, {weights} weights in the C++ decode kernels"
-    computes = weights == "q4" or family.plain
-    why = "" if weights not in ("q8", "q4") else (
+    computes = weights in EVERY_FAMILY_KERNELS or family.plain
+    why = "" if weights not in ("q8", *EVERY_FAMILY_KERNELS) else (
         f"; the {weights} C++ kernel does not compute this family's layer" if not computes
         else "; head sizes the kernels lack")
     return f"slot forward: {family.name}, batched, {weights} weights through PyTorch operations{why}"

@@ -31,8 +31,9 @@ import torch
 from proctor.config import default_kernel_cache
 
 KERNELS = Path(__file__).with_name("kernels")
-SOURCES = (KERNELS / "pipeline.cpp", KERNELS / "q8_decode.cpp", KERNELS / "q4_decode.cpp", KERNELS / "q4_vnni.cpp")
-HEADERS = (KERNELS / "layer_step.h", KERNELS / "q4_dot.h", KERNELS / "q4_types.h")
+SOURCES = (KERNELS / "pipeline.cpp", KERNELS / "q8_decode.cpp", KERNELS / "q4_decode.cpp", KERNELS / "q4_vnni.cpp",
+           KERNELS / "ggml_linear.cpp")
+HEADERS = (KERNELS / "layer_step.h", KERNELS / "q4_dot.h", KERNELS / "q4_types.h", KERNELS / "ggml_blocks.h")
 # AVX2 + FMA + F16C (the float16 cache; every AVX2 CPU has it) only: what fbgemm's q8 path needs
 # anyway, and the same code on every x86 machine that runs q8 or q4, so a record replays to the same bits.
 # -fopenmp: at::parallel_for is inline in ATen's headers, so without it every parallel loop here runs on
@@ -152,7 +153,8 @@ def decode_layer(mode: str = "q8") -> torch._ops.OpOverloadPacket:
     problem = load_problem()
     if problem is not None:
         raise RuntimeError(f"--weights {mode}: {problem}")
-    return torch.ops.proctor.decode_layer_q4 if mode == "q4" else torch.ops.proctor.decode_layer
+    return {"q4": torch.ops.proctor.decode_layer_q4, "gguf": torch.ops.proctor.decode_layer_ggml}.get(
+        mode, torch.ops.proctor.decode_layer)
 
 
 def main() -> int:

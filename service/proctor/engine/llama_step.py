@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from proctor.engine import fused_decode
 from proctor.engine.families import (
+    EVERY_FAMILY_KERNELS,
     LENGTH_DEPENDENT_ROPE,
     Family,
     decodes_fused,
@@ -258,7 +259,7 @@ class LlamaSlots:
                                self.heads, self.kv_heads, self.eps, *tail)
         for slot in range(rows):
             self.lengths[slot] += 1
-        if self.weights.mode == "q4":  # its final norm in the kernel library too (q8 keeps its own arithmetic)
+        if self.weights.mode in EVERY_FAMILY_KERNELS:  # final norm in the kernel library (q8: its own)
             final = torch.ops.proctor.rms_norm(h, self._kernel_final_norm, self.eps)
             return softcap(self._lm_head(final), self.family.final_softcap)
         return self._logits(h)
@@ -353,15 +354,20 @@ def _fused_arguments(layer: LayerWeights, mode: str, family: Family,
                      window: int | None) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """A layer's weights as the decode kernel of ``mode`` takes them, and its trailing arguments (built
     once: a step makes 30 of these calls): the family's extras (kernels/layer_step.h, LayerExtras)."""
-    products = (layer.qkv, layer.o, layer.gate_up, layer.down)
-    handles = [p.blocks if mode == "q4" else p.packed for p in products]  # type: ignore[attr-defined]
+    products: tuple[Any, ...] = (layer.qkv, layer.o, layer.gate_up, layer.down)
     norm = functools.partial(_kernel_norm, family=family)
-    weights = (norm(layer.in_norm), handles[0], handles[1], norm(layer.post_norm), handles[2], handles[3])
+    if mode == "gguf":  # each product as its blocks and ggml type; q, k, v (gate, up) as lists of parts
+        qkv, o, gate_up, down = products
+        weights: tuple[Any, ...] = (norm(layer.in_norm), qkv.blocks, qkv.types, o.blocks, o.ggml_type,
+                                    norm(layer.post_norm), gate_up.blocks, gate_up.types, down.blocks, down.ggml_type)
+    else:
+        handles = [p.blocks if mode == "q4" else p.packed for p in products]
+        weights = (norm(layer.in_norm), handles[0], handles[1], norm(layer.post_norm), handles[2], handles[3])
     scale = family.scale_override or 0.0  # 0: the kernel's own 1/sqrt(head_dim)
     extras = (layer.qkv_bias, norm(layer.q_norm), norm(layer.k_norm), window or 0, scale, family.attn_softcap or 0.0,
               norm(layer.attn_out_norm), norm(layer.mlp_out_norm), family.activation == "gelu_tanh",
               layer.o_bias, layer.gate_up_bias, layer.down_bias)
-    return weights, (extras if mode == "q4" else (layer.qkv.reduce_range, *extras))  # type: ignore[attr-defined]
+    return weights, (extras if mode in EVERY_FAMILY_KERNELS else (layer.qkv.reduce_range, *extras))  # type: ignore[attr-defined]
 
 
 def _kernel_norm(weight: torch.Tensor | None, family: Family) -> torch.Tensor | None:

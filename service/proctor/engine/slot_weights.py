@@ -49,10 +49,13 @@ class SlotWeights:
     final_norm: torch.Tensor
     lm_head: Linear
     layers: list[LayerWeights]
+    embed_blocks: Any = None  # gguf: the file's token_embd blocks (engine/gguf_linear.GgufLinear)
 
     def embed_rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """The embeddings of tokens ``ids`` ([N] → [N, hidden]); from the LM head's blocks when the
-        table is not kept (q4 with tied embeddings)."""
+        """The embeddings of tokens ``ids`` ([N] → [N, hidden]); from the file's blocks (gguf), or the LM
+        head's when the table is not kept (q4 with tied embeddings)."""
+        if self.embed_blocks is not None:
+            return self.embed_blocks.rows(ids)
         if self.embed.numel():
             return torch.nn.functional.embedding(ids, self.embed)
         return self.lm_head.rows(ids)  # type: ignore[attr-defined]
@@ -94,7 +97,11 @@ def slot_weights(model: Any, mode: str, calibration_ids: list[int] | None = None
         if mode == "q8" and not calibration_ids:
             raise ValueError("weights mode q8 needs calibration token ids (smoothing.CALIBRATION_TEXT)")
         with returning_freed_memory():  # resident.py: the build's peak memory
-            if mode == "q8":
+            if mode == "gguf":
+                from proctor.engine.gguf_layers import gguf_slot_weights
+
+                built.modes[mode] = gguf_slot_weights(model)
+            elif mode == "q8":
                 with paged_out_after_forward(model.model.layers):
                     peaks = input_peaks(model, calibration_ids)  # type: ignore[arg-type]
                 built.modes[mode] = _build_smoothed(model, mode, peaks)
@@ -109,6 +116,9 @@ def release_dense(model: Any) -> int:
     Only once some slot weights are built; the model cannot run its own forward afterwards."""
     built = _BUILT.get(model)
     if built is None or not built.modes or built.dense_released:
+        return 0
+    if "gguf" in built.modes:  # the model never held dense matrices (a skeleton beside the file's blocks)
+        built.dense_released = True
         return 0
     freed = 0
     embed = model.model.embed_tokens.weight

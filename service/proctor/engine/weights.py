@@ -25,6 +25,9 @@ smaller the weights the faster the step. Measured per kernel at 1, 4, 16 and 32 
   (kernels/q4_decode.cpp, q4_dot.h): fewer bytes than q8 and, since the blocks are the file's, closer
   to dense; faster than q8 at every batch size measured (bench/README.md, "Weight modes"). The CPU
   default.
+- ``gguf`` — a ``.gguf`` file served from its own blocks, whatever their types (Q4_K_M's mix, Q8_0, F16,
+  …): gguf_linear.py. The default for a ``.gguf`` model on CPU; other modes load such a file through
+  transformers, which dequantizes it to fp32 first.
 
 Not chosen for the blocks: ``_weight_int8pack_mm`` and ``_weight_int4pack_mm_for_cpu`` (fast only for
 bf16 activations with AVX-512; scalar otherwise: 10–20× slower than dense here), ``torch._int_mm`` and
@@ -69,7 +72,7 @@ def mode_problem(mode: str, device: torch.device, dtype: torch.dtype) -> str | N
         return f"--weights {mode} runs with float32 activations; use --dtype float32 (or auto)"
     if not fbgemm_available():
         return f"--weights {mode} needs fbgemm (an x86 CPU with AVX2); this machine has none"
-    if mode in ("q8", "q4"):
+    if mode in ("q8", "q4", "gguf"):
         from proctor.engine.fused_decode import load_problem
 
         problem = load_problem()

@@ -4,7 +4,8 @@
 
 * empty → the converted default model in ``settings.model_store`` (installed by ``make setup``);
 * an existing directory → a Hugging Face model directory;
-* a path ending in ``.gguf`` → a GGUF file (dequantized on load, which is slow: ~25 s for 135M);
+* a path ending in ``.gguf`` → a GGUF file: served from its own blocks (``--weights gguf``, the default on
+  CPU: models/gguf_model.py), or dequantized on load for the other modes (slow: ~25 s for 135M);
 * anything else → a Hugging Face hub id, only when the hub is allowed (``HF_HUB_OFFLINE`` unset);
   its files are fetched into the hub cache first so that it can be fingerprinted like a directory.
 
@@ -26,6 +27,7 @@ from proctor.config import Settings
 from proctor.models.default_model import default_model_path, is_installed
 from proctor.models.errors import ModelError
 from proctor.models.fingerprint import loaded_tokenizer_sha256, tokenizer_sha256, weight_files, weights_sha256
+from proctor.models.gguf_model import load_gguf_blocks
 from proctor.models.offline import hub_allowed, offline
 from proctor.models.placement import apply_threads, resolve_device, resolve_dtype, resolve_weights
 
@@ -104,7 +106,7 @@ def load_model(settings: Settings) -> LoadedModel:
     source = resolve_source(settings)
     device = resolve_device(settings.device)
     dtype = resolve_dtype(settings.dtype, device)
-    weights_mode = resolve_weights(settings.weights, device, dtype)
+    weights_mode = resolve_weights(settings.weights, device, dtype, gguf_file=source.kind == "gguf")
     apply_threads(settings.threads)
     if device.type == "cpu" and dtype == torch.float16:
         log.warning("float16 on CPU is slow and less accurate than float32; consider --dtype float32")
@@ -112,6 +114,9 @@ def load_model(settings: Settings) -> LoadedModel:
     if source.kind == "hub":
         source = ModelSource("dir", _download_snapshot(source.model_id), source.model_id)
         model, tokenizer = _load_hf(source, dtype, device)
+    elif weights_mode == "gguf":
+        with offline():
+            model, tokenizer = load_gguf_blocks(source.path)
     else:
         with offline():
             model, tokenizer = _load_hf(source, dtype, device)

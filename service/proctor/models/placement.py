@@ -60,14 +60,19 @@ def apply_threads(threads: int) -> None:
     torch.set_num_threads(threads if threads > 0 else cpu_budget())
 
 
-def resolve_weights(name: str, device: torch.device, dtype: torch.dtype) -> str:
-    """``auto`` → the first of ``CPU_PREFERENCE`` that can run here (a CPU with fbgemm, fp32 activations,
-    and for q4 and q8 the compiled kernels), else dense (the order measured: bench/weights.py)."""
+def resolve_weights(name: str, device: torch.device, dtype: torch.dtype, gguf_file: bool = False) -> str:
+    """``auto`` → for a ``.gguf`` file its own blocks (gguf), else the first of ``CPU_PREFERENCE`` that can
+    run here (a CPU with fbgemm, fp32 activations, and for q4 and q8 the compiled kernels), else dense (the
+    order measured: bench/weights.py)."""
     from proctor.engine.weights import CPU_PREFERENCE, mode_problem
 
     name = (name or "auto").strip().lower()
+    if name == "gguf" and not gguf_file:
+        raise ModelError("--weights gguf serves a .gguf file's own blocks; pass --model FILE.gguf "
+                         "(or another --weights mode)")
     if name == "auto":
-        return next((mode for mode in CPU_PREFERENCE if mode_problem(mode, device, dtype) is None), "dense")
+        preference = ("gguf", *CPU_PREFERENCE) if gguf_file else CPU_PREFERENCE
+        return next((mode for mode in preference if mode_problem(mode, device, dtype) is None), "dense")
     problem = mode_problem(name, device, dtype)
     if problem is not None:
         raise ModelError(problem)

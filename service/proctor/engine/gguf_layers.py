@@ -1,0 +1,92 @@
+"""The slot forward's weights from a GGUF file's own blocks (``--weights gguf``), by llama.cpp's tensor names.
+
+convert_hf_to_gguf writes transformers' weights under names of its own, and changes two things that are
+undone here as transformers' GGUF loader undoes them: Llama's q/k rows are permuted so rotary pairs are
+adjacent (undone on whole block rows: models/gguf_file.unpermute_rows), and Gemma's norm weights are
+stored as ``1 + w`` (kept here as ``w``; the family's norm adds the 1, as for a transformers model).
+The matrices stay in the file's memory map; only the norms and biases are copied out.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from proctor.engine.families import Family, describe
+from proctor.engine.gguf_linear import GgufStack
+from proctor.engine.slot_weights import LayerWeights, SlotWeights
+from proctor.models.gguf_file import GgufFile
+
+# The GGUF architectures whose q/k rows convert_hf_to_gguf permutes (its LlamaModel: Llama and Mistral).
+PERMUTED_ARCHITECTURES = ("llama",)
+
+_FILES: weakref.WeakKeyDictionary[Any, GgufFile] = weakref.WeakKeyDictionary()
+
+
+def attach(model: Any, file: GgufFile) -> None:
+    """Record that ``model`` (a skeleton without matrices) is served from ``file``'s blocks."""
+    _FILES[model] = file
+
+
+def attached(model: Any) -> GgufFile | None:
+    return _FILES.get(model)
+
+
+def gguf_slot_weights(model: Any) -> SlotWeights:
+    file = _FILES.get(model)
+    if file is None:
+        raise ValueError("--weights gguf serves a .gguf file's own blocks; this model was not loaded from one "
+                         "(pass --model FILE.gguf, or another --weights mode)")
+    family = describe(model.config)
+    permuted = file.architecture in PERMUTED_ARCHITECTURES
+    layers = [_layer(file, f"blk.{index}.", family, permuted) for index in range(model.config.num_hidden_layers)]
+    embed = file.matrix("token_embd.weight")
+    lm_head = file.matrix("output.weight") if file.has("output.weight") else embed
+    return SlotWeights(mode="gguf", embed=torch.empty(0), final_norm=_norm(file, "output_norm.weight", family),
+                       lm_head=lm_head, layers=layers, embed_blocks=embed)
+
+
+def _layer(file: GgufFile, prefix: str, family: Family, permuted: bool) -> LayerWeights:
+    def optional(name: str, heads: int | None = None) -> torch.Tensor | None:
+        return file.vector(prefix + name, heads) if file.has(prefix + name) else None
+
+    def norm(name: str) -> torch.Tensor | None:
+        return _norm(file, prefix + name, family) if file.has(prefix + name) else None
+
+    q_heads, k_heads = (family.heads, family.kv_heads) if permuted else (None, None)
+    if file.has(prefix + "attn_qkv.weight"):  # Phi-3: one fused matrix
+        qkv = GgufStack([file.matrix(prefix + "attn_qkv.weight")])
+        qkv_bias = optional("attn_qkv.bias")
+    else:
+        qkv = GgufStack([file.matrix(prefix + "attn_q.weight", q_heads), file.matrix(prefix + "attn_k.weight", k_heads),
+                         file.matrix(prefix + "attn_v.weight")])
+        biases = [optional("attn_q.bias", q_heads), optional("attn_k.bias", k_heads), optional("attn_v.bias")]
+        qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None  # type: ignore[misc]
+    if file.has(prefix + "ffn_gate.weight"):
+        gate_up = GgufStack([file.matrix(prefix + "ffn_gate.weight"), file.matrix(prefix + "ffn_up.weight")])
+        gate_up_bias = (torch.cat([file.vector(prefix + "ffn_gate.bias"), file.vector(prefix + "ffn_up.bias")])
+                        if file.has(prefix + "ffn_gate.bias") else None)
+    else:  # Phi-3: ffn_up holds gate and up, fused
+        gate_up = GgufStack([file.matrix(prefix + "ffn_up.weight")])
+        gate_up_bias = optional("ffn_up.bias")
+    in_norm, post_norm = norm("attn_norm.weight"), norm("ffn_norm.weight")
+    assert in_norm is not None and post_norm is not None, f"{prefix}attn_norm / ffn_norm missing"
+    return LayerWeights(
+        in_norm=in_norm, qkv=qkv, qkv_bias=qkv_bias,
+        o=file.matrix(prefix + "attn_output.weight"), o_bias=optional("attn_output.bias"),
+        post_norm=post_norm, gate_up=gate_up, gate_up_bias=gate_up_bias,
+        down=file.matrix(prefix + "ffn_down.weight"), down_bias=optional("ffn_down.bias"),
+        q_norm=norm("attn_q_norm.weight") if family.qk_norm else None,
+        k_norm=norm("attn_k_norm.weight") if family.qk_norm else None,
+        attn_out_norm=norm("post_attention_norm.weight") if family.sandwich else None,
+        mlp_out_norm=norm("post_ffw_norm.weight") if family.sandwich else None,
+    )
+
+
+def _norm(file: GgufFile, name: str, family: Family) -> torch.Tensor:
+    """A norm weight as transformers holds it: Gemma's file stores ``1 + w``."""
+    weight = file.vector(name)
+    return weight - family.norm_offset if family.norm_offset else weight
+

@@ -1,0 +1,230 @@
+// GGUF's block types as llama.cpp stores them (ggml-common.h), unpacked for the integer products of
+// ggml_linear.cpp, and the activations quantized per block as llama.cpp quantizes them for each type
+// (its vec_dot_type): Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants, float16 for
+// F16, bfloat16 for BF16. A block's product is an exact integer sum of codes times codes, scaled in
+// float in one fixed order, so a row's result is the same bits alone or in any batch, on any thread.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace proctor_ggml {
+
+// ggml_type numbers (ggml.h).
+enum Type : int64_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30,
+};
+
+// What the activations are quantized to for a weight of each type.
+enum class Activation { q8_0, q8_1, q8_k, f16, bf16, f32 };
+
+struct Layout {
+  int64_t elements;  // weights per block
+  int64_t bytes;     // bytes per block
+  Activation activation;
+};
+
+inline bool layout_of(int64_t type, Layout& out) {
+  switch (type) {
+    case F32: out = {1, 4, Activation::f32}; return true;
+    case F16: out = {1, 2, Activation::f16}; return true;
+    case BF16: out = {1, 2, Activation::bf16}; return true;
+    case Q4_0: out = {32, 18, Activation::q8_0}; return true;
+    case Q4_1: out = {32, 20, Activation::q8_1}; return true;
+    case Q5_0: out = {32, 22, Activation::q8_0}; return true;
+    case Q5_1: out = {32, 24, Activation::q8_1}; return true;
+    case Q8_0: out = {32, 34, Activation::q8_0}; return true;
+    case Q4_K: out = {256, 144, Activation::q8_k}; return true;
+    case Q5_K: out = {256, 176, Activation::q8_k}; return true;
+    case Q6_K: out = {256, 210, Activation::q8_k}; return true;
+    default: return false;
+  }
+}
+
+inline float half_at(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return _cvtsh_ss(bits);
+}
+
+inline uint16_t half_bits(float value) { return _cvtss_sh(value, _MM_FROUND_TO_NEAREST_INT); }
+
+inline float bf16_value(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, 4);
+  return f;
+}
+
+// ggml's GGML_FP32_TO_BF16: round to nearest even (a NaN stays a quiet NaN).
+inline uint16_t bf16_bits(float value) {
+  uint32_t u;
+  std::memcpy(&u, &value, 4);
+  if ((u & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((u >> 16) | 64);
+  return static_cast<uint16_t>((u + (0x7fff + ((u >> 16) & 1))) >> 16);
+}
+
+// A 32-input block of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 row: its codes as int8 (signed types already offset:
+// Q4_0 q - 8, Q5_0 q - 16), the scale d and (Q4_1/Q5_1) the minimum m: w = d·code + m.
+struct SmallBlock {
+  alignas(32) int8_t codes[32];
+  float d;
+  float m;
+};
+
+inline void unpack_small(int64_t type, const uint8_t* block, SmallBlock& out) {
+  out.d = half_at(block);
+  out.m = 0.f;
+  if (type == Q8_0) {
+    std::memcpy(out.codes, block + 2, 32);
+    return;
+  }
+  const bool has_min = type == Q4_1 || type == Q5_1, five = type == Q5_0 || type == Q5_1;
+  if (has_min) out.m = half_at(block + 2);
+  const uint8_t* qh = block + (has_min ? 4 : 2);
+  const uint8_t* qs = five ? qh + 4 : qh;
+  uint32_t high = 0;
+  if (five) std::memcpy(&high, qh, 4);
+  const int offset = has_min ? 0 : (five ? 16 : 8);
+  for (int j = 0; j < 16; ++j) {  // element j in the low nibble of byte j, element j + 16 in its high nibble
+    int lo = qs[j] & 0x0F, hi = qs[j] >> 4;
+    if (five) {
+      lo |= ((high >> j) & 1) << 4;
+      hi |= ((high >> (j + 16)) & 1) << 4;
+    }
+    out.codes[j] = static_cast<int8_t>(lo - offset);
+    out.codes[j + 16] = static_cast<int8_t>(hi - offset);
+  }
+}
+
+// A 256-input K-quant block: unsigned codes (Q4_K 0..15, Q5_K 0..31, Q6_K q + 32 in 0..63), a scale
+// per 16 inputs (Q4_K/Q5_K: each 32-input scale twice) and, for Q4_K/Q5_K, a minimum per 32 inputs:
+// w = d·scale·code − dmin·min (Q6_K: d·scale·(code − 32)).
+struct KBlock {
+  alignas(32) uint8_t codes[256];
+  alignas(32) int16_t scales[16];
+  int16_t mins[8];
+  float d;
+  float dmin;
+};
+
+// ggml's get_scale_min_k4: the 6-bit scale and minimum of sub-block j from the 12 packed bytes.
+inline void scale_min_k4(int j, const uint8_t* q, int& scale, int& minimum) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    minimum = q[j + 4] & 63;
+  } else {
+    scale = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    minimum = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+inline void unpack_k(int64_t type, const uint8_t* block, KBlock& out) {
+  if (type == Q6_K) {  // ql[128], qh[64], int8 scales[16], d
+    const uint8_t* ql = block;
+    const uint8_t* qh = block + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(block + 192);
+    out.d = half_at(block + 208);
+    out.dmin = 0.f;
+    for (int i = 0; i < 16; ++i) out.scales[i] = sc[i];
+    for (int n = 0; n < 2; ++n) {
+      uint8_t* y = out.codes + 128 * n;
+      const uint8_t* l = ql + 64 * n;
+      const uint8_t* h = qh + 32 * n;
+      for (int i = 0; i < 32; ++i) {
+        y[i] = static_cast<uint8_t>((l[i] & 0x0F) | (((h[i] >> 0) & 3) << 4));
+        y[i + 32] = static_cast<uint8_t>((l[i + 32] & 0x0F) | (((h[i] >> 2) & 3) << 4));
+        y[i + 64] = static_cast<uint8_t>((l[i] >> 4) | (((h[i] >> 4) & 3) << 4));
+        y[i + 96] = static_cast<uint8_t>((l[i + 32] >> 4) | (((h[i] >> 6) & 3) << 4));
+      }
+    }
+    return;
+  }
+  // Q4_K: d, dmin, scales[12], qs[128]; Q5_K: the same with qh[32] before qs.
+  out.d = half_at(block);
+  out.dmin = half_at(block + 2);
+  const uint8_t* packed = block + 4;
+  const bool five = type == Q5_K;
+  const uint8_t* qh = block + 16;
+  const uint8_t* qs = five ? block + 48 : block + 16;
+  for (int j = 0; j < 8; ++j) {
+    int scale, minimum;
+    scale_min_k4(j, packed, scale, minimum);
+    out.scales[2 * j] = out.scales[2 * j + 1] = static_cast<int16_t>(scale);
+    out.mins[j] = static_cast<int16_t>(minimum);
+  }
+  for (int c = 0; c < 4; ++c) {  // 64 inputs: 32 low nibbles, then the same bytes' 32 high nibbles
+    const uint8_t* q = qs + 32 * c;
+    uint8_t* y = out.codes + 64 * c;
+    for (int i = 0; i < 32; ++i) {
+      int lo = q[i] & 0x0F, hi = q[i] >> 4;
+      if (five) {
+        lo |= ((qh[i] >> (2 * c)) & 1) << 4;
+        hi |= ((qh[i] >> (2 * c + 1)) & 1) << 4;
+      }
+      y[i] = static_cast<uint8_t>(lo);
+      y[i + 32] = static_cast<uint8_t>(hi);
+    }
+  }
+}
+
+// Round to nearest, ties to even (llama.cpp's nearest_int and its SIMD quantizers).
+inline int nearest(float x) { return static_cast<int>(std::nearbyint(x)); }
+
+// One row of activations in the type a weight's blocks take (k inputs).
+struct ActivationRow {
+  // q8_0 / q8_1: per 32 inputs; q8_k: per 256.
+  int8_t* codes;
+  float* d;         // the scale per block (q8_0/q8_1: float16-rounded, as llama.cpp stores it)
+  float* s;         // q8_1: d·Σcodes per block (float16-rounded)
+  int16_t* bsums;   // q8_k: Σcodes per 16 inputs
+  float* values;    // f16 / bf16 / f32: the rounded activations as float
+};
+
+inline void quantize_q8_0(const float* x, int64_t k, ActivationRow& row, bool with_sum) {
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const float* v = x + 32 * b;
+    float peak = 0.f;
+    for (int i = 0; i < 32; ++i) peak = std::fmax(peak, std::fabs(v[i]));
+    const float d = peak / 127.f, inverse = d != 0.f ? 1.f / d : 0.f;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const int q = nearest(v[i] * inverse);
+      row.codes[32 * b + i] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    row.d[b] = _cvtsh_ss(half_bits(d));
+    if (with_sum) row.s[b] = _cvtsh_ss(half_bits(static_cast<float>(sum) * d));
+  }
+}
+
+// ggml's quantize_row_q8_K_ref: scale −127/max by the largest magnitude's signed value, codes capped at 127.
+inline void quantize_q8_k(const float* x, int64_t k, ActivationRow& row) {
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const float* v = x + 256 * b;
+    int8_t* q = row.codes + 256 * b;
+    float peak = 0.f, signed_peak = 0.f;
+    for (int i = 0; i < 256; ++i) {
+      if (std::fabs(v[i]) > peak) peak = std::fabs(v[i]), signed_peak = v[i];
+    }
+    if (peak == 0.f) {
+      row.d[b] = 0.f;
+      std::memset(q, 0, 256);
+      for (int j = 0; j < 16; ++j) row.bsums[16 * b + j] = 0;
+      continue;
+    }
+    const float iscale = -127.f / signed_peak;
+    for (int i = 0; i < 256; ++i) q[i] = static_cast<int8_t>(std::min(127, nearest(iscale * v[i])));
+    for (int j = 0; j < 16; ++j) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += q[16 * j + i];
+      row.bsums[16 * b + j] = static_cast<int16_t>(sum);
+    }
+    row.d[b] = 1.f / iscale;
+  }
+}
+
+}  // namespace proctor_ggml

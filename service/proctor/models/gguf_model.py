@@ -1,0 +1,62 @@
+"""A ``.gguf`` model loaded for ``--weights gguf``: everything from the file itself, no fp32 copy.
+
+- The config from the ``general.*``/``<arch>.*`` metadata, the tokenizer from ``tokenizer.ggml.*`` and its
+  chat template from ``tokenizer.chat_template``: transformers' own GGUF readers (the ones
+  ``from_pretrained(gguf_file=...)`` uses), without its dequantization of every tensor.
+- The model is transformers' class for that config built on the meta device: a skeleton that holds the
+  config, the generation config and real rotary tables, but no weights. The slot forward reads the file's
+  blocks (engine/gguf_layers.py), so load time and resident memory track the file size.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from proctor.models.errors import ModelError
+from proctor.models.gguf_file import GgufFile, one_reader
+
+log = logging.getLogger("proctor.models")
+
+
+def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any]:
+    """The model skeleton (served from ``path``'s blocks) and its tokenizer."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from proctor.engine.gguf_layers import attach
+
+    started = time.perf_counter()
+    path = path.resolve()
+    location, name = str(path.parent), path.name
+    with one_reader(path):
+        file = GgufFile(path)  # refuses a block type with no kernel, naming it
+        try:
+            config = AutoConfig.from_pretrained(location, gguf_file=name, local_files_only=True)
+            tokenizer = AutoTokenizer.from_pretrained(location, gguf_file=name, clean_up_tokenization_spaces=False,
+                                                      local_files_only=True)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ModelError(f"could not read the model described in {path.name} (GGUF architecture "
+                             f"{file.architecture!r}): {exc}") from exc
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    _rebuild_rotary(model)
+    model.eval()
+    model.requires_grad_(False)
+    attach(model, file)
+    types = ", ".join(f"{count} {kind}" for kind, count in sorted(file.block_types().items()))
+    log.info("GGUF %s: architecture %s (%s), matrices %s, served from the file's blocks (read in %.1f s)",
+             path.name, file.architecture, config.model_type, types, time.perf_counter() - started)
+    return model, tokenizer
+
+
+def _rebuild_rotary(model: torch.nn.Module) -> None:
+    """The rotary modules again, on the CPU: built on the meta device their frequency tables hold nothing."""
+    for name, module in list(model.named_modules()):
+        if type(module).__name__.endswith("RotaryEmbedding"):
+            parent_name, _, attribute = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, attribute, type(module)(config=module.config))  # type: ignore[call-arg]
