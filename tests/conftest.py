@@ -44,6 +44,17 @@ def default_model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def default_gguf() -> Path:
+    """The default model's GGUF as the setup extracted it (its tokenizer metadata serves the tiny GGUFs)."""
+    from proctor.models.default_model import GGUF_NAME
+
+    path = default_model_store() / "gguf" / GGUF_NAME
+    if not path.is_file():
+        missing(f"the default model's GGUF is not at {path}; run `make setup`")
+    return path
+
+
+@pytest.fixture(scope="session")
 def tokenizer(default_model_dir: Path):  # type: ignore[no-untyped-def]
     from transformers import AutoTokenizer
 

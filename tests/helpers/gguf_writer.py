@@ -9,10 +9,12 @@ F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1); norms and biases as F32, as the c
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 ARCHITECTURES = {"llama": "LLAMA", "mistral": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3", "gemma2": "GEMMA2",
                  "gemma3_text": "GEMMA3", "phi3": "PHI3"}
@@ -53,6 +55,7 @@ def write_gguf(model: Any, tokenizer_gguf: Path, out: Path, matrix_type: str = "
     writer.add_rope_dimension_count(int(head_dim * fraction))
     if getattr(config, "sliding_window", None):
         writer.add_sliding_window(int(config.sliding_window))
+    _write_rope(writer, model, rope, head_dim)
     if kind == "gemma2":
         writer.add_attn_logit_softcapping(float(config.attn_logit_softcapping))
         writer.add_final_logit_softcapping(float(config.final_logit_softcapping))
@@ -70,7 +73,7 @@ def write_gguf(model: Any, tokenizer_gguf: Path, out: Path, matrix_type: str = "
         if kind in GEMMA and name.endswith("norm.weight"):
             values = values + 1.0
         if values.ndim == 2 and quant != gguf.GGMLQuantizationType.F32:
-            writer.add_tensor(name, gguf.quants.quantize(values, quant), raw_shape=values.shape, raw_dtype=quant)
+            writer.add_tensor(name, gguf.quants.quantize(values, quant), raw_dtype=quant)
         else:
             writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float32))
     writer.write_header_to_file()
@@ -78,6 +81,40 @@ def write_gguf(model: Any, tokenizer_gguf: Path, out: Path, matrix_type: str = "
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+
+def _write_rope(writer: Any, model: Any, rope: dict[str, Any], head_dim: int) -> None:
+    """Rope scaling as convert_hf_to_gguf writes it: keys for linear and yarn, Llama 3's frequency
+    divisors as the ``rope_freqs`` tensor, Phi-3's longrope factors as tensors."""
+    import gguf
+
+    kind = rope.get("rope_type", "default")
+    if kind in ("linear", "yarn"):
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR if kind == "linear" else gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(float(rope["factor"]))
+        if rope.get("original_max_position_embeddings"):
+            writer.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
+    elif kind == "llama3":
+        base, factor = float(rope["rope_theta"]), float(rope["factor"])
+        low, high = float(rope["low_freq_factor"]), float(rope["high_freq_factor"])
+        old = float(rope["original_max_position_embeddings"])
+        freqs = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        factors = []
+        for freq in freqs.tolist():
+            wavelen = 2 * math.pi / freq
+            if wavelen < old / high:
+                factors.append(1.0)
+            elif wavelen > old / low:
+                factors.append(factor)
+            else:
+                smooth = (old / wavelen - low) / (high - low)
+                factors.append(1 / ((1 - smooth) / factor + smooth))
+        writer.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
+    elif kind == "longrope":
+        writer.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], dtype=np.float32))
+        writer.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32))
+        writer.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
 
 
 def write_raw_tensor_gguf(tokenizer_gguf: Path, out: Path, ggml_type: int, shape: tuple[int, int]) -> Path:
@@ -89,7 +126,7 @@ def write_raw_tensor_gguf(tokenizer_gguf: Path, out: Path, ggml_type: int, shape
     kind = gguf.GGMLQuantizationType(ggml_type)
     per_block, block_bytes = gguf.GGML_QUANT_SIZES[kind]
     raw = np.random.default_rng(0).integers(0, 256, (shape[0], shape[1] // per_block * block_bytes), dtype=np.uint8)
-    writer.add_tensor("blk.0.attn_q.weight", raw, raw_shape=shape, raw_dtype=kind)
+    writer.add_tensor("blk.0.attn_q.weight", raw, raw_dtype=kind)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

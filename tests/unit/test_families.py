@@ -56,9 +56,9 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
 }
 
 
-def build(name: str) -> Any:
+def build(name: str, **overrides: Any) -> Any:
     config_class, model_class, extra = FAMILIES[name]
-    config = getattr(transformers, config_class)(**{**BASE, **extra})
+    config = getattr(transformers, config_class)(**{**BASE, **extra, **overrides})
     torch.manual_seed(sum(map(ord, name)))
     model = getattr(transformers, model_class)(config).eval()
     offset = describe(model.config).norm_offset

@@ -1,6 +1,7 @@
 """A ``.gguf`` model loaded for ``--weights gguf``: everything from the file itself, no fp32 copy.
 
-- The config from the ``general.*``/``<arch>.*`` metadata, the tokenizer from ``tokenizer.ggml.*`` and its
+- The config from the ``general.*``/``<arch>.*`` metadata (what transformers' reader drops put back:
+  models/gguf_config.py), the tokenizer from ``tokenizer.ggml.*`` and its
   chat template from ``tokenizer.chat_template``: transformers' own GGUF readers (the ones
   ``from_pretrained(gguf_file=...)`` uses), without its dequantization of every tensor.
 - The model is transformers' class for that config built on the meta device: a skeleton that holds the
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 
 from proctor.models.errors import ModelError
+from proctor.models.gguf_config import apply_rope_freqs, complete_config
 from proctor.models.gguf_file import GgufFile, one_reader
 
 log = logging.getLogger("proctor.models")
@@ -41,9 +43,11 @@ def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any]:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ModelError(f"could not read the model described in {path.name} (GGUF architecture "
                              f"{file.architecture!r}): {exc}") from exc
+    complete_config(config, file)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
     _rebuild_rotary(model)
+    apply_rope_freqs(model, file)
     model.eval()
     model.requires_grad_(False)
     attach(model, file)

@@ -1,0 +1,130 @@
+"""A .gguf file of each family served from its own blocks (``--weights gguf``), against transformers.
+
+Each family's tiny random-weight model (test_families.build: norms and biases randomised) is written as
+llama.cpp's convert_hf_to_gguf writes it (helpers/gguf_writer.py: its tensor names, Llama's permuted q/k
+rows, Gemma's ``1 + w`` norms, rope scaling as keys or tensors), with float32 matrices so the file holds
+exactly the model's weights. Loaded from the file's metadata alone (models/gguf_model.py), the slot
+forward must give transformers' logits at every prompt position (1e-4; the float16 KV cache of the decode
+kernel: 5e-3), and a row the same bits alone and in a batch of rows of mixed lengths.
+
+What a GGUF cannot carry (models/gguf_config.py) is left out of the cases: dynamic rope, Mistral's and
+Qwen2's windows, a Gemma ``query_pre_attn_scalar`` other than its head size, Gemma 3's local rope base
+other than llama.cpp's 10000.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from helpers.gguf_writer import tiny_loaded_from_gguf, write_gguf, write_raw_tensor_gguf
+from helpers.requirements import missing
+from test_families import build
+
+from proctor.engine import fused_decode
+from proctor.engine.families import describe, runner_problem
+from proctor.engine.llama_step import LlamaSlots
+from proctor.models.errors import ModelError
+from proctor.models.gguf_file import GgufFile
+from proctor.models.placement import resolve_weights
+
+CASES: dict[str, dict[str, Any]] = {
+    "llama": {}, "llama-biases": {}, "llama-llama3-rope": {}, "llama-linear-rope": {}, "llama-yarn-rope": {},
+    "qwen2": {}, "qwen3": {}, "gemma2": {"query_pre_attn_scalar": 16},
+    "gemma3": {"num_hidden_layers": 6, "layer_types": None, "rope_local_base_freq": 10000.0},
+    "phi3": {}, "phi3-longrope": {},
+}
+PROMPT = 200  # past every window (16), below the longrope switch (256)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel_ready() -> None:
+    problem = fused_decode.load_problem()
+    if problem is not None:
+        missing(f"the decode kernels: {problem}")
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def served(request: pytest.FixtureRequest, default_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+           ) -> tuple[str, Any, Any]:
+    name = request.param
+    model = build(name, **CASES[name])
+    path = write_gguf(model, default_gguf, tmp_path_factory.mktemp("gguf") / f"{name}.gguf")
+    return name, model, tiny_loaded_from_gguf(path)
+
+
+def prompt(seed: int, length: int = PROMPT) -> list[int]:
+    return torch.randint(0, 1000, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def test_the_file_describes_the_same_family(served: tuple[str, Any, Any]) -> None:
+    name, model, skeleton = served
+    original, loaded = describe(model.config), describe(skeleton.config)
+    differing = {field for field in original.__dataclass_fields__ if getattr(original, field) != getattr(loaded, field)}
+    # GGUF stores eps as float32; Llama 3's rope comes back as its frequency divisors (the same tables)
+    assert differing <= {"eps", "rope_type", "rope_original_length"}, (name, differing)
+
+
+def test_logits_are_transformers_logits(served: tuple[str, Any, Any]) -> None:
+    name, model, skeleton = served
+    ids = prompt(1)
+    with torch.inference_mode():
+        reference = model(torch.tensor([ids])).logits[0].float()
+        slots = LlamaSlots(skeleton, 1, torch.device("cpu"), "gguf")
+        logits = slots.prefill(0, ids, every_position=True)
+        following = int(reference[-1].argmax())
+        reference_next = model(torch.tensor([[*ids, following]])).logits[0, -1].float()
+        decoded = slots.decode([following])[0]
+    assert (logits - reference).abs().max() < 1e-4, name
+    assert (decoded - reference_next).abs().max() < 5e-3, name
+
+
+def test_a_row_is_the_same_bits_alone_and_in_a_batch(served: tuple[str, Any, Any]) -> None:
+    name, _, skeleton = served
+    prompts = [prompt(2, 30), prompt(3, 90), prompt(4, 7)]
+    with torch.inference_mode():
+        alone = []
+        for ids in prompts:
+            solo = LlamaSlots(skeleton, 1, torch.device("cpu"), "gguf")
+            first = solo.prefill(0, ids)
+            alone.append(torch.cat([first, solo.decode([5]), solo.decode([9])]))
+        batch = LlamaSlots(skeleton, len(prompts), torch.device("cpu"), "gguf")
+        firsts = torch.cat([batch.prefill(i, ids) for i, ids in enumerate(prompts)])
+        second, third = batch.decode([5] * len(prompts)), batch.decode([9] * len(prompts))
+    for index in range(len(prompts)):
+        together = torch.stack([firsts[index], second[index], third[index]])
+        assert torch.equal(alone[index], together), (name, index)
+
+
+def test_quantized_blocks_stay_close_to_the_model(default_gguf: Path, tmp_path: Path) -> None:
+    model = build("qwen3")
+    with torch.inference_mode():
+        reference = model(torch.tensor([prompt(5, 40)])).logits[0, -1].float()
+        for matrix_type, tolerance in (("F16", 0.01), ("Q8_0", 0.1), ("Q5_1", 0.5)):
+            skeleton = tiny_loaded_from_gguf(write_gguf(model, default_gguf, tmp_path / f"{matrix_type}.gguf",
+                                                        matrix_type))
+            got = LlamaSlots(skeleton, 1, torch.device("cpu"), "gguf").prefill(0, prompt(5, 40))[0]
+            assert (got - reference).abs().max() < tolerance * reference.abs().max(), matrix_type
+
+
+def test_a_block_type_without_a_kernel_is_refused_by_name(default_gguf: Path, tmp_path: Path) -> None:
+    path = write_raw_tensor_gguf(default_gguf, tmp_path / "q2k.gguf", 10, (256, 256))  # Q2_K
+    with pytest.raises(ModelError, match=r"Q2_K \(e\.g\. blk\.0\.attn_q\.weight\).*no kernel here"):
+        GgufFile(path)
+
+
+def test_an_architecture_the_slot_forward_lacks_is_a_start_up_error_on_gguf() -> None:
+    import transformers
+
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=64, n_head=2))
+    problem = runner_problem(model, "gguf")
+    assert problem is not None and "'gpt2'" in problem and "slot forward only" in problem
+
+
+def test_gguf_weights_need_a_gguf_file() -> None:
+    with pytest.raises(ModelError, match=r"pass --model FILE\.gguf"):
+        resolve_weights("gguf", torch.device("cpu"), torch.float32, gguf_file=False)
+    assert resolve_weights("auto", torch.device("cpu"), torch.float32, gguf_file=True) == "gguf"
