@@ -7,17 +7,14 @@ quantized with that tree's ``llama-quantize``. The tokenizer is the default mode
 converter pads the vocabulary to the rung's size, so the LM head and logits have the real width). Files
 are cached by config hash under the temp dir and never rebuilt.
 
-Per rung and type: the decode tokens/s at 1 and 16 streams (Proctor: the slot forward's decode step, LM
-head included, median of steady steps after a 32-token prompt; llama.cpp: ``llama-batched-bench`` with
-32-token prompts and 32 generated), the load time and peak RSS against the file size, and the 1-stream
-step time against the bytes a step reads (the memory roofline).
+Per rung and type, from bench/peer.py run on the rung's file (llama-server and ``proctor serve`` one at a
+time, the same prompts, closed-loop streams): tokens/s at 1 and 16 streams, plain and with a JSON schema,
+TTFT p50, each server's peak RSS against the file size plus a KV cache for 16 × 512 tokens, and the time
+until each was ready. Beside them the slot forward's own decode step at one stream (LM head included,
+median of steady steps) against the bytes of weights it reads: the memory roofline (~24 GB/s here).
 
     python bench/ladder.py [--rungs qwen2.5-0.5b,llama-3.2-1b] [--types Q4_K_M,Q8_0] [--steps 24]
 
-Status (2026-12-03): not yet producing figures. The random rungs build, but this tree's converter refuses
-the stand-in tokenizer: its BPE pre-tokenizer hash (chkhsh a70b913f…) is not in get_vocab_base_pre, since
-the default tokenizer as transformers re-saves it is not byte-identical to HuggingFaceTB's. Next: ship
-the original SmolLM tokenizer files, or a registry tokenizer the converter knows.
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import resource
 import shutil
 import statistics
@@ -63,6 +59,25 @@ RUNGS: dict[str, dict[str, Any]] = {  # the real models' shapes (their config.js
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
 }
 PROMPT, STREAMS = 32, (1, 16)
+# convert_hf_to_gguf.py as is, but for the stand-in tokenizer: the converter names a BPE pre-tokenizer by
+# the hash of its encoding of a test text, and the default model's tokenizer as transformers re-saves it
+# hashes differently from HuggingFaceTB's original files; it is SmolLM's BPE, so it is named "smollm".
+CONVERT = """
+import runpy, sys
+tree = sys.argv.pop(1)
+sys.path.insert(0, tree)
+sys.path.insert(1, tree + "/gguf-py")
+from conversion import base
+known = base.TextModel.get_vocab_base_pre
+def stand_in(self, tokenizer):
+    try:
+        return known(self, tokenizer)
+    except NotImplementedError:
+        return "smollm"
+base.TextModel.get_vocab_base_pre = stand_in
+sys.argv[0] = tree + "/convert_hf_to_gguf.py"
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 
 def say(message: str) -> None:
@@ -83,7 +98,7 @@ def rung_file(name: str, kind: str) -> Path:
         if not (hf / "config.json").is_file():
             _random_model(config, hf)
         say(f"{name}: converting to F16 with convert_hf_to_gguf.py")
-        _run([sys.executable, str(CACHE / SOURCE_DIR / "convert_hf_to_gguf.py"), str(hf), "--outtype", "f16",
+        _run([sys.executable, "-c", CONVERT, str(CACHE / SOURCE_DIR), str(hf), "--outtype", "f16",
               "--outfile", str(f16)])
         shutil.rmtree(hf)
     if kind != "F16":
@@ -166,17 +181,30 @@ def _measure_here(path: Path, steps: int) -> None:
     print(json.dumps(figures))
 
 
-def measure_llama(path: Path) -> dict[str, float]:
-    """llama-batched-bench on the same file: decode tokens/s at 1 and 16 parallel sequences."""
-    out = _run([str(_binary("llama-batched-bench")), "-m", str(path), "-c", "4096", "-b", "2048", "-ub", "512",
-                "-npp", str(PROMPT), "-ntg", "32", "-npl", ",".join(map(str, STREAMS)), "-t", str(os.cpu_count() or 2),
-                "--output-format", "jsonl"])
-    figures: dict[str, float] = {}
-    for line in out.splitlines():
-        if line.startswith("{"):
-            row = json.loads(line)
-            figures[f"tokens_s_{row['pl']}"] = float(row["speed_tg"])
+def measure_servers(path: Path, new_tokens: int) -> dict[str, Any]:
+    """bench/peer.py on this file: llama-server and ``proctor serve`` one at a time, plain and JSON."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        _run([sys.executable, str(ROOT / "bench" / "peer.py"), "--gguf", str(path), "--streams",
+              ",".join(map(str, STREAMS)), "--modes", "plain,json", "--rounds", "1", "--new-tokens", str(new_tokens),
+              "--llama-bench-args", "none", "--json", out.name])
+        report = json.loads(Path(out.name).read_text())
+    figures: dict[str, Any] = {}
+    for cell in report["cells"]:
+        key = f"{cell['server']}_{cell['mode']}_{cell['streams']}"
+        figures[key] = cell["tokens_per_s"]
+        figures[key + "_ttft_ms"] = statistics.median(cell["ttft_s"]) * 1e3 if cell["ttft_s"] else float("nan")
+        figures[key + "_valid"] = f"{cell['valid']}/{cell['checked']}" if cell["checked"] else ""
+    for life in report["lives"]:
+        figures[f"{life['server']}_ready_s"] = life["ready_s"]
+        figures[f"{life['server']}_rss_mb"] = life["hwm_mb"]
     return figures
+
+
+def kv_cache_mb(config: dict[str, Any], tokens: int) -> float:
+    """float16 keys and values for ``tokens`` positions (what the servers hold for the bench's streams)."""
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    return config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * head_dim * 2 * tokens / 1e6
 
 
 def main() -> int:
@@ -184,23 +212,35 @@ def main() -> int:
     parser.add_argument("--rungs", default="qwen2.5-0.5b")
     parser.add_argument("--types", default="Q4_K_M,Q8_0")
     parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         _measure_here(Path(args.measure), args.steps)
         return 0
-    rows = ["| rung | type | file MB | Proctor load s | peak RSS MB | Proctor tok/s 1 / 16 | llama.cpp tok/s 1 / 16 "
-            "| ratio 1 / 16 | 1-stream GB/s read |", "|" + "---|" * 9]
+    rows = ["| rung | type | file MB | tok/s 1 stream: Proctor / llama (×) | 16 streams (×) | JSON ÷ plain 1 / 16 "
+            "| TTFT p50 ms P / L | peak RSS MB P / L (file + KV) | ready s P / L | step ms at 1 (GB/s) |",
+            "|" + "---|" * 10]
     for name in args.rungs.split(","):
         for kind in args.types.split(","):
             path = rung_file(name, kind)
-            ours, theirs = measure_proctor(path, args.steps), measure_llama(path)
+            step, served = measure_proctor(path, args.steps), measure_servers(path, args.new_tokens)
             size = path.stat().st_size / 1e6
-            ratio = [ours[f"tokens_s_{s}"] / theirs[f"tokens_s_{s}"] for s in STREAMS]
-            rows.append(f"| {name} | {kind} | {size:.0f} | {ours['load_s']:.1f} | {ours['peak_rss_mb']:.0f} | "
-                        f"{ours['tokens_s_1']:.1f} / {ours['tokens_s_16']:.1f} | "
-                        f"{theirs['tokens_s_1']:.1f} / {theirs['tokens_s_16']:.1f} | "
-                        f"{ratio[0]:.2f}× / {ratio[1]:.2f}× | {ours['weights_mb'] / ours['step_ms_1']:.1f} |")
+
+            def rate(server: str, mode: str, streams: int, served: dict[str, Any] = served) -> float:
+                return float(served.get(f"{server}_{mode}_{streams}", float("nan")))
+
+            one, many = (rate("proctor", "plain", n) / rate("llama", "plain", n) for n in STREAMS)
+            json_ratio = [rate("proctor", "json", n) / rate("proctor", "plain", n) for n in STREAMS]
+            budget = size + kv_cache_mb(RUNGS[name], 16 * 512)
+            rows.append(
+                f"| {name} | {kind} | {size:.0f} | {rate('proctor', 'plain', 1):.1f} / {rate('llama', 'plain', 1):.1f} "
+                f"({one:.2f}×) | {rate('proctor', 'plain', 16):.1f} / {rate('llama', 'plain', 16):.1f} ({many:.2f}×) | "
+                f"{json_ratio[0]:.2f} / {json_ratio[1]:.2f} | {served.get('proctor_plain_1_ttft_ms', 0):.0f} / "
+                f"{served.get('llama_plain_1_ttft_ms', 0):.0f} | {served.get('proctor_rss_mb', 0):.0f} / "
+                f"{served.get('llama_rss_mb', 0):.0f} ({budget:.0f}) | {served.get('proctor_ready_s', 0):.1f} / "
+                f"{served.get('llama_ready_s', 0):.1f} | {step['step_ms_1']:.1f} "
+                f"({step['weights_mb'] / step['step_ms_1']:.1f}) |")
             say(rows[-1])
     print("\n".join(rows))
     return 0

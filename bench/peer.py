@@ -247,6 +247,8 @@ class ProctorPeer:
 
     def start(self, directory: Path) -> subprocess.Popen[bytes]:
         extra = ["--threads", str(self.args.threads), *shlex.split(self.args.proctor_args)]
+        if self.args.gguf:  # the same file as llama-server (its own blocks: --weights gguf)
+            extra += ["--model", str(self.args.gguf)]
         process, self.address = start_server(directory, extra)
         return process
 
@@ -368,7 +370,7 @@ def _say(message: str) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     build = ensure_build(CACHE, jobs=args.build_jobs, sdist=args.sdist)
     _say(f"llama.cpp build {'reused' if build.reused else 'made'} ({build.build_s:.0f} s when built): {build.server}")
-    gguf = default_gguf()
+    gguf = args.gguf or default_gguf()
     prompts, prompt_lengths = chat_prompts()
     _say(f"GGUF {gguf}; prompts of {min(prompt_lengths)}-{max(prompt_lengths)} tokens (chat template)")
     streams = [int(n) for n in args.streams.split(",")]
@@ -551,6 +553,9 @@ def main() -> None:
                         help="let llama-server reuse cached prompts (off: Proctor has no prompt cache)")
     parser.add_argument("--llama-bench-args", default="",
                         help='llama-bench arguments (default "-t THREADS -p 64 -n 128"; "none" skips it)')
+    parser.add_argument("--gguf", type=Path, help="serve this GGUF on both servers (default: the default model's "
+                        "Q4_1 GGUF, which Proctor serves from its own conversion); its tokenizer must be the "
+                        "default model's (bench/ladder.py's rungs)")
     parser.add_argument("--build-jobs", type=int, default=2, help="compile jobs if llama.cpp must be built")
     parser.add_argument("--sdist", type=Path, help="local copy of the pinned llama-cpp-python sdist")
     parser.add_argument("--json", type=Path, help="also write the figures (and raw samples) here")

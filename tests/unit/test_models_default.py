@@ -76,7 +76,8 @@ def test_logits_equal_the_gguf_model(loaded: LoadedModel) -> None:
     gguf: Path = STORE / "gguf" / GGUF_NAME
     if not gguf.is_file():
         missing(f"{gguf} is missing (only the converted model is installed)")
-    reference = load_model(Settings(model=str(gguf), device="cpu", dtype="float32"))
+    # transformers' own read of the file (dequantized), not the gguf mode's blocks
+    reference = load_model(Settings(model=str(gguf), device="cpu", dtype="float32", weights="dense"))
     assert reference.weights_sha256 == GGUF_SHA256
     prompt = "<|im_start|>user\nName a primary colour.<|im_end|>\n<|im_start|>assistant\n"
     ids = loaded.tokenizer(prompt, return_tensors="pt").input_ids
