@@ -21,7 +21,7 @@ using namespace proctor_ggml;
 using proctor_kernels::check_float;
 using proctor_kernels::horizontal_sum;
 
-constexpr int64_t kTile = 4;
+constexpr int64_t kTile = 8;  // activation rows per pass over a weight row's blocks (each block unpacked once)
 
 inline int32_t horizontal_sum_i32(__m256i v) {
   __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -82,7 +82,7 @@ struct KVectors {
   float d, dmin;
 };
 
-inline void unpack_k_vectors(int64_t type, const uint8_t* block, KVectors& out) {
+__attribute__((always_inline)) inline void unpack_k_vectors(int64_t type, const uint8_t* block, KVectors& out) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03), low1 = _mm256_set1_epi8(0x01);
   if (type == Q6_K) {
     out.d = half_at(block + 208);
@@ -131,7 +131,7 @@ inline void unpack_k_vectors(int64_t type, const uint8_t* block, KVectors& out) 
 // the integer sums in 8 lanes (Q6_K less 32·Σ scale·Σcodes, its codes' offset), scaled by d·a into
 // float lanes (Q4_K/Q5_K less dmin·a·Σ min·Σcodes), summed across lanes once at the end.
 template <int R>
-void k_rows(int64_t type, const uint8_t* w, int64_t blocks, int64_t block_bytes, Activations& x, int64_t r0,
+__attribute__((always_inline)) inline void k_rows(int64_t type, const uint8_t* w, int64_t blocks, int64_t block_bytes, Activations& x, int64_t r0,
             float* out) {
   KVectors kv;
   __m256 acc[R];
@@ -163,7 +163,7 @@ void k_rows(int64_t type, const uint8_t* w, int64_t blocks, int64_t block_bytes,
 }
 
 // A 32-input block's codes as one vector of int8 (the same values as unpack_small), its d and m.
-inline __m256i unpack_small_vector(int64_t type, const uint8_t* block, float& d, float& m) {
+__attribute__((always_inline)) inline __m256i unpack_small_vector(int64_t type, const uint8_t* block, float& d, float& m) {
   d = half_at(block);
   m = 0.f;
   if (type == Q8_0) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
@@ -188,7 +188,7 @@ inline __m256i unpack_small_vector(int64_t type, const uint8_t* block, float& d,
 }
 
 template <int R>
-void small_rows(int64_t type, const uint8_t* w, int64_t blocks, int64_t block_bytes, Activations& x, int64_t r0,
+__attribute__((always_inline)) inline void small_rows(int64_t type, const uint8_t* w, int64_t blocks, int64_t block_bytes, Activations& x, int64_t r0,
                 float* out) {
   const bool unsigned_codes = type == Q4_1 || type == Q5_1;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -212,7 +212,7 @@ void small_rows(int64_t type, const uint8_t* w, int64_t blocks, int64_t block_by
 }
 
 template <int R>
-void float_rows(int64_t type, const uint8_t* w, int64_t k, Activations& x, int64_t r0, float* out) {
+__attribute__((always_inline)) inline void float_rows(int64_t type, const uint8_t* w, int64_t k, Activations& x, int64_t r0, float* out) {
   __m256 acc[R];
   for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < k; i += 8) {
@@ -257,7 +257,7 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
   const Layout layout = checked_layout(blocks, type, x.k);
   const int64_t n = blocks.size(0), row_bytes = blocks.size(1), rows = x.rows;
   const uint8_t* wp = blocks.const_data_ptr<uint8_t>();
-  const int64_t grain = std::max<int64_t>(4, 65536 / std::max<int64_t>(1, row_bytes * std::min<int64_t>(rows, 4)));
+  const int64_t grain = std::max<int64_t>(4, 65536 / std::max<int64_t>(1, row_bytes * std::min(rows, kTile)));
   at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
     float out[kTile];
     for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
@@ -265,6 +265,10 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
       for (int64_t j = begin; j < end; ++j) {
         const uint8_t* w = wp + j * row_bytes;
         switch (count) {
+          case 8: tile<8>(type, layout, w, x.k, x, r0, out); break;
+          case 7: tile<7>(type, layout, w, x.k, x, r0, out); break;
+          case 6: tile<6>(type, layout, w, x.k, x, r0, out); break;
+          case 5: tile<5>(type, layout, w, x.k, x, r0, out); break;
           case 4: tile<4>(type, layout, w, x.k, x, r0, out); break;
           case 3: tile<3>(type, layout, w, x.k, x, r0, out); break;
           case 2: tile<2>(type, layout, w, x.k, x, r0, out); break;
