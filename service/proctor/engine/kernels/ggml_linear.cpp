@@ -106,14 +106,24 @@ __attribute__((always_inline)) inline void unpack_k_vectors(int64_t type, const 
   out.dmin = half_at(block + 2);
   const bool five = type == Q5_K;
   const uint8_t* qs = five ? block + 48 : block + 16;
-  alignas(32) int16_t minimums[16];
-  for (int j = 0; j < 8; ++j) {
-    int scale, minimum;
-    scale_min_k4(j, block + 4, scale, minimum);
-    out.scales[j] = _mm256_set1_epi16(static_cast<int16_t>(scale));
-    minimums[2 * j] = minimums[2 * j + 1] = static_cast<int16_t>(minimum);
-  }
-  out.minimums = _mm256_load_si256(reinterpret_cast<const __m256i*>(minimums));
+  // The 8 six-bit scales and minimums (scale_min_k4) unpacked in four 32-bit words, as llama.cpp does:
+  // words 0-1 hold the scales' bytes, words 2-3 the minimums'.
+  uint32_t packed[4];
+  std::memcpy(packed, block + 4, 12);
+  constexpr uint32_t low6 = 0x3f3f3f3f, low4_words = 0x0f0f0f0f, low2_words = 0x03030303;
+  packed[3] = ((packed[2] >> 4) & low4_words) | (((packed[1] >> 6) & low2_words) << 4);
+  const uint32_t minimums_low = packed[1] & low6;
+  packed[1] = (packed[2] & low4_words) | (((packed[0] >> 6) & low2_words) << 4);
+  packed[2] = minimums_low;
+  packed[0] &= low6;
+  const __m128i bytes = _mm_set_epi32(static_cast<int32_t>(packed[3]), static_cast<int32_t>(packed[2]),
+                                      static_cast<int32_t>(packed[1]), static_cast<int32_t>(packed[0]));
+  alignas(16) int16_t scales[8];
+  _mm_store_si128(reinterpret_cast<__m128i*>(scales), _mm_cvtepu8_epi16(bytes));
+  for (int j = 0; j < 8; ++j) out.scales[j] = _mm256_set1_epi16(scales[j]);
+  // each minimum twice: one per 16 inputs, as the activations' sums come
+  out.minimums = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(bytes, _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10,
+                                                                              10, 9, 9, 8, 8)));
   const __m256i qh = five ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16)) : _mm256_setzero_si256();
   for (int c = 0; c < 4; ++c) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
