@@ -148,3 +148,28 @@ def test_bad_blocks_are_refused_with_the_reason() -> None:
     good = linear(12, random_blocks(12, OUT, INPUTS))
     with pytest.raises(RuntimeError, match="do not match"):
         torch.ops.proctor.ggml_linear(torch.randn(1, 256), good.blocks, 12)
+
+
+def test_the_vnni_loops_give_the_avx2_loops_bits() -> None:
+    """Where the CPU has AVX-512 VNNI its loops run (ggml_dot.h, q4_dot.h); they must give the AVX2 loops'
+    bits for every type, so a record replays the same on either machine."""
+    loops = torch.ops.proctor.q4_loops("")
+    if loops != "avx512-vnni":  # no VNNI here: the AVX2 loops are the only ones to run
+        assert loops == "avx2"
+        return
+    products = [linear(t, random_blocks(t, OUT, INPUTS)) for t in TYPES]
+    x = torch.randn(11, INPUTS, generator=torch.Generator().manual_seed(5))
+    weight = torch.randn(64, INPUTS)
+    q4_1, q8_0 = torch.ops.proctor.quantize_q4_1(weight), torch.ops.proctor.quantize_q8_0(weight)
+
+    def everything() -> list[torch.Tensor]:
+        return [p(x) for p in products] + [torch.ops.proctor.q4_linear(x, q4_1), torch.ops.proctor.q8_0_linear(x, q8_0)]
+
+    vnni = everything()
+    try:
+        assert torch.ops.proctor.q4_loops("avx2") == "avx2"
+        avx2 = everything()
+    finally:
+        torch.ops.proctor.q4_loops("auto")
+    for index, (a, b) in enumerate(zip(vnni, avx2, strict=True)):
+        assert torch.equal(a, b), index

@@ -227,4 +227,20 @@ inline void quantize_q8_k(const float* x, int64_t k, ActivationRow& row) {
   }
 }
 
+// Activations in one weight type's form (ggml_blocks.h), row r's values at r·k (codes, values) and
+// r·per_row_blocks (scales, sums; bsums 16 a block).
+struct ActivationView {
+  const int8_t* codes;
+  const float* d;
+  const float* s;
+  const int16_t* bsums;
+  const float* values;
+  int64_t k;
+  int64_t per_row_blocks;
+};
+
+// ggml_dot.h's rows() compiled with AVX-512 VNNI (ggml_vnni.cpp): the same bits as the AVX2 copy.
+void rows_vnni(int64_t count, int64_t type, const Layout& layout, const uint8_t* w, int64_t k,
+               const ActivationView& x, int64_t r0, float* out);
+
 }  // namespace proctor_ggml

@@ -241,6 +241,12 @@ void decode_layer_q4(at::Tensor& h, const at::Tensor& in_norm, const at::Tensor&
 
 }  // namespace
 
+namespace proctor_q4 {
+
+bool vnni_loops() { return use_vnni(); }
+
+}  // namespace proctor_q4
+
 TORCH_LIBRARY_FRAGMENT(proctor, m) {
   m.def("q4_linear(Tensor x, Tensor blocks) -> Tensor");
   m.def("q8_0_linear(Tensor x, Tensor blocks) -> Tensor");

@@ -26,4 +26,8 @@ struct Activations {
 // y[r·n + 8g ..]; the same bits as the AVX2 loops.
 void group_rows_vnni(bool q4, const uint8_t* group, const Activations& x, int64_t rows, float* y, int64_t n, int64_t g);
 
+// Whether the VNNI copies of the inner loops run (q4_decode.cpp: present, and not turned off with
+// q4_loops("avx2")); the gguf products follow the same switch.
+bool vnni_loops();
+
 }  // namespace proctor_q4

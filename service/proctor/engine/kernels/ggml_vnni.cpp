@@ -1,0 +1,26 @@
+// The gguf products' inner loops with AVX-512 VNNI on 256-bit vectors (ggml_dot.h says why they give the
+// AVX2 loops' bits). ggml_blocks.h is included before the target pragma, so its inline functions are
+// compiled for AVX2 here as everywhere else: no inline function built for VNNI can be picked for a
+// machine without it.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "ggml_blocks.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#define PROCTOR_VNNI 1
+#define PROCTOR_GGML_NAMESPACE proctor_ggml_vnni
+#include "ggml_dot.h"
+
+namespace proctor_ggml {
+
+void rows_vnni(int64_t count, int64_t type, const Layout& layout, const uint8_t* w, int64_t k,
+               const ActivationView& x, int64_t r0, float* out) {
+  proctor_ggml_vnni::rows(count, type, layout, w, k, x, r0, out);
+}
+
+}  // namespace proctor_ggml
+#pragma GCC pop_options
