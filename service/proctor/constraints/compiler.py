@@ -63,14 +63,16 @@ class ConstraintCompiler:
         self.observer: CompileObserver | None = None  # metrics: compile time and failures by engine
 
     def prewarm(self) -> None:
-        """Build the in-process engine tables and start the compile workers (server start-up)."""
-        if self._pool is not None:
-            self._pool.prewarm()
+        """Build the in-process engine tables and start the compile workers (server start-up), the workers
+        starting while the tables are built."""
+        started = self._pool.start_workers() if self._pool is not None else []
         for name in BACKEND_NAMES:
             try:
                 self._backend(name)
             except Exception:  # an engine that cannot load is skipped by AUTO at compile time
                 continue
+        if self._pool is not None:
+            self._pool.adopt(started)
 
     def close(self) -> None:
         if self._pool is not None:

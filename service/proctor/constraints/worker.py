@@ -32,8 +32,12 @@ def load_tokenizer(model_path: str) -> Any:
 
     path = Path(model_path)
     with offline():
-        if path.suffix == ".gguf":
-            return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, clean_up_tokenization_spaces=False)
+        if path.suffix == ".gguf":  # one fast parse of the file's metadata (models/gguf_file.py)
+            from proctor.models.gguf_file import one_reader
+
+            with one_reader(path.resolve()):
+                return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name,
+                                                     clean_up_tokenization_spaces=False)
         return AutoTokenizer.from_pretrained(path, local_files_only=True, clean_up_tokenization_spaces=False)
 
 
