@@ -128,3 +128,21 @@ def test_gguf_weights_need_a_gguf_file() -> None:
     with pytest.raises(ModelError, match=r"pass --model FILE\.gguf"):
         resolve_weights("gguf", torch.device("cpu"), torch.float32, gguf_file=False)
     assert resolve_weights("auto", torch.device("cpu"), torch.float32, gguf_file=True) == "gguf"
+
+
+def test_the_blocks_served_are_the_files_bytes(default_gguf: Path, tmp_path: Path) -> None:
+    """Byte for byte: a matrix is the file's rows as stored, and Llama's q/k rows, unpermuted for the slot
+    forward, permute back to exactly the file's bytes."""
+    import numpy as np
+    from gguf import GGUFReader
+    from helpers.gguf_writer import permute
+
+    model = build("llama")
+    path = write_gguf(model, default_gguf, tmp_path / "q8.gguf", "Q8_0")
+    file, stored = GgufFile(path), {t.name: np.asarray(t.data) for t in GGUFReader(path).tensors}
+    down = file.matrix("blk.0.ffn_down.weight")
+    assert down.blocks.numpy().tobytes() == stored["blk.0.ffn_down.weight"].tobytes()
+    heads = model.config.num_attention_heads
+    q = file.matrix("blk.0.attn_q.weight", heads).blocks.numpy()
+    assert permute(q, heads).tobytes() == stored["blk.0.attn_q.weight"].tobytes()
+    assert q.tobytes() != stored["blk.0.attn_q.weight"].tobytes()
