@@ -119,8 +119,7 @@ def _random_model(config: dict[str, Any], out: Path) -> None:
     cfg = getattr(transformers, f"{classes[kind]}Config")(**settings, torch_dtype="float16")
     say(f"building a random {kind} with {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}")
     torch.manual_seed(0)
-    with torch.device("cpu"):
-        model = getattr(transformers, f"{classes[kind]}ForCausalLM")(cfg).half()
+    model = getattr(transformers, f"{classes[kind]}ForCausalLM")(cfg).half()
     model.save_pretrained(out)
     source = default_model_store() / DEFAULT_MODEL_NAME
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt"):

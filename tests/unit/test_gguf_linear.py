@@ -132,7 +132,7 @@ def test_a_row_is_the_same_bits_alone_in_a_batch_and_on_any_thread_count(ggml_ty
     assert torch.equal(product(x[3:9]), batch[3:9])
 
 
-def test_a_stack_of_types_is_its_parts_side_by_side() -> None:
+def test_a_stack_of_types_is_its_parts_side_by_side() -> None:  # one call for the stack, one a part here
     parts = [linear(t, random_blocks(t, OUT, INPUTS)) for t in (14, 12, 8)]  # Q6_K, Q4_K, Q8_0: a Q4_K_M mix
     stack = GgufStack(parts)
     x = torch.randn(3, INPUTS)
@@ -147,7 +147,7 @@ def test_bad_blocks_are_refused_with_the_reason() -> None:
         GgufLinear(torch.zeros(8, 100, dtype=torch.uint8), 12, 512)
     good = linear(12, random_blocks(12, OUT, INPUTS))
     with pytest.raises(RuntimeError, match="do not match"):
-        torch.ops.proctor.ggml_linear(torch.randn(1, 256), good.blocks, 12)
+        torch.ops.proctor.ggml_linear(torch.randn(1, 256), [good.blocks], [12])
 
 
 def test_the_vnni_loops_give_the_avx2_loops_bits() -> None:

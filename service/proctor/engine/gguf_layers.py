@@ -71,12 +71,10 @@ def _layer(file: GgufFile, prefix: str, family: Family, permuted: bool) -> Layer
     else:  # Phi-3: ffn_up holds gate and up, fused
         gate_up = GgufStack([file.matrix(prefix + "ffn_up.weight")])
         gate_up_bias = optional("ffn_up.bias")
-    in_norm, post_norm = norm("attn_norm.weight"), norm("ffn_norm.weight")
-    assert in_norm is not None and post_norm is not None, f"{prefix}attn_norm / ffn_norm missing"
-    return LayerWeights(
-        in_norm=in_norm, qkv=qkv, qkv_bias=qkv_bias,
+    return LayerWeights(  # a missing required tensor is a ModelError naming it (GgufFile)
+        in_norm=_norm(file, prefix + "attn_norm.weight", family), qkv=qkv, qkv_bias=qkv_bias,
         o=file.matrix(prefix + "attn_output.weight"), o_bias=optional("attn_output.bias"),
-        post_norm=post_norm, gate_up=gate_up, gate_up_bias=gate_up_bias,
+        post_norm=_norm(file, prefix + "ffn_norm.weight", family), gate_up=gate_up, gate_up_bias=gate_up_bias,
         down=file.matrix(prefix + "ffn_down.weight"), down_bias=optional("ffn_down.bias"),
         q_norm=norm("attn_q_norm.weight") if family.qk_norm else None,
         k_norm=norm("attn_k_norm.weight") if family.qk_norm else None,

@@ -50,9 +50,7 @@ class GgufLinear:
         return type_name(self.ggml_type)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).float().contiguous()
-        out = torch.ops.proctor.ggml_linear(flat, self.blocks, self.ggml_type)
-        return out.reshape(*x.shape[:-1], self.out_features)
+        return _product(x, [self.blocks], [self.ggml_type], self.in_features, self.out_features)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` of the weight as float32, as ggml dequantizes them."""
@@ -76,4 +74,11 @@ class GgufStack:
         self.nbytes = sum(part.nbytes for part in self.parts)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([part(x) for part in self.parts], dim=-1)
+        """One kernel call: the shared input is quantized once for each activation form the parts take."""
+        return _product(x, self.blocks, self.types, self.in_features, self.out_features)
+
+
+def _product(x: torch.Tensor, blocks: list[torch.Tensor], types: list[int], in_features: int,
+             out_features: int) -> torch.Tensor:
+    flat = x.reshape(-1, in_features).float().contiguous()
+    return torch.ops.proctor.ggml_linear(flat, blocks, types).reshape(*x.shape[:-1], out_features)

@@ -55,7 +55,8 @@ def complete_config(config: Any, file: GgufFile) -> None:
 def _rope(config: Any, file: GgufFile, key: Any) -> None:
     parameters = dict(getattr(config, "rope_parameters", None) or {})
     if "full_attention" in parameters:  # Gemma 3: the global layers' set is the one the file's keys describe
-        return _rope_per_layer_type(config, key)
+        _rope_per_layer_type(config, key)
+        return
     parameters.setdefault("rope_theta", float(key("rope.freq_base") or 10000.0))
     scaling, factor = key("rope.scaling.type"), key("rope.scaling.factor")
     original = key("rope.scaling.original_context_length")
@@ -72,7 +73,6 @@ def _rope(config: Any, file: GgufFile, key: Any) -> None:
     if getattr(config, "partial_rotary_factor", None):
         parameters["partial_rotary_factor"] = config.partial_rotary_factor
     config.rope_parameters = parameters
-    return None
 
 
 def _rope_per_layer_type(config: Any, key: Any) -> None:

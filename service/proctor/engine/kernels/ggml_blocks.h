@@ -7,6 +7,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -65,110 +66,6 @@ inline uint16_t bf16_bits(float value) {
   std::memcpy(&u, &value, 4);
   if ((u & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((u >> 16) | 64);
   return static_cast<uint16_t>((u + (0x7fff + ((u >> 16) & 1))) >> 16);
-}
-
-// A 32-input block of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 row: its codes as int8 (signed types already offset:
-// Q4_0 q - 8, Q5_0 q - 16), the scale d and (Q4_1/Q5_1) the minimum m: w = d·code + m.
-struct SmallBlock {
-  alignas(32) int8_t codes[32];
-  float d;
-  float m;
-};
-
-inline void unpack_small(int64_t type, const uint8_t* block, SmallBlock& out) {
-  out.d = half_at(block);
-  out.m = 0.f;
-  if (type == Q8_0) {
-    std::memcpy(out.codes, block + 2, 32);
-    return;
-  }
-  const bool has_min = type == Q4_1 || type == Q5_1, five = type == Q5_0 || type == Q5_1;
-  if (has_min) out.m = half_at(block + 2);
-  const uint8_t* qh = block + (has_min ? 4 : 2);
-  const uint8_t* qs = five ? qh + 4 : qh;
-  uint32_t high = 0;
-  if (five) std::memcpy(&high, qh, 4);
-  const int offset = has_min ? 0 : (five ? 16 : 8);
-  for (int j = 0; j < 16; ++j) {  // element j in the low nibble of byte j, element j + 16 in its high nibble
-    int lo = qs[j] & 0x0F, hi = qs[j] >> 4;
-    if (five) {
-      lo |= ((high >> j) & 1) << 4;
-      hi |= ((high >> (j + 16)) & 1) << 4;
-    }
-    out.codes[j] = static_cast<int8_t>(lo - offset);
-    out.codes[j + 16] = static_cast<int8_t>(hi - offset);
-  }
-}
-
-// A 256-input K-quant block: unsigned codes (Q4_K 0..15, Q5_K 0..31, Q6_K q + 32 in 0..63), a scale
-// per 16 inputs (Q4_K/Q5_K: each 32-input scale twice) and, for Q4_K/Q5_K, a minimum per 32 inputs:
-// w = d·scale·code − dmin·min (Q6_K: d·scale·(code − 32)).
-struct KBlock {
-  alignas(32) uint8_t codes[256];
-  alignas(32) int16_t scales[16];
-  int16_t mins[8];
-  float d;
-  float dmin;
-};
-
-// ggml's get_scale_min_k4: the 6-bit scale and minimum of sub-block j from the 12 packed bytes.
-inline void scale_min_k4(int j, const uint8_t* q, int& scale, int& minimum) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    minimum = q[j + 4] & 63;
-  } else {
-    scale = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    minimum = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
-inline void unpack_k(int64_t type, const uint8_t* block, KBlock& out) {
-  if (type == Q6_K) {  // ql[128], qh[64], int8 scales[16], d
-    const uint8_t* ql = block;
-    const uint8_t* qh = block + 128;
-    const int8_t* sc = reinterpret_cast<const int8_t*>(block + 192);
-    out.d = half_at(block + 208);
-    out.dmin = 0.f;
-    for (int i = 0; i < 16; ++i) out.scales[i] = sc[i];
-    for (int n = 0; n < 2; ++n) {
-      uint8_t* y = out.codes + 128 * n;
-      const uint8_t* l = ql + 64 * n;
-      const uint8_t* h = qh + 32 * n;
-      for (int i = 0; i < 32; ++i) {
-        y[i] = static_cast<uint8_t>((l[i] & 0x0F) | (((h[i] >> 0) & 3) << 4));
-        y[i + 32] = static_cast<uint8_t>((l[i + 32] & 0x0F) | (((h[i] >> 2) & 3) << 4));
-        y[i + 64] = static_cast<uint8_t>((l[i] >> 4) | (((h[i] >> 4) & 3) << 4));
-        y[i + 96] = static_cast<uint8_t>((l[i + 32] >> 4) | (((h[i] >> 6) & 3) << 4));
-      }
-    }
-    return;
-  }
-  // Q4_K: d, dmin, scales[12], qs[128]; Q5_K: the same with qh[32] before qs.
-  out.d = half_at(block);
-  out.dmin = half_at(block + 2);
-  const uint8_t* packed = block + 4;
-  const bool five = type == Q5_K;
-  const uint8_t* qh = block + 16;
-  const uint8_t* qs = five ? block + 48 : block + 16;
-  for (int j = 0; j < 8; ++j) {
-    int scale, minimum;
-    scale_min_k4(j, packed, scale, minimum);
-    out.scales[2 * j] = out.scales[2 * j + 1] = static_cast<int16_t>(scale);
-    out.mins[j] = static_cast<int16_t>(minimum);
-  }
-  for (int c = 0; c < 4; ++c) {  // 64 inputs: 32 low nibbles, then the same bytes' 32 high nibbles
-    const uint8_t* q = qs + 32 * c;
-    uint8_t* y = out.codes + 64 * c;
-    for (int i = 0; i < 32; ++i) {
-      int lo = q[i] & 0x0F, hi = q[i] >> 4;
-      if (five) {
-        lo |= ((qh[i] >> (2 * c)) & 1) << 4;
-        hi |= ((qh[i] >> (2 * c + 1)) & 1) << 4;
-      }
-      y[i] = static_cast<uint8_t>(lo);
-      y[i + 32] = static_cast<uint8_t>(hi);
-    }
-  }
 }
 
 // Round to nearest, ties to even (llama.cpp's nearest_int and its SIMD quantizers).

@@ -25,9 +25,12 @@ inline float sum8(__m256 v) {  // the 8 lanes in one fixed order
   return _mm_cvtss_f32(x);
 }
 
-// A K-quant block's codes as 8 vectors of 32 unsigned bytes (Q4_K 0..15, Q5_K 0..31, Q6_K q + 32)
-// and its scales as int16 lanes per vector (the low 128 bits the first 16 inputs' scale, the high the
-// next 16's); minimums per 16 inputs (Q4_K/Q5_K): the same as unpack_k, in vector registers.
+// A K-quant block (ggml-common.h: Q4_K d, dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of
+// nibbles; Q5_K the same with 32 bytes of fifth bits before the nibbles; Q6_K 128 bytes of low nibbles,
+// 64 of high bit pairs, 16 int8 scales, d) as 8 vectors of 32 unsigned codes (Q4_K 0..15, Q5_K 0..31,
+// Q6_K q + 32 in 0..63), its scales as int16 lanes per vector (the low 128 bits the first 16 inputs'
+// scale, the high the next 16's) and, for Q4_K/Q5_K, a minimum per 16 inputs:
+// w = d·scale·code − dmin·minimum (Q6_K: d·scale·(code − 32)).
 struct KVectors {
   __m256i codes[8], scales[8], minimums;  // minimums: 16 int16, min of inputs 16i..16i+15
   __m256i scales16;                       // Q6_K: its 16 scales as int16
@@ -58,7 +61,7 @@ struct KVectors {
   out.dmin = half_at(block + 2);
   const bool five = type == Q5_K;
   const uint8_t* qs = five ? block + 48 : block + 16;
-  // The 8 six-bit scales and minimums (scale_min_k4) unpacked in four 32-bit words, as llama.cpp does:
+  // The 8 six-bit scales and minimums (ggml's get_scale_min_k4) unpacked in four 32-bit words, as llama.cpp does:
   // words 0-1 hold the scales' bytes, words 2-3 the minimums'.
   uint32_t packed[4];
   std::memcpy(packed, block + 4, 12);
@@ -128,7 +131,9 @@ template <int R>
   for (int t = 0; t < R; ++t) out[t] = sum8(acc[t]);
 }
 
-// A 32-input block's codes as one vector of int8 (the same values as unpack_small), its d and m.
+// A 32-input block of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 row (float16 d, Q4_1/Q5_1 float16 m, Q5 32 fifth bits,
+// then 16 bytes of nibbles: element j low in byte j, j + 16 high; Q8_0: 32 int8) as one vector of int8
+// codes (Q4_0 q − 8, Q5_0 q − 16), its d and m: w = d·code + m.
 [[gnu::always_inline]] inline __m256i unpack_small_vector(int64_t type, const uint8_t* block, float& d,
                                                           float& m) {
   d = half_at(block);

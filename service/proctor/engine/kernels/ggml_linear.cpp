@@ -133,10 +133,11 @@ at::Tensor products(const float* x, int64_t rows, int64_t k, at::TensorList weig
   return y;
 }
 
-at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t type) {
+// x [rows, k] times one or more weights sharing it (a stack's parts), side by side; x quantized once a form.
+at::Tensor ggml_linear(const at::Tensor& x, at::TensorList blocks, at::IntArrayRef types) {
   check_float(x, "x");
   TORCH_CHECK(x.dim() == 2, "x must be [rows, inputs]");
-  return products(x.const_data_ptr<float>(), x.size(0), x.size(1), {blocks}, {type}, x.options());
+  return products(x.const_data_ptr<float>(), x.size(0), x.size(1), blocks, types, x.options());
 }
 
 // Rows `ids` of a weight as float32, each value as ggml dequantizes it: token embeddings.
@@ -149,21 +150,31 @@ at::Tensor ggml_rows(const at::Tensor& blocks, int64_t type, int64_t k, const at
     TORCH_CHECK(ip[r] >= 0 && ip[r] < blocks.size(0), "row ", ip[r], " out of range");
     const uint8_t* w = blocks.const_data_ptr<uint8_t>() + ip[r] * blocks.size(1);
     float* o = out.data_ptr<float>() + r * k;
-    if (layout.elements == 256) {
-      KBlock kb;
+    if (layout.elements == 256) {  // ggml's dequantize_row: d·scale·q − dmin·min (Q6_K: d·scale·(q − 32))
+      proctor_ggml_avx2::KVectors kv;
+      alignas(32) uint8_t codes[256];
+      alignas(32) int16_t scales[16], minimums[16];
       for (int64_t b = 0; b < k / 256; ++b, w += layout.bytes) {
-        unpack_k(type, w, kb);
+        proctor_ggml_avx2::unpack_k_vectors(type, w, kv);
+        for (int c = 0; c < 8; ++c) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(codes + 32 * c), kv.codes[c]);
+          alignas(32) int16_t lanes[16];
+          _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), kv.scales[c]);
+          scales[2 * c] = lanes[0], scales[2 * c + 1] = lanes[8];
+        }
+        if (type != Q6_K) _mm256_store_si256(reinterpret_cast<__m256i*>(minimums), kv.minimums);
         for (int i = 0; i < 256; ++i) {
-          const float scale = kb.d * static_cast<float>(kb.scales[i / 16]);
-          o[256 * b + i] = type == Q6_K ? scale * static_cast<float>(kb.codes[i] - 32)
-                                        : scale * static_cast<float>(kb.codes[i]) - kb.dmin * static_cast<float>(kb.mins[i / 32]);
+          const float scale = kv.d * static_cast<float>(scales[i / 16]);
+          o[256 * b + i] = type == Q6_K ? scale * static_cast<float>(codes[i] - 32)
+                                        : scale * static_cast<float>(codes[i]) - kv.dmin * static_cast<float>(minimums[i / 16]);
         }
       }
-    } else if (layout.elements == 32) {
-      SmallBlock sb;
+    } else if (layout.elements == 32) {  // d·q + m
+      alignas(32) int8_t codes[32];
       for (int64_t b = 0; b < k / 32; ++b, w += layout.bytes) {
-        unpack_small(type, w, sb);
-        for (int i = 0; i < 32; ++i) o[32 * b + i] = sb.d * static_cast<float>(sb.codes[i]) + sb.m;
+        float d, m;
+        _mm256_store_si256(reinterpret_cast<__m256i*>(codes), proctor_ggml_avx2::unpack_small_vector(type, w, d, m));
+        for (int i = 0; i < 32; ++i) o[32 * b + i] = d * static_cast<float>(codes[i]) + m;
       }
     } else {
       for (int64_t i = 0; i < k; ++i) {
@@ -207,15 +218,12 @@ void decode_layer_ggml(at::Tensor& h, const at::Tensor& in_norm, at::TensorList 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(proctor, m) {
-  m.def("ggml_linear(Tensor x, Tensor blocks, int type) -> Tensor");
+  m.def("ggml_linear(Tensor x, Tensor[] blocks, int[] types) -> Tensor");
   m.def("ggml_rows(Tensor blocks, int type, int k, Tensor ids) -> Tensor");
   m.def(
       "decode_layer_ggml(Tensor(a!) h, Tensor in_norm, Tensor[] qkv, int[] qkv_types, Tensor o, int o_type, "
-      "Tensor post_norm, Tensor[] gate_up, int[] gate_up_types, Tensor down, int down_type, Tensor(b!) keys, "
-      "Tensor(c!) values, int[] positions, Tensor cos, Tensor sin, int heads, int kv_heads, float eps, "
-      "Tensor? qkv_bias=None, Tensor? q_norm=None, Tensor? k_norm=None, int window=0, float scale=0., "
-      "float softcap=0., Tensor? attn_out_norm=None, Tensor? mlp_out_norm=None, bool gelu=False, "
-      "Tensor? o_bias=None, Tensor? gate_up_bias=None, Tensor? down_bias=None) -> ()");
+      "Tensor post_norm, Tensor[] gate_up, int[] gate_up_types, Tensor down, int down_type, "
+      PROCTOR_LAYER_CACHE_ARGS ", " PROCTOR_LAYER_EXTRAS_ARGS ") -> ()");
 }
 
 TORCH_LIBRARY_IMPL(proctor, CPU, m) {

@@ -174,6 +174,15 @@ struct LayerExtras {
   const float* down_bias = nullptr;
 };
 
+// The decode-layer ops' arguments after their weights, in each op's schema (q8, q4, gguf): the cache,
+// positions, rotary tables, head counts and eps; then LayerExtras with their defaults.
+#define PROCTOR_LAYER_CACHE_ARGS \
+  "Tensor(b!) keys, Tensor(c!) values, int[] positions, Tensor cos, Tensor sin, int heads, int kv_heads, float eps"
+#define PROCTOR_LAYER_EXTRAS_ARGS                                                                              \
+  "Tensor? qkv_bias=None, Tensor? q_norm=None, Tensor? k_norm=None, int window=0, float scale=0., "         \
+  "float softcap=0., Tensor? attn_out_norm=None, Tensor? mlp_out_norm=None, bool gelu=False, "               \
+  "Tensor? o_bias=None, Tensor? gate_up_bias=None, Tensor? down_bias=None"
+
 inline const float* optional_floats(const std::optional<at::Tensor>& t, int64_t size, const char* name) {
   if (!t.has_value() || !t->defined()) return nullptr;
   check_float(*t, name);

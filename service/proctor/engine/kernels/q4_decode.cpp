@@ -257,10 +257,7 @@ TORCH_LIBRARY_FRAGMENT(proctor, m) {
   m.def("quantize_q8_0(Tensor weight) -> Tensor");
   m.def(
       "decode_layer_q4(Tensor(a!) h, Tensor in_norm, Tensor qkv, Tensor o, Tensor post_norm, Tensor gate_up, "
-      "Tensor down, Tensor(b!) keys, Tensor(c!) values, int[] positions, Tensor cos, Tensor sin, int heads, "
-      "int kv_heads, float eps, Tensor? qkv_bias=None, Tensor? q_norm=None, Tensor? k_norm=None, int window=0, "
-      "float scale=0., float softcap=0., Tensor? attn_out_norm=None, Tensor? mlp_out_norm=None, "
-      "bool gelu=False, Tensor? o_bias=None, Tensor? gate_up_bias=None, Tensor? down_bias=None) -> ()");
+      "Tensor down, " PROCTOR_LAYER_CACHE_ARGS ", " PROCTOR_LAYER_EXTRAS_ARGS ") -> ()");
 }
 
 TORCH_LIBRARY_IMPL(proctor, CPU, m) {

@@ -53,11 +53,8 @@ TORCH_LIBRARY_FRAGMENT(proctor, m) {
       "decode_layer(Tensor(a!) h, Tensor in_norm, __torch__.torch.classes.quantized.LinearPackedParamsBase qkv, "
       "__torch__.torch.classes.quantized.LinearPackedParamsBase o, Tensor post_norm, "
       "__torch__.torch.classes.quantized.LinearPackedParamsBase gate_up, "
-      "__torch__.torch.classes.quantized.LinearPackedParamsBase down, Tensor(b!) keys, Tensor(c!) values, "
-      "int[] positions, Tensor cos, Tensor sin, int heads, int kv_heads, float eps, bool reduce_range, "
-      "Tensor? qkv_bias=None, Tensor? q_norm=None, Tensor? k_norm=None, int window=0, float scale=0., "
-      "float softcap=0., Tensor? attn_out_norm=None, Tensor? mlp_out_norm=None, bool gelu=False, "
-      "Tensor? o_bias=None, Tensor? gate_up_bias=None, Tensor? down_bias=None) -> ()");
+      "__torch__.torch.classes.quantized.LinearPackedParamsBase down, " PROCTOR_LAYER_CACHE_ARGS
+      ", bool reduce_range, " PROCTOR_LAYER_EXTRAS_ARGS ") -> ()");
 }
 
 TORCH_LIBRARY_IMPL(proctor, CPU, m) {
