@@ -132,6 +132,17 @@ def test_a_row_is_the_same_bits_alone_in_a_batch_and_on_any_thread_count(ggml_ty
     assert torch.equal(product(x[3:9]), batch[3:9])
 
 
+@pytest.mark.parametrize("ggml_type", TYPES, ids=[BLOCK_TYPES[t][0] for t in TYPES])
+def test_a_row_is_the_same_bits_whichever_rows_are_beside_it(ggml_type: int) -> None:
+    """The 32-input types go eight weight rows at a time: rows 5..17 on their own (13 rows, a short last
+    group, each in another lane) must give the bits they give inside the whole matrix."""
+    raw = random_blocks(ggml_type, OUT, INPUTS)
+    x = torch.randn(9, INPUTS, generator=torch.Generator().manual_seed(3))
+    whole = linear(ggml_type, raw)(x)
+    part = linear(ggml_type, np.ascontiguousarray(raw[5:18]))(x)
+    assert torch.equal(part, whole[:, 5:18])
+
+
 def test_a_stack_of_types_is_its_parts_side_by_side() -> None:  # one call for the stack, one a part here
     parts = [linear(t, random_blocks(t, OUT, INPUTS)) for t in (14, 12, 8)]  # Q6_K, Q4_K, Q8_0: a Q4_K_M mix
     stack = GgufStack(parts)

@@ -77,6 +77,7 @@ struct ActivationRow {
   int8_t* codes;
   float* d;         // the scale per block (q8_0/q8_1: float16-rounded, as llama.cpp stores it)
   float* s;         // q8_1: d·Σcodes per block (float16-rounded)
+  int16_t* sums;    // q8_0 / q8_1: Σcodes per block, exact (the offset of unsigned weight codes)
   int16_t* bsums;   // q8_k: Σcodes per 16 inputs
   float* values;    // f16 / bf16 / f32: the rounded activations as float
 };
@@ -94,6 +95,7 @@ inline void quantize_q8_0(const float* x, int64_t k, ActivationRow& row, bool wi
       sum += q;
     }
     row.d[b] = _cvtsh_ss(half_bits(d));
+    row.sums[b] = static_cast<int16_t>(sum);
     if (with_sum) row.s[b] = _cvtsh_ss(half_bits(static_cast<float>(sum) * d));
   }
 }
@@ -130,14 +132,17 @@ struct ActivationView {
   const int8_t* codes;
   const float* d;
   const float* s;
+  const int16_t* sums;
   const int16_t* bsums;
   const float* values;
   int64_t k;
   int64_t per_row_blocks;
 };
 
-// ggml_dot.h's rows() compiled with AVX-512 VNNI (ggml_vnni.cpp): the same bits as the AVX2 copy.
+// ggml_dot.h's rows() and group() compiled with AVX-512 VNNI (ggml_vnni.cpp): the same bits as the AVX2 copy.
 void rows_vnni(int64_t count, int64_t type, const Layout& layout, const uint8_t* w, int64_t k,
                const ActivationView& x, int64_t r0, float* out);
+void group_vnni(int64_t count, int64_t type, const Layout& layout, const uint8_t* w, int64_t row_bytes, int64_t g,
+                int64_t k, const ActivationView& x, int64_t r0, float* out);
 
 }  // namespace proctor_ggml

@@ -1,8 +1,10 @@
-// The gguf products' inner loops (ggml_linear.cpp): one weight row's blocks, unpacked into vectors once
-// per block, times a tile of activation rows. Compiled twice: for AVX2 in ggml_linear.cpp, and in
-// ggml_vnni.cpp with AVX-512 VNNI on 256-bit vectors, where vpdpbusd replaces maddubs + madd(1) and
-// vpdpwssd replaces madd(scale) + add. Each computes the same int32 lanes (no pair can saturate: at most
-// 2·128·127), then the same float operations in the same order: the same bits (tests/unit/test_gguf_linear.py).
+// The gguf products' inner loops (ggml_linear.cpp). A K-quant or float weight row's blocks are unpacked
+// into vectors once per block and multiplied by a tile of activation rows; the 32-input types go eight
+// weight rows at a time, their codes transposed so that activations are broadcast and the eight rows' sums
+// build up in one vector. Compiled twice: for AVX2 in ggml_linear.cpp, and in ggml_vnni.cpp with AVX-512
+// VNNI on 256-bit vectors, where vpdpbusd replaces maddubs + madd(1) and vpdpwssd replaces madd(scale) +
+// add. Each computes the same exact integer sums (no pair can saturate: at most 2·128·127), then the same
+// float operations in the same order: the same bits (tests/unit/test_gguf_linear.py).
 // Self-contained (no ATen): the VNNI copy is compiled under a target pragma, and nothing shared with
 // other files may be.
 
@@ -132,15 +134,15 @@ template <int R>
 }
 
 // A 32-input block of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 row (float16 d, Q4_1/Q5_1 float16 m, Q5 32 fifth bits,
-// then 16 bytes of nibbles: element j low in byte j, j + 16 high; Q8_0: 32 int8) as one vector of int8
-// codes (Q4_0 q − 8, Q5_0 q − 16), its d and m: w = d·code + m.
-[[gnu::always_inline]] inline __m256i unpack_small_vector(int64_t type, const uint8_t* block, float& d,
-                                                          float& m) {
-  d = half_at(block);
-  m = 0.f;
-  if (type == Q8_0) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+// then 16 bytes of nibbles: element j low in byte j, j + 16 high; Q8_0: 32 int8) as one vector of unsigned
+// codes u with w = d·(u − offset) + m: Q4_0 q and 8, Q5_0 q and 16, Q8_0 its int8 + 128 and 128, Q4_1/Q5_1 q.
+constexpr int small_offset(int64_t type) { return type == Q4_0 ? 8 : type == Q5_0 ? 16 : type == Q8_0 ? 128 : 0; }
+
+[[gnu::always_inline]] inline __m256i unpack_small_unsigned(int64_t type, const uint8_t* block) {
+  if (type == Q8_0) {
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)), _mm256_set1_epi8(-128));
+  }
   const bool has_min = type == Q4_1 || type == Q5_1, five = type == Q5_0 || type == Q5_1;
-  if (has_min) m = half_at(block + 2);
   const uint8_t* qh = block + (has_min ? 4 : 2);
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(five ? qh + 4 : qh));
   const __m128i low4 = _mm_set1_epi8(0x0F);
@@ -155,39 +157,141 @@ template <int R>
                                           _mm256_set1_epi64x(-1));
     codes = _mm256_or_si256(codes, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
   }
-  if (!has_min) codes = _mm256_sub_epi8(codes, _mm256_set1_epi8(five ? 16 : 8));
   return codes;
 }
 
-template <int R>
-[[gnu::always_inline]] inline void small_rows(int64_t type, const uint8_t* w, int64_t blocks, int64_t block_bytes,
-                                              const ActivationView& x, int64_t r0, float* out) {
-  const bool unsigned_codes = type == Q4_1 || type == Q5_1;
+// The same block as int8 codes (u − offset, wrapping: Q8_0's own bytes), its d and m: w = d·code + m.
+[[gnu::always_inline]] inline __m256i unpack_small_vector(int64_t type, const uint8_t* block, float& d,
+                                                          float& m) {
+  d = half_at(block);
+  m = type == Q4_1 || type == Q5_1 ? half_at(block + 2) : 0.f;
+  return _mm256_sub_epi8(unpack_small_unsigned(type, block), _mm256_set1_epi8(static_cast<char>(small_offset(type))));
+}
+
+// Eight rows of eight 32-bit words transposed in place: afterwards v[j] holds word j of every row, row i's
+// in lane i (the 8×8 transpose of unpack 32/64 and 128-bit lane permutes).
+[[gnu::always_inline]] inline void transpose_words8(__m256i* v) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);      // words 0,1 | 4,5 of rows 2i, 2i+1
+    t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);  // words 2,3 | 6,7
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);      // word 0 | 4 of rows 4i .. 4i+3
+    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);      // word 1 | 5
+    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);  // word 2 | 6
+    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);  // word 3 | 7
+  }
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
+    v[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
+  }
+}
+
+// Eight weight rows (g of them real, row_bytes apart) times activation rows r0 .. r0 + R − 1, 32-input
+// blocks: out[8t + i] for weight row i and activation row r0 + t. Per block, the eight rows' codes are
+// unpacked and transposed once (vector j: inputs 4j .. 4j + 3 of every row, row i in lane i); per activation
+// row, each vector meets those four activations broadcast, so the eight rows' exact integer sums build up
+// in one vector with no horizontal sums, are scaled in float by d·a in one operation (Q4_1/Q5_1 plus m·s),
+// and are summed in block order. Each output is one lane's fixed sequence of float operations, whichever
+// group and batch it is in.
+template <int R, int64_t TYPE>
+[[gnu::always_inline]] inline void small_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks,
+                                               const ActivationView& x, int64_t r0, float* out) {
+  constexpr bool has_min = TYPE == Q4_1 || TYPE == Q5_1;
+  constexpr int offset = small_offset(TYPE);
+  constexpr int64_t block_bytes = TYPE == Q8_0 ? 34 : TYPE == Q4_0 ? 18 : TYPE == Q4_1 ? 20 : TYPE == Q5_0 ? 22 : 24;
+#ifndef PROCTOR_VNNI
+  // maddubs would saturate on Q8_0's codes + 128: its signed codes instead, as |w| times x with w's sign
+  constexpr bool signed_codes = TYPE == Q8_0;
   const __m256i ones = _mm256_set1_epi16(1);
+#endif
   __m256 acc[R];
-  float minimums[R] = {};
   for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
+  // Eight rows are eight streams, more than the hardware prefetcher follows: the next group's bytes (the
+  // next 8·row_bytes, as a thread takes consecutive groups) are asked for, a share a block, while this one runs.
+  const char* next = reinterpret_cast<const char*>(w + 8 * row_bytes);
+  const int64_t lines = (8 * row_bytes / 64 + blocks - 1) / blocks;
   for (int64_t b = 0; b < blocks; ++b) {
-    float d, m;
-    const __m256i codes = unpack_small_vector(type, w + b * block_bytes, d, m);
-    const __m256i magnitudes = _mm256_sign_epi8(codes, codes);
+    for (int64_t l = 0; l < lines; ++l) _mm_prefetch(next + (b * lines + l) * 64, _MM_HINT_T0);
+    __m256i codes[8];
+    alignas(16) uint16_t dh[8] = {}, mh[8] = {};
+    for (int64_t i = 0; i < 8; ++i) {
+      if (i < g) {
+        const uint8_t* block = w + i * row_bytes + b * block_bytes;
+        codes[i] = unpack_small_unsigned(TYPE, block);
+        std::memcpy(dh + i, block, 2);
+        if (has_min) std::memcpy(mh + i, block + 2, 2);
+      } else {
+        codes[i] = _mm256_setzero_si256();
+      }
+    }
+    transpose_words8(codes);
+#ifndef PROCTOR_VNNI
+    __m256i signs[8];
+    if (signed_codes) {
+      for (int j = 0; j < 8; ++j) {
+        signs[j] = _mm256_xor_si256(codes[j], _mm256_set1_epi8(-128));
+        codes[j] = _mm256_abs_epi8(signs[j]);  // −128 stays 0x80: 128 unsigned
+      }
+    }
+#endif
+    const __m256 d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+    const __m256 m = has_min ? _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mh))) : _mm256_setzero_ps();
     for (int t = 0; t < R; ++t) {
       const int64_t r = r0 + t, at = r * x.per_row_blocks + b;
-      const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.codes + r * x.k + 32 * b));
+      const int8_t* p = x.codes + r * x.k + 32 * b;
+      __m256i sums = _mm256_setzero_si256();
+      for (int j = 0; j < 8; ++j) {
+        int32_t word;
+        std::memcpy(&word, p + 4 * j, 4);
+        const __m256i a = _mm256_set1_epi32(word);
 #ifdef PROCTOR_VNNI
-      const __m256i sums = unsigned_codes ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, p)
-                                          : _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitudes,
-                                                                _mm256_sign_epi8(p, codes));
+        sums = _mm256_dpbusd_epi32(sums, codes[j], a);
 #else
-      const __m256i sums = _mm256_madd_epi16(unsigned_codes ? _mm256_maddubs_epi16(codes, p)
-                                                            : _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(p, codes)),
-                                             ones);
+        sums = _mm256_add_epi32(
+            sums, _mm256_madd_epi16(_mm256_maddubs_epi16(codes[j], signed_codes ? _mm256_sign_epi8(a, signs[j]) : a), ones));
 #endif
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(d * x.d[at]), acc[t]);
-      if (unsigned_codes) minimums[t] += m * x.s[at];
+      }
+#ifdef PROCTOR_VNNI
+      if (offset != 0) sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(offset * x.sums[at]));
+#else
+      if (offset != 0 && !signed_codes) sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(offset * x.sums[at]));
+#endif
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(d, _mm256_set1_ps(x.d[at])), acc[t]);
+      if (has_min) acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[at]), acc[t]);
     }
   }
-  for (int t = 0; t < R; ++t) out[t] = sum8(acc[t]) + minimums[t];
+  for (int t = 0; t < R; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
+}
+
+template <int R>
+inline void small_group_of(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks,
+                           const ActivationView& x, int64_t r0, float* out) {
+  switch (type) {
+    case Q4_0: small_group<R, Q4_0>(w, row_bytes, g, blocks, x, r0, out); break;
+    case Q4_1: small_group<R, Q4_1>(w, row_bytes, g, blocks, x, r0, out); break;
+    case Q5_0: small_group<R, Q5_0>(w, row_bytes, g, blocks, x, r0, out); break;
+    case Q5_1: small_group<R, Q5_1>(w, row_bytes, g, blocks, x, r0, out); break;
+    default: small_group<R, Q8_0>(w, row_bytes, g, blocks, x, r0, out); break;
+  }
+}
+
+// Weight rows w .. w + (g − 1)·row_bytes (g ≤ 8) of a 32-input type times activation rows r0 .. r0 + count − 1
+// (count ≤ 8): out[8t + i].
+inline void group(int64_t count, int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k,
+                  const ActivationView& x, int64_t r0, float* out) {
+  const int64_t blocks = k / 32;
+  switch (count) {
+    case 8: small_group_of<8>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 7: small_group_of<7>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 6: small_group_of<6>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 5: small_group_of<5>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 4: small_group_of<4>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 3: small_group_of<3>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 2: small_group_of<2>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    default: small_group_of<1>(type, w, row_bytes, g, blocks, x, r0, out); break;
+  }
 }
 
 template <int R>
@@ -215,15 +319,13 @@ void tile(int64_t type, const Layout& layout, const uint8_t* w, int64_t k, const
           float* out) {
   if (layout.elements == 256) {
     k_rows<R>(type, w, k / 256, layout.bytes, x, r0, out);
-  } else if (layout.elements == 32) {
-    small_rows<R>(type, w, k / 32, layout.bytes, x, r0, out);
   } else {
     float_rows<R>(type, w, k, x, r0, out);
   }
 }
 
 
-// Weight row `w` times activation rows r0 .. r0 + count − 1 (count ≤ 8): out[0 .. count).
+// Weight row `w` of a K-quant or float type times activation rows r0 .. r0 + count − 1 (count ≤ 8): out[0 .. count).
 inline void rows(int64_t count, int64_t type, const Layout& layout, const uint8_t* w, int64_t k,
                  const ActivationView& x, int64_t r0, float* out) {
   switch (count) {

@@ -5,8 +5,9 @@
 //
 // A weight is [out, row bytes] uint8, the file's rows unchanged. Each output is computed whole by one
 // thread: per block, the weight's codes are unpacked once and multiplied by a tile of up to 8 activation
-// rows (ggml_dot.h); every block's integer sum is exact and scaled in float in block order. So a row's
-// result is the same bits alone or in any batch, at any thread count (tests/unit/test_gguf_linear.py).
+// rows (ggml_dot.h); every block's integer sum is exact and scaled in float in block order, the same
+// operations whichever group of weight rows or tile of activation rows it falls in. So a row's result is
+// the same bits alone or in any batch, at any thread count (tests/unit/test_gguf_linear.py).
 #include <torch/library.h>
 
 #include <array>
@@ -23,7 +24,8 @@ namespace {
 using namespace proctor_ggml;
 using proctor_kernels::check_float;
 
-constexpr int64_t kTile = 8;  // activation rows per pass over a weight row's blocks (each block unpacked once)
+constexpr int64_t kTile = 8;   // activation rows per pass over a weight row's blocks (each block unpacked once)
+constexpr int64_t kGroup = 8;  // weight rows of a 32-input type taken together (one vector of their sums)
 
 // Activations of `rows` rows of k inputs in the form one weight type takes (ggml_blocks.h).
 struct Activations {
@@ -31,15 +33,15 @@ struct Activations {
   int64_t rows = 0, k = 0, per_row_blocks = 0;
   std::vector<int8_t> codes;
   std::vector<float> d, s, values;
-  std::vector<int16_t> bsums;
+  std::vector<int16_t> sums, bsums;
 
   ActivationView view() const {
-    return {codes.data(), d.data(), s.data(), bsums.data(), values.data(), k, per_row_blocks};
+    return {codes.data(), d.data(), s.data(), sums.data(), bsums.data(), values.data(), k, per_row_blocks};
   }
 
   ActivationRow row(int64_t r) {
-    return {codes.data() + r * k, d.data() + r * per_row_blocks, s.data() + r * per_row_blocks,
-            bsums.data() + r * per_row_blocks * 16, values.data() + r * k};
+    return {codes.data() + r * k,         d.data() + r * per_row_blocks,         s.data() + r * per_row_blocks,
+            sums.data() + r * per_row_blocks, bsums.data() + r * per_row_blocks * 16, values.data() + r * k};
   }
 
   void quantize(Activation wanted, const float* x, int64_t count, int64_t inputs) {
@@ -49,6 +51,7 @@ struct Activations {
     codes.resize(blocked ? rows * k : 0);
     d.resize(blocked ? rows * per_row_blocks : 0);
     s.resize(wanted == Activation::q8_1 ? rows * per_row_blocks : 0);
+    sums.resize(wanted == Activation::q8_0 || wanted == Activation::q8_1 ? rows * per_row_blocks : 0);
     bsums.resize(wanted == Activation::q8_k ? rows * per_row_blocks * 16 : 0);
     values.resize(blocked ? 0 : rows * k);
     at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
@@ -84,25 +87,41 @@ Layout checked_layout(const at::Tensor& blocks, int64_t type, int64_t k) {
 }
 
 // y[:, column .. column + out) of a [rows, width] result = x · Wᵀ, with x already in W's activation form.
+// 32-input types go eight weight rows at a time (ggml_dot.h's group()), the others one row at a time; each
+// thread takes whole groups, and for each group every tile of activation rows while its blocks are in cache.
 void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float* y, int64_t width, int64_t column) {
   const Layout layout = checked_layout(blocks, type, x.k);
   const int64_t n = blocks.size(0), row_bytes = blocks.size(1), rows = x.rows;
   const uint8_t* wp = blocks.const_data_ptr<uint8_t>();
-  const int64_t grain = std::max<int64_t>(4, 65536 / std::max<int64_t>(1, row_bytes * std::min(rows, kTile)));
   const ActivationView view = x.view();
-  const bool vnni = proctor_q4::vnni_loops();
-  at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
-    float out[kTile];
-    for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-      const int64_t count = std::min(kTile, rows - r0);
-      for (int64_t j = begin; j < end; ++j) {
-        const uint8_t* w = wp + j * row_bytes;
-        if (vnni) {
-          rows_vnni(count, type, layout, w, x.k, view, r0, out);
+  const bool vnni = proctor_q4::vnni_loops(), grouped = layout.elements == 32;
+  const int64_t per_item = grouped ? kGroup : 1, items = (n + per_item - 1) / per_item;
+  const int64_t grain =
+      std::max<int64_t>(1, 65536 / std::max<int64_t>(1, per_item * row_bytes * std::min(rows, kTile)));
+  at::parallel_for(0, items, grain, [&](int64_t begin, int64_t end) {
+    float out[kTile * kGroup];
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t j0 = item * per_item, g = std::min(per_item, n - j0);
+      const uint8_t* w = wp + j0 * row_bytes;
+      for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+        const int64_t count = std::min(kTile, rows - r0);
+        if (grouped) {
+          if (vnni) {
+            group_vnni(count, type, layout, w, row_bytes, g, x.k, view, r0, out);
+          } else {
+            proctor_ggml_avx2::group(count, type, w, row_bytes, g, x.k, view, r0, out);
+          }
+          for (int64_t t = 0; t < count; ++t) {
+            std::copy(out + kGroup * t, out + kGroup * t + g, y + (r0 + t) * width + column + j0);
+          }
         } else {
-          proctor_ggml_avx2::rows(count, type, layout, w, x.k, view, r0, out);
+          if (vnni) {
+            rows_vnni(count, type, layout, w, x.k, view, r0, out);
+          } else {
+            proctor_ggml_avx2::rows(count, type, layout, w, x.k, view, r0, out);
+          }
+          for (int64_t t = 0; t < count; ++t) y[(r0 + t) * width + column + j0] = out[t];
         }
-        for (int64_t t = 0; t < count; ++t) y[(r0 + t) * width + column + j] = out[t];
       }
     }
   });
