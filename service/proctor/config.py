@@ -21,7 +21,7 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 # computes changes, so a replay is refused rather than diverging (q8 2: the C++ kernel, float16 cache
 # and embedding table; q4 1: GGUF Q4_1 layers and Q8_0 LM head in the C++ kernel, float16 cache;
 # gguf 1: a .gguf file's own blocks of any supported type, activations rounded per block as llama.cpp does;
-# gguf 2: the 32-input types scaled per block from one exact integer sum per row, eight rows at a time).
+# gguf 2: the 32-input types and Q6_K scaled per block from one exact integer sum per row, eight rows at a time).
 WEIGHT_MODE_REVISIONS = {"dense": 1, "fp16": 1, "q8": 2, "q4": 1, "gguf": 2}
 WEIGHT_MODES = tuple(WEIGHT_MODE_REVISIONS)
 

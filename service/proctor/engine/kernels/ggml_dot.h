@@ -1,15 +1,17 @@
-// The gguf products' inner loops (ggml_linear.cpp). A K-quant or float weight row's blocks are unpacked
-// into vectors once per block and multiplied by a tile of activation rows; the 32-input types go eight
-// weight rows at a time, their codes transposed so that activations are broadcast and the eight rows' sums
-// build up in one vector. Compiled twice: for AVX2 in ggml_linear.cpp, and in ggml_vnni.cpp with AVX-512
-// VNNI on 256-bit vectors, where vpdpbusd replaces maddubs + madd(1) and vpdpwssd replaces madd(scale) +
-// add. Each computes the same exact integer sums (no pair can saturate: at most 2·128·127), then the same
-// float operations in the same order: the same bits (tests/unit/test_gguf_linear.py).
+// The gguf products' inner loops (ggml_linear.cpp). The 32-input types and Q6_K go eight weight rows at a
+// time, their codes transposed so that activations are broadcast and the eight rows' integer sums build up
+// in one vector, scaled once a block; Q6_K times a few activation rows, and Q4_K/Q5_K always, go a weight
+// row at a time, its blocks unpacked into vectors once and multiplied by a tile of activation rows.
+// Compiled twice: for AVX2 in ggml_linear.cpp, and in ggml_vnni.cpp with AVX-512 VNNI on 256-bit vectors,
+// where vpdpbusd replaces maddubs + madd(1) and vpdpwssd replaces madd(scale) + add. Each computes the same
+// exact integer sums (no pair can saturate: at most 2·128·127), then the same float operations in the same
+// order: the same bits (tests/unit/test_gguf_linear.py).
 // Self-contained (no ATen): the VNNI copy is compiled under a target pragma, and nothing shared with
 // other files may be.
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -92,45 +94,6 @@ struct KVectors {
     out.codes[2 * c] = lo;
     out.codes[2 * c + 1] = hi;
   }
-}
-
-// One weight row (`w`, its blocks) times activation rows r0 .. r0 + R − 1: out[t]. Per block and row,
-// the integer sums in 8 lanes (Q6_K less 32·Σ scale·Σcodes, its codes' offset), scaled by d·a into
-// float lanes (Q4_K/Q5_K less dmin·a·Σ min·Σcodes), summed across lanes once at the end.
-template <int R>
-[[gnu::always_inline]] inline void k_rows(int64_t type, const uint8_t* w, int64_t blocks, int64_t block_bytes,
-                                          const ActivationView& x, int64_t r0, float* out) {
-  KVectors kv;
-  __m256 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    unpack_k_vectors(type, w + b * block_bytes, kv);
-    for (int t = 0; t < R; ++t) {
-      const int64_t r = r0 + t;
-      const int8_t* p = x.codes + r * x.k + 256 * b;
-      const __m256i bsums =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums + (r * x.per_row_blocks + b) * 16));
-      __m256i sums = _mm256_setzero_si256();
-      for (int c = 0; c < 8; ++c) {
-        const __m256i pc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * c));
-#ifdef PROCTOR_VNNI
-        sums = _mm256_dpwssd_epi32(sums, _mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]);
-#else
-        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]));
-#endif
-      }
-      const float xd = x.d[r * x.per_row_blocks + b];
-      if (type == Q6_K) {
-        sums = _mm256_sub_epi32(sums, _mm256_slli_epi32(_mm256_madd_epi16(bsums, kv.scales16), 5));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(kv.d * xd), acc[t]);
-      } else {
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(kv.d * xd), acc[t]);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, kv.minimums)),
-                                 _mm256_set1_ps(-(kv.dmin * xd)), acc[t]);
-      }
-    }
-  }
-  for (int t = 0; t < R; ++t) out[t] = sum8(acc[t]);
 }
 
 // A 32-input block of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 row (float16 d, Q4_1/Q5_1 float16 m, Q5 32 fifth bits,
@@ -265,33 +228,13 @@ template <int R, int64_t TYPE>
   for (int t = 0; t < R; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
 }
 
-template <int R>
-inline void small_group_of(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks,
-                           const ActivationView& x, int64_t r0, float* out) {
-  switch (type) {
-    case Q4_0: small_group<R, Q4_0>(w, row_bytes, g, blocks, x, r0, out); break;
-    case Q4_1: small_group<R, Q4_1>(w, row_bytes, g, blocks, x, r0, out); break;
-    case Q5_0: small_group<R, Q5_0>(w, row_bytes, g, blocks, x, r0, out); break;
-    case Q5_1: small_group<R, Q5_1>(w, row_bytes, g, blocks, x, r0, out); break;
-    default: small_group<R, Q8_0>(w, row_bytes, g, blocks, x, r0, out); break;
-  }
-}
-
-// Weight rows w .. w + (g − 1)·row_bytes (g ≤ 8) of a 32-input type times activation rows r0 .. r0 + count − 1
-// (count ≤ 8): out[8t + i].
-inline void group(int64_t count, int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k,
-                  const ActivationView& x, int64_t r0, float* out) {
-  const int64_t blocks = k / 32;
-  switch (count) {
-    case 8: small_group_of<8>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    case 7: small_group_of<7>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    case 6: small_group_of<6>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    case 5: small_group_of<5>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    case 4: small_group_of<4>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    case 3: small_group_of<3>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    case 2: small_group_of<2>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    default: small_group_of<1>(type, w, row_bytes, g, blocks, x, r0, out); break;
-  }
+// acc + the dot products of unsigned u and signed s, each four bytes to an int32 lane.
+[[gnu::always_inline]] inline __m256i dot_add(__m256i acc, __m256i u, __m256i s) {
+#ifdef PROCTOR_VNNI
+  return _mm256_dpbusd_epi32(acc, u, s);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
 }
 
 template <int R>
@@ -314,29 +257,239 @@ template <int R>
   for (int t = 0; t < R; ++t) out[t] = sum8(acc[t]);
 }
 
+// One weight row of Q4_K or Q5_K times activation rows r0 .. r0 + R − 1: out[t]. Per block and row, the
+// integer sums in 8 lanes, scaled by d·a into float lanes, less dmin·a·Σ min·Σcodes, summed across lanes
+// once at the end. (Eight rows transposed, as Q6_K goes below, measured no faster for these: their
+// unpacking is cheap, and the transposes cost what the shared scaling saves.)
+template <int R, int64_t TYPE>
+[[gnu::always_inline]] inline void k_lanes(const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0,
+                                           float* out) {
+  constexpr int64_t block_bytes = TYPE == Q4_K ? 144 : 176;
+  KVectors kv;
+  __m256 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    unpack_k_vectors(TYPE, w + b * block_bytes, kv);
+    for (int t = 0; t < R; ++t) {
+      const int64_t at = (r0 + t) * x.per_row_blocks + b;
+      const int8_t* p = x.codes + (r0 + t) * x.k + 256 * b;
+      const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums + at * 16));
+      __m256i sums = _mm256_setzero_si256();
+      for (int c = 0; c < 8; ++c) {
+        const __m256i pc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * c));
+#ifdef PROCTOR_VNNI
+        sums = _mm256_dpwssd_epi32(sums, _mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]);
+#else
+        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]));
+#endif
+      }
+      const float xd = x.d[at];
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(kv.d * xd), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, kv.minimums)),
+                               _mm256_set1_ps(-(kv.dmin * xd)), acc[t]);
+    }
+  }
+  for (int t = 0; t < R; ++t) out[t] = sum8(acc[t]);
+}
+
+// A Q6_K block times activation row r's block b, in 8 int32 lanes: Σ scale·code·a less 32·Σ scale·Σa
+// (its codes' offset).
+[[gnu::always_inline]] inline __m256i q6_k_lanes(const KVectors& kv, const ActivationView& x, int64_t r, int64_t b) {
+  const int8_t* p = x.codes + r * x.k + 256 * b;
+  __m256i sums = _mm256_setzero_si256();
+  for (int c = 0; c < 8; ++c) {
+    const __m256i pc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * c));
+#ifdef PROCTOR_VNNI
+    sums = _mm256_dpwssd_epi32(sums, _mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]);
+#else
+    sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]));
+#endif
+  }
+  const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums + (r * x.per_row_blocks + b) * 16));
+  return _mm256_sub_epi32(sums, _mm256_slli_epi32(_mm256_madd_epi16(bsums, kv.scales16), 5));
+}
+
+// Eight int32 vectors' lane sums, v[i]'s total in lane i (exact: integers in any order).
+[[gnu::always_inline]] inline __m256i sum_lanes8(const __m256i* v) {
+  const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i ce = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  // ab: v0..v3's low 128-bit halves summed, then their high halves; ce the same for v4..v7
+  return _mm256_add_epi32(_mm256_permute2x128_si256(ab, ce, 0x20), _mm256_permute2x128_si256(ab, ce, 0x31));
+}
+
+// One Q6_K weight row times a few activation rows r0 .. r0 + R − 1 (R ≤ kRowMost), row-major: q6_k_group's
+// bits. Each block's exact integer total (its lanes summed eight blocks at a time), then the same float
+// operation as one lane of q6_k_group, in block order: acc = fma(total, d·a, acc).
 template <int R>
-void tile(int64_t type, const Layout& layout, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
-          float* out) {
-  if (layout.elements == 256) {
-    k_rows<R>(type, w, k / 256, layout.bytes, x, r0, out);
-  } else {
-    float_rows<R>(type, w, k, x, r0, out);
+[[gnu::always_inline]] inline void q6_k_row(const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0,
+                                            float* out) {
+  KVectors kv;
+  float acc[R];
+  __m256i pending[R][8];
+  alignas(32) float d[8], totals[8];
+  for (int t = 0; t < R; ++t) acc[t] = 0.f;
+  for (int64_t b0 = 0; b0 < blocks; b0 += 8) {
+    const int count = static_cast<int>(std::min<int64_t>(8, blocks - b0));
+    for (int q = 0; q < count; ++q) {
+      unpack_k_vectors(Q6_K, w + (b0 + q) * 210, kv);
+      d[q] = kv.d;
+      for (int t = 0; t < R; ++t) pending[t][q] = q6_k_lanes(kv, x, r0 + t, b0 + q);
+    }
+    for (int t = 0; t < R; ++t) {
+      for (int q = count; q < 8; ++q) pending[t][q] = _mm256_setzero_si256();
+      _mm256_store_ps(totals, _mm256_cvtepi32_ps(sum_lanes8(pending[t])));
+      for (int q = 0; q < count; ++q) {
+        acc[t] = std::fma(totals[q], d[q] * x.d[(r0 + t) * x.per_row_blocks + b0 + q], acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < R; ++t) out[t] = acc[t];
+}
+
+// Eight Q6_K weight rows (g of them real, row_bytes apart) times activation rows r0 .. r0 + R − 1: out[8t + i],
+// as small_group does for the 32-input types. Per block, the eight rows' codes are unpacked, and per 32
+// inputs transposed; per activation row, each 16 inputs' exact integer sum is multiplied by the eight rows'
+// scales for them in one vector; the block's total, less 32·Σ scale·Σa, is scaled in float by d·a.
+template <int R>
+[[gnu::always_inline]] inline void q6_k_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks,
+                                              const ActivationView& x, int64_t r0, float* out) {
+  const char* next = reinterpret_cast<const char*>(w + 8 * row_bytes);  // as in small_group
+  const int64_t lines = (8 * row_bytes / 64 + blocks - 1) / blocks;
+  __m256 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t l = 0; l < lines; ++l) _mm_prefetch(next + (b * lines + l) * 64, _MM_HINT_T0);
+    __m256i codes[8][8];                     // [weight row][32 inputs]
+    alignas(32) int32_t scales[16][8] = {};  // [scale][weight row]
+    alignas(32) int32_t pairs[8][8] = {};    // [scale pair][weight row]: two int16, as the bsums pair up
+    alignas(16) uint16_t dh[8] = {};
+    for (int64_t i = 0; i < 8; ++i) {
+      if (i >= g) {
+        for (int c = 0; c < 8; ++c) codes[i][c] = _mm256_setzero_si256();
+        continue;
+      }
+      const uint8_t* block = w + i * row_bytes + b * 210;
+      KVectors kv;
+      unpack_k_vectors(Q6_K, block, kv);
+      for (int c = 0; c < 8; ++c) codes[i][c] = kv.codes[c];
+      std::memcpy(dh + i, block + 208, 2);
+      const int8_t* sc = reinterpret_cast<const int8_t*>(block + 192);
+      for (int j = 0; j < 16; ++j) scales[j][i] = sc[j];
+      for (int m = 0; m < 8; ++m) {
+        pairs[m][i] = static_cast<int32_t>(static_cast<uint16_t>(sc[2 * m]) |
+                                           (static_cast<uint32_t>(static_cast<uint16_t>(sc[2 * m + 1])) << 16));
+      }
+    }
+    __m256i sums[R];
+    for (int t = 0; t < R; ++t) sums[t] = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c) {
+      __m256i v[8];
+      for (int i = 0; i < 8; ++i) v[i] = codes[i][c];
+      transpose_words8(v);
+      const __m256i first_scales = _mm256_load_si256(reinterpret_cast<const __m256i*>(scales[2 * c]));
+      const __m256i second_scales = _mm256_load_si256(reinterpret_cast<const __m256i*>(scales[2 * c + 1]));
+      for (int t = 0; t < R; ++t) {
+        const int8_t* p = x.codes + (r0 + t) * x.k + 256 * b + 32 * c;
+        __m256i first = _mm256_setzero_si256(), second = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+          int32_t word;
+          std::memcpy(&word, p + 4 * j, 4);
+          if (j < 4) {
+            first = dot_add(first, v[j], _mm256_set1_epi32(word));
+          } else {
+            second = dot_add(second, v[j], _mm256_set1_epi32(word));
+          }
+        }
+        sums[t] = _mm256_add_epi32(sums[t], _mm256_add_epi32(_mm256_mullo_epi32(first, first_scales),
+                                                             _mm256_mullo_epi32(second, second_scales)));
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+    for (int t = 0; t < R; ++t) {
+      const int64_t at = (r0 + t) * x.per_row_blocks + b;
+      const int16_t* bsums = x.bsums + at * 16;
+      __m256i offsets = _mm256_setzero_si256();  // Σ scale·bsum over the 16
+      for (int m = 0; m < 8; ++m) {
+        int32_t pair;
+        std::memcpy(&pair, bsums + 2 * m, 4);
+        offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(pairs[m])),
+                                                              _mm256_set1_epi32(pair)));
+      }
+      const __m256i total = _mm256_sub_epi32(sums[t], _mm256_slli_epi32(offsets, 5));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(x.d[at])), acc[t]);
+    }
+  }
+  for (int t = 0; t < R; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
+}
+
+template <int R>
+inline void k_row_of(int64_t type, const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0, float* out) {
+  switch (type) {
+    case Q4_K: k_lanes<R, Q4_K>(w, blocks, x, r0, out); break;
+    case Q5_K: k_lanes<R, Q5_K>(w, blocks, x, r0, out); break;
+    default: q6_k_row<R>(w, blocks, x, r0, out); break;
   }
 }
 
+// One K-quant weight row times activation rows r0 .. r0 + count − 1 (count ≤ 8; Q6_K ≤ kRowMost): out[0 .. count).
+constexpr int64_t kRowMost = 4;
+inline void k_rows(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
+                   float* out) {
+  const int64_t blocks = k / 256;
+  switch (count) {
+    case 8: k_row_of<8>(type, w, blocks, x, r0, out); break;
+    case 7: k_row_of<7>(type, w, blocks, x, r0, out); break;
+    case 6: k_row_of<6>(type, w, blocks, x, r0, out); break;
+    case 5: k_row_of<5>(type, w, blocks, x, r0, out); break;
+    case 4: k_row_of<4>(type, w, blocks, x, r0, out); break;
+    case 3: k_row_of<3>(type, w, blocks, x, r0, out); break;
+    case 2: k_row_of<2>(type, w, blocks, x, r0, out); break;
+    default: k_row_of<1>(type, w, blocks, x, r0, out); break;
+  }
+}
 
-// Weight row `w` of a K-quant or float type times activation rows r0 .. r0 + count − 1 (count ≤ 8): out[0 .. count).
+template <int R>
+inline void group_of(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks,
+                           const ActivationView& x, int64_t r0, float* out) {
+  switch (type) {
+    case Q4_0: small_group<R, Q4_0>(w, row_bytes, g, blocks, x, r0, out); break;
+    case Q4_1: small_group<R, Q4_1>(w, row_bytes, g, blocks, x, r0, out); break;
+    case Q5_0: small_group<R, Q5_0>(w, row_bytes, g, blocks, x, r0, out); break;
+    case Q5_1: small_group<R, Q5_1>(w, row_bytes, g, blocks, x, r0, out); break;
+    case Q8_0: small_group<R, Q8_0>(w, row_bytes, g, blocks, x, r0, out); break;
+    default: q6_k_group<R>(w, row_bytes, g, blocks / 8, x, r0, out); break;
+  }
+}
+
+// Weight rows w .. w + (g − 1)·row_bytes (g ≤ 8) of a block type times activation rows r0 .. r0 + count − 1
+// (count ≤ 8): out[8t + i].
+inline void group(int64_t count, int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k,
+                  const ActivationView& x, int64_t r0, float* out) {
+  const int64_t blocks = k / 32;
+  switch (count) {
+    case 8: group_of<8>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 7: group_of<7>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 6: group_of<6>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 5: group_of<5>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 4: group_of<4>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 3: group_of<3>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 2: group_of<2>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    default: group_of<1>(type, w, row_bytes, g, blocks, x, r0, out); break;
+  }
+}
+
+// Weight row `w` of a float type times activation rows r0 .. r0 + count − 1 (count ≤ 8): out[0 .. count).
 inline void rows(int64_t count, int64_t type, const Layout& layout, const uint8_t* w, int64_t k,
                  const ActivationView& x, int64_t r0, float* out) {
   switch (count) {
-    case 8: tile<8>(type, layout, w, k, x, r0, out); break;
-    case 7: tile<7>(type, layout, w, k, x, r0, out); break;
-    case 6: tile<6>(type, layout, w, k, x, r0, out); break;
-    case 5: tile<5>(type, layout, w, k, x, r0, out); break;
-    case 4: tile<4>(type, layout, w, k, x, r0, out); break;
-    case 3: tile<3>(type, layout, w, k, x, r0, out); break;
-    case 2: tile<2>(type, layout, w, k, x, r0, out); break;
-    default: tile<1>(type, layout, w, k, x, r0, out); break;
+    case 8: float_rows<8>(type, w, k, x, r0, out); break;
+    case 7: float_rows<7>(type, w, k, x, r0, out); break;
+    case 6: float_rows<6>(type, w, k, x, r0, out); break;
+    case 5: float_rows<5>(type, w, k, x, r0, out); break;
+    case 4: float_rows<4>(type, w, k, x, r0, out); break;
+    case 3: float_rows<3>(type, w, k, x, r0, out); break;
+    case 2: float_rows<2>(type, w, k, x, r0, out); break;
+    default: float_rows<1>(type, w, k, x, r0, out); break;
   }
 }
 

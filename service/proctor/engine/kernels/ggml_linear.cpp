@@ -87,15 +87,20 @@ Layout checked_layout(const at::Tensor& blocks, int64_t type, int64_t k) {
 }
 
 // y[:, column .. column + out) of a [rows, width] result = x · Wᵀ, with x already in W's activation form.
-// 32-input types go eight weight rows at a time (ggml_dot.h's group()), the others one row at a time; each
-// thread takes whole groups, and for each group every tile of activation rows while its blocks are in cache.
+// The 32-input types and Q6_K go eight weight rows at a time (ggml_dot.h's group()), except Q6_K times a few
+// activation rows (k_rows(): the same bits, cheaper there); Q4_K, Q5_K and float types a row at a time.
+// Each thread takes whole items, and for each item every tile of activation rows while its blocks are in cache.
 void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float* y, int64_t width, int64_t column) {
   const Layout layout = checked_layout(blocks, type, x.k);
   const int64_t n = blocks.size(0), row_bytes = blocks.size(1), rows = x.rows;
   const uint8_t* wp = blocks.const_data_ptr<uint8_t>();
   const ActivationView view = x.view();
-  const bool vnni = proctor_q4::vnni_loops(), grouped = layout.elements == 32;
+  const bool vnni = proctor_q4::vnni_loops();
+  // Q6_K by eight weight rows only for more than a few activation rows (k_rows gives the same bits)
+  const bool k_row_wise = layout.elements == 256 && (type != Q6_K || rows <= proctor_ggml_avx2::kRowMost);
+  const bool grouped = layout.elements > 1 && !k_row_wise;
   const int64_t per_item = grouped ? kGroup : 1, items = (n + per_item - 1) / per_item;
+  const int64_t tile = k_row_wise && type == Q6_K ? proctor_ggml_avx2::kRowMost : kTile;
   const int64_t grain =
       std::max<int64_t>(1, 65536 / std::max<int64_t>(1, per_item * row_bytes * std::min(rows, kTile)));
   at::parallel_for(0, items, grain, [&](int64_t begin, int64_t end) {
@@ -103,8 +108,8 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
     for (int64_t item = begin; item < end; ++item) {
       const int64_t j0 = item * per_item, g = std::min(per_item, n - j0);
       const uint8_t* w = wp + j0 * row_bytes;
-      for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-        const int64_t count = std::min(kTile, rows - r0);
+      for (int64_t r0 = 0; r0 < rows; r0 += tile) {
+        const int64_t count = std::min(tile, rows - r0);
         if (grouped) {
           if (vnni) {
             group_vnni(count, type, layout, w, row_bytes, g, x.k, view, r0, out);
@@ -114,14 +119,18 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
           for (int64_t t = 0; t < count; ++t) {
             std::copy(out + kGroup * t, out + kGroup * t + g, y + (r0 + t) * width + column + j0);
           }
-        } else {
-          if (vnni) {
-            rows_vnni(count, type, layout, w, x.k, view, r0, out);
-          } else {
-            proctor_ggml_avx2::rows(count, type, layout, w, x.k, view, r0, out);
-          }
-          for (int64_t t = 0; t < count; ++t) y[(r0 + t) * width + column + j0] = out[t];
+          continue;
         }
+        if (k_row_wise && vnni) {
+          k_rows_vnni(count, type, w, x.k, view, r0, out);
+        } else if (k_row_wise) {
+          proctor_ggml_avx2::k_rows(count, type, w, x.k, view, r0, out);
+        } else if (vnni) {
+          rows_vnni(count, type, layout, w, x.k, view, r0, out);
+        } else {
+          proctor_ggml_avx2::rows(count, type, layout, w, x.k, view, r0, out);
+        }
+        for (int64_t t = 0; t < count; ++t) y[(r0 + t) * width + column + j0] = out[t];
       }
     }
   });

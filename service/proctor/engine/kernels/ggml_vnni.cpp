@@ -22,6 +22,11 @@ void rows_vnni(int64_t count, int64_t type, const Layout& layout, const uint8_t*
   proctor_ggml_vnni::rows(count, type, layout, w, k, x, r0, out);
 }
 
+void k_rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
+                 float* out) {
+  proctor_ggml_vnni::k_rows(count, type, w, k, x, r0, out);
+}
+
 void group_vnni(int64_t count, int64_t type, const Layout&, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k,
                 const ActivationView& x, int64_t r0, float* out) {
   proctor_ggml_vnni::group(count, type, w, row_bytes, g, k, x, r0, out);
