@@ -57,6 +57,14 @@ RUNGS: dict[str, dict[str, Any]] = {  # the real models' shapes (their config.js
                      "tie_word_embeddings": True, "max_position_embeddings": 131072, "rope_parameters": {
                          "rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
+    # Gemma 3 1B: 5 sliding-window layers to 1 global; llama.cpp's converter trims a Gemma 3 embedding to the
+    # tokenizer's own tokens, so with the stand-in tokenizer this rung's vocabulary is 49,152, not 262,144
+    "gemma-3-1b": {"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912,
+                   "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+                   "query_pre_attn_scalar": 256, "vocab_size": 262144, "sliding_window": 512,
+                   "rope_local_base_freq": 10000.0, "rope_theta": 1000000.0, "max_position_embeddings": 32768,
+                   "tie_word_embeddings": True,
+                   "layer_types": [("full_attention" if (i + 1) % 6 == 0 else "sliding_attention") for i in range(26)]},
 }
 PROMPT, STREAMS = 32, (1, 16)
 # convert_hf_to_gguf.py as is, but for the stand-in tokenizer: the converter names a BPE pre-tokenizer by
@@ -114,12 +122,14 @@ def _random_model(config: dict[str, Any], out: Path) -> None:
     from proctor.config import DEFAULT_MODEL_NAME, default_model_store
 
     kind = config["model_type"]
-    classes = {"qwen2": "Qwen2", "qwen3": "Qwen3", "llama": "Llama", "gemma3_text": "Gemma3"}
+    classes = {"qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+               "llama": ("LlamaConfig", "LlamaForCausalLM"), "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
+    config_class, model_class = classes[kind]
     settings = {key: value for key, value in config.items() if key != "model_type"}
-    cfg = getattr(transformers, f"{classes[kind]}Config")(**settings, torch_dtype="float16")
+    cfg = getattr(transformers, config_class)(**settings, torch_dtype="float16")
     say(f"building a random {kind} with {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}")
     torch.manual_seed(0)
-    model = getattr(transformers, f"{classes[kind]}ForCausalLM")(cfg).half()
+    model = getattr(transformers, model_class)(cfg).half()
     model.save_pretrained(out)
     source = default_model_store() / DEFAULT_MODEL_NAME
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt"):

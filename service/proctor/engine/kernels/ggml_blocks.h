@@ -144,7 +144,7 @@ void rows_vnni(int64_t count, int64_t type, const Layout& layout, const uint8_t*
                const ActivationView& x, int64_t r0, float* out);
 void k_rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
                  float* out);
-void group_vnni(int64_t count, int64_t type, const Layout& layout, const uint8_t* w, int64_t row_bytes, int64_t g,
-                int64_t k, const ActivationView& x, int64_t r0, float* out);
+void group_vnni(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x,
+                int64_t rows, float* y, int64_t width);
 
 }  // namespace proctor_ggml

@@ -6,14 +6,16 @@
 // where vpdpbusd replaces maddubs + madd(1) and vpdpwssd replaces madd(scale) + add. Each computes the same
 // exact integer sums (no pair can saturate: at most 2·128·127), then the same float operations in the same
 // order: the same bits (tests/unit/test_gguf_linear.py).
-// Self-contained (no ATen): the VNNI copy is compiled under a target pragma, and nothing shared with
-// other files may be.
+// Self-contained (no ATen, and no standard template but on this file's own types): the VNNI copy is compiled
+// under a target pragma, and nothing shared with other files may be.
 
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "ggml_blocks.h"
 
@@ -151,83 +153,6 @@ constexpr int small_offset(int64_t type) { return type == Q4_0 ? 8 : type == Q5_
   }
 }
 
-// Eight weight rows (g of them real, row_bytes apart) times activation rows r0 .. r0 + R − 1, 32-input
-// blocks: out[8t + i] for weight row i and activation row r0 + t. Per block, the eight rows' codes are
-// unpacked and transposed once (vector j: inputs 4j .. 4j + 3 of every row, row i in lane i); per activation
-// row, each vector meets those four activations broadcast, so the eight rows' exact integer sums build up
-// in one vector with no horizontal sums, are scaled in float by d·a in one operation (Q4_1/Q5_1 plus m·s),
-// and are summed in block order. Each output is one lane's fixed sequence of float operations, whichever
-// group and batch it is in.
-template <int R, int64_t TYPE>
-[[gnu::always_inline]] inline void small_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks,
-                                               const ActivationView& x, int64_t r0, float* out) {
-  constexpr bool has_min = TYPE == Q4_1 || TYPE == Q5_1;
-  constexpr int offset = small_offset(TYPE);
-  constexpr int64_t block_bytes = TYPE == Q8_0 ? 34 : TYPE == Q4_0 ? 18 : TYPE == Q4_1 ? 20 : TYPE == Q5_0 ? 22 : 24;
-#ifndef PROCTOR_VNNI
-  // maddubs would saturate on Q8_0's codes + 128: its signed codes instead, as |w| times x with w's sign
-  constexpr bool signed_codes = TYPE == Q8_0;
-  const __m256i ones = _mm256_set1_epi16(1);
-#endif
-  __m256 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
-  // Eight rows are eight streams, more than the hardware prefetcher follows: the next group's bytes (the
-  // next 8·row_bytes, as a thread takes consecutive groups) are asked for, a share a block, while this one runs.
-  const char* next = reinterpret_cast<const char*>(w + 8 * row_bytes);
-  const int64_t lines = (8 * row_bytes / 64 + blocks - 1) / blocks;
-  for (int64_t b = 0; b < blocks; ++b) {
-    for (int64_t l = 0; l < lines; ++l) _mm_prefetch(next + (b * lines + l) * 64, _MM_HINT_T0);
-    __m256i codes[8];
-    alignas(16) uint16_t dh[8] = {}, mh[8] = {};
-    for (int64_t i = 0; i < 8; ++i) {
-      if (i < g) {
-        const uint8_t* block = w + i * row_bytes + b * block_bytes;
-        codes[i] = unpack_small_unsigned(TYPE, block);
-        std::memcpy(dh + i, block, 2);
-        if (has_min) std::memcpy(mh + i, block + 2, 2);
-      } else {
-        codes[i] = _mm256_setzero_si256();
-      }
-    }
-    transpose_words8(codes);
-#ifndef PROCTOR_VNNI
-    __m256i signs[8];
-    if (signed_codes) {
-      for (int j = 0; j < 8; ++j) {
-        signs[j] = _mm256_xor_si256(codes[j], _mm256_set1_epi8(-128));
-        codes[j] = _mm256_abs_epi8(signs[j]);  // −128 stays 0x80: 128 unsigned
-      }
-    }
-#endif
-    const __m256 d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
-    const __m256 m = has_min ? _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mh))) : _mm256_setzero_ps();
-    for (int t = 0; t < R; ++t) {
-      const int64_t r = r0 + t, at = r * x.per_row_blocks + b;
-      const int8_t* p = x.codes + r * x.k + 32 * b;
-      __m256i sums = _mm256_setzero_si256();
-      for (int j = 0; j < 8; ++j) {
-        int32_t word;
-        std::memcpy(&word, p + 4 * j, 4);
-        const __m256i a = _mm256_set1_epi32(word);
-#ifdef PROCTOR_VNNI
-        sums = _mm256_dpbusd_epi32(sums, codes[j], a);
-#else
-        sums = _mm256_add_epi32(
-            sums, _mm256_madd_epi16(_mm256_maddubs_epi16(codes[j], signed_codes ? _mm256_sign_epi8(a, signs[j]) : a), ones));
-#endif
-      }
-#ifdef PROCTOR_VNNI
-      if (offset != 0) sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(offset * x.sums[at]));
-#else
-      if (offset != 0 && !signed_codes) sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(offset * x.sums[at]));
-#endif
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(d, _mm256_set1_ps(x.d[at])), acc[t]);
-      if (has_min) acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[at]), acc[t]);
-    }
-  }
-  for (int t = 0; t < R; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
-}
-
 // acc + the dot products of unsigned u and signed s, each four bytes to an int32 lane.
 [[gnu::always_inline]] inline __m256i dot_add(__m256i acc, __m256i u, __m256i s) {
 #ifdef PROCTOR_VNNI
@@ -329,7 +254,7 @@ template <int R>
   alignas(32) float d[8], totals[8];
   for (int t = 0; t < R; ++t) acc[t] = 0.f;
   for (int64_t b0 = 0; b0 < blocks; b0 += 8) {
-    const int count = static_cast<int>(std::min<int64_t>(8, blocks - b0));
+    const int count = static_cast<int>(blocks - b0 < 8 ? blocks - b0 : 8);
     for (int q = 0; q < count; ++q) {
       unpack_k_vectors(Q6_K, w + (b0 + q) * 210, kv);
       d[q] = kv.d;
@@ -344,82 +269,6 @@ template <int R>
     }
   }
   for (int t = 0; t < R; ++t) out[t] = acc[t];
-}
-
-// Eight Q6_K weight rows (g of them real, row_bytes apart) times activation rows r0 .. r0 + R − 1: out[8t + i],
-// as small_group does for the 32-input types. Per block, the eight rows' codes are unpacked, and per 32
-// inputs transposed; per activation row, each 16 inputs' exact integer sum is multiplied by the eight rows'
-// scales for them in one vector; the block's total, less 32·Σ scale·Σa, is scaled in float by d·a.
-template <int R>
-[[gnu::always_inline]] inline void q6_k_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks,
-                                              const ActivationView& x, int64_t r0, float* out) {
-  const char* next = reinterpret_cast<const char*>(w + 8 * row_bytes);  // as in small_group
-  const int64_t lines = (8 * row_bytes / 64 + blocks - 1) / blocks;
-  __m256 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    for (int64_t l = 0; l < lines; ++l) _mm_prefetch(next + (b * lines + l) * 64, _MM_HINT_T0);
-    __m256i codes[8][8];                     // [weight row][32 inputs]
-    alignas(32) int32_t scales[16][8] = {};  // [scale][weight row]
-    alignas(32) int32_t pairs[8][8] = {};    // [scale pair][weight row]: two int16, as the bsums pair up
-    alignas(16) uint16_t dh[8] = {};
-    for (int64_t i = 0; i < 8; ++i) {
-      if (i >= g) {
-        for (int c = 0; c < 8; ++c) codes[i][c] = _mm256_setzero_si256();
-        continue;
-      }
-      const uint8_t* block = w + i * row_bytes + b * 210;
-      KVectors kv;
-      unpack_k_vectors(Q6_K, block, kv);
-      for (int c = 0; c < 8; ++c) codes[i][c] = kv.codes[c];
-      std::memcpy(dh + i, block + 208, 2);
-      const int8_t* sc = reinterpret_cast<const int8_t*>(block + 192);
-      for (int j = 0; j < 16; ++j) scales[j][i] = sc[j];
-      for (int m = 0; m < 8; ++m) {
-        pairs[m][i] = static_cast<int32_t>(static_cast<uint16_t>(sc[2 * m]) |
-                                           (static_cast<uint32_t>(static_cast<uint16_t>(sc[2 * m + 1])) << 16));
-      }
-    }
-    __m256i sums[R];
-    for (int t = 0; t < R; ++t) sums[t] = _mm256_setzero_si256();
-    for (int c = 0; c < 8; ++c) {
-      __m256i v[8];
-      for (int i = 0; i < 8; ++i) v[i] = codes[i][c];
-      transpose_words8(v);
-      const __m256i first_scales = _mm256_load_si256(reinterpret_cast<const __m256i*>(scales[2 * c]));
-      const __m256i second_scales = _mm256_load_si256(reinterpret_cast<const __m256i*>(scales[2 * c + 1]));
-      for (int t = 0; t < R; ++t) {
-        const int8_t* p = x.codes + (r0 + t) * x.k + 256 * b + 32 * c;
-        __m256i first = _mm256_setzero_si256(), second = _mm256_setzero_si256();
-        for (int j = 0; j < 8; ++j) {
-          int32_t word;
-          std::memcpy(&word, p + 4 * j, 4);
-          if (j < 4) {
-            first = dot_add(first, v[j], _mm256_set1_epi32(word));
-          } else {
-            second = dot_add(second, v[j], _mm256_set1_epi32(word));
-          }
-        }
-        sums[t] = _mm256_add_epi32(sums[t], _mm256_add_epi32(_mm256_mullo_epi32(first, first_scales),
-                                                             _mm256_mullo_epi32(second, second_scales)));
-      }
-    }
-    const __m256 d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
-    for (int t = 0; t < R; ++t) {
-      const int64_t at = (r0 + t) * x.per_row_blocks + b;
-      const int16_t* bsums = x.bsums + at * 16;
-      __m256i offsets = _mm256_setzero_si256();  // Σ scale·bsum over the 16
-      for (int m = 0; m < 8; ++m) {
-        int32_t pair;
-        std::memcpy(&pair, bsums + 2 * m, 4);
-        offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(pairs[m])),
-                                                              _mm256_set1_epi32(pair)));
-      }
-      const __m256i total = _mm256_sub_epi32(sums[t], _mm256_slli_epi32(offsets, 5));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(x.d[at])), acc[t]);
-    }
-  }
-  for (int t = 0; t < R; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
 }
 
 template <int R>
@@ -448,33 +297,255 @@ inline void k_rows(int64_t count, int64_t type, const uint8_t* w, int64_t k, con
   }
 }
 
-template <int R>
-inline void group_of(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks,
-                           const ActivationView& x, int64_t r0, float* out) {
-  switch (type) {
-    case Q4_0: small_group<R, Q4_0>(w, row_bytes, g, blocks, x, r0, out); break;
-    case Q4_1: small_group<R, Q4_1>(w, row_bytes, g, blocks, x, r0, out); break;
-    case Q5_0: small_group<R, Q5_0>(w, row_bytes, g, blocks, x, r0, out); break;
-    case Q5_1: small_group<R, Q5_1>(w, row_bytes, g, blocks, x, r0, out); break;
-    case Q8_0: small_group<R, Q8_0>(w, row_bytes, g, blocks, x, r0, out); break;
-    default: q6_k_group<R>(w, row_bytes, g, blocks / 8, x, r0, out); break;
+// ---- Eight weight rows at a time: the 32-input types and Q6_K ----------------------------------------
+// Per block, the eight rows' codes are unpacked and transposed once (vector j: inputs 4j .. 4j + 3 of every
+// row, row i in lane i: a Block); per activation row, each vector meets those four activations broadcast,
+// so the eight rows' exact integer sums build up in one vector with no horizontal sums, are scaled in float
+// once a block (by d·a; Q4_1/Q5_1 plus m·s) and summed in block order. Each output is one lane's fixed
+// sequence of float operations, whichever group, tile or batch it is in. For more activation rows than one
+// tile, a group's Blocks are made once into a per-thread scratch and every tile reads them there.
+
+struct SmallBlock {  // a 32-input type's block of eight rows
+  __m256i codes[8];  // unsigned (u − offset is the code), transposed
+  __m256i signs[8];  // the AVX2 loops' Q8_0: its signed codes (codes then hold their magnitudes)
+  __m256 d, m;       // the eight rows' scales and (Q4_1/Q5_1) minimums
+};
+
+struct Q6Block {         // a Q6_K block of eight rows
+  __m256i codes[8][8];   // [32 inputs][transposed vector]
+  __m256i scales[16];    // per 16 inputs, the eight rows' scales as int32
+  __m256i pairs[8];      // per pair of those, the eight rows' two scales as int16 (as the bsums pair up)
+  __m256 d;
+};
+
+template <int64_t TYPE>
+using BlockOf = std::conditional_t<TYPE == Q6_K, Q6Block, SmallBlock>;
+
+template <int64_t TYPE>
+constexpr int64_t block_bytes_of() {
+  return TYPE == Q8_0 ? 34 : TYPE == Q4_0 ? 18 : TYPE == Q4_1 ? 20 : TYPE == Q5_0 ? 22 : TYPE == Q5_1 ? 24 : 210;
+}
+
+// Eight rows are eight streams, more than the hardware prefetcher follows: the next group's bytes (the next
+// 8·row_bytes, as a thread takes consecutive groups) are asked for, a share a block, while this one runs.
+[[gnu::always_inline]] inline void prefetch_share(const uint8_t* w, int64_t row_bytes, int64_t blocks, int64_t b) {
+  const char* next = reinterpret_cast<const char*>(w + 8 * row_bytes);
+  const int64_t lines = (8 * row_bytes / 64 + blocks - 1) / blocks;
+  for (int64_t l = 0; l < lines; ++l) _mm_prefetch(next + (b * lines + l) * 64, _MM_HINT_T0);
+}
+
+// Block b of weight rows w .. w + (g − 1)·row_bytes (the rest zero).
+template <int64_t TYPE>
+[[gnu::always_inline]] inline void load_block(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t b,
+                                              SmallBlock& out) {
+  constexpr bool has_min = TYPE == Q4_1 || TYPE == Q5_1;
+  alignas(16) uint16_t dh[8] = {}, mh[8] = {};
+  for (int64_t i = 0; i < 8; ++i) {
+    if (i < g) {
+      const uint8_t* block = w + i * row_bytes + b * block_bytes_of<TYPE>();
+      out.codes[i] = unpack_small_unsigned(TYPE, block);
+      std::memcpy(dh + i, block, 2);
+      if (has_min) std::memcpy(mh + i, block + 2, 2);
+    } else {
+      out.codes[i] = _mm256_setzero_si256();
+    }
+  }
+  transpose_words8(out.codes);
+#ifndef PROCTOR_VNNI
+  if (TYPE == Q8_0) {  // maddubs would saturate on its codes + 128: |w| times x with w's sign instead
+    for (int j = 0; j < 8; ++j) {
+      out.signs[j] = _mm256_xor_si256(out.codes[j], _mm256_set1_epi8(-128));
+      out.codes[j] = _mm256_abs_epi8(out.signs[j]);  // −128 stays 0x80: 128 unsigned
+    }
+  }
+#endif
+  out.d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+  out.m = has_min ? _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mh))) : _mm256_setzero_ps();
+}
+
+template <int64_t TYPE>
+[[gnu::always_inline]] inline void load_block(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t b,
+                                              Q6Block& out) {
+  __m256i codes[8][8];                     // [weight row][32 inputs]
+  alignas(32) int32_t scales[16][8] = {};  // [scale][weight row]
+  alignas(32) int32_t pairs[8][8] = {};    // [scale pair][weight row]
+  alignas(16) uint16_t dh[8] = {};
+  for (int64_t i = 0; i < 8; ++i) {
+    if (i >= g) {
+      for (int c = 0; c < 8; ++c) codes[i][c] = _mm256_setzero_si256();
+      continue;
+    }
+    const uint8_t* block = w + i * row_bytes + b * 210;
+    KVectors kv;
+    unpack_k_vectors(Q6_K, block, kv);
+    for (int c = 0; c < 8; ++c) codes[i][c] = kv.codes[c];
+    std::memcpy(dh + i, block + 208, 2);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(block + 192);
+    for (int j = 0; j < 16; ++j) scales[j][i] = sc[j];
+    for (int m = 0; m < 8; ++m) {
+      pairs[m][i] = static_cast<int32_t>(static_cast<uint16_t>(sc[2 * m]) |
+                                         (static_cast<uint32_t>(static_cast<uint16_t>(sc[2 * m + 1])) << 16));
+    }
+  }
+  for (int c = 0; c < 8; ++c) {
+    for (int i = 0; i < 8; ++i) out.codes[c][i] = codes[i][c];
+    transpose_words8(out.codes[c]);
+  }
+  for (int j = 0; j < 16; ++j) out.scales[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(scales[j]));
+  for (int m = 0; m < 8; ++m) out.pairs[m] = _mm256_load_si256(reinterpret_cast<const __m256i*>(pairs[m]));
+  out.d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+}
+
+[[gnu::always_inline]] inline __m256i broadcast_word(const int8_t* p) {
+  int32_t word;
+  std::memcpy(&word, p, 4);
+  return _mm256_set1_epi32(word);
+}
+
+// acc[t] += block b of the Block's eight rows times activation row r0 + t, for t < R.
+template <int R, int64_t TYPE>
+[[gnu::always_inline]] inline void block_rows(const SmallBlock& blk, const ActivationView& x, int64_t r0, int64_t b,
+                                              __m256* acc) {
+  constexpr bool has_min = TYPE == Q4_1 || TYPE == Q5_1;
+  constexpr int offset = small_offset(TYPE);
+  for (int t = 0; t < R; ++t) {
+    const int64_t r = r0 + t, at = r * x.per_row_blocks + b;
+    const int8_t* p = x.codes + r * x.k + 32 * b;
+    __m256i sums = _mm256_setzero_si256();
+#ifdef PROCTOR_VNNI
+    for (int j = 0; j < 8; ++j) sums = _mm256_dpbusd_epi32(sums, blk.codes[j], broadcast_word(p + 4 * j));
+    if (offset != 0) sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(offset * x.sums[at]));
+#else
+    for (int j = 0; j < 8; ++j) {
+      const __m256i a = broadcast_word(p + 4 * j);
+      sums = dot_add(sums, blk.codes[j], TYPE == Q8_0 ? _mm256_sign_epi8(a, blk.signs[j]) : a);
+    }
+    if (offset != 0 && TYPE != Q8_0) sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(offset * x.sums[at]));
+#endif
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(blk.d, _mm256_set1_ps(x.d[at])), acc[t]);
+    if (has_min) acc[t] = _mm256_fmadd_ps(blk.m, _mm256_set1_ps(x.s[at]), acc[t]);
   }
 }
 
-// Weight rows w .. w + (g − 1)·row_bytes (g ≤ 8) of a block type times activation rows r0 .. r0 + count − 1
-// (count ≤ 8): out[8t + i].
-inline void group(int64_t count, int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k,
-                  const ActivationView& x, int64_t r0, float* out) {
-  const int64_t blocks = k / 32;
+// Q6_K: each 16 inputs' exact integer sum times the eight rows' scales for them, the block's total less
+// 32·Σ scale·Σa (its codes' offset), scaled by d·a.
+template <int R, int64_t TYPE>
+[[gnu::always_inline]] inline void block_rows(const Q6Block& blk, const ActivationView& x, int64_t r0, int64_t b,
+                                              __m256* acc) {
+  for (int t = 0; t < R; ++t) {
+    const int64_t r = r0 + t, at = r * x.per_row_blocks + b;
+    const int8_t* p = x.codes + r * x.k + 256 * b;
+    __m256i sums = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c) {
+      __m256i first = _mm256_setzero_si256(), second = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) first = dot_add(first, blk.codes[c][j], broadcast_word(p + 32 * c + 4 * j));
+      for (int j = 4; j < 8; ++j) second = dot_add(second, blk.codes[c][j], broadcast_word(p + 32 * c + 4 * j));
+      sums = _mm256_add_epi32(sums, _mm256_add_epi32(_mm256_mullo_epi32(first, blk.scales[2 * c]),
+                                                     _mm256_mullo_epi32(second, blk.scales[2 * c + 1])));
+    }
+    const int16_t* bsums = x.bsums + at * 16;
+    __m256i offsets = _mm256_setzero_si256();  // Σ scale·bsum over the 16
+    for (int m = 0; m < 8; ++m) {
+      int32_t pair;
+      std::memcpy(&pair, bsums + 2 * m, 4);
+      offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(blk.pairs[m], _mm256_set1_epi32(pair)));
+    }
+    const __m256i total = _mm256_sub_epi32(sums, _mm256_slli_epi32(offsets, 5));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(blk.d, _mm256_set1_ps(x.d[at])), acc[t]);
+  }
+}
+
+// Lanes i < g of acc[t] into y's row r0 + t (width apart).
+template <int R>
+[[gnu::always_inline]] inline void store_tile(const __m256* acc, int64_t g, float* y, int64_t width, int64_t r0) {
+  for (int t = 0; t < R; ++t) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc[t]);
+    for (int64_t i = 0; i < g; ++i) y[(r0 + t) * width + i] = lanes[i];
+  }
+}
+
+// One tile (R ≤ 8 activation rows), each Block made as it is used.
+template <int R, int64_t TYPE>
+inline void fused_tile(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks, const ActivationView& x,
+                       float* y, int64_t width) {
+  __m256 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    prefetch_share(w, row_bytes, blocks, b);
+    BlockOf<TYPE> blk;
+    load_block<TYPE>(w, row_bytes, g, b, blk);
+    block_rows<R, TYPE>(blk, x, 0, b, acc);
+  }
+  store_tile<R>(acc, g, y, width, 0);
+}
+
+// Tile r0 .. r0 + R − 1 from Blocks made already.
+template <int R, int64_t TYPE>
+inline void scratch_tile(const BlockOf<TYPE>* made, int64_t g, int64_t blocks, const ActivationView& x, int64_t r0,
+                         float* y, int64_t width) {
+  __m256 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) block_rows<R, TYPE>(made[b], x, r0, b, acc);
+  store_tile<R>(acc, g, y, width, r0);
+}
+
+template <int64_t TYPE, template <int, int64_t> class Op, typename... Args>
+inline void with_rows(int64_t count, Args&&... args) {  // Op<count, TYPE>::run(args...) for count 1..8
   switch (count) {
-    case 8: group_of<8>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    case 7: group_of<7>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    case 6: group_of<6>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    case 5: group_of<5>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    case 4: group_of<4>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    case 3: group_of<3>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    case 2: group_of<2>(type, w, row_bytes, g, blocks, x, r0, out); break;
-    default: group_of<1>(type, w, row_bytes, g, blocks, x, r0, out); break;
+    case 8: Op<8, TYPE>::run(args...); break;
+    case 7: Op<7, TYPE>::run(args...); break;
+    case 6: Op<6, TYPE>::run(args...); break;
+    case 5: Op<5, TYPE>::run(args...); break;
+    case 4: Op<4, TYPE>::run(args...); break;
+    case 3: Op<3, TYPE>::run(args...); break;
+    case 2: Op<2, TYPE>::run(args...); break;
+    default: Op<1, TYPE>::run(args...); break;
+  }
+}
+
+template <int R, int64_t TYPE>
+struct FusedTile {
+  template <typename... Args>
+  static void run(Args... args) { fused_tile<R, TYPE>(args...); }
+};
+
+template <int R, int64_t TYPE>
+struct ScratchTile {
+  template <typename... Args>
+  static void run(Args... args) { scratch_tile<R, TYPE>(args...); }
+};
+
+// Every activation row (rows of them) times weight rows w .. w + (g − 1)·row_bytes of one type: y[r·width + i].
+template <int64_t TYPE>
+inline void type_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks, const ActivationView& x,
+                       int64_t rows, float* y, int64_t width) {
+  if (rows <= 8) {
+    with_rows<TYPE, FusedTile>(rows, w, row_bytes, g, blocks, x, y, width);
+    return;
+  }
+  thread_local std::vector<BlockOf<TYPE>> made;
+  made.resize(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) {
+    prefetch_share(w, row_bytes, blocks, b);
+    load_block<TYPE>(w, row_bytes, g, b, made[b]);
+  }
+  for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+    with_rows<TYPE, ScratchTile>(rows - r0 < 8 ? rows - r0 : 8, made.data(), g, blocks, x, r0, y, width);
+  }
+}
+
+// Every activation row times eight weight rows (g of them real, row_bytes apart) of a 32-input type or
+// Q6_K with k inputs: y[r·width + i] for activation row r and weight row i.
+inline void group(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x,
+                  int64_t rows, float* y, int64_t width) {
+  switch (type) {
+    case Q4_0: type_group<Q4_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
+    case Q4_1: type_group<Q4_1>(w, row_bytes, g, k / 32, x, rows, y, width); break;
+    case Q5_0: type_group<Q5_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
+    case Q5_1: type_group<Q5_1>(w, row_bytes, g, k / 32, x, rows, y, width); break;
+    case Q8_0: type_group<Q8_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
+    default: type_group<Q6_K>(w, row_bytes, g, k / 256, x, rows, y, width); break;
   }
 }
 

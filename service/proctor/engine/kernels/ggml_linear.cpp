@@ -89,7 +89,7 @@ Layout checked_layout(const at::Tensor& blocks, int64_t type, int64_t k) {
 // y[:, column .. column + out) of a [rows, width] result = x · Wᵀ, with x already in W's activation form.
 // The 32-input types and Q6_K go eight weight rows at a time (ggml_dot.h's group()), except Q6_K times a few
 // activation rows (k_rows(): the same bits, cheaper there); Q4_K, Q5_K and float types a row at a time.
-// Each thread takes whole items, and for each item every tile of activation rows while its blocks are in cache.
+// Each thread takes whole items (a group, or a weight row).
 void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float* y, int64_t width, int64_t column) {
   const Layout layout = checked_layout(blocks, type, x.k);
   const int64_t n = blocks.size(0), row_bytes = blocks.size(1), rows = x.rows;
@@ -104,23 +104,22 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
   const int64_t grain =
       std::max<int64_t>(1, 65536 / std::max<int64_t>(1, per_item * row_bytes * std::min(rows, kTile)));
   at::parallel_for(0, items, grain, [&](int64_t begin, int64_t end) {
-    float out[kTile * kGroup];
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t j0 = item * per_item, g = std::min(per_item, n - j0);
-      const uint8_t* w = wp + j0 * row_bytes;
-      for (int64_t r0 = 0; r0 < rows; r0 += tile) {
-        const int64_t count = std::min(tile, rows - r0);
-        if (grouped) {
-          if (vnni) {
-            group_vnni(count, type, layout, w, row_bytes, g, x.k, view, r0, out);
-          } else {
-            proctor_ggml_avx2::group(count, type, w, row_bytes, g, x.k, view, r0, out);
-          }
-          for (int64_t t = 0; t < count; ++t) {
-            std::copy(out + kGroup * t, out + kGroup * t + g, y + (r0 + t) * width + column + j0);
-          }
-          continue;
+    if (grouped) {  // a group's blocks unpacked once for all its activation rows
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t j0 = item * per_item, g = std::min(per_item, n - j0);
+        if (vnni) {
+          group_vnni(type, wp + j0 * row_bytes, row_bytes, g, x.k, view, rows, y + column + j0, width);
+        } else {
+          proctor_ggml_avx2::group(type, wp + j0 * row_bytes, row_bytes, g, x.k, view, rows, y + column + j0, width);
         }
+      }
+      return;
+    }
+    float out[kTile];
+    for (int64_t r0 = 0; r0 < rows; r0 += tile) {  // a tile of activation rows stays in cache over the weight rows
+      const int64_t count = std::min(tile, rows - r0);
+      for (int64_t j0 = begin; j0 < end; ++j0) {
+        const uint8_t* w = wp + j0 * row_bytes;
         if (k_row_wise && vnni) {
           k_rows_vnni(count, type, w, x.k, view, r0, out);
         } else if (k_row_wise) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "ggml_blocks.h"
 
@@ -27,9 +29,9 @@ void k_rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const
   proctor_ggml_vnni::k_rows(count, type, w, k, x, r0, out);
 }
 
-void group_vnni(int64_t count, int64_t type, const Layout&, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k,
-                const ActivationView& x, int64_t r0, float* out) {
-  proctor_ggml_vnni::group(count, type, w, row_bytes, g, k, x, r0, out);
+void group_vnni(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x,
+                int64_t rows, float* y, int64_t width) {
+  proctor_ggml_vnni::group(type, w, row_bytes, g, k, x, rows, y, width);
 }
 
 }  // namespace proctor_ggml
