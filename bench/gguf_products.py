@@ -1,9 +1,9 @@
 """The gguf weights mode's matrix products, per block type, on one layer of a real GGUF file (issue 25).
 
 For each matrix of layer 0 and the token embedding (the tied LM head): its block type, shape, and the
-median time of one product at 1 and 16 rows, as GB/s of weights read and as multiply-adds per second.
-One row is memory-bound where the kernel keeps up (the roofline here is ~24 GB/s); 16 rows show the
-arithmetic.
+median time of one product at 1, 16 and 80 rows, as GB/s of weights read and as multiply-adds per second.
+One row is memory-bound where the kernel keeps up (the roofline here is ~24 GB/s); 16 rows (a full decode
+batch) and 80 (a prompt's prefill) show the arithmetic.
 
     python bench/gguf_products.py FILE.gguf [--repeats 20]
 """
@@ -46,16 +46,19 @@ def main() -> int:
         raise SystemExit(problem)
     file = GgufFile(args.gguf)
     print(f"`python bench/gguf_products.py {args.gguf.name}`, {torch.get_num_threads()} threads\n")
-    print("| matrix | type | out × in | 1 row ms (GB/s) | 16 rows ms (GMAC/s) |\n|---|---|---|---|---|")
+    print("| matrix | type | out × in | 1 row ms (GB/s) | 16 rows ms (GMAC/s) | 80 rows ms (GMAC/s) |\n"
+          "|---|---|---|---|---|---|")
     names = [f"blk.0.{name}.weight" for name in NAMES] + ["token_embd.weight"]
     for name in (n for n in names if file.has(n)):
         matrix = file.matrix(name)
         repeats = max(3, args.repeats // 4) if matrix.out_features > 100_000 else args.repeats
         one = median_ms(matrix, torch.randn(1, matrix.in_features), repeats)
         many = median_ms(matrix, torch.randn(16, matrix.in_features), repeats)
+        prompt = median_ms(matrix, torch.randn(80, matrix.in_features), max(3, repeats // 4))
         macs = matrix.in_features * matrix.out_features
         print(f"| {name} | {matrix.block_type} | {matrix.out_features} × {matrix.in_features} | "
-              f"{one:.3f} ({matrix.nbytes / one / 1e6:.1f}) | {many:.3f} ({16 * macs / many / 1e6:.1f}) |")
+              f"{one:.3f} ({matrix.nbytes / one / 1e6:.1f}) | {many:.3f} ({16 * macs / many / 1e6:.1f}) | "
+              f"{prompt:.3f} ({80 * macs / prompt / 1e6:.1f}) |")
     return 0
 
 

@@ -57,11 +57,12 @@ RUNGS: dict[str, dict[str, Any]] = {  # the real models' shapes (their config.js
                      "tie_word_embeddings": True, "max_position_embeddings": 131072, "rope_parameters": {
                          "rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
-    # Gemma 3 1B: 5 sliding-window layers to 1 global; llama.cpp's converter trims a Gemma 3 embedding to the
-    # tokenizer's own tokens, so with the stand-in tokenizer this rung's vocabulary is 49,152, not 262,144
+    # Gemma 3 1B: 5 sliding-window layers to 1 global. llama.cpp's converter trims a Gemma 3 embedding to the
+    # tokenizer's own tokens (and llama-server then refuses a file whose header says 262,144), so with the
+    # stand-in tokenizer this rung's vocabulary is its 49,152 tokens, not Gemma's 262,144
     "gemma-3-1b": {"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912,
                    "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
-                   "query_pre_attn_scalar": 256, "vocab_size": 262144, "sliding_window": 512,
+                   "query_pre_attn_scalar": 256, "vocab_size": 49152, "sliding_window": 512,
                    "rope_local_base_freq": 10000.0, "rope_theta": 1000000.0, "max_position_embeddings": 32768,
                    "tie_word_embeddings": True,
                    "layer_types": [("full_attention" if (i + 1) % 6 == 0 else "sliding_attention") for i in range(26)]},
