@@ -184,8 +184,8 @@ template <int R>
 
 // One weight row of Q4_K or Q5_K times activation rows r0 .. r0 + R − 1: out[t]. Per block and row, the
 // integer sums in 8 lanes, scaled by d·a into float lanes, less dmin·a·Σ min·Σcodes, summed across lanes
-// once at the end. (Eight rows transposed, as Q6_K goes below, measured no faster for these: their
-// unpacking is cheap, and the transposes cost what the shared scaling saves.)
+// once at the end. (Eight rows transposed, as Q6_K goes below, measured 16–20% slower at one row and no
+// faster at 16 with VNNI, only 1.1–1.2× on prompts: their unpacking is cheap, and vpdpwssd scales them.)
 template <int R, int64_t TYPE>
 [[gnu::always_inline]] inline void k_lanes(const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0,
                                            float* out) {
@@ -242,9 +242,10 @@ template <int R, int64_t TYPE>
   return _mm256_add_epi32(_mm256_permute2x128_si256(ab, ce, 0x20), _mm256_permute2x128_si256(ab, ce, 0x31));
 }
 
-// One Q6_K weight row times a few activation rows r0 .. r0 + R − 1 (R ≤ kRowMost), row-major: q6_k_group's
-// bits. Each block's exact integer total (its lanes summed eight blocks at a time), then the same float
-// operation as one lane of q6_k_group, in block order: acc = fma(total, d·a, acc).
+// One Q6_K weight row times a few activation rows r0 .. r0 + R − 1 (R ≤ kRowMost), row-major: the bits of
+// its eight-row group (block_rows on a Q6Block). Each block's exact integer total (its lanes summed eight
+// blocks at a time), then the same float operation as one lane of the group, in block order:
+// acc = fma(total, d·a, acc).
 template <int R>
 [[gnu::always_inline]] inline void q6_k_row(const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0,
                                             float* out) {
