@@ -134,8 +134,9 @@ def test_a_row_is_the_same_bits_alone_in_a_batch_and_on_any_thread_count(ggml_ty
 
 @pytest.mark.parametrize("ggml_type", TYPES, ids=[BLOCK_TYPES[t][0] for t in TYPES])
 def test_a_row_is_the_same_bits_whichever_rows_are_beside_it(ggml_type: int) -> None:
-    """The 32-input types go eight weight rows at a time: rows 5..17 on their own (13 rows, a short last
-    group, each in another lane) must give the bits they give inside the whole matrix."""
+    """The 32-input types and Q6_K go eight weight rows at a time: rows 5..17 on their own (13 rows, a short
+    last group, each in another lane), times 9 activation rows (more than a tile: the group's blocks made
+    once into scratch), must give the bits they give inside the whole matrix."""
     raw = random_blocks(ggml_type, OUT, INPUTS)
     x = torch.randn(9, INPUTS, generator=torch.Generator().manual_seed(3))
     whole = linear(ggml_type, raw)(x)

@@ -25,7 +25,7 @@ using namespace proctor_ggml;
 using proctor_kernels::check_float;
 
 constexpr int64_t kTile = 8;   // activation rows per pass over a weight row's blocks (each block unpacked once)
-constexpr int64_t kGroup = 8;  // weight rows of a 32-input type taken together (one vector of their sums)
+constexpr int64_t kGroup = 8;  // weight rows taken together by group() (one vector of their sums)
 
 // Activations of `rows` rows of k inputs in the form one weight type takes (ggml_blocks.h).
 struct Activations {
