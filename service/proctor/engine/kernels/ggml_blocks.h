@@ -140,8 +140,8 @@ struct ActivationView {
 };
 
 // ggml_dot.h's rows(), k_rows() and group() compiled with AVX-512 VNNI (ggml_vnni.cpp): the same bits as the AVX2 copy.
-void rows_vnni(int64_t count, int64_t type, const Layout& layout, const uint8_t* w, int64_t k,
-               const ActivationView& x, int64_t r0, float* out);
+void rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
+               float* out);
 void k_rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
                  float* out);
 void group_vnni(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x,

@@ -272,30 +272,38 @@ template <int R>
   for (int t = 0; t < R; ++t) out[t] = acc[t];
 }
 
-template <int R>
-inline void k_row_of(int64_t type, const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0, float* out) {
-  switch (type) {
-    case Q4_K: k_lanes<R, Q4_K>(w, blocks, x, r0, out); break;
-    case Q5_K: k_lanes<R, Q5_K>(w, blocks, x, r0, out); break;
-    default: q6_k_row<R>(w, blocks, x, r0, out); break;
+// Op<count>::run(args...) for count 1..8: a runtime count of activation rows to the template the loops
+// unroll on.
+template <template <int> class Op, typename... Args>
+inline void with_count(int64_t count, const Args&... args) {
+  switch (count) {
+    case 8: Op<8>::run(args...); break;
+    case 7: Op<7>::run(args...); break;
+    case 6: Op<6>::run(args...); break;
+    case 5: Op<5>::run(args...); break;
+    case 4: Op<4>::run(args...); break;
+    case 3: Op<3>::run(args...); break;
+    case 2: Op<2>::run(args...); break;
+    default: Op<1>::run(args...); break;
   }
 }
+
+template <int R>
+struct KRows {
+  static void run(int64_t type, const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0, float* out) {
+    switch (type) {
+      case Q4_K: k_lanes<R, Q4_K>(w, blocks, x, r0, out); break;
+      case Q5_K: k_lanes<R, Q5_K>(w, blocks, x, r0, out); break;
+      default: q6_k_row<R>(w, blocks, x, r0, out); break;
+    }
+  }
+};
 
 // One K-quant weight row times activation rows r0 .. r0 + count − 1 (count ≤ 8; Q6_K ≤ kRowMost): out[0 .. count).
 constexpr int64_t kRowMost = 4;
 inline void k_rows(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
                    float* out) {
-  const int64_t blocks = k / 256;
-  switch (count) {
-    case 8: k_row_of<8>(type, w, blocks, x, r0, out); break;
-    case 7: k_row_of<7>(type, w, blocks, x, r0, out); break;
-    case 6: k_row_of<6>(type, w, blocks, x, r0, out); break;
-    case 5: k_row_of<5>(type, w, blocks, x, r0, out); break;
-    case 4: k_row_of<4>(type, w, blocks, x, r0, out); break;
-    case 3: k_row_of<3>(type, w, blocks, x, r0, out); break;
-    case 2: k_row_of<2>(type, w, blocks, x, r0, out); break;
-    default: k_row_of<1>(type, w, blocks, x, r0, out); break;
-  }
+  with_count<KRows>(count, type, w, k / 256, x, r0, out);
 }
 
 // ---- Eight weight rows at a time: the 32-input types and Q6_K ----------------------------------------
@@ -308,7 +316,9 @@ inline void k_rows(int64_t count, int64_t type, const uint8_t* w, int64_t k, con
 
 struct SmallBlock {  // a 32-input type's block of eight rows
   __m256i codes[8];  // unsigned (u − offset is the code), transposed
-  __m256i signs[8];  // the AVX2 loops' Q8_0: its signed codes (codes then hold their magnitudes)
+#ifndef PROCTOR_VNNI
+  __m256i signs[8];  // Q8_0: its signed codes (codes then hold their magnitudes)
+#endif
   __m256 d, m;       // the eight rows' scales and (Q4_1/Q5_1) minimums
 };
 
@@ -491,30 +501,18 @@ inline void scratch_tile(const BlockOf<TYPE>* made, int64_t g, int64_t blocks, c
   store_tile<R>(acc, g, y, width, r0);
 }
 
-template <int64_t TYPE, template <int, int64_t> class Op, typename... Args>
-inline void with_rows(int64_t count, Args&&... args) {  // Op<count, TYPE>::run(args...) for count 1..8
-  switch (count) {
-    case 8: Op<8, TYPE>::run(args...); break;
-    case 7: Op<7, TYPE>::run(args...); break;
-    case 6: Op<6, TYPE>::run(args...); break;
-    case 5: Op<5, TYPE>::run(args...); break;
-    case 4: Op<4, TYPE>::run(args...); break;
-    case 3: Op<3, TYPE>::run(args...); break;
-    case 2: Op<2, TYPE>::run(args...); break;
-    default: Op<1, TYPE>::run(args...); break;
-  }
-}
-
-template <int R, int64_t TYPE>
-struct FusedTile {
-  template <typename... Args>
-  static void run(Args... args) { fused_tile<R, TYPE>(args...); }
-};
-
-template <int R, int64_t TYPE>
-struct ScratchTile {
-  template <typename... Args>
-  static void run(Args... args) { scratch_tile<R, TYPE>(args...); }
+template <int64_t TYPE>
+struct Tiles {  // fused_tile and scratch_tile of one type, for with_count
+  template <int R>
+  struct Fused {
+    template <typename... Args>
+    static void run(const Args&... args) { fused_tile<R, TYPE>(args...); }
+  };
+  template <int R>
+  struct Scratch {
+    template <typename... Args>
+    static void run(const Args&... args) { scratch_tile<R, TYPE>(args...); }
+  };
 };
 
 // Every activation row (rows of them) times weight rows w .. w + (g − 1)·row_bytes of one type: y[r·width + i].
@@ -522,7 +520,7 @@ template <int64_t TYPE>
 inline void type_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks, const ActivationView& x,
                        int64_t rows, float* y, int64_t width) {
   if (rows <= 8) {
-    with_rows<TYPE, FusedTile>(rows, w, row_bytes, g, blocks, x, y, width);
+    with_count<Tiles<TYPE>::template Fused>(rows, w, row_bytes, g, blocks, x, y, width);
     return;
   }
   thread_local std::vector<BlockOf<TYPE>> made;
@@ -532,9 +530,11 @@ inline void type_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t b
     load_block<TYPE>(w, row_bytes, g, b, made[b]);
   }
   for (int64_t r0 = 0; r0 < rows; r0 += 8) {
-    with_rows<TYPE, ScratchTile>(rows - r0 < 8 ? rows - r0 : 8, made.data(), g, blocks, x, r0, y, width);
+    with_count<Tiles<TYPE>::template Scratch>(rows - r0 < 8 ? rows - r0 : 8, made.data(), g, blocks, x, r0, y, width);
   }
 }
+
+constexpr int64_t kGroupRows = 8;  // weight rows a group() takes: the lanes of one vector of int32 sums
 
 // Every activation row times eight weight rows (g of them real, row_bytes apart) of a 32-input type or
 // Q6_K with k inputs: y[r·width + i] for activation row r and weight row i.
@@ -550,19 +550,17 @@ inline void group(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, 
   }
 }
 
-// Weight row `w` of a float type times activation rows r0 .. r0 + count − 1 (count ≤ 8): out[0 .. count).
-inline void rows(int64_t count, int64_t type, const Layout& layout, const uint8_t* w, int64_t k,
-                 const ActivationView& x, int64_t r0, float* out) {
-  switch (count) {
-    case 8: float_rows<8>(type, w, k, x, r0, out); break;
-    case 7: float_rows<7>(type, w, k, x, r0, out); break;
-    case 6: float_rows<6>(type, w, k, x, r0, out); break;
-    case 5: float_rows<5>(type, w, k, x, r0, out); break;
-    case 4: float_rows<4>(type, w, k, x, r0, out); break;
-    case 3: float_rows<3>(type, w, k, x, r0, out); break;
-    case 2: float_rows<2>(type, w, k, x, r0, out); break;
-    default: float_rows<1>(type, w, k, x, r0, out); break;
+template <int R>
+struct FloatRows {
+  static void run(int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0, float* out) {
+    float_rows<R>(type, w, k, x, r0, out);
   }
+};
+
+// Weight row `w` of a float type times activation rows r0 .. r0 + count − 1 (count ≤ 8): out[0 .. count).
+inline void rows(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
+                 float* out) {
+  with_count<FloatRows>(count, type, w, k, x, r0, out);
 }
 
 }  // namespace PROCTOR_GGML_NAMESPACE

@@ -25,7 +25,6 @@ using namespace proctor_ggml;
 using proctor_kernels::check_float;
 
 constexpr int64_t kTile = 8;   // activation rows per pass over a weight row's blocks (each block unpacked once)
-constexpr int64_t kGroup = 8;  // weight rows taken together by group() (one vector of their sums)
 
 // Activations of `rows` rows of k inputs in the form one weight type takes (ggml_blocks.h).
 struct Activations {
@@ -99,7 +98,7 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
   // Q6_K by eight weight rows only for more than a few activation rows (k_rows gives the same bits)
   const bool k_row_wise = layout.elements == 256 && (type != Q6_K || rows <= proctor_ggml_avx2::kRowMost);
   const bool grouped = layout.elements > 1 && !k_row_wise;
-  const int64_t per_item = grouped ? kGroup : 1, items = (n + per_item - 1) / per_item;
+  const int64_t per_item = grouped ? proctor_ggml_avx2::kGroupRows : 1, items = (n + per_item - 1) / per_item;
   const int64_t tile = k_row_wise && type == Q6_K ? proctor_ggml_avx2::kRowMost : kTile;
   const int64_t grain =
       std::max<int64_t>(1, 65536 / std::max<int64_t>(1, per_item * row_bytes * std::min(rows, kTile)));
@@ -125,9 +124,9 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
         } else if (k_row_wise) {
           proctor_ggml_avx2::k_rows(count, type, w, x.k, view, r0, out);
         } else if (vnni) {
-          rows_vnni(count, type, layout, w, x.k, view, r0, out);
+          rows_vnni(count, type, w, x.k, view, r0, out);
         } else {
-          proctor_ggml_avx2::rows(count, type, layout, w, x.k, view, r0, out);
+          proctor_ggml_avx2::rows(count, type, w, x.k, view, r0, out);
         }
         for (int64_t t = 0; t < count; ++t) y[(r0 + t) * width + column + j0] = out[t];
       }

@@ -19,9 +19,9 @@
 
 namespace proctor_ggml {
 
-void rows_vnni(int64_t count, int64_t type, const Layout& layout, const uint8_t* w, int64_t k,
-               const ActivationView& x, int64_t r0, float* out) {
-  proctor_ggml_vnni::rows(count, type, layout, w, k, x, r0, out);
+void rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
+               float* out) {
+  proctor_ggml_vnni::rows(count, type, w, k, x, r0, out);
 }
 
 void k_rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
