@@ -2,10 +2,10 @@
 // time, their codes transposed so that activations are broadcast and the eight rows' integer sums build up
 // in one vector, scaled once a block; Q6_K times a few activation rows, and Q4_K/Q5_K always, go a weight
 // row at a time, its blocks unpacked into vectors once and multiplied by a tile of activation rows.
-// Compiled twice: for AVX2 in ggml_linear.cpp, and in ggml_vnni.cpp with AVX-512 VNNI on 256-bit vectors,
-// where vpdpbusd replaces maddubs + madd(1) and vpdpwssd replaces madd(scale) + add. Each computes the same
-// exact integer sums (no pair can saturate: at most 2·128·127), then the same float operations in the same
-// order: the same bits (tests/unit/test_gguf_linear.py).
+// Compiled twice: for AVX2 in ggml_linear.cpp, and in ggml_vnni.cpp with AVX-512 VNNI (256-bit vectors, and
+// 512-bit ones for Q4_K/Q5_K: k_lanes_wide), where vpdpbusd replaces maddubs + madd(1) and vpdpwssd replaces
+// madd(scale) + add. Each computes the same exact integer sums (no pair can saturate: at most 2·128·127),
+// then the same float operations in the same order: the same bits (tests/unit/test_gguf_linear.py).
 // Self-contained (no ATen, and no standard template but on this file's own types): the VNNI copy is compiled
 // under a target pragma, and nothing shared with other files may be.
 
@@ -202,11 +202,7 @@ template <int R, int64_t TYPE>
       __m256i sums = _mm256_setzero_si256();
       for (int c = 0; c < 8; ++c) {
         const __m256i pc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * c));
-#ifdef PROCTOR_VNNI
-        sums = _mm256_dpwssd_epi32(sums, _mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]);
-#else
         sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]));
-#endif
       }
       const float xd = x.d[at];
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(kv.d * xd), acc[t]);
@@ -216,6 +212,75 @@ template <int R, int64_t TYPE>
   }
   for (int t = 0; t < R; ++t) out[t] = sum8(acc[t]);
 }
+
+#ifdef PROCTOR_VNNI
+// k_lanes on 512-bit vectors, each lane's integer and float operations unchanged (so the same bits): two
+// 32-input chunks a vector, their int32 halves added (exact) into k_lanes' 8 lanes; and two activation
+// rows' 8 float lanes in one vector, their scales d·a and −dmin·a made lane by lane as k_lanes makes them.
+// An odd R's last vector computes its row twice and keeps one.
+[[gnu::always_inline]] inline __m512i two_chunks(__m256i low, __m256i high) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+}
+
+[[gnu::always_inline]] inline __m512 two_rows(float low, float high) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(low)),
+                                             _mm256_castps_pd(_mm256_set1_ps(high)), 1));
+}
+
+template <int R, int64_t TYPE>
+[[gnu::always_inline]] inline void k_lanes_wide(const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0,
+                                                float* out) {
+  constexpr int64_t block_bytes = TYPE == Q4_K ? 144 : 176;
+  constexpr int P = R / 2;  // pairs of rows; an odd R's last row goes alone, on 8 lanes
+  KVectors kv;
+  __m512 acc[P + 1];
+  __m256 last = _mm256_setzero_ps();
+  for (int q = 0; q < P; ++q) acc[q] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    unpack_k_vectors(TYPE, w + b * block_bytes, kv);
+    __m512i codes[4], scales[4];
+    for (int c = 0; c < 4; ++c) {
+      codes[c] = two_chunks(kv.codes[2 * c], kv.codes[2 * c + 1]);
+      scales[c] = two_chunks(kv.scales[2 * c], kv.scales[2 * c + 1]);
+    }
+    auto integer_sums = [&](int64_t r) {  // 16 lanes: chunks 0, 2, 4, 6 low; 1, 3, 5, 7 high
+      const int8_t* p = x.codes + r * x.k + 256 * b;
+      __m512i wide = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        wide = _mm512_dpwssd_epi32(wide, _mm512_maddubs_epi16(codes[c], _mm512_loadu_si512(p + 64 * c)), scales[c]);
+      }
+      return wide;
+    };
+    auto bsums_at = [&](int64_t at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums + at * 16)); };
+    const __m512i minimums = two_chunks(kv.minimums, kv.minimums);
+    const __m512 d = _mm512_set1_ps(kv.d), dmin = _mm512_set1_ps(-kv.dmin);
+    for (int q = 0; q < P; ++q) {
+      const int64_t r = r0 + 2 * q, at0 = r * x.per_row_blocks + b, at1 = at0 + x.per_row_blocks;
+      const __m512i first = integer_sums(r), second = integer_sums(r + 1);
+      const __m512i sums = _mm512_add_epi32(_mm512_shuffle_i64x2(first, second, 0x44),   // low halves
+                                            _mm512_shuffle_i64x2(first, second, 0xEE));  // + high halves
+      const __m512 xd = two_rows(x.d[at0], x.d[at1]);
+      acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(d, xd), acc[q]);
+      acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(two_chunks(bsums_at(at0), bsums_at(at1)), minimums)),
+                               _mm512_mul_ps(dmin, xd), acc[q]);
+    }
+    if (R % 2 == 1) {
+      const int64_t r = r0 + R - 1, at = r * x.per_row_blocks + b;
+      const __m512i wide = integer_sums(r);
+      const __m256i sums = _mm256_add_epi32(_mm512_castsi512_si256(wide), _mm512_extracti64x4_epi64(wide, 1));
+      const float xd = x.d[at];
+      last = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(kv.d * xd), last);
+      last = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsums_at(at), kv.minimums)),
+                             _mm256_set1_ps(-(kv.dmin * xd)), last);
+    }
+  }
+  for (int q = 0; q < P; ++q) {
+    out[2 * q] = sum8(_mm512_castps512_ps256(acc[q]));
+    out[2 * q + 1] = sum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[q]), 1)));
+  }
+  if (R % 2 == 1) out[R - 1] = sum8(last);
+}
+#endif
 
 // A Q6_K block times activation row r's block b, in 8 int32 lanes: Σ scale·code·a less 32·Σ scale·Σa
 // (its codes' offset).
@@ -292,8 +357,13 @@ template <int R>
 struct KRows {
   static void run(int64_t type, const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0, float* out) {
     switch (type) {
+#ifdef PROCTOR_VNNI
+      case Q4_K: k_lanes_wide<R, Q4_K>(w, blocks, x, r0, out); break;
+      case Q5_K: k_lanes_wide<R, Q5_K>(w, blocks, x, r0, out); break;
+#else
       case Q4_K: k_lanes<R, Q4_K>(w, blocks, x, r0, out); break;
       case Q5_K: k_lanes<R, Q5_K>(w, blocks, x, r0, out); break;
+#endif
       default: q6_k_row<R>(w, blocks, x, r0, out); break;
     }
   }

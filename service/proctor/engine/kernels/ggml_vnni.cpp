@@ -1,4 +1,4 @@
-// The gguf products' inner loops with AVX-512 VNNI on 256-bit vectors (ggml_dot.h says why they give the
+// The gguf products' inner loops with AVX-512 VNNI (ggml_dot.h says which widths, and why they give the
 // AVX2 loops' bits). ggml_blocks.h is included before the target pragma, so its inline functions are
 // compiled for AVX2 here as everywhere else: no inline function built for VNNI can be picked for a
 // machine without it.
