@@ -3,7 +3,7 @@
 // in one vector, scaled once a block; Q6_K times a few activation rows, and Q4_K/Q5_K always, go a weight
 // row at a time, its blocks unpacked into vectors once and multiplied by a tile of activation rows.
 // Compiled twice: for AVX2 in ggml_linear.cpp, and in ggml_vnni.cpp with AVX-512 VNNI (256-bit vectors, and
-// 512-bit ones for Q4_K/Q5_K: k_lanes_wide), where vpdpbusd replaces maddubs + madd(1) and vpdpwssd replaces
+// 512-bit ones for Q4_K/Q5_K in k_lanes_wide and for the groups in ggml_wide.h), where vpdpbusd replaces maddubs + madd(1) and vpdpwssd replaces
 // madd(scale) + add. Each computes the same exact integer sums (no pair can saturate: at most 2·128·127),
 // then the same float operations in the same order: the same bits (tests/unit/test_gguf_linear.py).
 // Self-contained (no ATen, and no standard template but on this file's own types): the VNNI copy is compiled
@@ -585,6 +585,21 @@ struct Tiles {  // fused_tile and scratch_tile of one type, for with_count
   };
 };
 
+// A thread's scratch for `count` T, 64-byte aligned as T's vectors need: std::vector's allocation is not
+// (its storage is only 16-byte aligned here), so this takes raw lines and aligns the start itself.
+struct ScratchLine {
+  unsigned char bytes[64];
+};
+
+template <class T>
+inline T* thread_scratch(int64_t count) {
+  thread_local std::vector<ScratchLine> lines;
+  const size_t wanted = (sizeof(T) * static_cast<size_t>(count) + 63) / 64 + 1;
+  if (lines.size() < wanted) lines.resize(wanted);
+  const uintptr_t start = reinterpret_cast<uintptr_t>(lines.data());
+  return reinterpret_cast<T*>((start + 63) & ~uintptr_t{63});
+}
+
 // Every activation row (rows of them) times weight rows w .. w + (g − 1)·row_bytes of one type: y[r·width + i].
 template <int64_t TYPE>
 inline void type_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks, const ActivationView& x,
@@ -593,18 +608,15 @@ inline void type_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t b
     with_count<Tiles<TYPE>::template Fused>(rows, w, row_bytes, g, blocks, x, y, width);
     return;
   }
-  thread_local std::vector<BlockOf<TYPE>> made;
-  made.resize(static_cast<size_t>(blocks));
+  BlockOf<TYPE>* made = thread_scratch<BlockOf<TYPE>>(blocks);
   for (int64_t b = 0; b < blocks; ++b) {
     prefetch_share(w, row_bytes, blocks, b);
     load_block<TYPE>(w, row_bytes, g, b, made[b]);
   }
   for (int64_t r0 = 0; r0 < rows; r0 += 8) {
-    with_count<Tiles<TYPE>::template Scratch>(rows - r0 < 8 ? rows - r0 : 8, made.data(), g, blocks, x, r0, y, width);
+    with_count<Tiles<TYPE>::template Scratch>(rows - r0 < 8 ? rows - r0 : 8, made, g, blocks, x, r0, y, width);
   }
 }
-
-constexpr int64_t kGroupRows = 8;  // weight rows a group() takes: the lanes of one vector of int32 sums
 
 // Every activation row times eight weight rows (g of them real, row_bytes apart) of a 32-input type or
 // Q6_K with k inputs: y[r·width + i] for activation row r and weight row i.

@@ -86,7 +86,8 @@ Layout checked_layout(const at::Tensor& blocks, int64_t type, int64_t k) {
 }
 
 // y[:, column .. column + out) of a [rows, width] result = x · Wᵀ, with x already in W's activation form.
-// The 32-input types and Q6_K go eight weight rows at a time (ggml_dot.h's group()), except Q6_K times a few
+// The 32-input types and Q6_K go eight weight rows at a time (ggml_dot.h's group(); sixteen in the VNNI
+// loops, ggml_wide.h, with each row's bits unchanged), except Q6_K times a few
 // activation rows (k_rows(): the same bits, cheaper there); Q4_K, Q5_K and float types a row at a time.
 // Each thread takes whole items (a group, or a weight row).
 void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float* y, int64_t width, int64_t column) {
@@ -98,7 +99,7 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
   // Q6_K by eight weight rows only for more than a few activation rows (k_rows gives the same bits)
   const bool k_row_wise = layout.elements == 256 && (type != Q6_K || rows <= proctor_ggml_avx2::kRowMost);
   const bool grouped = layout.elements > 1 && !k_row_wise;
-  const int64_t per_item = grouped ? proctor_ggml_avx2::kGroupRows : 1, items = (n + per_item - 1) / per_item;
+  const int64_t per_item = grouped ? (vnni ? kWideRows : kGroupRows) : 1, items = (n + per_item - 1) / per_item;
   const int64_t tile = k_row_wise && type == Q6_K ? proctor_ggml_avx2::kRowMost : kTile;
   const int64_t grain =
       std::max<int64_t>(1, 65536 / std::max<int64_t>(1, per_item * row_bytes * std::min(rows, kTile)));
@@ -107,7 +108,7 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
       for (int64_t item = begin; item < end; ++item) {
         const int64_t j0 = item * per_item, g = std::min(per_item, n - j0);
         if (vnni) {
-          group_vnni(type, wp + j0 * row_bytes, row_bytes, g, x.k, view, rows, y + column + j0, width);
+          wide_group_vnni(type, wp + j0 * row_bytes, row_bytes, g, x.k, view, rows, y + column + j0, width);
         } else {
           proctor_ggml_avx2::group(type, wp + j0 * row_bytes, row_bytes, g, x.k, view, rows, y + column + j0, width);
         }

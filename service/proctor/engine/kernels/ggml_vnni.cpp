@@ -16,6 +16,7 @@
 #define PROCTOR_VNNI 1
 #define PROCTOR_GGML_NAMESPACE proctor_ggml_vnni
 #include "ggml_dot.h"
+#include "ggml_wide.h"
 
 namespace proctor_ggml {
 
@@ -29,9 +30,9 @@ void k_rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const
   proctor_ggml_vnni::k_rows(count, type, w, k, x, r0, out);
 }
 
-void group_vnni(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x,
-                int64_t rows, float* y, int64_t width) {
-  proctor_ggml_vnni::group(type, w, row_bytes, g, k, x, rows, y, width);
+void wide_group_vnni(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x,
+                     int64_t rows, float* y, int64_t width) {
+  proctor_ggml_vnni::wide_group(type, w, row_bytes, g, k, x, rows, y, width);
 }
 
 }  // namespace proctor_ggml
