@@ -31,7 +31,7 @@ from proctor.api.servicer import GenerationServicer
 from proctor.api.telemetry import TelemetryInterceptor
 from proctor.audit.setup import checkpoint_path, open_sink, privacy_policy
 from proctor.audit.sink import AuditSink
-from proctor.config import WEIGHT_MODE_REVISIONS, Settings
+from proctor.config import SAMPLER_REVISION, WEIGHT_MODE_REVISIONS, Settings
 from proctor.contracts.templates import TemplateRegistry
 from proctor.domain import GenerationRequest, StoppingParams
 from proctor.observability.setup import Observability
@@ -65,6 +65,7 @@ def model_info(loaded: object, settings: Settings) -> dict[str, object]:
         "dtype": str(loaded.dtype).removeprefix("torch."),
         "weights": loaded.weights,
         "weights_revision": WEIGHT_MODE_REVISIONS[loaded.weights],
+        "sampler_revision": SAMPLER_REVISION,
         "device": str(loaded.device),
         "context_length_tokens": loaded.context_length,
         "vocab_size": loaded.vocab_size,
@@ -197,7 +198,7 @@ def _build_constraints(loaded: object, settings: Settings, observability: Observ
     assert isinstance(loaded, LoadedModel)
     start = time.perf_counter()
     compiler = ConstraintCompiler(
-        tokenizer=loaded.tokenizer, model_path=str(loaded.path), vocab_size=loaded.vocab_size,
+        tokenizer=loaded.tokenizer, model_path=str(loaded.tokenizer_source), vocab_size=loaded.vocab_size,
         eos_token_ids=tuple(loaded.eos_token_ids), tokenizer_fingerprint=loaded.tokenizer_sha256,
         limits=CompileLimits(settings.constraint_timeout_s, settings.max_constraint_bytes),
         isolate=settings.constraint_isolation, workers=settings.compile_workers)

@@ -24,6 +24,11 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 # gguf 2: the 32-input types and Q6_K scaled per block from one exact integer sum per row, eight rows at a time).
 WEIGHT_MODE_REVISIONS = {"dense": 1, "fp16": 1, "q8": 2, "q4": 1, "gguf": 2}
 WEIGHT_MODES = tuple(WEIGHT_MODE_REVISIONS)
+# The revision of the sampler's draw (decoding/sampler.py), recorded the same way: a record sampled under
+# another revision replays differently, so its replay is refused. 1: torch.multinomial over the whole
+# vocabulary (an exponential drawn per token); 2: sampler.draw(), the inverse cumulative distribution at one
+# uniform, with warpers.py's filters finding their cut among a row's likeliest tokens.
+SAMPLER_REVISION = 2
 
 
 def default_audit_db() -> str:
@@ -46,6 +51,15 @@ def default_kernel_cache() -> Path:
     if env:
         return Path(env)
     return Path(__file__).resolve().parents[2] / ".proctor" / "kernels"
+
+
+def default_tokenizer_cache() -> Path:
+    """Where GGUF files' converted tokenizers are kept (models/gguf_tokenizer.py): ``PROCTOR_TOKENIZER_CACHE`` or
+    ``<repo>/.proctor/tokenizers``."""
+    env = os.environ.get("PROCTOR_TOKENIZER_CACHE")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / ".proctor" / "tokenizers"
 
 
 @dataclass(frozen=True)

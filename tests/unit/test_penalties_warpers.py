@@ -227,3 +227,32 @@ def test_masked_tokens_stay_masked() -> None:
                torch.tensor([0.0, 0.0]))
     assert torch.isinf(out[:, :10]).all()
     assert not torch.isnan(out).any()
+
+
+@pytest.mark.parametrize(("spread", "top_k", "top_p", "min_p"), [
+    (4.0, 0, 0.95, 0.0),      # a nucleus of a few hundred tokens: found above the first floor
+    (0.3, 0, 0.95, 0.0),      # nearly flat: the cut lies below every floor, so the whole row is sorted
+    (1.5, 0, 0.99, 0.0),      # a cut between the floors
+    (1.0, 30_000, 0.9, 0.0),  # a top-k set far larger than a nucleus
+    (2.0, 0, 1.0, 0.001),     # min-p alone
+])
+def test_wide_rows_keep_what_transformers_keeps(spread: float, top_k: int, top_p: float, min_p: float) -> None:
+    """At 152k tokens warp looks for each row's cut among its best tokens, not a sort of the whole row
+    (decoding/warpers.py: FLOORS); what it keeps must still be transformers' set."""
+    logits = torch.randn(2, 151_936, generator=torch.Generator().manual_seed(11)) * spread
+    ours = warp(logits.clone(), torch.tensor([0.8, 1.0]), torch.tensor([top_k, top_k]), torch.tensor([top_p, top_p]),
+                torch.tensor([min_p, min_p]))
+    for row, temperature in enumerate((0.8, 1.0)):
+        theirs = _hf_warp(logits[row], temperature, top_k, top_p, min_p)
+        keep_ours, keep_theirs = torch.isfinite(ours[row]), torch.isfinite(theirs)
+        differ = (keep_ours != keep_theirs).nonzero().flatten().tolist()
+        assert all(_borderline_top_p(logits[row], temperature, top_k, top_p, i) for i in differ), differ
+        assert 1 <= int(keep_ours.sum()) < 151_936
+
+
+def test_ties_at_the_cut_keep_the_lowest_token_ids() -> None:
+    logits = torch.full((1, 5000), -50.0)
+    logits[0, [4000, 17, 2500, 900]] = 3.0  # four tokens tied for first: top-k 2 keeps ids 17 and 900
+    kept = torch.isfinite(warp(logits, torch.tensor([1.0]), torch.tensor([2]), torch.tensor([1.0]),
+                               torch.tensor([0.0])))[0].nonzero().flatten().tolist()
+    assert kept == [17, 900]

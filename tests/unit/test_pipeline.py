@@ -213,3 +213,18 @@ def test_greedy_constrained_steps_take_one_kernel_pass_with_the_general_paths_de
     assert times[0] == times[1] == ["", "constraint", "constraint", "", last]  # what removed each top choice
     assert fast[2].token_id == -1 and fast[0].token_id == top[0] and fast[1].token_id in (3, 64, 199)
     assert fast[0].allowed_count == 3 and fast[3].allowed_count == -1 and fast[3].token_id == top[3]
+
+
+def test_a_draw_follows_the_row_s_distribution_and_only_its_tokens_left() -> None:
+    """decoding/sampler.py's draw: over many seeded draws each token's share is its probability, and a token
+    at -inf is never drawn."""
+    from proctor.decoding.sampler import draw
+
+    logits = torch.full((VOCAB,), float("-inf"))
+    logits[[3, 50, 120, 199]] = torch.tensor([0.0, 1.0, 2.0, -1.0])
+    expected = logits.softmax(-1)
+    generator = torch.Generator().manual_seed(0)
+    draws = 20_000
+    counts = torch.bincount(torch.tensor([draw(logits, generator) for _ in range(draws)]), minlength=VOCAB)
+    assert set(counts.nonzero().flatten().tolist()) == {3, 50, 120, 199}
+    assert torch.allclose(counts.double() / draws, expected.double(), atol=0.015)

@@ -1,4 +1,4 @@
-"""A replay runs in the weights mode its record names (or is refused, saying which flag to use)."""
+"""A replay runs in the weights mode and sampler revision its record names (or is refused, saying what to use)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ def servicer(weights: str) -> AuditServicer:
     return AuditServicer(Settings(), store=None, generation=generation, checkpoint_file=None)  # type: ignore[arg-type]
 
 
-def record(**model: Any) -> dict[str, Any]:
-    return {"kind": "request", "request": {"prompt": "Hi"}, "output": {"policy": "plain"},
-            "model": {"weights_sha256": "w", "tokenizer_sha256": "t", **model}}
+def record(sampling: dict[str, Any] | None = None, **model: Any) -> dict[str, Any]:
+    return {"kind": "request", "request": {"prompt": "Hi", "sampling": sampling or {"temperature": None}},
+            "output": {"policy": "plain"}, "model": {"weights_sha256": "w", "tokenizer_sha256": "t", **model}}
 
 
 def test_a_record_of_another_mode_is_refused_naming_the_flag() -> None:
@@ -40,3 +40,17 @@ def test_a_record_of_an_earlier_revision_of_the_mode_is_refused() -> None:
     assert current._replay_problem(record(weights="q8", weights_revision=2)) == ""
     problem = current._replay_problem(record(weights="q8"))  # no revision recorded: the first
     assert "revision 1 of --weights q8" in problem and "revision 2" in problem
+
+
+def test_a_sampled_record_of_another_sampler_revision_is_refused_and_a_greedy_one_replays() -> None:
+    current = servicer("q8")
+    current._generation.audit.model["sampler_revision"] = 2
+    sampled = {"temperature": 0.8, "seed": "7"}
+    assert current._replay_problem(record(sampled, weights="q8", sampler_revision=2)) == ""
+    problem = current._replay_problem(record(sampled, weights="q8"))  # no revision recorded: the first
+    assert "revision 1 of the sampler" in problem and "revision 2" in problem
+    assert current._replay_problem(record(weights="q8")) == ""  # greedy: never reached the sampler
+    first_tokens = {"temperature": None, "first_tokens_temperature": 0.5}
+    assert "revision 1 of the sampler" in current._replay_problem(record(first_tokens, weights="q8"))
+    fallback = record(weights="q8") | {"attempts": [{"temperature": 0.0}, {"temperature": 0.7}]}
+    assert "revision 1 of the sampler" in current._replay_problem(fallback)

@@ -112,11 +112,25 @@ class AuditServicer(apb_grpc.AuditServicer):
             return (f"the record was made by revision {recorded_revision} of --weights {recorded_weights}; this "
                     f"server's is revision {model.get('weights_revision')}, which computes differently: replay it "
                     f"with a Proctor release whose --weights {recorded_weights} is revision {recorded_revision}")
+        recorded_sampler = body["model"].get("sampler_revision") or 1  # records before revisions: the first
+        if _sampled(body) and recorded_sampler != (model.get("sampler_revision") or 1):
+            return (f"the record was sampled by revision {recorded_sampler} of the sampler; this server's is "
+                    f"revision {model.get('sampler_revision')}, which draws differently: replay it with a Proctor "
+                    f"release whose sampler is revision {recorded_sampler} (greedy records replay under any)")
         if body["request"].get("prompt") is None and body["request"].get("messages") is None:
             return "the record keeps only an HMAC of the prompt (privacy policy), so it cannot be replayed"
         if body["output"] and body["output"]["policy"] == "hmac" and self._generation.audit.policy.key is None:
             return "the record keeps only HMACs of the output and this server has no HMAC key to compare them"
         return ""
+
+
+def _sampled(body: dict[str, Any]) -> bool:
+    """Whether the recorded call drew from a distribution anywhere (a greedy call never reaches the sampler):
+    its temperature, its first tokens' temperature, or a validated-fallback attempt's."""
+    sampling = body["request"].get("sampling") or {}
+    temperatures = [sampling.get("temperature"), sampling.get("first_tokens_temperature")]
+    temperatures += [attempt.get("temperature") for attempt in body.get("attempts") or []]
+    return any(temperatures)
 
 
 def compare(body: dict[str, Any], events: list[Any], digest: Any, replay_audit_id: str) -> apb.ReplayResponse:

@@ -7,6 +7,19 @@ import torch
 from proctor.engine import fused_decode
 
 
+def draw(final_logits: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One token from a row's distribution (config.SAMPLER_REVISION 2): the inverse of its cumulative
+    distribution over the tokens left (logits above -inf, in token order, summed in float64) at one uniform
+    from the request's generator. One draw a step whatever the vocabulary (torch.multinomial, revision 1,
+    drew an exponential per token: ~3 ms a row at 152k)."""
+    left = (final_logits > float("-inf")).nonzero().flatten()
+    values = final_logits[left]
+    cumulative = (values - values.max()).double().exp().cumsum(dim=0)
+    uniform = torch.rand((), generator=generator, dtype=torch.float64)
+    index = int(torch.searchsorted(cumulative, uniform * cumulative[-1], right=True))
+    return int(left[min(index, left.numel() - 1)])
+
+
 def sample_rows(final_logits: torch.Tensor, greedy: list[bool], generators: list[torch.Generator | None],
                 argmax: list[int] | None = None) -> list[int]:
     """One token id per row. Each sampling row draws from its own request's generator, so a
@@ -15,8 +28,7 @@ def sample_rows(final_logits: torch.Tensor, greedy: list[bool], generators: list
     chosen = list(argmax) if argmax is not None else fused_decode.row_argmax(final_logits)
     for row, is_greedy in enumerate(greedy):
         if not is_greedy:
-            probs = final_logits[row].softmax(dim=-1)
-            chosen[row] = int(torch.multinomial(probs, 1, generator=generators[row]).item())
+            chosen[row] = draw(final_logits[row], generators[row])
     return chosen
 
 
@@ -24,4 +36,4 @@ def sample_one(final_logits: torch.Tensor, greedy: bool, generator: torch.Genera
     """Choose again for one row (after a token was removed from it)."""
     if greedy:
         return int(final_logits.argmax())
-    return int(torch.multinomial(final_logits.softmax(dim=-1), 1, generator=generator).item())
+    return draw(final_logits, generator)

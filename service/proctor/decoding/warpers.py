@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+FLOORS = (1e-4, 1e-6, 0.0)  # probabilities above which a row's candidates are looked for, lower when the cut is below
 
 
 def warp(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
@@ -11,29 +15,54 @@ def warp(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, t
     for the whole batch, so the rows that do not use it cost nothing) means off.
 
     Order as in ``transformers``: temperature → top-k → top-p (on the renormalised top-k set)
-    → min-p → typical-p. The most likely token always survives top-k/top-p/min-p (one sort);
+    → min-p → typical-p. The most likely token always survives top-k/top-p/min-p;
     typical-p keeps at least the most *typical* token, as ``TypicalLogitsWarper`` does.
     """
     # Shift by the row maximum first: a tiny temperature then sends the others to -inf
     # instead of overflowing the maximum to +inf (softmax ignores the shift).
     logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature.unsqueeze(-1)
-    needs_filter = bool(((top_k > 0) | (top_p < 1.0) | (min_p > 0.0)).any())
-    if needs_filter:
-        vocab = logits.shape[-1]
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        ranks = torch.arange(vocab, device=logits.device).unsqueeze(0)
-        k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab)).unsqueeze(-1)
-        remove = ranks >= k
-        sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
-        probs = sorted_logits.softmax(dim=-1)
-        remove |= (probs.cumsum(dim=-1) - probs) > top_p.unsqueeze(-1)
-        remove |= probs < (min_p.unsqueeze(-1) * probs[:, :1])
-        remove[:, 0] = False
-        sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
-        logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+    if bool(((top_k > 0) | (top_p < 1.0) | (min_p > 0.0)).any()):
+        logits = torch.stack([_filter_row(logits[row], int(top_k[row]), top_p[row], min_p[row])
+                              for row in range(logits.shape[0])])
     if typical_p is not None and bool((typical_p < 1.0).any()):
         logits = typical(logits, typical_p)
     return logits
+
+
+def _filter_row(row: torch.Tensor, top_k: int, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """One row's top-k, top-p and min-p. The tokens kept are a prefix of the row sorted by logit: found among
+    its top-k set, or else among the tokens above a probability floor (an exact prefix of that order, lowered
+    when the cut lies below it), instead of sorting the whole vocabulary (a sort of 152k logits took ~14 ms a
+    row). Ties at the cut keep the lower token ids, so the kept set depends on the row alone."""
+    vocab = row.shape[-1]
+    if 0 < top_k < vocab:  # renormalised over the top-k set
+        values = row.topk(top_k).values
+        kept = _kept(values, values.logsumexp(dim=-1), top_p, min_p)
+    else:
+        normalizer = row.logsumexp(dim=-1)
+        for floor in FLOORS:
+            above = row[row >= normalizer + math.log(floor)] if floor > 0 else row
+            if above.numel() == 0:  # no token that likely
+                continue
+            values = above.sort(descending=True).values
+            kept = _kept(values, normalizer, top_p, min_p)
+            if kept < values.numel() or above.numel() == vocab:
+                break
+    cut = values[kept - 1]
+    keep = row > cut
+    ties = kept - int(keep.sum())
+    if ties > 0:
+        keep[(row == cut).nonzero().flatten()[:ties]] = True
+    return row.masked_fill(~keep, float("-inf"))
+
+
+def _kept(values: torch.Tensor, normalizer: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> int:
+    """How many of ``values`` (descending) top-p and min-p keep: the filters cut a suffix."""
+    probs = (values - normalizer).exp()
+    remove = (probs.cumsum(dim=-1) - probs) > top_p
+    remove |= probs < min_p * probs[0]
+    remove[0] = False
+    return int(remove.int().argmax()) if bool(remove.any()) else values.numel()
 
 
 def typical(logits: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
