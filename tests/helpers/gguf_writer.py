@@ -159,6 +159,6 @@ def tiny_loaded_from_gguf(path: Path) -> Any:
     """The skeleton model served from ``path``'s blocks (models/gguf_model.py)."""
     from proctor.models.gguf_model import load_gguf_blocks
 
-    model, _ = load_gguf_blocks(path)
+    model, _, _ = load_gguf_blocks(path)
     return model
 

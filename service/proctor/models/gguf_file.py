@@ -41,6 +41,11 @@ class GgufFile:
             raise ModelError(f"{path.name}: block type(s) {listed} have no kernel here; supported: {supported}. "
                              f"Re-quantize the file to a supported type (e.g. Q4_K_M) or pass --weights dense")
 
+    @property
+    def metadata_bytes(self) -> int:
+        """The bytes before the tensor data: the header, the metadata and the tensor table."""
+        return int(self._reader.data_offset)
+
     def unsupported_types(self) -> dict[str, str]:
         """Block type name → one tensor using it, for the matrices whose type has no product here."""
         found: dict[str, str] = {}

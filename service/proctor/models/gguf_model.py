@@ -21,13 +21,15 @@ import torch
 from proctor.models.errors import ModelError
 from proctor.models.gguf_config import apply_rope_freqs, complete_config
 from proctor.models.gguf_file import GgufFile, one_reader
+from proctor.models.gguf_tokenizer import load_gguf_tokenizer
 
 log = logging.getLogger("proctor.models")
 
 
-def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any]:
-    """The model skeleton (served from ``path``'s blocks) and its tokenizer."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any, Path]:
+    """The model skeleton (served from ``path``'s blocks), its tokenizer, and where that tokenizer loads
+    from again (models/gguf_tokenizer.py)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from proctor.engine.gguf_layers import attach
 
@@ -38,8 +40,7 @@ def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any]:
         file = GgufFile(path)  # refuses a block type with no kernel, naming it
         try:
             config = AutoConfig.from_pretrained(location, gguf_file=name, local_files_only=True)
-            tokenizer = AutoTokenizer.from_pretrained(location, gguf_file=name, clean_up_tokenization_spaces=False,
-                                                      local_files_only=True)
+            tokenizer, tokenizer_path = load_gguf_tokenizer(path, file.metadata_bytes)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ModelError(f"could not read the model described in {path.name} (GGUF architecture "
                              f"{file.architecture!r}): {exc}") from exc
@@ -54,7 +55,7 @@ def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any]:
     types = ", ".join(f"{count} {kind}" for kind, count in sorted(file.block_types().items()))
     log.info("GGUF %s: architecture %s (%s), matrices %s, served from the file's blocks (read in %.1f s)",
              path.name, file.architecture, config.model_type, types, time.perf_counter() - started)
-    return model, tokenizer
+    return model, tokenizer, tokenizer_path
 
 
 def _rebuild_rotary(model: torch.nn.Module) -> None:

@@ -57,6 +57,11 @@ class LoadedModel:
     vocab_size: int
     special_token_ids: frozenset[int]
     weights: str = "dense"  # how the slot forward runs the linear layers (engine/weights.py)
+    tokenizer_path: Path | None = None  # where the tokenizer loads from again (a GGUF's: its cache entry); else path
+
+    @property
+    def tokenizer_source(self) -> Path:
+        return self.tokenizer_path or self.path
 
 
 @dataclass(frozen=True)
@@ -111,12 +116,13 @@ def load_model(settings: Settings) -> LoadedModel:
     if device.type == "cpu" and dtype == torch.float16:
         log.warning("float16 on CPU is slow and less accurate than float32; consider --dtype float32")
     started = time.perf_counter()
+    tokenizer_path = None
     if source.kind == "hub":
         source = ModelSource("dir", _download_snapshot(source.model_id), source.model_id)
         model, tokenizer = _load_hf(source, dtype, device)
     elif weights_mode == "gguf":
         with offline():
-            model, tokenizer = load_gguf_blocks(source.path)
+            model, tokenizer, tokenizer_path = load_gguf_blocks(source.path)
     else:
         with offline():
             model, tokenizer = _load_hf(source, dtype, device)
@@ -144,6 +150,7 @@ def load_model(settings: Settings) -> LoadedModel:
         vocab_size=_vocab_size(model),
         special_token_ids=frozenset(int(i) for i in tokenizer.all_special_ids),
         weights=weights_mode,
+        tokenizer_path=tokenizer_path,
     )
     log.info(
         "loaded model %s from %s (%s) on %s as %s (weights %s) in %.1f s (fingerprints %.1f s): "
