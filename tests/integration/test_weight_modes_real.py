@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers.weight_quality import agreement, perplexity
 
-from proctor.config import WEIGHT_MODE_REVISIONS, Settings
+from proctor.config import SAMPLER_REVISION, WEIGHT_MODE_REVISIONS, Settings
 from proctor.engine.weights import fbgemm_available
 from proctor.models import load_model
 from proctor.models.placement import resolve_weights
@@ -55,6 +55,7 @@ def test_the_server_reports_its_weights_mode_and_records_it(server: Any, client:
     record = json.loads(client.audit_record(response.audit_id).record_json)
     assert record["model"]["weights"] == loaded.weights
     assert record["model"]["weights_revision"] == WEIGHT_MODE_REVISIONS[loaded.weights]
+    assert record["model"]["sampler_revision"] == info.sampler_revision == SAMPLER_REVISION
     # The server dropped its dense projection weights once its runner held its own copies.
     assert loaded.model.model.layers[0].mlp.down_proj.weight.numel() == 0
     if loaded.weights == "q4":  # and its embedding table: tokens are looked up in the LM head's blocks
