@@ -256,3 +256,11 @@ def test_ties_at_the_cut_keep_the_lowest_token_ids() -> None:
     kept = torch.isfinite(warp(logits, torch.tensor([1.0]), torch.tensor([2]), torch.tensor([1.0]),
                                torch.tensor([0.0])))[0].nonzero().flatten().tolist()
     assert kept == [17, 900]
+
+
+def test_a_row_without_filters_is_left_whole_beside_one_with_them() -> None:
+    logits = torch.randn(2, 151_936, generator=torch.Generator().manual_seed(2)) * 4
+    out = warp(logits.clone(), torch.tensor([1.0, 1.0]), torch.tensor([0, 40]), torch.tensor([1.0, 1.0]),
+               torch.tensor([0.0, 0.0]))
+    torch.testing.assert_close(out[0], logits[0] - logits[0].max())
+    assert int(torch.isfinite(out[1]).sum()) == 40

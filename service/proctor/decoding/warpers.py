@@ -35,6 +35,8 @@ def _filter_row(row: torch.Tensor, top_k: int, top_p: torch.Tensor, min_p: torch
     when the cut lies below it), instead of sorting the whole vocabulary (a sort of 152k logits took ~14 ms a
     row). Ties at the cut keep the lower token ids, so the kept set depends on the row alone."""
     vocab = row.shape[-1]
+    if not (0 < top_k < vocab or bool(top_p < 1.0) or bool(min_p > 0.0)):  # this row asks for no filter
+        return row
     if 0 < top_k < vocab:  # renormalised over the top-k set
         values = row.topk(top_k).values
         kept = _kept(values, values.logsumexp(dim=-1), top_p, min_p)
