@@ -45,9 +45,13 @@ def default_model_store() -> Path:
     return Path(__file__).resolve().parents[2] / ".proctor" / "models"
 
 
+KERNEL_CACHE_VARIABLE, TOKENIZER_CACHE_VARIABLE = "PROCTOR_KERNEL_CACHE", "PROCTOR_TOKENIZER_CACHE"
+CACHE_VARIABLES = (KERNEL_CACHE_VARIABLE, TOKENIZER_CACHE_VARIABLE)  # read from the environment, not Settings
+
+
 def default_kernel_cache() -> Path:
     """Where compiled kernels live (engine/fused_decode.py): ``PROCTOR_KERNEL_CACHE`` or ``<repo>/.proctor/kernels``."""
-    env = os.environ.get("PROCTOR_KERNEL_CACHE")
+    env = os.environ.get(KERNEL_CACHE_VARIABLE)
     if env:
         return Path(env)
     return Path(__file__).resolve().parents[2] / ".proctor" / "kernels"
@@ -56,7 +60,7 @@ def default_kernel_cache() -> Path:
 def default_tokenizer_cache() -> Path:
     """Where GGUF files' converted tokenizers are kept (models/gguf_tokenizer.py): ``PROCTOR_TOKENIZER_CACHE`` or
     ``<repo>/.proctor/tokenizers``."""
-    env = os.environ.get("PROCTOR_TOKENIZER_CACHE")
+    env = os.environ.get(TOKENIZER_CACHE_VARIABLE)
     if env:
         return Path(env)
     return Path(__file__).resolve().parents[2] / ".proctor" / "tokenizers"

@@ -37,7 +37,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from helpers.requirements import missing
 
 from proctor.api.security import exposure_problem
-from proctor.config import Settings
+from proctor.config import CACHE_VARIABLES, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "deploy" / "docker"
@@ -167,7 +167,7 @@ def test_runtime_runs_proctor_serve_as_a_non_root_user_with_volumes_and_a_health
 def test_image_environment_is_valid_settings_and_refuses_an_open_network_port() -> None:
     _, stages = parse_dockerfile()
     env = {k: v for k, v in stages[-1].env().items() if k.startswith("PROCTOR_")}
-    known = {f"PROCTOR_{name.upper()}" for name in Settings.__dataclass_fields__} | {"PROCTOR_KERNEL_CACHE"}
+    known = {f"PROCTOR_{name.upper()}" for name in Settings.__dataclass_fields__} | set(CACHE_VARIABLES)
     assert set(env) <= known, f"not settings: {sorted(set(env) - known)}"
     settings = Settings.load(environ=env)
     assert (settings.host, settings.port) == ("0.0.0.0", 50051)

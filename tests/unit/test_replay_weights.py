@@ -54,3 +54,11 @@ def test_a_sampled_record_of_another_sampler_revision_is_refused_and_a_greedy_on
     assert "revision 1 of the sampler" in current._replay_problem(record(first_tokens, weights="q8"))
     fallback = record(weights="q8") | {"attempts": [{"temperature": 0.0}, {"temperature": 0.7}]}
     assert "revision 1 of the sampler" in current._replay_problem(fallback)
+
+
+def test_a_record_of_other_weights_or_another_tokenizer_is_refused() -> None:
+    current = servicer("q8")
+    other_weights = record(weights="q8") | {"model": {"weights_sha256": "other", "tokenizer_sha256": "t"}}
+    assert "different model (weights_sha256 other)" in current._replay_problem(other_weights)
+    other_tokenizer = record(weights="q8") | {"model": {"weights_sha256": "w", "tokenizer_sha256": "other"}}
+    assert "different model (tokenizer_sha256 other)" in current._replay_problem(other_tokenizer)
