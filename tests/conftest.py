@@ -19,8 +19,6 @@ from helpers.requirements import missing
 
 from proctor.config import default_model_store
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-
 
 @pytest.fixture(scope="session", autouse=True)
 def audit_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
@@ -37,10 +35,13 @@ def audit_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def default_model_dir() -> Path:
-    path = default_model_store() / DEFAULT_MODEL_NAME
-    if not (path / "tokenizer.json").is_file() or not (path / "config.json").is_file():
-        missing(f"the default model is not installed at {path}; run `make setup`")
-    return path
+    """The installed default model, as the server itself judges an install complete (``is_installed``)."""
+    from proctor.models.default_model import default_model_path, is_installed
+
+    store = default_model_store()
+    if not is_installed(store):
+        missing(f"the default model is not installed at {default_model_path(store)}; run `make setup`")
+    return default_model_path(store)
 
 
 @pytest.fixture(scope="session")

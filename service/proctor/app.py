@@ -206,7 +206,8 @@ def _build_constraints(loaded: object, settings: Settings, observability: Observ
         observability.watch_compiler(compiler)
     compiler.prewarm()
     registry = SchemaRegistry.load(Path(settings.schema_dir) if settings.schema_dir else None)
-    service = ConstraintService(compiler, registry, max_schema_depth=settings.max_schema_depth)
+    service = ConstraintService(compiler, registry, max_schema_depth=settings.max_schema_depth,
+                                max_choice_options=settings.max_choice_options)
     for entry in registry.list():
         prepared = service.prepare(ConstraintRequest("schema_ref", text=entry.ref))
         log.info("schema %s compiled with %s in %.0f ms", entry.ref, prepared.summary.backend,

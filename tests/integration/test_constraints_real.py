@@ -201,3 +201,26 @@ def test_pathological_schema_fails_fast_while_others_are_served(client: ProctorC
     assert "response" in other, "an ordinary request was not served meanwhile"
     # three engines at most, each under the 5 s limit, plus transfer of a multi-megabyte request
     assert elapsed < 30, f"{name} took {elapsed:.1f} s"
+
+
+def test_a_raised_choice_limit_is_the_one_that_holds(model_dir: object) -> None:
+    """``max_choice_options`` raised at start-up: a choice over the default limit is served, and one over the
+    raised limit is refused naming the field (the constraint service once read the class default)."""
+    from proctor.app import BackgroundServer
+    from proctor.config import Settings
+
+    limit = Settings.max_choice_options + 100
+    background = BackgroundServer(Settings.load({"port": 0, "host": "127.0.0.1", "warmup": False,
+                                                 "max_choice_options": limit}))
+    background.start(timeout_s=300)
+    try:
+        with ProctorClient(background.address, timeout_s=120, retries=0) as own:
+            options = [f"option {index:04d}" for index in range(limit)]
+            response = own.generate("Pick one option.", choice=options, max_new_tokens=8)
+            assert response.text in options
+            with pytest.raises(ProctorError) as refused:
+                own.generate("Pick one option.", choice=[*options, "one too many"], max_new_tokens=8)
+            assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert "choice.options" in [name for name, _ in refused.value.field_violations]
+    finally:
+        background.stop()

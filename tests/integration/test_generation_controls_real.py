@@ -35,7 +35,7 @@ def test_confidence_forced_tokens_and_must_include_come_back(client: ProctorClie
 
 def test_the_last_chunk_carries_the_confidence(client: ProctorClient) -> None:
     chunks = list(client.stream_generate(PROMPT, max_new_tokens=4, confidence=True, temperature=0.8, seed=3,
-                                         typical_p=0.9, greedy_first_tokens=2))
+                                         typical_p=0.9, greedy_first_tokens=2, ignore_eos=True))
     assert chunks[-1].HasField("confidence") and chunks[-1].confidence.tokens == 4
     assert not any(chunk.HasField("confidence") for chunk in chunks[:-1])
 

@@ -23,7 +23,6 @@ from proctor.domain import ConstraintRequest, ConstraintSummary, FormatUse, Requ
 if TYPE_CHECKING:
     from proctor.constraints.registry import SchemaRegistry
 
-MAX_CHOICES = Settings.max_choice_options
 
 
 def json_nesting_depth(text: str) -> int:
@@ -62,10 +61,12 @@ class PreparedConstraint:
 
 class ConstraintService:
     def __init__(self, compiler: ConstraintCompiler, registry: SchemaRegistry | None = None, *,
-                 max_schema_depth: int = Settings.max_schema_depth) -> None:
+                 max_schema_depth: int = Settings.max_schema_depth,
+                 max_choice_options: int = Settings.max_choice_options) -> None:
         self.compiler = compiler
         self.registry = registry
         self.max_schema_depth = max_schema_depth
+        self.max_choice_options = max_choice_options  # the server's setting (size_limits.py checks it first)
 
     def to_spec(self, request: ConstraintRequest) -> tuple[ConstraintSpec, str]:
         """Canonical spec and the resolved schema reference ("" when none); errors name the field."""
@@ -113,8 +114,8 @@ class ConstraintService:
         if request.kind == "choice":
             if not request.options:
                 raise RequestValidationError.single(field, "at least one option is needed")
-            if len(request.options) > MAX_CHOICES:
-                raise RequestValidationError.single(field, f"at most {MAX_CHOICES} options")
+            if len(request.options) > self.max_choice_options:
+                raise RequestValidationError.single(field, f"at most {self.max_choice_options} options")
             if any(not option for option in request.options):
                 raise RequestValidationError.single(field, "options must not be empty strings")
             return ConstraintSpec.choice(request.options), ""
