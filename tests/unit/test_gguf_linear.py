@@ -170,7 +170,7 @@ def test_the_vnni_loops_give_the_avx2_loops_bits() -> None:
         assert loops == "avx2"
         return
     products = [linear(t, random_blocks(t, OUT, INPUTS)) for t in TYPES]
-    x = torch.randn(11, INPUTS, generator=torch.Generator().manual_seed(5))
+    x = torch.randn(19, INPUTS, generator=torch.Generator().manual_seed(5))  # K-quant tiles of 16 and 3 (VNNI)
     weight = torch.randn(64, INPUTS)
     q4_1, q8_0 = torch.ops.proctor.quantize_q4_1(weight), torch.ops.proctor.quantize_q8_0(weight)
 

@@ -369,10 +369,25 @@ struct KRows {
   }
 };
 
-// One K-quant weight row times activation rows r0 .. r0 + count − 1 (count ≤ 8; Q6_K ≤ kRowMost): out[0 .. count).
+// One K-quant weight row times activation rows r0 .. r0 + count − 1 (count ≤ 8, in the VNNI copy ≤ 16; Q6_K
+// ≤ kRowMost): out[0 .. count).
 constexpr int64_t kRowMost = 4;
 inline void k_rows(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
                    float* out) {
+#ifdef PROCTOR_VNNI
+  if (count == 16 && type != Q6_K) {  // 512-bit registers hold sixteen rows' lanes: a block unpacked once for all
+    if (type == Q4_K) {
+      k_lanes_wide<16, Q4_K>(w, k / 256, x, r0, out);
+    } else {
+      k_lanes_wide<16, Q5_K>(w, k / 256, x, r0, out);
+    }
+    return;
+  }
+  for (int64_t done = 8; done < count; done += 8) {
+    with_count<KRows>(count - done < 8 ? count - done : 8, type, w, k / 256, x, r0 + done, out + done);
+  }
+  count = count < 8 ? count : 8;
+#endif
   with_count<KRows>(count, type, w, k / 256, x, r0, out);
 }
 

@@ -100,7 +100,8 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
   const bool k_row_wise = layout.elements == 256 && (type != Q6_K || rows <= proctor_ggml_avx2::kRowMost);
   const bool grouped = layout.elements > 1 && !k_row_wise;
   const int64_t per_item = grouped ? (vnni ? kWideRows : kGroupRows) : 1, items = (n + per_item - 1) / per_item;
-  const int64_t tile = k_row_wise && type == Q6_K ? proctor_ggml_avx2::kRowMost : kTile;
+  // (the VNNI loops take sixteen activation rows a pass over a Q4_K/Q5_K row: ggml_dot.h's k_rows)
+  const int64_t tile = k_row_wise && type == Q6_K ? proctor_ggml_avx2::kRowMost : k_row_wise && vnni ? 2 * kTile : kTile;
   const int64_t grain =
       std::max<int64_t>(1, 65536 / std::max<int64_t>(1, per_item * row_bytes * std::min(rows, kTile)));
   at::parallel_for(0, items, grain, [&](int64_t begin, int64_t end) {
@@ -115,7 +116,7 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
       }
       return;
     }
-    float out[kTile];
+    float out[2 * kTile];
     for (int64_t r0 = 0; r0 < rows; r0 += tile) {  // a tile of activation rows stays in cache over the weight rows
       const int64_t count = std::min(tile, rows - r0);
       for (int64_t j0 = begin; j0 < end; ++j0) {
