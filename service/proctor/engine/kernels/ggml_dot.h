@@ -422,11 +422,12 @@ constexpr int64_t block_bytes_of() {
   return TYPE == Q8_0 ? 34 : TYPE == Q4_0 ? 18 : TYPE == Q4_1 ? 20 : TYPE == Q5_0 ? 22 : TYPE == Q5_1 ? 24 : 210;
 }
 
-// Eight rows are eight streams, more than the hardware prefetcher follows: the next group's bytes (the next
-// 8·row_bytes, as a thread takes consecutive groups) are asked for, a share a block, while this one runs.
-[[gnu::always_inline]] inline void prefetch_share(const uint8_t* w, int64_t row_bytes, int64_t blocks, int64_t b) {
-  const char* next = reinterpret_cast<const char*>(w + 8 * row_bytes);
-  const int64_t lines = (8 * row_bytes / 64 + blocks - 1) / blocks;
+// A group's rows are more streams than the hardware prefetcher follows: the next group's bytes (the next
+// rows·row_bytes, as a thread takes consecutive groups) are asked for, a share a block, while this one runs.
+[[gnu::always_inline]] inline void prefetch_share(const uint8_t* w, int64_t rows, int64_t row_bytes, int64_t blocks,
+                                                  int64_t b) {
+  const char* next = reinterpret_cast<const char*>(w + rows * row_bytes);
+  const int64_t lines = (rows * row_bytes / 64 + blocks - 1) / blocks;
   for (int64_t l = 0; l < lines; ++l) _mm_prefetch(next + (b * lines + l) * 64, _MM_HINT_T0);
 }
 
@@ -551,52 +552,72 @@ template <int R, int64_t TYPE>
   }
 }
 
+// The group loops' width: eight weight rows, one 256-bit vector of lanes (ggml_wide.h's Wide: sixteen in 512
+// bits, in the VNNI copy). The drivers below take either; only the Blocks and their block_rows differ.
+struct Narrow {
+  static constexpr int64_t kRows = kGroupRows;
+  using Acc = __m256;
+  template <int64_t TYPE>
+  using Block = BlockOf<TYPE>;
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static void store(float* lanes, Acc v) { _mm256_storeu_ps(lanes, v); }
+  template <int64_t TYPE>
+  static void load(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t b, Block<TYPE>& out) {
+    load_block<TYPE>(w, row_bytes, g, b, out);
+  }
+  template <int R, int64_t TYPE>
+  static void rows(const Block<TYPE>& blk, const ActivationView& x, int64_t r0, int64_t b, Acc* acc) {
+    block_rows<R, TYPE>(blk, x, r0, b, acc);
+  }
+};
+
 // Lanes i < g of acc[t] into y's row r0 + t (width apart).
-template <int R>
-[[gnu::always_inline]] inline void store_tile(const __m256* acc, int64_t g, float* y, int64_t width, int64_t r0) {
+template <class W, int R>
+[[gnu::always_inline]] inline void store_tile(const typename W::Acc* acc, int64_t g, float* y, int64_t width,
+                                              int64_t r0) {
   for (int t = 0; t < R; ++t) {
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, acc[t]);
+    float lanes[W::kRows];
+    W::store(lanes, acc[t]);
     for (int64_t i = 0; i < g; ++i) y[(r0 + t) * width + i] = lanes[i];
   }
 }
 
 // One tile (R ≤ 8 activation rows), each Block made as it is used.
-template <int R, int64_t TYPE>
+template <class W, int R, int64_t TYPE>
 inline void fused_tile(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks, const ActivationView& x,
                        float* y, int64_t width) {
-  __m256 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
+  typename W::Acc acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = W::zero();
   for (int64_t b = 0; b < blocks; ++b) {
-    prefetch_share(w, row_bytes, blocks, b);
-    BlockOf<TYPE> blk;
-    load_block<TYPE>(w, row_bytes, g, b, blk);
-    block_rows<R, TYPE>(blk, x, 0, b, acc);
+    prefetch_share(w, W::kRows, row_bytes, blocks, b);
+    typename W::template Block<TYPE> blk;
+    W::template load<TYPE>(w, row_bytes, g, b, blk);
+    W::template rows<R, TYPE>(blk, x, 0, b, acc);
   }
-  store_tile<R>(acc, g, y, width, 0);
+  store_tile<W, R>(acc, g, y, width, 0);
 }
 
 // Tile r0 .. r0 + R − 1 from Blocks made already.
-template <int R, int64_t TYPE>
-inline void scratch_tile(const BlockOf<TYPE>* made, int64_t g, int64_t blocks, const ActivationView& x, int64_t r0,
-                         float* y, int64_t width) {
-  __m256 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) block_rows<R, TYPE>(made[b], x, r0, b, acc);
-  store_tile<R>(acc, g, y, width, r0);
+template <class W, int R, int64_t TYPE>
+inline void scratch_tile(const typename W::template Block<TYPE>* made, int64_t g, int64_t blocks,
+                         const ActivationView& x, int64_t r0, float* y, int64_t width) {
+  typename W::Acc acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = W::zero();
+  for (int64_t b = 0; b < blocks; ++b) W::template rows<R, TYPE>(made[b], x, r0, b, acc);
+  store_tile<W, R>(acc, g, y, width, r0);
 }
 
-template <int64_t TYPE>
-struct Tiles {  // fused_tile and scratch_tile of one type, for with_count
+template <class W, int64_t TYPE>
+struct Tiles {  // fused_tile and scratch_tile of one width and type, for with_count
   template <int R>
   struct Fused {
     template <typename... Args>
-    static void run(const Args&... args) { fused_tile<R, TYPE>(args...); }
+    static void run(const Args&... args) { fused_tile<W, R, TYPE>(args...); }
   };
   template <int R>
   struct Scratch {
     template <typename... Args>
-    static void run(const Args&... args) { scratch_tile<R, TYPE>(args...); }
+    static void run(const Args&... args) { scratch_tile<W, R, TYPE>(args...); }
   };
 };
 
@@ -616,34 +637,36 @@ inline T* thread_scratch(int64_t count) {
 }
 
 // Every activation row (rows of them) times weight rows w .. w + (g − 1)·row_bytes of one type: y[r·width + i].
-template <int64_t TYPE>
+template <class W, int64_t TYPE>
 inline void type_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks, const ActivationView& x,
                        int64_t rows, float* y, int64_t width) {
   if (rows <= 8) {
-    with_count<Tiles<TYPE>::template Fused>(rows, w, row_bytes, g, blocks, x, y, width);
+    with_count<Tiles<W, TYPE>::template Fused>(rows, w, row_bytes, g, blocks, x, y, width);
     return;
   }
-  BlockOf<TYPE>* made = thread_scratch<BlockOf<TYPE>>(blocks);
+  using Block = typename W::template Block<TYPE>;
+  Block* made = thread_scratch<Block>(blocks);
   for (int64_t b = 0; b < blocks; ++b) {
-    prefetch_share(w, row_bytes, blocks, b);
-    load_block<TYPE>(w, row_bytes, g, b, made[b]);
+    prefetch_share(w, W::kRows, row_bytes, blocks, b);
+    W::template load<TYPE>(w, row_bytes, g, b, made[b]);
   }
   for (int64_t r0 = 0; r0 < rows; r0 += 8) {
-    with_count<Tiles<TYPE>::template Scratch>(rows - r0 < 8 ? rows - r0 : 8, made, g, blocks, x, r0, y, width);
+    with_count<Tiles<W, TYPE>::template Scratch>(rows - r0 < 8 ? rows - r0 : 8, made, g, blocks, x, r0, y, width);
   }
 }
 
-// Every activation row times eight weight rows (g of them real, row_bytes apart) of a 32-input type or
+// Every activation row times W::kRows weight rows (g of them real, row_bytes apart) of a 32-input type or
 // Q6_K with k inputs: y[r·width + i] for activation row r and weight row i.
+template <class W = Narrow>
 inline void group(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x,
                   int64_t rows, float* y, int64_t width) {
   switch (type) {
-    case Q4_0: type_group<Q4_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
-    case Q4_1: type_group<Q4_1>(w, row_bytes, g, k / 32, x, rows, y, width); break;
-    case Q5_0: type_group<Q5_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
-    case Q5_1: type_group<Q5_1>(w, row_bytes, g, k / 32, x, rows, y, width); break;
-    case Q8_0: type_group<Q8_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
-    default: type_group<Q6_K>(w, row_bytes, g, k / 256, x, rows, y, width); break;
+    case Q4_0: type_group<W, Q4_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
+    case Q4_1: type_group<W, Q4_1>(w, row_bytes, g, k / 32, x, rows, y, width); break;
+    case Q5_0: type_group<W, Q5_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
+    case Q5_1: type_group<W, Q5_1>(w, row_bytes, g, k / 32, x, rows, y, width); break;
+    case Q8_0: type_group<W, Q8_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
+    default: type_group<W, Q6_K>(w, row_bytes, g, k / 256, x, rows, y, width); break;
   }
 }
 

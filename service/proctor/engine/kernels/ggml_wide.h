@@ -55,13 +55,6 @@ template <int64_t TYPE>
   join_into(low, high, out);
 }
 
-[[gnu::always_inline]] inline void prefetch_wide_share(const uint8_t* w, int64_t row_bytes, int64_t blocks,
-                                                       int64_t b) {
-  const char* next = reinterpret_cast<const char*>(w + kWideRows * row_bytes);
-  const int64_t lines = (kWideRows * row_bytes / 64 + blocks - 1) / blocks;
-  for (int64_t l = 0; l < lines; ++l) _mm_prefetch(next + (b * lines + l) * 64, _MM_HINT_T0);
-}
-
 [[gnu::always_inline]] inline __m512i broadcast_wide(const int8_t* p) {
   int32_t word;
   std::memcpy(&word, p, 4);
@@ -113,81 +106,28 @@ template <int R, int64_t TYPE>
   }
 }
 
-template <int R>
-[[gnu::always_inline]] inline void store_wide(const __m512* acc, int64_t g, float* y, int64_t width, int64_t r0) {
-  for (int t = 0; t < R; ++t) {
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, acc[t]);
-    for (int64_t i = 0; i < g; ++i) y[(r0 + t) * width + i] = lanes[i];
+// The group drivers' 512-bit width (ggml_dot.h: Narrow, fused_tile, type_group).
+struct Wide {
+  static constexpr int64_t kRows = kWideRows;
+  using Acc = __m512;
+  template <int64_t TYPE>
+  using Block = WideBlockOf<TYPE>;
+  static Acc zero() { return _mm512_setzero_ps(); }
+  static void store(float* lanes, Acc v) { _mm512_storeu_ps(lanes, v); }
+  template <int64_t TYPE>
+  static void load(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t b, Block<TYPE>& out) {
+    load_wide<TYPE>(w, row_bytes, g, b, out);
   }
-}
-
-template <int R, int64_t TYPE>
-inline void wide_fused_tile(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks, const ActivationView& x,
-                            float* y, int64_t width) {
-  __m512 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    prefetch_wide_share(w, row_bytes, blocks, b);
-    WideBlockOf<TYPE> blk;
-    load_wide<TYPE>(w, row_bytes, g, b, blk);
-    wide_rows<R, TYPE>(blk, x, 0, b, acc);
+  template <int R, int64_t TYPE>
+  static void rows(const Block<TYPE>& blk, const ActivationView& x, int64_t r0, int64_t b, Acc* acc) {
+    wide_rows<R, TYPE>(blk, x, r0, b, acc);
   }
-  store_wide<R>(acc, g, y, width, 0);
-}
-
-template <int R, int64_t TYPE>
-inline void wide_scratch_tile(const WideBlockOf<TYPE>* made, int64_t g, int64_t blocks, const ActivationView& x,
-                              int64_t r0, float* y, int64_t width) {
-  __m512 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) wide_rows<R, TYPE>(made[b], x, r0, b, acc);
-  store_wide<R>(acc, g, y, width, r0);
-}
-
-template <int64_t TYPE>
-struct WideTiles {
-  template <int R>
-  struct Fused {
-    template <typename... Args>
-    static void run(const Args&... args) { wide_fused_tile<R, TYPE>(args...); }
-  };
-  template <int R>
-  struct Scratch {
-    template <typename... Args>
-    static void run(const Args&... args) { wide_scratch_tile<R, TYPE>(args...); }
-  };
 };
-
-template <int64_t TYPE>
-inline void wide_type_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks, const ActivationView& x,
-                            int64_t rows, float* y, int64_t width) {
-  if (rows <= 8) {
-    with_count<WideTiles<TYPE>::template Fused>(rows, w, row_bytes, g, blocks, x, y, width);
-    return;
-  }
-  WideBlockOf<TYPE>* made = thread_scratch<WideBlockOf<TYPE>>(blocks);
-  for (int64_t b = 0; b < blocks; ++b) {
-    prefetch_wide_share(w, row_bytes, blocks, b);
-    load_wide<TYPE>(w, row_bytes, g, b, made[b]);
-  }
-  for (int64_t r0 = 0; r0 < rows; r0 += 8) {
-    with_count<WideTiles<TYPE>::template Scratch>(rows - r0 < 8 ? rows - r0 : 8, made, g, blocks, x, r0, y,
-                                                  width);
-  }
-}
 
 // group() for sixteen weight rows (g ≤ 16 of them real).
 inline void wide_group(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x,
                        int64_t rows, float* y, int64_t width) {
-  switch (type) {
-    case Q4_0: wide_type_group<Q4_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
-    case Q4_1: wide_type_group<Q4_1>(w, row_bytes, g, k / 32, x, rows, y, width); break;
-    case Q5_0: wide_type_group<Q5_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
-    case Q5_1: wide_type_group<Q5_1>(w, row_bytes, g, k / 32, x, rows, y, width); break;
-    case Q8_0: wide_type_group<Q8_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
-    default: wide_type_group<Q6_K>(w, row_bytes, g, k / 256, x, rows, y, width); break;
-  }
+  group<Wide>(type, w, row_bytes, g, k, x, rows, y, width);
 }
 
 }  // namespace PROCTOR_GGML_NAMESPACE
