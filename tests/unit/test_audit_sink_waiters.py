@@ -152,3 +152,75 @@ def test_a_closed_sink_refuses_records_and_says_why(latched: tuple[AuditSink, La
     assert not sink.alive
     with pytest.raises(AuditUnavailable, match="closed"):
         sink.submit(body(1))
+
+
+class WriterKilled(BaseException):
+    """Not an ``Exception`` (as SystemExit or KeyboardInterrupt): the writer does not survive it."""
+
+
+class DyingStore(LatchedStore):
+    """A latched store whose held write raises ``WriterKilled`` once released (issue 26: a dead writer)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.dying = False
+
+    def append_chained(self, build: Callable[[int, str], list[Row]]) -> list[Row]:
+        self.entered.set()
+        assert self._gate.wait(10), "the test never released the store"
+        if self.dying:
+            raise WriterKilled("the writer thread ends")
+        return super().append_chained(build)
+
+
+@pytest.fixture
+def dying(tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[AuditSink, DyingStore, list[BaseException]]]:
+    ended: list[BaseException] = []  # how the writer thread ended (caught here instead of a pytest warning)
+    monkeypatch.setattr(threading, "excepthook", lambda args: ended.append(args.exc_value))
+    store = DyingStore(tmp_path / "audit.db")
+    sink = AuditSink(store, load_or_create_signing_key(tmp_path / "k.pem"), checkpoint_file=tmp_path / "c")
+    yield sink, store, ended
+    store.release()
+    sink.close(timeout_s=5)
+
+
+def wait_dead(sink: AuditSink, timeout_s: float = 10.0) -> None:
+    end = time.monotonic() + timeout_s
+    while sink.alive and time.monotonic() < end:
+        time.sleep(0.01)
+    assert not sink.alive, "the writer survived a BaseException"
+
+
+def test_a_writer_killed_mid_write_fails_its_record_and_every_queued_one(
+        dying: tuple[AuditSink, DyingStore, list[BaseException]]) -> None:
+    """Before issue 26 these futures were never resolved: each waiter in compliance mode sat out its deadline."""
+    sink, store, ended = dying
+    store.hold()
+    store.dying = True
+    taken = sink.submit(body(1))
+    assert store.entered.wait(10)  # the writer holds record 1; records 2 and 3 wait in the queue
+    queued = [sink.submit(body(2)), sink.submit(body(3))]
+    store.release()
+    for future in (taken, *queued):
+        with pytest.raises(AuditUnavailable, match="audit writer has stopped"):
+            future.result(10)
+    wait_dead(sink)
+    assert [type(e) for e in ended] == [WriterKilled]  # the thread ended on the exception, not on its own
+    with pytest.raises(AuditUnavailable, match="audit writer has stopped"):
+        sink.submit(body(4))
+
+
+def test_a_record_queued_as_the_writer_died_is_failed_not_left_waiting(
+        dying: tuple[AuditSink, DyingStore, list[BaseException]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window between a caller's check that the writer runs and its record reaching the queue."""
+    sink, store, _ = dying
+    store.dying = True
+    with pytest.raises(AuditUnavailable):
+        sink.submit(body(1)).result(10)
+    wait_dead(sink)
+    monkeypatch.setattr(sink, "_check_open", lambda: None)  # as if it had looked just before the death
+    late = sink.try_submit(body(2))
+    assert late is not None
+    with pytest.raises(AuditUnavailable, match="audit writer has stopped"):
+        late.result(1)

@@ -69,6 +69,7 @@ class AuditSink:
         self._since_checkpoint = 0 if last is None or last.kind == "checkpoint" else 1
         self._last_checkpoint = time.monotonic()
         self._closed = False
+        self._dead = False  # the writer is ending on an exception it does not survive
         self.written = 0
         self._progress = time.monotonic()  # when the writer last took a batch or found the queue empty
         self.observer: AuditObserver | None = None  # metrics: write latency and failures per batch
@@ -91,13 +92,14 @@ class AuditSink:
     def _check_open(self) -> None:
         if self._closed:
             raise AuditUnavailable("the audit trail is closed")
-        if not self._thread.is_alive():
+        if self._dead or not self._thread.is_alive():
             raise AuditUnavailable("the audit writer has stopped; no record can be written")
 
     def submit(self, body: dict[str, Any]) -> Future[int]:
         self._check_open()
         future: Future[int] = Future()
         self._queue.put((body, future))
+        self._after_put()
         return future
 
     def try_submit(self, body: dict[str, Any]) -> Future[int] | None:
@@ -108,7 +110,13 @@ class AuditSink:
             self._queue.put_nowait((body, future))
         except queue.Full:
             return None
+        self._after_put()
         return future
+
+    def _after_put(self) -> None:
+        """A record queued while the writer was dying (after its last look at the queue) is failed here."""
+        if self._dead:
+            self._fail_queued([])
 
     def depth(self) -> int:
         """Records waiting for the writer (approximate, for the metrics scrape)."""
@@ -139,6 +147,24 @@ class AuditSink:
                 log.exception("audit writer: a batch of %d records failed unexpectedly", len(batch))
                 for _, future in batch:
                     _reject(future, AuditUnavailable(f"the audit record could not be written: {exc}"))
+            except BaseException as exc:  # the thread ends (SystemExit, KeyboardInterrupt...): no waiter may hang
+                log.critical("audit writer: stopping on %s; no record can be written any more", type(exc).__name__)
+                self._dead = True
+                self._fail_queued(batch)
+                raise
+
+    def _fail_queued(self, batch: list[tuple[dict[str, Any], Future[int]]]) -> None:
+        """Fail the records of a dying writer: its batch and every one still queued."""
+        error = AuditUnavailable("the audit writer has stopped; no record can be written")
+        for _, future in batch:
+            _reject(future, error)
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                _reject(self._claim(item)[1], error)
 
     def _probe_store(self) -> None:
         try:
