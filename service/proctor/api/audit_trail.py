@@ -12,14 +12,14 @@ import asyncio
 import hashlib
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.rpc import code_pb2
 
 from proctor.api.gate import current_identity
 from proctor.audit.records import CallRecord, PrivacyPolicy, build_body
-from proctor.audit.sink import AuditSink
+from proctor.audit.sink import AuditSink, AuditUnavailable
 from proctor.domain import EngineFault, ShuttingDown
 from proctor.observability.calls import AUDIT_COMMIT, bind_call, stage
 
@@ -36,6 +36,11 @@ class AuditWriteFailed(EngineFault):
 class AuditStoreUnavailable(ShuttingDown):
     """Compliance mode while the store takes no records: a call is refused before it runs (UNAVAILABLE,
     so clients retry elsewhere or later) instead of failing after its tokens were generated."""
+
+
+class AuditTrailDown(AuditWriteFailed, AuditStoreUnavailable):
+    """The sink takes no record at all (its writer thread is gone, or it is closed): any output is withheld, and
+    the call is answered UNAVAILABLE (retry on another replica), so a refusal stays a refusal, not INTERNAL."""
 
 
 def new_audit_id() -> str:
@@ -94,9 +99,9 @@ class AuditTrail:
 
     def begin(self, method: str, context: grpc.aio.ServicerContext) -> CallRecord:
         """Open the call's record (bound to the RPC's observation: its trace id, the per-call log line)."""
-        return bind_call(CallRecord(audit_id=new_audit_id() if self.enabled else "", method=method,
+        return cast("CallRecord", bind_call(CallRecord(audit_id=new_audit_id() if self.enabled else "", method=method,
                                     received_ms=int(time.time() * 1000), caller=caller_identity(context),
-                                    model=self.model))
+                                    model=self.model)))
 
     async def commit(self, call: CallRecord, *, wait: bool | None = None) -> None:
         """Submit the call's record (once). Waits for the commit in compliance mode (or when asked)."""
@@ -107,13 +112,18 @@ class AuditTrail:
         body["server"] = self.server
         try:
             with stage(AUDIT_COMMIT) as attributes:
-                future = self.sink.try_submit(body)  # on the loop while the queue has room (no thread hop)
-                if future is None:
-                    future = await asyncio.to_thread(self.sink.submit, body)  # a full queue blocks, off the loop
+                try:
+                    future = self.sink.try_submit(body)  # on the loop while the queue has room (no thread hop)
+                    if future is None:
+                        future = await asyncio.to_thread(self.sink.submit, body)  # a full queue blocks, off the loop
+                except AuditUnavailable as exc:
+                    raise AuditTrailDown(f"{exc}: calls are refused (retry on another replica)") from exc
                 attributes["proctor.audit.waited"] = bool(self.compliance if wait is None else wait)
                 if attributes["proctor.audit.waited"]:
                     # A cancel here (the client left, the deadline passed) stops the wait, not the write.
                     await asyncio.wrap_future(future)
+        except AuditTrailDown:
+            raise
         except Exception as exc:
             raise AuditWriteFailed(f"the audit record could not be written, so the output is withheld: {exc}") from exc
 
