@@ -11,6 +11,7 @@ import time
 
 import grpc
 import pytest
+from helpers.oracles import assert_valid_json, is_valid_json
 
 from proctor_client import ProctorClient, ProctorError
 from proctor_client.v1 import generation_pb2 as pb
@@ -25,6 +26,13 @@ CONTRACT_PROMPTS = [
 
 def chat(text: str) -> list[tuple[str, str]]:
     return [("system", "You write contracts as JSON."), ("user", text)]
+
+
+def registered_schema(client: ProctorClient, ref: str) -> dict[str, object]:
+    """The schema the server lists under ``ref`` (``name@version``, or ``name`` for the latest version)."""
+    entries = [e for e in client.list_schemas() if ref in (f"{e.name}@{e.version}", e.name)]
+    assert entries, f"{ref} is not listed"
+    return json.loads(max(entries, key=lambda e: e.version).schema)
 
 
 def test_list_schemas_shows_the_registered_contracts(client: ProctorClient) -> None:
@@ -42,13 +50,15 @@ def test_registered_schema_yields_valid_json_or_an_honest_length(client: Proctor
                                temperature=0, timeout_s=600)
     assert response.HasField("schema_validation")
     assert response.constraint.schema_ref == ref and response.constraint.backend
+    schema = registered_schema(client, ref)
     if response.finish_reason == pb.FINISH_REASON_LENGTH:
         assert not response.schema_validation.valid
         assert any("truncated" in e for e in response.schema_validation.errors)
+        assert not is_valid_json(response.text, schema)
     else:
         assert response.finish_reason in (pb.FINISH_REASON_CONSTRAINT_COMPLETE, pb.FINISH_REASON_EOS)
         assert response.schema_validation.valid, list(response.schema_validation.errors)
-        json.loads(response.text)
+        assert_valid_json(response.text, schema)
 
 
 def test_truncated_json_is_never_reported_valid(client: ProctorClient) -> None:
@@ -56,6 +66,7 @@ def test_truncated_json_is_never_reported_valid(client: ProctorClient) -> None:
     assert response.finish_reason == pb.FINISH_REASON_LENGTH
     assert not response.schema_validation.valid
     assert any("truncated" in e for e in response.schema_validation.errors)
+    assert not is_valid_json(response.text, registered_schema(client, "contract/nda"))
 
 
 def test_choice_returns_exactly_one_option(client: ProctorClient) -> None:
@@ -82,7 +93,7 @@ def test_inline_schema_with_each_engine(client: ProctorClient) -> None:
         response = client.generate("Is Paris in France? Reply in JSON.", json_schema=schema, constraint_backend=backend,
                                    max_new_tokens=40)
         assert response.schema_validation.valid, (backend, list(response.schema_validation.errors), response.text)
-        data = json.loads(response.text)
+        data = assert_valid_json(response.text, schema)
         assert data["answer"] in ("yes", "no")
         if backend != "auto":
             assert response.constraint.backend == backend
@@ -139,7 +150,7 @@ def test_a_schema_no_engine_enforces_is_served_through_the_validated_fallback(cl
     assert 1 <= len(response.attempts) <= 3 and response.attempts[0].temperature == 0
     assert response.attempts[-1].valid == response.schema_validation.valid
     tags = json.loads(response.text)["tags"]
-    assert response.schema_validation.valid == (len(set(tags)) == 2)
+    assert response.schema_validation.valid == (len(set(tags)) == 2) == is_valid_json(response.text, schema)
     if not response.schema_validation.valid:
         assert "no valid output in 3 attempts" in response.finish_detail
     chunks = list(client.stream_generate("Two document types as JSON:", json_schema=schema, max_new_tokens=24,
@@ -154,6 +165,8 @@ def test_formats_say_how_they_were_held(client: ProctorClient) -> None:
               "required": ["start", "mail", "n"], "additionalProperties": False}
     response = client.generate("A start date, an e-mail and a number as JSON:", json_schema=schema, max_new_tokens=60)
     handling = {f.format: f.handling for f in response.constraint.formats}
+    assert response.schema_validation.valid == is_valid_json(response.text, schema), (
+        response.text, list(response.schema_validation.errors))
     assert handling == {"date": pb.FORMAT_HANDLING_ENFORCED, "email": pb.FORMAT_HANDLING_ENFORCED,
                         "int64": pb.FORMAT_HANDLING_ANNOTATION}
     assert response.constraint.exact
@@ -169,18 +182,22 @@ PATHOLOGICAL = {
     "10,000-value enum referenced 50 times": {
         "$defs": {"big": {"enum": [f"value-{i}" for i in range(10_000)]}},
         "type": "object", "properties": {f"p{i}": {"$ref": "#/$defs/big"} for i in range(50)},
-        "required": [f"p{i}" for i in range(50)]},
+        "required": [f"p{i}" for i in range(50)], "additionalProperties": False},  # closed: the object must end
     "nested regex quantifiers": {"type": "string", "pattern": "^((a+)+)+(b*)*(c?)+{0,}$".replace("{0,}", "")},
     "multi-megabyte schema": {"type": "object", "properties": {f"k{i}": {"type": "string", "description": "x" * 200}
                                                                 for i in range(12_000)}},
 }
 
 
+PATHOLOGICAL_BUDGET = 640  # tokens: the longest served case (50 enum values, greedy) takes 392
+
+
 @pytest.mark.parametrize("name", list(PATHOLOGICAL))
 def test_pathological_schema_fails_fast_while_others_are_served(client: ProctorClient, server: object,
                                                                   name: str) -> None:
-    """Each pathological case is INVALID_ARGUMENT (or, if an engine handles it, a valid result) within the
-    limit; a concurrent ordinary request completes meanwhile."""
+    """Each pathological case is INVALID_ARGUMENT (or, if an engine handles it, a finished, valid result)
+    within the limit; a concurrent ordinary request completes meanwhile. The token budget is enough for
+    every case an engine serves (the 50 enum values take 392 tokens), so a served one must finish."""
     other: dict[str, object] = {}
 
     def ordinary() -> None:
@@ -191,8 +208,11 @@ def test_pathological_schema_fails_fast_while_others_are_served(client: ProctorC
     thread.start()
     start = time.monotonic()
     try:
-        response = client.generate("Hi", json_schema=PATHOLOGICAL[name], max_new_tokens=8)
-        assert response.finish_reason == pb.FINISH_REASON_LENGTH or response.schema_validation.valid
+        response = client.generate("Hi", json_schema=PATHOLOGICAL[name], max_new_tokens=PATHOLOGICAL_BUDGET)
+        assert response.finish_reason in (pb.FINISH_REASON_CONSTRAINT_COMPLETE, pb.FINISH_REASON_EOS), (
+            pb.FinishReason.Name(response.finish_reason), response.text[-200:])
+        assert response.schema_validation.valid, list(response.schema_validation.errors)
+        assert_valid_json(response.text, PATHOLOGICAL[name])
     except ProctorError as exc:
         assert exc.code == grpc.StatusCode.INVALID_ARGUMENT, exc
         assert exc.field_violations and exc.field_violations[0][0] == "json_schema"
