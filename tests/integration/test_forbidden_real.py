@@ -1,10 +1,13 @@
-"""Forbidden phrases, stop strings and plugins through gRPC with the real model."""
+"""Forbidden phrases, stop strings and plugins through gRPC with the real model.
+
+Outputs are searched for forbidden phrases with the tests' own oracle (``helpers.oracles.contains_phrase``),
+not with the server's ``matches_text``."""
 
 from __future__ import annotations
 
 import pytest
+from helpers.oracles import contains_phrase, is_valid_json
 
-from proctor.decoding.forbidden.normalize import matches_text
 from proctor_client import ProctorClient, ProctorError
 from proctor_client.v1 import generation_pb2 as pb
 
@@ -24,7 +27,7 @@ def test_a_constraint_that_can_only_produce_the_phrase_ends_in_a_dead_end(client
     response = client.generate("Name a fruit:", choice=["Apple"], forbidden=["APPLE"], max_new_tokens=8)
     assert response.finish_reason == pb.FINISH_REASON_FORBIDDEN_PHRASE
     assert "APPLE" in response.finish_detail
-    assert not matches_text("apple", response.text, False)
+    assert not contains_phrase("apple", response.text)
 
 
 def test_chinese_phrases_are_forbidden(client: ProctorClient) -> None:
@@ -32,18 +35,23 @@ def test_chinese_phrases_are_forbidden(client: ProctorClient) -> None:
                              max_new_tokens=16)
     assert choice.text == "我喜欢香蕉"
     prompt = [("user", "请用中文介绍一下苹果这种水果。")]
-    free = client.generate(messages=prompt, forbidden=["苹果", "水果"], max_new_tokens=60, temperature=0)
-    assert free.text and not matches_text("苹果", free.text, False) and not matches_text("水果", free.text, False)
+    plain = client.generate(messages=prompt, max_new_tokens=60, temperature=0)
+    assert contains_phrase("苹果", plain.text) or contains_phrase("水果", plain.text), \
+        f"the prompt should invite the words: {plain.text!r}"
+    free = client.generate(messages=prompt, forbidden=["苹果", "水果"], max_new_tokens=60, temperature=0,
+                           token_details=True)
+    assert free.text and not contains_phrase("苹果", free.text) and not contains_phrase("水果", free.text)
+    assert "forbidden" in {token.removed_by for token in free.tokens}
 
 
 def test_free_text_never_contains_a_forbidden_word_in_any_case(client: ProctorClient) -> None:
     prompt = [("user", "List five fruits, one per line: apple, banana, cherry, ...")]
     plain = client.generate(messages=prompt, max_new_tokens=48, temperature=0)
     banned = ["apple", "banana", "cherry"]
-    assert any(matches_text(word, plain.text, False) for word in banned), "the prompt should invite the words"
+    assert any(contains_phrase(word, plain.text) for word in banned), "the prompt should invite the words"
     response = client.generate(messages=prompt, max_new_tokens=48, temperature=0, forbidden=banned,
                                token_details=True)
-    assert not any(matches_text(word, response.text, False) for word in banned), response.text
+    assert not any(contains_phrase(word, response.text) for word in banned), response.text
     assert "forbidden" in {token.removed_by for token in response.tokens}
 
 
@@ -63,6 +71,7 @@ def test_plugins_run_and_are_reported(client: ProctorClient) -> None:
     assert response.finish_reason == pb.FINISH_REASON_STOP_CRITERION
     assert response.text.startswith('{"title":"') and '"parties"' not in response.text
     assert not response.schema_validation.valid  # a cut document is never reported valid
+    assert not is_valid_json(response.text, {})  # nor is it JSON at all
     assert [(p.name, p.version, p.kind) for p in response.plugins] == [
         ("json_value_complete", "1.0", "stopping_criterion")]
     with pytest.raises(ProctorError) as caught:
