@@ -30,6 +30,7 @@ from proctor.audit.stored_body import record_json
 from proctor.config import Settings
 from proctor_client import ProctorClient, ProctorError
 from proctor_client.auth import tls_credentials
+from proctor_client.v1 import generation_pb2 as pb
 from tests.helpers.certs import CertificateAuthority, Issued
 from tests.integration.conftest import installed_model_dir
 
@@ -219,9 +220,11 @@ def test_a_callers_limits_hold(tls_server: Secured) -> None:
         first = next(stream)  # the stream holds the caller's one concurrent slot
         busy = _refused(lambda: limited.generate("Hi", max_new_tokens=2), grpc.StatusCode.RESOURCE_EXHAUSTED)
         assert "generations running" in busy.message and busy.retry_after_s
-        assert first.token_ids or first.text is not None
+        # a generated token, and the stream still open: the slot was held by a running generation
+        assert len(first.token_ids) == 1 and first.finish_reason == pb.FINISH_REASON_UNSPECIFIED, first
         rest = list(stream)
         assert rest[-1].usage.completion_tokens == 8  # an unset-limit stream took the caller's cap
+        assert sum(len(chunk.token_ids) for chunk in [first, *rest]) == 8
         over = _refused(lambda: limited.model_info(), grpc.StatusCode.RESOURCE_EXHAUSTED)
         assert "requests/s" in over.message and 0 < over.retry_after_s <= 10.0  # type: ignore[operator]
 
