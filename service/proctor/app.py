@@ -14,8 +14,10 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -36,6 +38,13 @@ from proctor.contracts.templates import TemplateRegistry
 from proctor.domain import GenerationRequest, StoppingParams
 from proctor.observability.setup import Observability
 from proctor.observability.watchdog import CHECK_INTERVAL_S, EngineProgress, Watchdog, Watched, WriterProgress
+
+if TYPE_CHECKING:  # the heavy modules load lazily, after the port is bound
+    from proctor.constraints.registry import RegisteredSchema
+    from proctor.constraints.service import ConstraintService
+    from proctor.decoding.plugins import PluginRegistry
+    from proctor.engine.engine import Engine
+    from proctor.engine.loaded_model import LoadedModel
 from proctor_client.v1 import (
     audit_pb2,
     audit_pb2_grpc,
@@ -51,12 +60,10 @@ CONTRACTS_SERVICE_NAME = contracts_pb2.DESCRIPTOR.services_by_name["Contracts"].
 AUDIT_SERVICE_NAME = audit_pb2.DESCRIPTOR.services_by_name["Audit"].full_name
 
 
-def model_info(loaded: object, settings: Settings) -> dict[str, object]:
+def model_info(loaded: LoadedModel, settings: Settings) -> dict[str, object]:
     """The ModelInfo fields that describe the loaded model."""
     from proctor.engine.families import runner_description
-    from proctor.models import LoadedModel
 
-    assert isinstance(loaded, LoadedModel)
     return {
         "model_id": loaded.model_id,
         "runner": runner_description(loaded.model, loaded.weights),
@@ -85,7 +92,7 @@ class RunningServer:
     health: HealthServicer
     servicer: GenerationServicer
     loop: asyncio.AbstractEventLoop
-    engine: object | None = None
+    engine: Engine | None = None
     audit_sink: AuditSink | None = None
     observability: Observability | None = None
     health_server: grpc.aio.Server | None = None  # the plaintext health-only port (settings.health_port)
@@ -109,8 +116,8 @@ class RunningServer:
             log.exception("model loading failed")
             raise
         self.engine = engine
-        self.servicer.attach(engine, info, schemas)  # type: ignore[arg-type]
-        phrases = sorted(getattr(engine, "server_forbidden", ()))
+        self.servicer.attach(engine, info, schemas, plugins=engine.plugins, model=engine.loaded)
+        phrases = sorted(engine.server_forbidden)
         self.servicer.audit.server = {"version": __version__, "server_forbidden_phrases": {
             "count": len(phrases), "sha256": hashlib.sha256("\n".join(phrases).encode()).hexdigest()}}
         self._ready = True
@@ -118,11 +125,11 @@ class RunningServer:
         self._start_watchdog(engine)
         log.info("ready: serving %s on %s:%d", info["model_id"], self.settings.host, self.port)
 
-    def _start_watchdog(self, engine: object) -> None:
+    def _start_watchdog(self, engine: Engine) -> None:
         """Check every second that the engine and the audit writer make progress (settings.watchdog_s; 0: off)."""
         if not self.settings.watchdog_s:
             return
-        parts: list[Watched] = [EngineProgress(engine)]  # type: ignore[arg-type]
+        parts: list[Watched] = [EngineProgress(engine)]
         if self.audit_sink is not None:
             parts.append(WriterProgress(self.audit_sink))
         watchdog = Watchdog(parts, self.settings.watchdog_s)
@@ -175,10 +182,9 @@ class RunningServer:
         if self.health_server is not None:  # NOT_SERVING stays visible there until the calls are done
             await self.health_server.stop(0)
         if self.engine is not None:
-            await asyncio.to_thread(self.engine.shutdown, 1.0)  # type: ignore[attr-defined]
-            constraints = getattr(self.engine, "constraints", None)
-            if constraints is not None:
-                constraints.compiler.close()
+            await asyncio.to_thread(self.engine.shutdown, 1.0)
+            if self.engine.constraints is not None:
+                self.engine.constraints.compiler.close()
         if self.audit_sink is not None:
             await asyncio.to_thread(self.audit_sink.close)
             log.info("audit trail flushed: %d records written this run", self.audit_sink.written)
@@ -187,15 +193,14 @@ class RunningServer:
         log.info("stopped")
 
 
-def _build_constraints(loaded: object, settings: Settings, observability: Observability | None = None) -> object:
+def _build_constraints(loaded: LoadedModel, settings: Settings, observability: Observability | None = None
+                       ) -> ConstraintService:
     """Compiler (engine tables + compile workers), registry, and every registered schema precompiled."""
     from proctor.constraints.compiler import CompileLimits, ConstraintCompiler
     from proctor.constraints.registry import SchemaRegistry
     from proctor.constraints.service import ConstraintService
     from proctor.domain import ConstraintRequest
-    from proctor.models import LoadedModel
 
-    assert isinstance(loaded, LoadedModel)
     start = time.perf_counter()
     compiler = ConstraintCompiler(
         tokenizer=loaded.tokenizer, model_path=str(loaded.tokenizer_source), vocab_size=loaded.vocab_size,
@@ -216,14 +221,12 @@ def _build_constraints(loaded: object, settings: Settings, observability: Observ
     return service
 
 
-def _build_masks(loaded: object, settings: Settings) -> tuple[object, tuple[str, ...]]:
+def _build_masks(loaded: LoadedModel, settings: Settings) -> tuple[PluginRegistry, tuple[str, ...]]:
     """Plugin registry and the server-wide forbidden list (its index built now, not on a request)."""
     from proctor.decoding.forbidden import ForbiddenOptions, build_index
     from proctor.decoding.forbidden.phrase_file import load_phrase_file
     from proctor.decoding.plugins import PluginRegistry
-    from proctor.models import LoadedModel
 
-    assert isinstance(loaded, LoadedModel)
     plugins = PluginRegistry.load(settings.plugins)
     phrases: tuple[str, ...] = ()
     if settings.forbidden_file:
@@ -244,8 +247,9 @@ def load_templates(settings: Settings) -> TemplateRegistry:
     return templates
 
 
-def _build_engine(settings: Settings, on_health: object, observability: Observability | None = None
-                  ) -> tuple[object, dict[str, object], list[object]]:
+def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
+                  observability: Observability | None = None
+                  ) -> tuple[Engine, dict[str, object], list[RegisteredSchema]]:
     from proctor.engine.engine import Engine
     from proctor.engine.families import runner_problem
     from proctor.models import load_model
@@ -256,8 +260,8 @@ def _build_engine(settings: Settings, on_health: object, observability: Observab
         raise ValueError(problem)
     constraints = _build_constraints(loaded, settings, observability)
     plugins, forbidden = _build_masks(loaded, settings)
-    engine = Engine(loaded, settings, on_health=on_health, constraints=constraints,  # type: ignore[arg-type]
-                    plugins=plugins, server_forbidden=forbidden, release_dense_weights=True)  # type: ignore[arg-type]
+    engine = Engine(loaded, settings, on_health=on_health, constraints=constraints,
+                    plugins=plugins, server_forbidden=forbidden, release_dense_weights=True)
     if observability is not None:
         observability.watch_engine(engine)
     info = model_info(loaded, settings)
@@ -267,7 +271,7 @@ def _build_engine(settings: Settings, on_health: object, observability: Observab
         warm = GenerationRequest(request_id="warmup", prompt="Hello",
                                  stopping=StoppingParams(max_new_tokens=4, ignore_eos=True))
         engine.generate_blocking(warm)
-    return engine, info, constraints.registry.list()  # type: ignore[attr-defined]
+    return engine, info, constraints.registry.list() if constraints.registry is not None else []
 
 
 async def start_server(settings: Settings) -> RunningServer:
@@ -290,12 +294,13 @@ async def start_server(settings: Settings) -> RunningServer:
                        top_n=settings.audit_top_n)
     servicer = GenerationServicer(settings, audit)
     generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
-    contracts_pb2_grpc.add_ContractsServicer_to_server(ContractsServicer(servicer, load_templates(settings)), server)
+    contracts = ContractsServicer(servicer.runner, load_templates(settings))
+    contracts_pb2_grpc.add_ContractsServicer_to_server(contracts, server)
     names = [SERVICE_NAME, CONTRACTS_SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
              reflection.SERVICE_NAME]
     if sink is not None:
         audit_pb2_grpc.add_AuditServicer_to_server(
-            AuditServicer(settings, sink.store, servicer, checkpoint_path(settings)), server)
+            AuditServicer(settings, sink.store, servicer.runner, checkpoint_path(settings)), server)
         names.append(AUDIT_SERVICE_NAME)
     if settings.reflection_enabled:
         reflection.enable_server_reflection(names, server)
@@ -331,7 +336,7 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     received: list[signal.Signals] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda sig=sig: (received.append(sig), stop.set()))
+        loop.add_signal_handler(sig, _on_signal, sig, received, stop)
     loader = asyncio.create_task(running.load())
     waiter = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({loader, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -370,3 +375,8 @@ class BackgroundServer:
             asyncio.run_coroutine_threadsafe(self.running.shutdown(), self._loop).result(60)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+
+def _on_signal(sig: signal.Signals, received: list[signal.Signals], stop: asyncio.Event) -> None:
+    received.append(sig)
+    stop.set()

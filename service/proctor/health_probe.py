@@ -30,7 +30,7 @@ def check(address: str, service: str = "", timeout_s: float = 2.0,
             response = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
         except grpc.RpcError as exc:
-            return False, f"{exc.code().name}: {exc.details()}"  # type: ignore[attr-defined]
+            return False, f"{exc.code().name}: {exc.details()}"
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
     return response.status == health_pb2.HealthCheckResponse.SERVING, status
 

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from proctor.constraints.auto import ORDER, SUPPORTS, backend_order, policy_key
-from proctor.constraints.spec import BACKEND_NAMES, ConstraintKind, ConstraintSpec, GrammarSyntax
+from proctor.constraints.auto import ORDER, backend_order, policy_key
+from proctor.constraints.engines import BACKEND_NAMES, ENGINES
+from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax
+
+SUPPORTS = {name: entry.kinds for name, entry in ENGINES.items()}
 
 ROOT = Path(__file__).resolve().parents[2]
 

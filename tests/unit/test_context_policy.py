@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proctor.api.convert import request_from_proto
+from proctor.api.check_request import check_request
 from proctor.audit.records import request_from_dict, request_to_dict
 from proctor.config import Settings
 from proctor.domain import RequestValidationError
@@ -18,7 +18,7 @@ TURNS = [("user", f"Question {n}: " + "words " * 30) if n % 2 == 0 else ("assist
 
 def prepare(tokenizer, context: int, max_new: int, **kwargs):  # type: ignore[no-untyped-def]
     message = build_request(max_new_tokens=max_new, **kwargs)
-    request = request_from_proto(message, Settings(), None)
+    request = check_request(message, Settings(), time_remaining_s=None)
     return prepare_request(tokenizer, request, context_length=context, default_max_new_tokens=64,
                            max_new_tokens_limit=4096)
 
@@ -77,14 +77,15 @@ def test_keep_start_and_end_cuts_the_middle(tokenizer) -> None:  # type: ignore[
 
 
 def test_the_policy_is_converted_checked_and_kept_for_replay() -> None:
-    request = request_from_proto(build_request(prompt="x", context_overflow="keep_start_and_end"), Settings(), None)
+    message = build_request(prompt="x", context_overflow="keep_start_and_end")
+    request = check_request(message, Settings(), time_remaining_s=None)
     assert request.context_overflow == "keep_start_and_end"
     assert request_from_dict(request_to_dict(request, 1), "r").context_overflow == "keep_start_and_end"
-    assert request_from_proto(build_request(prompt="x"), Settings(), None).context_overflow == "refuse"
+    assert check_request(build_request(prompt="x"), Settings(), time_remaining_s=None).context_overflow == "refuse"
     message = build_request(prompt="x")
     message.context_overflow = 99  # type: ignore[assignment]
     with pytest.raises(RequestValidationError) as error:
-        request_from_proto(message, Settings(), None)
+        check_request(message, Settings(), time_remaining_s=None)
     assert error.value.violations[0].field == "context_overflow"
     with pytest.raises(ValueError, match="context_overflow"):
         build_request(prompt="x", context_overflow="truncate")  # type: ignore[arg-type]

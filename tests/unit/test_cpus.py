@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proctor.models.cpus import IdleCpus, cgroup_cpu_quota, cpu_budget, parse_cfs, parse_cpu_max, parse_proc_stat
+from proctor.cpus import IdleCpus, cgroup_cpu_quota, cpu_budget, parse_cfs, parse_cpu_max, parse_proc_stat
 
 
 def _write(path: Path, text: str) -> None:

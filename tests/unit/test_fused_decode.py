@@ -12,6 +12,7 @@ import pytest
 import torch
 from helpers.requirements import missing
 
+from proctor.decoding import logits_ops
 from proctor.engine import fused_decode
 from proctor.engine.llama_step import LlamaSlots
 from proctor.engine.smoothing import calibration_ids
@@ -120,7 +121,7 @@ def test_the_kernels_mask_fill_gives_masked_fills_bits(kernel_ready: None) -> No
     expected = logits.clone().masked_fill_(banned, float("-inf"))
     fused_decode.decode_layer()  # loads the library
     got = logits.clone()
-    assert fused_decode.fill_banned(got, banned), "the pipeline would not use the kernel"
+    assert logits_ops.fill_banned(got, banned), "the pipeline would not use the kernel"
     assert torch.equal(got.isnan(), expected.isnan())
     assert torch.equal(got.nan_to_num(), expected.nan_to_num())
     with pytest.raises(RuntimeError, match="banned must be"):
@@ -157,7 +158,7 @@ def test_the_kernels_bitmask_unpacking_gives_the_operations_values(kernel_ready:
     bitmask[1] = -1  # everything allowed
     bitmask[2] = 0  # nothing allowed
     fused_decode.decode_layer()  # loads the library
-    unpacked = fused_decode.unpack_banned(bitmask, vocab)
+    unpacked = logits_ops.unpack_banned(bitmask, vocab)
     assert unpacked is not None
     banned, allowed = unpacked
     expected = ~bitmask_to_bool(bitmask, vocab)
@@ -175,7 +176,7 @@ def test_the_kernels_argmax_gives_torchs_indices(kernel_ready: None) -> None:
     logits[4, 20] = float("nan")  # torch counts a NaN as the largest
     logits[5, :] = 0.0
     fused_decode.decode_layer()  # loads the library
-    assert fused_decode.row_argmax(logits) == logits.argmax(dim=-1).tolist()
+    assert logits_ops.row_argmax(logits) == logits.argmax(dim=-1).tolist()
 
 
 def test_the_kernels_logsumexp_and_topk_match_torchs(kernel_ready: None) -> None:
@@ -187,19 +188,19 @@ def test_the_kernels_logsumexp_and_topk_match_torchs(kernel_ready: None) -> None
     logits[3, -1] = 40.0  # the largest in the tail
     fused_decode.decode_layer()  # loads the library
     expected = torch.logsumexp(logits, dim=-1)
-    got = fused_decode.row_logsumexp(logits)
+    got = logits_ops.row_logsumexp(logits)
     assert torch.allclose(got, expected, rtol=1e-6, atol=1e-5)
     assert float(got[2]) == 1.5
-    assert float(fused_decode.row_logsumexp(torch.full((1, 40), float("-inf")))[0]) == float("-inf")
+    assert float(logits_ops.row_logsumexp(torch.full((1, 40), float("-inf")))[0]) == float("-inf")
     for k in (1, 5, 20):
-        values, indices = fused_decode.row_topk(logits, k)
+        values, indices = logits_ops.row_topk(logits, k)
         reference_values, reference_indices = logits.topk(k, dim=-1)
         assert torch.equal(values[[0, 1, 3, 4]], reference_values[[0, 1, 3, 4]])
         assert torch.equal(indices[[0, 1, 3, 4]], reference_indices[[0, 1, 3, 4]])
         assert int(indices[2, 0]) == 9 and float(values[2, 0]) == 1.5  # then -inf entries
     ties = torch.zeros(1, 100)
     ties[0, [40, 7, 90]] = 2.0
-    assert fused_decode.row_topk(ties, 3)[1].tolist() == [[7, 40, 90]]  # equal values: the lower index first
+    assert logits_ops.row_topk(ties, 3)[1].tolist() == [[7, 40, 90]]  # equal values: the lower index first
 
 
 def test_the_kernels_masked_pick_gives_the_masked_copys_argmax_and_logsumexp_bits(kernel_ready: None) -> None:
@@ -218,13 +219,13 @@ def test_the_kernels_masked_pick_gives_the_masked_copys_argmax_and_logsumexp_bit
     logits[5, vocab - 1] = 99.0  # the maximum in the tail, allowed
     fused_decode.decode_layer()  # loads the library
     untouched = logits.clone()
-    picked = fused_decode.masked_pick(logits, bitmask)
+    picked = logits_ops.masked_pick(logits, bitmask)
     assert picked is not None
     chosen, lse, allowed = picked
     torch.testing.assert_close(logits, untouched, rtol=0, atol=0, equal_nan=True)  # the logits are not edited
     masked = logits.masked_fill(~bitmask_to_bool(bitmask, vocab), float("-inf"))
-    assert chosen == fused_decode.row_argmax(masked)
-    expected_lse = fused_decode.row_logsumexp(masked)
+    assert chosen == logits_ops.row_argmax(masked)
+    expected_lse = logits_ops.row_logsumexp(masked)
     assert torch.equal(lse[[0, 1, 3, 5]], expected_lse[[0, 1, 3, 5]])  # the same bits
     assert float(lse[2]) == float("-inf") and chosen[3] == 1000 and chosen[5] == vocab - 1
     assert allowed == bitmask_to_bool(bitmask, vocab).sum(dim=-1).tolist()

@@ -17,7 +17,8 @@ from transformers.generation.logits_process import (
     TypicalLogitsWarper,
 )
 
-from proctor.api.convert import chunk_from_event, request_from_proto, response_from_events
+from proctor.api.check_request import check_request
+from proctor.api.convert import chunk_from_event, response_from_events
 from proctor.audit.records import request_from_dict, request_to_dict
 from proctor.config import Settings
 from proctor.decoding.controls import ConfidenceStats, EndBan, ForceToken, PhraseTracker
@@ -180,20 +181,20 @@ def test_confidence_stats() -> None:
 
 def _violations(message: pb.GenerateRequest, settings: Settings = SETTINGS) -> dict[str, str]:
     with pytest.raises(RequestValidationError) as caught:
-        request_from_proto(message, settings, None)
+        check_request(message, settings, time_remaining_s=None)
     return {v.field: v.description for v in caught.value.violations}
 
 
 def test_controls_are_converted() -> None:
     message = build_request("hi", temperature=0.7, typical_p=0.5, greedy_first_tokens=3, forced_tokens={4: 9, 0: 2},
                             must_include=["a", "b c"], confidence=True, max_new_tokens=8)
-    request = request_from_proto(message, SETTINGS, None)
+    request = check_request(message, SETTINGS, time_remaining_s=None)
     assert request.sampling.typical_p == pytest.approx(0.5)
     assert request.sampling.greedy_first_tokens == 3
     assert request.sampling.forced_tokens == ((0, 2), (4, 9))
     assert request.stopping.must_include == ("a", "b c")
     assert request.confidence is True
-    plain = request_from_proto(build_request("hi"), SETTINGS, None)
+    plain = check_request(build_request("hi"), SETTINGS, time_remaining_s=None)
     assert (plain.sampling.typical_p, plain.sampling.greedy_first_tokens, plain.sampling.forced_tokens) == (1.0, 0, ())
     assert plain.stopping.must_include == () and plain.confidence is False
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from proctor.models.cpus import cpu_budget
+from proctor.cpus import cpu_budget
 from proctor.models.errors import ModelError
 from proctor.models.placement import apply_threads, resolve_device, resolve_dtype
 

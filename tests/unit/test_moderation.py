@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from proctor.api.convert import chunk_from_event, request_from_proto
+from proctor.api.check_request import check_request
+from proctor.api.convert import chunk_from_event
 from proctor.audit.canonical import canonical
 from proctor.audit.records import CallRecord, PrivacyPolicy, build_body, request_from_dict, request_to_dict
 from proctor.config import Settings, plugin_calls_setting
@@ -199,13 +200,13 @@ def test_server_defaults_come_first_and_are_named_by_setting() -> None:
                         output_moderators='[{"name": "keyword_score", "params": {"terms": ["a"]}}]')
     message = pb.GenerateRequest(prompt="hi")
     message.input_screens.add(name="prompt_injection").params.update({"patterns": ["x"]})
-    request = request_from_proto(message, settings, None)
+    request = check_request(message, settings, time_remaining_s=None)
     assert [(c.name, c.params, c.field) for c in request.input_screens] == [
         ("prompt_injection", {}, "settings.input_screens[0]"),
         ("prompt_injection", {"patterns": ["x"]}, "input_screens[0]")]
     assert request.output_moderators == (
         PluginCall("keyword_score", {"terms": ["a"]}, "settings.output_moderators[0]"),)
-    assert request_from_proto(pb.GenerateRequest(prompt="hi"), Settings(), None).input_screens == ()
+    assert check_request(pb.GenerateRequest(prompt="hi"), Settings(), time_remaining_s=None).input_screens == ()
 
 
 def test_too_many_calls_or_params_are_refused_before_conversion() -> None:
@@ -215,7 +216,7 @@ def test_too_many_calls_or_params_are_refused_before_conversion() -> None:
         message.input_screens.add(name="prompt_injection")
     message.output_moderators.add(name="keyword_score").params.update({"terms": ["x" * 100]})
     with pytest.raises(RequestValidationError) as caught:
-        request_from_proto(message, settings, None)
+        check_request(message, settings, time_remaining_s=None)
     assert [v.field for v in caught.value.violations] == ["input_screens", "output_moderators[0].params"]
 
 

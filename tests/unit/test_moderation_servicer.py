@@ -64,7 +64,7 @@ def serve(engine: Engine, sink: CaptureSink, rpc: Rpc, **settings: object) -> An
     async def run() -> Any:
         servicer = GenerationServicer(tiny_settings(**settings),
                                       AuditTrail(sink, PrivacyPolicy(), compliance=True, top_n=0))  # type: ignore[arg-type]
-        servicer.attach(engine, {"model_id": "tiny"})  # type: ignore[arg-type]
+        servicer.attach(engine, {"model_id": "tiny"}, plugins=engine.plugins, model=engine.loaded)
         server = grpc.aio.server()
         pb_grpc.add_GenerationServicer_to_server(servicer, server)
         port = server.add_insecure_port("127.0.0.1:0")
@@ -189,4 +189,4 @@ def test_the_servers_own_lists_run_first_and_are_checked_at_start(engine: Engine
     assert sink.bodies[0]["request"]["input_screens"][0]["field"] == "settings.input_screens[0]"
     servicer = GenerationServicer(tiny_settings(output_moderators='[{"name": "keyword_score", "params": {}}]'))
     with pytest.raises(ValueError, match="output-moderators"):
-        servicer.attach(engine, {"model_id": "tiny"})  # type: ignore[arg-type]
+        servicer.attach(engine, {"model_id": "tiny"}, plugins=engine.plugins, model=engine.loaded)

@@ -187,7 +187,7 @@ class AllowedSet:
 def test_greedy_constrained_steps_take_one_kernel_pass_with_the_general_paths_decisions(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The constraint-only greedy step (no masks built, no copy) decides exactly what the general path does."""
-    from proctor.decoding import pipeline
+    from proctor.decoding import logits_ops, pipeline
     from proctor.engine import fused_decode
 
     problem = fused_decode.load_problem()
@@ -204,7 +204,7 @@ def test_greedy_constrained_steps_take_one_kernel_pass_with_the_general_paths_de
             greedy_row(matcher=AllowedSet([31, 32, 33]))]
     times: list[list[str]] = []
     fast = run_pipeline(logits.clone(), rows, lambda _seconds, removed: times.append(removed))
-    assert pipeline._greedy_under_constraints(logits.clone(), rows, top, fused_decode.row_logsumexp(logits),
+    assert pipeline._greedy_under_constraints(logits.clone(), rows, top, logits_ops.row_logsumexp(logits),
                                               None) is not None  # the fast path ran
     monkeypatch.setattr(pipeline, "_greedy_under_constraints", lambda *args: None)
     general = run_pipeline(logits.clone(), rows, lambda _seconds, removed: times.append(removed))

@@ -1,4 +1,4 @@
-"""request_from_proto and prepare_request: every bad input is INVALID_ARGUMENT naming its field."""
+"""check_request and prepare_request: every bad input is INVALID_ARGUMENT naming its field."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from proctor.api.convert import request_from_proto
+from proctor.api.check_request import check_request
 from proctor.config import Settings
 from proctor.domain import RequestValidationError
 from proctor.domain.errors import MAX_VIOLATIONS
@@ -18,7 +18,7 @@ SETTINGS = Settings.load({}, environ={})
 
 
 def convert(message: pb.GenerateRequest, settings: Settings = SETTINGS, remaining: float | None = None):  # type: ignore[no-untyped-def]
-    return request_from_proto(message, settings, remaining)
+    return check_request(message, settings, time_remaining_s=remaining)
 
 
 def violations(message: pb.GenerateRequest, settings: Settings = SETTINGS) -> dict[str, str]:
@@ -77,7 +77,7 @@ def test_hostile_lists_get_one_violation_and_any_list_at_most_max_violations() -
     found = violations(req(logit_bias={-i - 1: 500.0 for i in range(SETTINGS.max_logit_bias + 1)}))
     assert set(found) == {"logit_bias"}
     with pytest.raises(RequestValidationError) as caught:
-        request_from_proto(req(allowed_token_ids=[-1] * 500), SETTINGS, None)
+        check_request(req(allowed_token_ids=[-1] * 500), SETTINGS, time_remaining_s=None)
     assert len(caught.value.violations) == MAX_VIOLATIONS
     assert f"and {500 - MAX_VIOLATIONS + 1} more" in caught.value.violations[-1].description
 
@@ -212,16 +212,18 @@ def test_chat_messages_use_the_template_without_extra_special_tokens(tokenizer) 
     assert "Hi" in text
 
 
-def test_stop_token_id_outside_the_vocabulary_names_the_index(tokenizer) -> None:  # type: ignore[no-untyped-def]
-    message = convert(req(prompt="Hi", stopping=pb.StoppingParams(stop_token_ids=[2, 49152])))
+def test_token_ids_outside_the_vocabulary_are_named_all_at_once() -> None:
+    message = req(prompt="Hi", stopping=pb.StoppingParams(stop_token_ids=[2, 49152]), logit_bias={49160: 1.0, 5: 1.0},
+                  allowed_token_ids=[1, 10**7], sampling=pb.SamplingParams(forced_tokens={2: 49153}))
     with pytest.raises(RequestValidationError) as info:
-        prepare_request(tokenizer, message, context_length=512, default_max_new_tokens=8, max_new_tokens_limit=16,
-                        vocab_size=49152)
-    assert [v.field for v in info.value.violations] == ["stopping.stop_token_ids[1]"]
-    prepared = prepare_request(tokenizer, convert(req(prompt="Hi", stopping=pb.StoppingParams(stop_token_ids=[2]))),
-                               context_length=512, default_max_new_tokens=8, max_new_tokens_limit=16,
-                               vocab_size=49152)
-    assert prepared.request.stopping.stop_token_ids == (2,)
+        check_request(message, SETTINGS, time_remaining_s=None, vocab_size=49152)
+    assert sorted(v.field for v in info.value.violations) == [
+        "allowed_token_ids[1]", "logit_bias[49160]", "sampling.forced_tokens[2]", "stopping.stop_token_ids[1]"]
+    assert all("outside the vocabulary (size 49152)" in v.description for v in info.value.violations)
+    inside = req(prompt="Hi", stopping=pb.StoppingParams(stop_token_ids=[2, 49151]))
+    checked = check_request(inside, SETTINGS, time_remaining_s=None, vocab_size=49152)
+    assert checked.stopping.stop_token_ids == (2, 49151)
+    assert check_request(message, SETTINGS, time_remaining_s=None).stopping.stop_token_ids == (2, 49152)  # no model
 
 
 def test_masks_and_plugins_convert() -> None:
@@ -302,7 +304,7 @@ def test_oversized_fields_are_refused_on_the_message_before_any_conversion() -> 
     }
     for field, message in cases.items():
         with pytest.raises(RequestValidationError) as caught:
-            request_from_proto(message, settings, None)
+            check_request(message, settings, time_remaining_s=None)
         assert [v.field for v in caught.value.violations] == [field], field
 
 

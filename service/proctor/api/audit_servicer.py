@@ -16,8 +16,8 @@ from typing import Any
 
 import grpc
 
+from proctor.api.call_runner import CallRunner
 from proctor.api.errors import abort_with
-from proctor.api.servicer import GenerationServicer
 from proctor.audit.records import request_from_dict
 from proctor.audit.store import AuditStore, Filters, Row
 from proctor.audit.verify import verify_log
@@ -33,7 +33,7 @@ def _record(row: Row) -> apb.AuditRecord:
 
 
 class AuditServicer(apb_grpc.AuditServicer):
-    def __init__(self, settings: Settings, store: AuditStore, generation: GenerationServicer,
+    def __init__(self, settings: Settings, store: AuditStore, generation: CallRunner[Any],
                  checkpoint_file: Path | None) -> None:
         self._settings = settings
         self._store = store
@@ -90,7 +90,7 @@ class AuditServicer(apb_grpc.AuditServicer):
             events = await generation.collect(replayed, call)
             await generation.audit.commit(call)
         except BaseException as exc:
-            await generation._fail(call, exc, context)
+            await generation.fail(call, exc, context)
             raise
         return compare(body, events, generation.audit.policy.digest if body["output"]["policy"] == "hmac" else None,
                        call.audit_id)

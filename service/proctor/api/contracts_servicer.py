@@ -17,9 +17,9 @@ from typing import Any
 
 import grpc
 
+from proctor.api.call_runner import CallRunner
 from proctor.api.convert import FINISH_TO_PROTO
 from proctor.api.errors import abort_with
-from proctor.api.servicer import GenerationServicer
 from proctor.audit.records import CallRecord
 from proctor.contracts.drafting import (
     FINAL_REASONS,
@@ -46,8 +46,8 @@ MAX_FORBIDDEN_PHRASES = 256
 
 
 class ContractsServicer(cpb_grpc.ContractsServicer):
-    def __init__(self, generation: GenerationServicer, templates: TemplateRegistry) -> None:
-        self._generation = generation
+    def __init__(self, runner: CallRunner[Any], templates: TemplateRegistry) -> None:
+        self._runner = runner
         self._templates = templates
 
     async def ListTemplates(self, request: cpb.ListTemplatesRequest, context: grpc.aio.ServicerContext
@@ -70,7 +70,7 @@ class ContractsServicer(cpb_grpc.ContractsServicer):
         remaining = context.time_remaining()
         deadline = None if remaining is None else time.monotonic() + remaining
         seed = request.seed if request.seed is not None else secrets.randbits(63)
-        limit = self._generation.max_new_tokens_limit()
+        limit = self._runner.settings.max_new_tokens_limit
         messages = render_messages(template, request, specialised)
         budget = max(1, request.max_attempts or template.max_attempts)
         plan = first_plan(template, request, seed, limit)
@@ -87,7 +87,7 @@ class ContractsServicer(cpb_grpc.ContractsServicer):
                 call.contract = _record_section(request, template, specialised, plan, budget, check[0])
 
             gen = generation_request(request, template, specialised, plan, messages, deadline)
-            events, audit_id = await self._generation.run_call("DraftContract", gen, context, annotate)
+            events, audit_id = await self._runner.run_call("DraftContract", gen, context, annotate)
             final = events[-1]
             assert final.finish_reason is not None
             verdict = check[0]

@@ -6,30 +6,34 @@ import json
 import time
 import uuid
 from collections.abc import Iterable
+from typing import TypeVar, cast
 
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
 
-from proctor.api.size_limits import check_sizes
-from proctor.api.validation import MAX_MUST_INCLUDE, validate
 from proctor.config import Settings, plugin_calls_setting
+from proctor.constraints.engines import AUTO, BACKEND_NAMES
+from proctor.constraints.spec import GrammarSyntax
 from proctor.domain import (
     ChatMessage,
     ConstraintRequest,
-    FieldViolation,
     FinishReason,
     ForbiddenParams,
     GenerationRequest,
     PluginCall,
     RepetitionParams,
-    RequestValidationError,
     SamplingParams,
     StoppingParams,
     TokenDetail,
     TokenEvent,
 )
+from proctor.domain.request import ContextOverflow, EarlyStopping
 from proctor_client.v1 import generation_pb2 as pb
 
-FINISH_TO_PROTO: dict[FinishReason, int] = {
+T = TypeVar("T")
+
+FINISH_TO_PROTO: dict[FinishReason, pb.FinishReason] = {
     FinishReason.EOS: pb.FINISH_REASON_EOS,
     FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
     FinishReason.STOP_STRING: pb.FINISH_REASON_STOP_STRING,
@@ -46,48 +50,48 @@ FINISH_TO_PROTO: dict[FinishReason, int] = {
     FinishReason.MODERATED: pb.FINISH_REASON_MODERATED,
 }
 DECISION_TO_PROTO = {"allow": pb.MODERATION_DECISION_ALLOW, "block": pb.MODERATION_DECISION_BLOCK}
-BACKEND_FROM_PROTO: dict[int, str] = {
-    pb.CONSTRAINT_BACKEND_UNSPECIFIED: "auto",
-    pb.CONSTRAINT_BACKEND_AUTO: "auto",
-    pb.CONSTRAINT_BACKEND_XGRAMMAR: "xgrammar",
-    pb.CONSTRAINT_BACKEND_LLGUIDANCE: "llguidance",
-    pb.CONSTRAINT_BACKEND_OUTLINES: "outlines",
-}
-FORMAT_TO_PROTO: dict[str, int] = {
+
+
+def _from_proto(enum: EnumTypeWrapper, prefix: str, names: dict[str, str], unspecified: str) -> dict[int, str]:
+    """Wire number → our name, for a closed set of names kept in one table (``names``: the wire's spelling
+    after ``prefix`` → our value). A name the proto lacks fails here, at import, not on a request."""
+    table = {enum.Value(f"{prefix}{wire}"): value for wire, value in names.items()}
+    table[enum.Value(f"{prefix}UNSPECIFIED")] = unspecified
+    return table
+
+
+BACKEND_FROM_PROTO = _from_proto(pb.ConstraintBackend, "CONSTRAINT_BACKEND_",
+                                 {name.upper(): name for name in (AUTO, *BACKEND_NAMES)}, AUTO)
+FORMAT_TO_PROTO: dict[str, pb.FormatHandling] = {
     "enforced": pb.FORMAT_HANDLING_ENFORCED,
     "validated": pb.FORMAT_HANDLING_VALIDATED,
     "annotation": pb.FORMAT_HANDLING_ANNOTATION,
 }
-CONTEXT_OVERFLOW_FROM_PROTO = {pb.CONTEXT_OVERFLOW_UNSPECIFIED: "refuse", pb.CONTEXT_OVERFLOW_REFUSE: "refuse",
-                               pb.CONTEXT_OVERFLOW_DROP_OLDEST_TURNS: "drop_oldest_turns",
-                               pb.CONTEXT_OVERFLOW_KEEP_START_AND_END: "keep_start_and_end"}
-CONTEXT_OVERFLOW_TO_PROTO = {name: number for number, name in CONTEXT_OVERFLOW_FROM_PROTO.items()
-                             if number != pb.CONTEXT_OVERFLOW_UNSPECIFIED}
-JSON_WHITESPACES = frozenset({pb.JSON_WHITESPACE_UNSPECIFIED, pb.JSON_WHITESPACE_COMPACT, pb.JSON_WHITESPACE_FLEXIBLE})
-SYNTAX_FROM_PROTO: dict[int, str] = {pb.GRAMMAR_SYNTAX_LARK: "lark", pb.GRAMMAR_SYNTAX_EBNF: "ebnf"}
+CONTEXT_OVERFLOW_FROM_PROTO = _from_proto(pb.ContextOverflow, "CONTEXT_OVERFLOW_",
+                                          {m.name: m for m in ContextOverflow}, ContextOverflow.REFUSE)
+CONTEXT_OVERFLOW_TO_PROTO: dict[str, str] = {m.value: f"CONTEXT_OVERFLOW_{m.name}" for m in ContextOverflow}
+EARLY_STOPPING_FROM_PROTO = _from_proto(pb.BeamEarlyStopping, "BEAM_EARLY_STOPPING_",
+                                        {m.name: m for m in EarlyStopping}, EarlyStopping.HEURISTIC)
+SYNTAX_FROM_PROTO: dict[int, str] = {pb.GrammarSyntax.Value(f"GRAMMAR_SYNTAX_{s.name}"): s.value for s in GrammarSyntax}
 
 
 def constraint_from_proto(message: pb.GenerateRequest) -> ConstraintRequest | None:
-    """The request's constraint (still unvalidated: the constraint service checks it)."""
+    """The request's constraint, converted (its enum numbers were checked by check_request; the constraint
+    service checks the rest)."""
     kind = message.WhichOneof("constraint")
     if kind is None:
         return None
-    if message.constraint_backend not in BACKEND_FROM_PROTO:
-        raise RequestValidationError.single("constraint_backend", f"unknown backend {message.constraint_backend}")
-    if message.json_whitespace not in JSON_WHITESPACES:  # proto3 enums are open: 3, 99, -7 arrive as such
-        raise RequestValidationError.single("json_whitespace", f"unknown json_whitespace {message.json_whitespace}; "
-                                                               "expected COMPACT or FLEXIBLE")
-    common = {"backend": BACKEND_FROM_PROTO[message.constraint_backend],
-              "flexible_whitespace": message.json_whitespace == pb.JSON_WHITESPACE_FLEXIBLE,
-              "exact_only": message.constraint_exact_only}
+    backend = BACKEND_FROM_PROTO[message.constraint_backend]
+    flexible, exact_only = message.json_whitespace == pb.JSON_WHITESPACE_FLEXIBLE, message.constraint_exact_only
     if kind == "choice":
-        return ConstraintRequest("choice", options=tuple(message.choice.options), **common)  # type: ignore[arg-type]
-    if kind == "grammar":
-        syntax = SYNTAX_FROM_PROTO.get(message.grammar.syntax)
-        if syntax is None:
-            raise RequestValidationError.single("grammar.syntax", "set the grammar syntax: LARK or EBNF")
-        return ConstraintRequest("grammar", text=message.grammar.text, grammar_syntax=syntax, **common)  # type: ignore[arg-type]
-    return ConstraintRequest(kind, text=getattr(message, kind), **common)  # type: ignore[arg-type]
+        return ConstraintRequest("choice", options=tuple(message.choice.options), backend=backend,
+                                 flexible_whitespace=flexible, exact_only=exact_only)
+    if kind == "grammar":  # an unset syntax was refused by check_request (grammar.syntax)
+        return ConstraintRequest("grammar", text=message.grammar.text,
+                                 grammar_syntax=SYNTAX_FROM_PROTO[message.grammar.syntax], backend=backend,
+                                 flexible_whitespace=flexible, exact_only=exact_only)
+    return ConstraintRequest(kind, text=getattr(message, kind), backend=backend, flexible_whitespace=flexible,
+                             exact_only=exact_only)
 
 
 def _plugins(calls: Iterable[pb.PluginCall], field: str) -> tuple[PluginCall, ...]:
@@ -107,56 +111,21 @@ def _moderation_plugins(calls: Iterable[pb.PluginCall], field: str, settings: Se
     return default_plugin_calls(settings, field) + _plugins(calls, field)
 
 
-def _check_moderation_sizes(message: pb.GenerateRequest, settings: Settings) -> None:
-    """Counts and params sizes of the screen and moderator lists, before conversion (as size_limits.py does)."""
-    bad = []
-    for name in ("input_screens", "output_moderators"):
-        calls = getattr(message, name)
-        if len(calls) > settings.max_plugin_calls:
-            bad.append(FieldViolation(name, f"at most {settings.max_plugin_calls} plugin calls, got {len(calls)}"))
-        for index, call in enumerate(calls[: settings.max_plugin_calls]):
-            if call.params.ByteSize() > settings.max_plugin_params_bytes:
-                bad.append(FieldViolation(f"{name}[{index}].params", f"at most {settings.max_plugin_params_bytes} "
-                                                                      f"bytes, got {call.params.ByteSize()}"))
-    if bad:
-        raise RequestValidationError(bad)
-
-
 def _forbidden(message: pb.GenerateRequest) -> ForbiddenParams:
     f = message.forbidden
-    return ForbiddenParams(phrases=tuple(f.phrases), case_insensitive=_opt(f, "case_insensitive", True),  # type: ignore[arg-type]
-                           whole_word=_opt(f, "whole_word", False))  # type: ignore[arg-type]
+    return ForbiddenParams(phrases=tuple(f.phrases), case_insensitive=_opt(f, "case_insensitive", True),
+                           whole_word=_opt(f, "whole_word", False))
 
 
-def _opt(message: object, name: str, default: object) -> object:
-    return getattr(message, name) if message.HasField(name) else default  # type: ignore[attr-defined]
-
-
-def _check_control_sizes(s: pb.SamplingParams, st: pb.StoppingParams, settings: Settings) -> None:
-    """Counts of the generation controls, before they are converted (O(1), like ``size_limits.py``):
-    forced positions are distinct and below max_new_tokens, so more than its limit cannot all be valid."""
-    bad = []
-    if len(s.forced_tokens) > settings.max_new_tokens_limit:
-        bad.append(FieldViolation("sampling.forced_tokens", f"at most {settings.max_new_tokens_limit} entries "
-                                                            f"(max_new_tokens_limit), got {len(s.forced_tokens)}"))
-    if len(st.must_include) > MAX_MUST_INCLUDE:
-        bad.append(FieldViolation("stopping.must_include", f"at most {MAX_MUST_INCLUDE} phrases, "
-                                                           f"got {len(st.must_include)}"))
-    if bad:
-        raise RequestValidationError(bad)
+def _opt(message: Message, name: str, default: T) -> T:
+    """An optional field's value, or ``default`` when the caller left it unset."""
+    return cast(T, getattr(message, name)) if message.HasField(name) else default
 
 
 def request_from_proto(message: pb.GenerateRequest, settings: Settings,
                        time_remaining_s: float | None) -> GenerationRequest:
-    """Convert and validate; raises RequestValidationError listing every bad field.
-
-    Sizes and enum numbers are checked on the message first, so an oversized field is refused
-    before any work in proportion to its size.
-    """
-    check_sizes(message, settings)
+    """The message as a domain request, converted only: api/check_request.py checks it, before and after."""
     s, st = message.sampling, message.stopping
-    _check_control_sizes(s, st, settings)
-    _check_moderation_sizes(message, settings)
     messages = None
     prompt = None
     if message.WhichOneof("input") == "messages":
@@ -168,26 +137,26 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
         prompt=prompt,
         messages=messages,
         sampling=SamplingParams(
-            temperature=_opt(s, "temperature", None),  # type: ignore[arg-type]
-            top_k=_opt(s, "top_k", 0),  # type: ignore[arg-type]
-            top_p=_opt(s, "top_p", 1.0),  # type: ignore[arg-type]
-            min_p=_opt(s, "min_p", 0.0),  # type: ignore[arg-type]
-            repetition_penalty=_opt(s, "repetition_penalty", 1.0),  # type: ignore[arg-type]
-            presence_penalty=_opt(s, "presence_penalty", 0.0),  # type: ignore[arg-type]
-            frequency_penalty=_opt(s, "frequency_penalty", 0.0),  # type: ignore[arg-type]
-            no_repeat_ngram_size=_opt(s, "no_repeat_ngram_size", 0),  # type: ignore[arg-type]
-            seed=_opt(s, "seed", None),  # type: ignore[arg-type]
-            typical_p=_opt(s, "typical_p", 1.0),  # type: ignore[arg-type]
-            greedy_first_tokens=_opt(s, "greedy_first_tokens", 0),  # type: ignore[arg-type]
-            first_tokens_temperature=_opt(s, "first_tokens_temperature", 0.0),  # type: ignore[arg-type]
-            num_beams=_opt(s, "num_beams", 1),  # type: ignore[arg-type]
-            length_penalty=_opt(s, "length_penalty", 1.0),  # type: ignore[arg-type]
-            early_stopping=_early_stopping(s),
+            temperature=_opt(s, "temperature", None),
+            top_k=_opt(s, "top_k", 0),
+            top_p=_opt(s, "top_p", 1.0),
+            min_p=_opt(s, "min_p", 0.0),
+            repetition_penalty=_opt(s, "repetition_penalty", 1.0),
+            presence_penalty=_opt(s, "presence_penalty", 0.0),
+            frequency_penalty=_opt(s, "frequency_penalty", 0.0),
+            no_repeat_ngram_size=_opt(s, "no_repeat_ngram_size", 0),
+            seed=_opt(s, "seed", None),
+            typical_p=_opt(s, "typical_p", 1.0),
+            greedy_first_tokens=_opt(s, "greedy_first_tokens", 0),
+            first_tokens_temperature=_opt(s, "first_tokens_temperature", 0.0),
+            num_beams=_opt(s, "num_beams", 1),
+            length_penalty=_opt(s, "length_penalty", 1.0),
+            early_stopping=EARLY_STOPPING_FROM_PROTO[s.early_stopping],
             forced_tokens=tuple(s.forced_tokens.items()),
         ),
         stopping=StoppingParams(
-            max_new_tokens=_opt(st, "max_new_tokens", None),  # type: ignore[arg-type]
-            min_new_tokens=_opt(st, "min_new_tokens", 0),  # type: ignore[arg-type]
+            max_new_tokens=_opt(st, "max_new_tokens", None),
+            min_new_tokens=_opt(st, "min_new_tokens", 0),
             stop=tuple(st.stop),
             stop_token_ids=tuple(st.stop_token_ids),
             ignore_eos=st.ignore_eos,
@@ -195,7 +164,7 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
             if st.HasField("repetition") else None,
             must_include=tuple(st.must_include),
         ),
-        top_logprobs=_opt(message, "top_logprobs", 0),  # type: ignore[arg-type]
+        top_logprobs=_opt(message, "top_logprobs", 0),
         token_details=message.token_details,
         deadline=None if time_remaining_s is None else time.monotonic() + time_remaining_s,
         constraint=constraint_from_proto(message),
@@ -205,34 +174,12 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
         logits_processors=_plugins(message.logits_processors, "logits_processors"),
         stopping_criteria=_plugins(message.stopping_criteria, "stopping_criteria"),
         confidence=message.confidence,
-        num_return_sequences=_opt(message, "num_return_sequences", 1),  # type: ignore[arg-type]
-        context_overflow=_context_overflow(message),
+        num_return_sequences=_opt(message, "num_return_sequences", 1),
+        context_overflow=CONTEXT_OVERFLOW_FROM_PROTO[message.context_overflow],
         input_screens=_moderation_plugins(message.input_screens, "input_screens", settings),
         output_moderators=_moderation_plugins(message.output_moderators, "output_moderators", settings),
     )
-    violations = validate(request, settings)
-    if violations:
-        raise RequestValidationError(violations)
     return request
-
-
-EARLY_STOPPING_FROM_PROTO = {pb.BEAM_EARLY_STOPPING_UNSPECIFIED: "false", pb.BEAM_EARLY_STOPPING_HEURISTIC: "false",
-                             pb.BEAM_EARLY_STOPPING_WHEN_FULL: "true", pb.BEAM_EARLY_STOPPING_NEVER: "never"}
-
-
-def _early_stopping(sampling: pb.SamplingParams) -> str:
-    mode = EARLY_STOPPING_FROM_PROTO.get(sampling.early_stopping)  # proto3 enums are open
-    if mode is None:
-        raise RequestValidationError.single("sampling.early_stopping",
-                                            f"unknown early_stopping {sampling.early_stopping}")
-    return mode
-
-
-def _context_overflow(message: pb.GenerateRequest) -> str:
-    policy = CONTEXT_OVERFLOW_FROM_PROTO.get(message.context_overflow)  # proto3 enums are open: 99 arrives as such
-    if policy is None:
-        raise RequestValidationError.single("context_overflow", f"unknown context_overflow {message.context_overflow}")
-    return policy
 
 
 def details_to_proto(details: Iterable[TokenDetail], request: GenerationRequest | None = None) -> list[pb.TokenDetail]:
@@ -251,7 +198,7 @@ def details_to_proto(details: Iterable[TokenDetail], request: GenerationRequest 
 
 def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEvent, audit_id: str = "") -> None:
     assert event.finish_reason is not None
-    target.finish_reason = FINISH_TO_PROTO[event.finish_reason]  # type: ignore[assignment]
+    target.finish_reason = FINISH_TO_PROTO[event.finish_reason]
     target.finish_detail = event.finish_detail
     target.seed = event.seed
     if event.usage is not None:
@@ -274,19 +221,19 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
         for a in event.attempts)
     target.plugins.extend(pb.PluginInfo(name=p.name, version=p.version, kind=p.kind) for p in event.plugins)
     if event.confidence is not None:
-        c = event.confidence
+        confidence = event.confidence
         target.confidence.CopyFrom(pb.Confidence(
-            tokens=c.tokens, mean_token_probability=c.mean_token_probability,
-            min_token_probability=c.min_token_probability, mean_top2_gap=c.mean_top2_gap,
-            min_top2_gap=c.min_top2_gap))
+            tokens=confidence.tokens, mean_token_probability=confidence.mean_token_probability,
+            min_token_probability=confidence.min_token_probability, mean_top2_gap=confidence.mean_top2_gap,
+            min_top2_gap=confidence.min_top2_gap))
     target.sequences.extend(
         pb.ReturnedSequence(token_ids=s.token_ids, text=s.text, score=s.score, audit_id=s.audit_id or audit_id,
-                            finish_reason=FINISH_TO_PROTO[s.finish_reason])  # type: ignore[arg-type]
+                            finish_reason=FINISH_TO_PROTO[s.finish_reason])
         for s in event.sequences)
     if event.prompt_truncation is not None:
         t = event.prompt_truncation
         target.prompt_truncation.CopyFrom(pb.PromptTruncation(
-            policy=CONTEXT_OVERFLOW_TO_PROTO[t.policy], original_prompt_tokens=t.original_prompt_tokens,  # type: ignore[arg-type]
+            policy=CONTEXT_OVERFLOW_TO_PROTO[t.policy], original_prompt_tokens=t.original_prompt_tokens,
             prompt_tokens=t.prompt_tokens, dropped_messages=t.dropped_messages, dropped_tokens=t.dropped_tokens))
     target.must_include.extend(pb.PhraseInclusion(phrase=p.phrase, included=p.included) for p in event.must_include)
     target.moderation.extend(pb.ModerationVerdict(name=v.name, version=v.version, kind=v.kind,

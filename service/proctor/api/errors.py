@@ -35,7 +35,7 @@ def _status(code: int, message: str, detail: object | None = None) -> status_pb2
     status = status_pb2.Status(code=code, message=message)
     if detail is not None:
         packed = any_pb2.Any()
-        packed.Pack(detail)  # type: ignore[arg-type]
+        packed.Pack(detail)
         status.details.append(packed)
     return status
 

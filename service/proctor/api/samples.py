@@ -12,23 +12,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import secrets
-from typing import TYPE_CHECKING
+from typing import Any
 
 import grpc
 
+from proctor.api.call_runner import BeforeCommit, CallRunner
 from proctor.audit.records import CallRecord
 from proctor.domain import GenerationRequest, ReturnedSequence, TokenEvent
 from proctor.domain.seeds import attempt_seed
-
-if TYPE_CHECKING:
-    from proctor.api.servicer import GenerationServicer
 
 
 def wants_samples(request: GenerationRequest) -> bool:
     return request.num_return_sequences > 1 and request.sampling.num_beams <= 1
 
 
-async def sample_events(servicer: GenerationServicer, method: str, request: GenerationRequest,
+async def sample_events(runner: CallRunner[Any], method: str, request: GenerationRequest,
                         context: grpc.aio.ServicerContext) -> tuple[list[TokenEvent], str]:
     """The first completion's events (its final event carrying every completion) and its audit id."""
     count = request.num_return_sequences
@@ -39,12 +37,12 @@ async def sample_events(servicer: GenerationServicer, method: str, request: Gene
         num_return_sequences=1, token_details=True)  # the details give each completion's score
         for index in range(count)]
 
-    def group(index: int):  # type: ignore[no-untyped-def]
+    def group(index: int) -> BeforeCommit:
         def annotate(call: CallRecord, events: list[TokenEvent]) -> None:
             call.sample = {"group": request.request_id, "index": index, "of": count}
         return annotate
 
-    running = [asyncio.ensure_future(servicer.run_call(method, completion, context, group(index)))
+    running = [asyncio.ensure_future(runner.run_call(method, completion, context, group(index)))
                for index, completion in enumerate(completions)]
     try:
         results = await asyncio.gather(*running)

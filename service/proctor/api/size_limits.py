@@ -11,20 +11,24 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from proctor.config import Settings
-from proctor.domain import FieldViolation, RequestValidationError
+from proctor.domain import FieldViolation
+from proctor_client.v1 import generation_pb2 as pb
 
 MAX_REQUEST_ID_CHARS = 256
+MAX_MUST_INCLUDE = 16  # stopping.must_include phrases
+PLUGIN_LISTS = ("logits_processors", "stopping_criteria", "input_screens", "output_moderators")
 
 
-def check_sizes(message: Message, settings: Settings) -> None:
-    """Raise RequestValidationError naming each oversized field (nothing is converted yet)."""
+def message_violations(message: pb.GenerateRequest, settings: Settings) -> list[FieldViolation]:
+    """Each oversized field, each enum number the proto does not define, an unset grammar syntax: checked on
+    the message, before anything is converted (api/check_request.py)."""
     bad: list[FieldViolation] = []
 
     def over(field: str, count: int, limit: int, what: str) -> None:
@@ -32,35 +36,37 @@ def check_sizes(message: Message, settings: Settings) -> None:
             bad.append(FieldViolation(field, f"at most {limit} {what}, got {count}"))
 
     m = message
-    if m.WhichOneof("input") == "messages":  # type: ignore[attr-defined]
-        over("messages", sum(len(c.content) for c in m.messages.messages), settings.max_prompt_chars,  # type: ignore[attr-defined]
+    if m.WhichOneof("input") == "messages":
+        over("messages", sum(len(c.content) for c in m.messages.messages), settings.max_prompt_chars,
              "characters in all")
     else:
-        over("prompt", len(m.prompt), settings.max_prompt_chars, "characters")  # type: ignore[attr-defined]
-    kind = m.WhichOneof("constraint")  # type: ignore[attr-defined]
-    if kind in ("json_schema", "regex"):
+        over("prompt", len(m.prompt), settings.max_prompt_chars, "characters")
+    kind = m.WhichOneof("constraint")
+    if kind in ("json_schema", "regex"):  # characters; the constraint service checks the UTF-8 bytes
         over(kind, len(getattr(m, kind)), settings.max_constraint_bytes, "characters (max_constraint_bytes)")
     elif kind == "grammar":
-        over("grammar.text", len(m.grammar.text), settings.max_constraint_bytes,  # type: ignore[attr-defined]
-             "characters (max_constraint_bytes)")
+        over("grammar.text", len(m.grammar.text), settings.max_constraint_bytes, "characters (max_constraint_bytes)")
+        if m.grammar.syntax == pb.GRAMMAR_SYNTAX_UNSPECIFIED:
+            bad.append(FieldViolation("grammar.syntax", "set the grammar syntax: LARK or EBNF"))
     elif kind == "choice":
-        options = m.choice.options  # type: ignore[attr-defined]
-        over("choice.options", len(options), settings.max_choice_options, "options")
-    over("logit_bias", len(m.logit_bias), settings.max_logit_bias, "entries")  # type: ignore[attr-defined]
-    over("allowed_token_ids", len(m.allowed_token_ids), settings.max_allowed_token_ids, "ids")  # type: ignore[attr-defined]
-    over("stopping.stop", len(m.stopping.stop), settings.max_stop_strings, "stop strings")  # type: ignore[attr-defined]
-    over("stopping.stop_token_ids", len(m.stopping.stop_token_ids), settings.max_stop_token_ids,  # type: ignore[attr-defined]
-         "ids")
-    over("forbidden.phrases", len(m.forbidden.phrases), settings.max_forbidden_phrases, "phrases")  # type: ignore[attr-defined]
-    over("request_id", len(m.request_id), MAX_REQUEST_ID_CHARS, "characters")  # type: ignore[attr-defined]
-    for name in ("logits_processors", "stopping_criteria"):
+        over("choice.options", len(m.choice.options), settings.max_choice_options, "options")
+    over("logit_bias", len(m.logit_bias), settings.max_logit_bias, "entries")
+    over("allowed_token_ids", len(m.allowed_token_ids), settings.max_allowed_token_ids, "ids")
+    over("stopping.stop", len(m.stopping.stop), settings.max_stop_strings, "stop strings")
+    over("stopping.stop_token_ids", len(m.stopping.stop_token_ids), settings.max_stop_token_ids, "ids")
+    over("forbidden.phrases", len(m.forbidden.phrases), settings.max_forbidden_phrases, "phrases")
+    over("request_id", len(m.request_id), MAX_REQUEST_ID_CHARS, "characters")
+    # Forced positions are distinct and below max_new_tokens: more than its limit cannot all be valid.
+    over("sampling.forced_tokens", len(m.sampling.forced_tokens), settings.max_new_tokens_limit,
+         "entries (max_new_tokens_limit)")
+    over("stopping.must_include", len(m.stopping.must_include), MAX_MUST_INCLUDE, "phrases")
+    for name in PLUGIN_LISTS:
         calls = getattr(m, name)
         over(name, len(calls), settings.max_plugin_calls, "plugin calls")
         for index, call in enumerate(calls[: settings.max_plugin_calls]):
             over(f"{name}[{index}].params", call.params.ByteSize(), settings.max_plugin_params_bytes, "bytes")
     bad.extend(unknown_enums(message))
-    if bad:
-        raise RequestValidationError(bad)
+    return bad
 
 
 def unknown_enums(message: Message, prefix: str = "") -> list[FieldViolation]:
@@ -96,7 +102,7 @@ def bounded_dict(message: Message) -> dict[str, Any]:
     data = MessageToDict(copy)
     if omitted:
         data["_omitted"] = omitted
-    return data
+    return cast("dict[str, Any]", data)
 
 
 def _trim(message: Message, prefix: str, omitted: dict[str, str]) -> None:

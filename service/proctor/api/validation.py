@@ -1,6 +1,8 @@
-"""Request validation: every rule names the protobuf field it concerns (sizes: ``size_limits.py``, first).
+"""The rules a converted request must keep: every rule names the protobuf field it concerns.
 
-All violations of a request are collected and returned together, so a client fixes them in one go.
+Called once per request by api/check_request.py, after the message-level checks (``size_limits.py``);
+all violations are collected and returned together, so a client fixes them in one go. Token ids are
+checked against the model's vocabulary here too, when the caller knows its size.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from proctor.domain.request import CHAT_ROLES, GenerationRequest
 MAX_TOP_LOGPROBS = 20
 MAX_SEED = 2**64 - 1
 MAX_REPETITION = 64
-MAX_MUST_INCLUDE = 16  # stopping.must_include phrases (the count is checked before conversion, in convert.py)
 MAX_MUST_INCLUDE_CHARS = 256
 MAX_SAMPLES = 16  # num_return_sequences without beam search: independent sampled completions
+MAX_NUM_BEAMS = 16
 
 
 def _finite(value: float) -> bool:
@@ -30,7 +32,8 @@ class Violations(list[FieldViolation]):
         self.append(FieldViolation(field, description))
 
 
-def validate(request: GenerationRequest, settings: Settings) -> list[FieldViolation]:
+def validate(request: GenerationRequest, settings: Settings, vocab_size: int | None = None) -> list[FieldViolation]:
+    """Every violation of ``request`` (``vocab_size``: the model's, for the token-id checks; None skips them)."""
     bad = Violations()
     _validate_input(request, settings, bad)
     s = request.sampling
@@ -55,9 +58,43 @@ def validate(request: GenerationRequest, settings: Settings) -> list[FieldViolat
     _validate_masks(request, settings, bad)
     if not 0 <= request.top_logprobs <= MAX_TOP_LOGPROBS:
         bad("top_logprobs", f"must be between 0 and {MAX_TOP_LOGPROBS}, got {request.top_logprobs}")
-    if len(request.request_id) > 256:
-        bad("request_id", "must be at most 256 characters")
+    if request.sampling.num_beams > 1:
+        _validate_beams(request, bad)
+    if vocab_size is not None:
+        _validate_vocabulary(request, vocab_size, bad)
     return list(bad)
+
+
+def _validate_beams(request: GenerationRequest, bad: Violations) -> None:
+    """What beam search (engine/beam.py) does not combine with."""
+    sampling, stopping = request.sampling, request.stopping
+    if sampling.num_beams > MAX_NUM_BEAMS:
+        bad("sampling.num_beams", f"must be in [2, {MAX_NUM_BEAMS}] for beam search")
+    if not sampling.greedy:
+        bad("sampling.temperature", "beam search is deterministic here: leave it unset or 0")
+    if sampling.has_penalties or sampling.typical_p < 1.0 or sampling.forced_tokens or sampling.greedy_first_tokens:
+        bad("sampling", "penalties, typical_p, forced_tokens and greedy_first_tokens are not offered with beam search")
+    if stopping.stop or stopping.repetition is not None or stopping.must_include:
+        bad("stopping", "stop strings, the repetition stop and must_include are not offered with beam search")
+    if request.logit_bias or request.logits_processors or request.stopping_criteria:
+        bad("logits_processors", "logit_bias and plugins are not offered with beam search")
+
+
+def _validate_vocabulary(request: GenerationRequest, vocab_size: int, bad: Violations) -> None:
+    """Token ids the request names must be inside the model's vocabulary."""
+    outside = f"is outside the vocabulary (size {vocab_size})"
+    for index, token_id in enumerate(request.stopping.stop_token_ids):
+        if token_id >= vocab_size:
+            bad(f"stopping.stop_token_ids[{index}]", f"{token_id} {outside}")
+    for token_id, _ in request.logit_bias:
+        if token_id >= vocab_size:
+            bad(f"logit_bias[{token_id}]", f"{token_id} {outside}")
+    for index, token_id in enumerate(request.allowed_token_ids):
+        if token_id >= vocab_size:
+            bad(f"allowed_token_ids[{index}]", f"{token_id} {outside}")
+    for position, token_id in request.sampling.forced_tokens:
+        if token_id >= vocab_size:
+            bad(f"sampling.forced_tokens[{position}]", f"token {token_id} {outside}")
 
 
 def _validate_input(request: GenerationRequest, settings: Settings, bad: Violations) -> None:

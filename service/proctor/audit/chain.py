@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from dataclasses import dataclass, field
 from json.encoder import encode_basestring  # the C encoder's JSON string (no ASCII escaping): RFC 8785's
 from pathlib import Path
+from typing import Any
 
+import orjson
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from proctor.audit import FORMAT_V2, FORMAT_V3
+from proctor.audit import FORMAT_V1, FORMAT_V2, FORMAT_V3, FORMATS
 from proctor.audit.canonical import canonical
-from proctor.audit.stored_body import is_compressed
+from proctor.audit.records import finish_reason_of
+from proctor.audit.store import RawRow
+from proctor.audit.stored_body import is_compressed, record_json
 
 GENESIS = "0" * 64
 _HEADS = {FORMAT_V2: encode_basestring(FORMAT_V2), FORMAT_V3: encode_basestring(FORMAT_V3)}
@@ -109,3 +114,132 @@ def signature_ok(key: Ed25519PublicKey, message: bytes, signature: str) -> bool:
     except Exception:
         return False
     return True
+
+
+# --- walking the chain (audit/verify.py in one process, audit/verify_parallel.py over ranges) ---
+
+
+@dataclass(slots=True)
+class ChainWalk:
+    """Where the walk along the chain stands, and what it found."""
+
+    public_key: Ed25519PublicKey | None
+    prev_hash: str = GENESIS
+    expected: int = 1
+    records: int = 0
+    checkpoints: int = 0
+    checkpoint_hashes: dict[int, str] = field(default_factory=dict)
+    keys: dict[str, Ed25519PublicKey] = field(default_factory=dict)  # signer keys named by checkpoints
+
+    def page(self, rows: list[RawRow], digests: list[str | None]) -> tuple[int, str] | None:
+        """Check one page of rows, given their v2/v3 hashes; (first bad seq, problem) or None. The
+        loop is the common case (an intact v2 or v3 request row); anything else goes to ``_row_problem``."""
+        prev_hash, expected, records = self.prev_hash, self.expected, self.records
+        for row, digest in zip(rows, digests, strict=True):
+            seq, kind, prev, hash_ = row[0], row[2], row[8], row[9]
+            if seq == expected and prev == prev_hash and kind == "request" and digest == hash_:
+                records += 1
+            else:
+                self.prev_hash, self.expected, self.records = prev_hash, expected, records
+                problem = self._row_problem(row, digest)
+                if problem:
+                    return min(seq, expected), problem
+                records = self.records
+            prev_hash, expected = hash_, seq + 1
+        self.prev_hash, self.expected, self.records = prev_hash, expected, records
+        return None
+
+    def _row_problem(self, row: RawRow, digest: str | None) -> str:
+        seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, hash_ = row
+        if seq != self.expected:
+            return gap_problem(self.expected, seq)
+        if prev != self.prev_hash:
+            return link_problem()
+        chained = digest == hash_  # the v2/v3 hash: it covers the columns
+        form = chained_format(body) if chained else _v1_or_none(row)
+        if form is None:
+            return _unknown_format(body) or "the record's content does not match its hash (it was modified)"
+        if chained and kind == "request":
+            self.records += 1
+            return ""
+        if chained and kind != "checkpoint":
+            return f"unknown record kind {kind!r}"
+        try:
+            record = orjson.loads(record_json(body))  # canonical JSON, which orjson reads
+        except (orjson.JSONDecodeError, TypeError, ValueError):
+            return "the record body is not JSON"
+        if not isinstance(record, dict) or record.get("format") != form:
+            found = record.get("format") if isinstance(record, dict) else None
+            return f"the record's format {found!r} is not the {form} its hash is computed as"
+        if record.get("kind") != kind:
+            return "the kind column does not match the record"
+        if kind == "checkpoint":
+            problem = self._checkpoint_problem(record)
+            if not problem:
+                self.checkpoints += 1
+                self.checkpoint_hashes[seq] = hash_
+            return problem
+        columns = (audit_id, time_ms, caller, request_id, finish)
+        try:
+            expected = (record["audit_id"], record["received_ms"], record["caller"]["identity"], record["request_id"],
+                        finish_reason_of(record))
+        except (KeyError, TypeError):
+            return "the record lacks a field its filter columns copy"
+        if columns != expected:
+            return "a filter column (audit_id, time, caller, request_id, finish_reason) does not match the record"
+        self.records += 1
+        return ""
+
+    def _checkpoint_problem(self, record: dict[str, Any]) -> str:
+        if record.get("checkpoint_seq") != self.expected - 1 or record.get("checkpoint_hash") != self.prev_hash:
+            return "the checkpoint does not cover the record before it"
+        named = str(record.get("public_key"))
+        if self.public_key is not None and named != public_key_text(self.public_key):
+            return "the checkpoint was signed with a different key"
+        try:
+            key = self.public_key or self.keys.get(named) or self.keys.setdefault(named, load_public_key(named))
+            message = checkpoint_message(int(record["checkpoint_seq"]), str(record["checkpoint_hash"]),
+                                         int(record["time_ms"]))
+        except (KeyError, TypeError, ValueError):
+            return "the checkpoint is malformed"
+        if not signature_ok(key, message, str(record.get("signature"))):
+            return "the checkpoint signature is not valid"
+        return ""
+
+
+def gap_problem(expected: int, seq: int) -> str:
+    what = "missing" if seq > expected else "duplicated or out of order"
+    return f"expected sequence number {expected}, found {seq} (a record is {what})"
+
+
+def link_problem() -> str:
+    return "prev_hash does not match the previous record's hash (a record was removed, inserted or moved)"
+
+
+def _v1_or_none(row: RawRow) -> str | None:
+    """``FORMAT_V1`` when the row has a v1 hash (it has not the v2 one), else None: it was modified."""
+    seq, body, prev, hash_ = row[0], row[7], row[8], row[9]
+    try:
+        return FORMAT_V1 if row_hash_v1(seq, prev, body) == hash_ else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _unknown_format(body: bytes) -> str:
+    """For a row no known hash matches: whether its body names a format this verifier does not read."""
+    try:
+        named = orjson.loads(record_json(body)).get("format")
+    except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
+        return ""
+    if not isinstance(named, str) or named in FORMATS:
+        return ""
+    return f"unknown record format {named!r} (this verifier reads {', '.join(FORMATS)})"
+
+
+def chained_digest(row: RawRow) -> str | None:
+    """The row's v2 or v3 hash (which one, the stored body tells: ``chain.row_hash``)."""
+    seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, _ = row
+    try:
+        return row_hash(seq, prev, kind, audit_id, time_ms, caller, request_id, finish, body)
+    except (TypeError, ValueError):  # a column of the wrong type: only a tampered row has one
+        return None

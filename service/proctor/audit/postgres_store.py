@@ -20,6 +20,7 @@ from psycopg import sql
 
 from proctor.audit.chain import GENESIS
 from proctor.audit.store import COLUMNS, Filters, RawRow, Row, filter_sql
+from proctor.audit.store import row_from_columns as _row
 
 log = logging.getLogger("proctor.audit")
 
@@ -146,7 +147,7 @@ class PostgresAuditStore:
         while True:
             params[0] = last_seq + 1
             with self._reading() as conn:
-                page = conn.execute(f"SELECT {COLUMNS} FROM audit_log WHERE {' AND '.join(where)} "  # type: ignore[arg-type]
+                page = conn.execute(f"SELECT {COLUMNS} FROM audit_log WHERE {' AND '.join(where)} "
                                     "ORDER BY seq LIMIT 500", params).fetchall()
             if not page:
                 return
@@ -158,7 +159,7 @@ class PostgresAuditStore:
         with self._reading() as conn:  # binary results: bodies arrive as bytes, not hex text to decode (5x faster)
             page = conn.execute(f"SELECT {COLUMNS} FROM audit_log WHERE seq >= %s ORDER BY seq LIMIT %s",
                                 (first_seq, limit), binary=True).fetchall()
-        return page  # type: ignore[return-value]
+        return page
 
     def close(self) -> None:
         with self._lock:
@@ -166,7 +167,7 @@ class PostgresAuditStore:
 
     def _one(self, query: str, params: tuple[object, ...]) -> Row | None:
         with self._reading() as conn:
-            raw = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
+            raw = conn.execute(query, params).fetchone()
         return _row(raw) if raw else None
 
     @contextlib.contextmanager
@@ -181,9 +182,3 @@ class PostgresAuditStore:
                 self._rollback(conn)
                 raise
             conn.commit()
-
-
-def _row(raw: tuple[object, ...]) -> Row:
-    seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, hash_ = raw
-    return Row(int(seq), str(audit_id), str(kind), int(time_ms), str(caller), str(request_id),  # type: ignore[call-overload]
-               str(finish), bytes(body), str(prev), str(hash_))  # type: ignore[arg-type]

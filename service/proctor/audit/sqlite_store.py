@@ -10,6 +10,7 @@ from pathlib import Path
 
 from proctor.audit.chain import GENESIS
 from proctor.audit.store import COLUMNS, Filters, RawRow, Row, filter_sql
+from proctor.audit.store import row_from_columns as _row
 
 READ_MMAP_BYTES = 1 << 40  # SQLite caps it at its compile-time maximum (SQLITE_MAX_MMAP_SIZE)
 SCHEMA = """
@@ -120,9 +121,3 @@ class SQLiteAuditStore:
         with self._lock:
             raw = self._db.execute(sql, params).fetchone()
         return _row(raw) if raw else None
-
-
-def _row(raw: tuple[object, ...]) -> Row:
-    seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, hash_ = raw
-    return Row(int(seq), str(audit_id), str(kind), int(time_ms), str(caller), str(request_id),  # type: ignore[call-overload]
-               str(finish), bytes(body), str(prev), str(hash_))  # type: ignore[arg-type]

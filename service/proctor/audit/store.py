@@ -78,7 +78,8 @@ class AuditStore(Protocol):
 def filter_sql(filters: Filters | None, placeholder: str) -> tuple[list[str], list[object]]:
     """WHERE terms and parameters for ``filters`` (``placeholder`` is "?" or "%s"); the first term,
     ``seq >= ?``, is the paging cursor, its parameter set by the caller."""
-    where, params = [f"seq >= {placeholder}"], [0]
+    where: list[str] = [f"seq >= {placeholder}"]
+    params: list[object] = [0]
     if filters is None:
         return where, params
     if not filters.include_checkpoints:
@@ -90,3 +91,18 @@ def filter_sql(filters: Filters | None, placeholder: str) -> tuple[list[str], li
             where.append(f"{column} {op} {placeholder}")
             params.append(value)
     return where, params
+
+
+def row_from_columns(raw: tuple[object, ...]) -> Row:
+    """A stored row from the database's columns (TypeError when one has a type no honest row has)."""
+    seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, hash_ = raw
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise TypeError(f"row {seq}: the body column holds {type(body).__name__}, not bytes")
+    return Row(_integer(seq), str(audit_id), str(kind), _integer(time_ms), str(caller), str(request_id), str(finish),
+               bytes(body), str(prev), str(hash_))
+
+
+def _integer(value: object) -> int:
+    if not isinstance(value, int | str | float):
+        raise TypeError(f"an integer column holds {type(value).__name__}")
+    return int(value)

@@ -24,31 +24,23 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from proctor.audit import FORMAT_V1, FORMATS
-from proctor.audit.chain import (
-    GENESIS,
-    chained_format,
-    checkpoint_message,
-    load_public_key,
-    public_key_text,
-    row_hash,
-    row_hash_v1,
-    signature_ok,
-)
-from proctor.audit.records import finish_reason_of
+from proctor.audit.chain import ChainWalk, chained_digest, public_key_text
 from proctor.audit.store import AuditStore, RawRow
-from proctor.audit.stored_body import record_json
-from proctor.audit.verify_parallel import PROCESSES_MIN_ROWS, Merged, StoreOpener, process_count, verify_in_processes
+from proctor.audit.verify_parallel import (
+    PAGE_ROWS,
+    PROCESSES_MIN_ROWS,
+    Merged,
+    StoreOpener,
+    process_count,
+    verify_in_processes,
+)
 
 WORKERS = 2  # threads reading and hashing pages
-PAGE_ROWS = 64  # rows per page: ~2 MB of 100-token records, still in the reading thread's cache when it hashes
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,135 +60,9 @@ class VerifyResult:
         return f"TAMPERED: record {self.first_bad_seq}: {self.problem}"
 
 
-@dataclass(slots=True)
-class _Chain:
-    """Where the walk along the chain stands, and what it found."""
-
-    public_key: Ed25519PublicKey | None
-    prev_hash: str = GENESIS
-    expected: int = 1
-    records: int = 0
-    checkpoints: int = 0
-    checkpoint_hashes: dict[int, str] = field(default_factory=dict)
-    keys: dict[str, Ed25519PublicKey] = field(default_factory=dict)  # signer keys named by checkpoints
-
-    def page(self, rows: list[RawRow], digests: list[str | None]) -> tuple[int, str] | None:
-        """Check one page of rows, given their v2/v3 hashes; (first bad seq, problem) or None. The
-        loop is the common case (an intact v2 or v3 request row); anything else goes to ``_row_problem``."""
-        prev_hash, expected, records = self.prev_hash, self.expected, self.records
-        for row, digest in zip(rows, digests, strict=True):
-            seq, kind, prev, hash_ = row[0], row[2], row[8], row[9]
-            if seq == expected and prev == prev_hash and kind == "request" and digest == hash_:
-                records += 1
-            else:
-                self.prev_hash, self.expected, self.records = prev_hash, expected, records
-                problem = self._row_problem(row, digest)
-                if problem:
-                    return min(seq, expected), problem
-                records = self.records
-            prev_hash, expected = hash_, seq + 1
-        self.prev_hash, self.expected, self.records = prev_hash, expected, records
-        return None
-
-    def _row_problem(self, row: RawRow, digest: str | None) -> str:
-        seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, hash_ = row
-        if seq != self.expected:
-            return gap_problem(self.expected, seq)
-        if prev != self.prev_hash:
-            return link_problem()
-        chained = digest == hash_  # the v2/v3 hash: it covers the columns
-        form = chained_format(body) if chained else _v1_or_none(row)
-        if form is None:
-            return _unknown_format(body) or "the record's content does not match its hash (it was modified)"
-        if chained and kind == "request":
-            self.records += 1
-            return ""
-        if chained and kind != "checkpoint":
-            return f"unknown record kind {kind!r}"
-        try:
-            record = orjson.loads(record_json(body))  # canonical JSON, which orjson reads
-        except (orjson.JSONDecodeError, TypeError, ValueError):
-            return "the record body is not JSON"
-        if not isinstance(record, dict) or record.get("format") != form:
-            found = record.get("format") if isinstance(record, dict) else None
-            return f"the record's format {found!r} is not the {form} its hash is computed as"
-        if record.get("kind") != kind:
-            return "the kind column does not match the record"
-        if kind == "checkpoint":
-            problem = self._checkpoint_problem(record)
-            if not problem:
-                self.checkpoints += 1
-                self.checkpoint_hashes[seq] = hash_
-            return problem
-        columns = (audit_id, time_ms, caller, request_id, finish)
-        try:
-            expected = (record["audit_id"], record["received_ms"], record["caller"]["identity"], record["request_id"],
-                        finish_reason_of(record))
-        except (KeyError, TypeError):
-            return "the record lacks a field its filter columns copy"
-        if columns != expected:
-            return "a filter column (audit_id, time, caller, request_id, finish_reason) does not match the record"
-        self.records += 1
-        return ""
-
-    def _checkpoint_problem(self, record: dict[str, Any]) -> str:
-        if record.get("checkpoint_seq") != self.expected - 1 or record.get("checkpoint_hash") != self.prev_hash:
-            return "the checkpoint does not cover the record before it"
-        named = str(record.get("public_key"))
-        if self.public_key is not None and named != public_key_text(self.public_key):
-            return "the checkpoint was signed with a different key"
-        try:
-            key = self.public_key or self.keys.get(named) or self.keys.setdefault(named, load_public_key(named))
-            message = checkpoint_message(int(record["checkpoint_seq"]), str(record["checkpoint_hash"]),
-                                         int(record["time_ms"]))
-        except (KeyError, TypeError, ValueError):
-            return "the checkpoint is malformed"
-        if not signature_ok(key, message, str(record.get("signature"))):
-            return "the checkpoint signature is not valid"
-        return ""
-
-
-def gap_problem(expected: int, seq: int) -> str:
-    what = "missing" if seq > expected else "duplicated or out of order"
-    return f"expected sequence number {expected}, found {seq} (a record is {what})"
-
-
-def link_problem() -> str:
-    return "prev_hash does not match the previous record's hash (a record was removed, inserted or moved)"
-
-
-def _v1_or_none(row: RawRow) -> str | None:
-    """``FORMAT_V1`` when the row has a v1 hash (it has not the v2 one), else None: it was modified."""
-    seq, body, prev, hash_ = row[0], row[7], row[8], row[9]
-    try:
-        return FORMAT_V1 if row_hash_v1(seq, prev, body) == hash_ else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _unknown_format(body: bytes) -> str:
-    """For a row no known hash matches: whether its body names a format this verifier does not read."""
-    try:
-        named = orjson.loads(record_json(body)).get("format")
-    except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
-        return ""
-    if not isinstance(named, str) or named in FORMATS:
-        return ""
-    return f"unknown record format {named!r} (this verifier reads {', '.join(FORMATS)})"
-
-
-def _chained_digest(row: RawRow) -> str | None:
-    """The row's v2 or v3 hash (which one, the stored body tells: ``chain.row_hash``)."""
-    seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, _ = row
-    try:
-        return row_hash(seq, prev, kind, audit_id, time_ms, caller, request_id, finish, body)
-    except (TypeError, ValueError):  # a column of the wrong type: only a tampered row has one
-        return None
-
-
 def _read_and_hash(store: AuditStore, first_seq: int) -> tuple[list[RawRow], list[str | None]]:
     rows = store.read_page(first_seq, PAGE_ROWS)
-    return rows, [_chained_digest(row) for row in rows]
+    return rows, [chained_digest(row) for row in rows]
 
 
 def _hashed_pages(store: AuditStore, pool: ThreadPoolExecutor) -> Iterator[tuple[list[RawRow], list[str | None]]]:
@@ -250,7 +116,7 @@ def verify_log(store: AuditStore, *, public_key: Ed25519PublicKey | None = None,
             merged = verify_in_processes(opener, last.seq, processes,
                                          public_key_text(public_key) if public_key else None, progress)
             return _finish(merged, merged.bad, checkpoint_file, start)
-    chain = _Chain(public_key)
+    chain = ChainWalk(public_key)
     pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="proctor-audit-verify")
     try:
         for rows, digests in _hashed_pages(store, pool):
@@ -265,7 +131,7 @@ def verify_log(store: AuditStore, *, public_key: Ed25519PublicKey | None = None,
     return _finish(chain, None, checkpoint_file, start)
 
 
-def _finish(chain: _Chain | Merged, bad: tuple[int, str] | None, checkpoint_file: Path | None,
+def _finish(chain: ChainWalk | Merged, bad: tuple[int, str] | None, checkpoint_file: Path | None,
             start: float) -> VerifyResult:
     """The result, once the rows are checked: ``bad``, else the checkpoint file's verdict."""
     problem = bad or _checkpoint_file_problem(chain, checkpoint_file)
@@ -275,7 +141,7 @@ def _finish(chain: _Chain | Merged, bad: tuple[int, str] | None, checkpoint_file
     return VerifyResult(True, chain.records, chain.checkpoints, seconds=time.perf_counter() - start)
 
 
-def _checkpoint_file_problem(chain: _Chain | Merged, checkpoint_file: Path | None) -> tuple[int, str] | None:
+def _checkpoint_file_problem(chain: ChainWalk | Merged, checkpoint_file: Path | None) -> tuple[int, str] | None:
     """Every checkpoint the file lists must be in the store with the same hash (the tail was not cut)."""
     if checkpoint_file is None or not checkpoint_file.exists():
         return None

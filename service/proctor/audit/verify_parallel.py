@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.sharedctypes import Synchronized
 
-from proctor.audit.chain import GENESIS, load_public_key
+from proctor.audit.chain import GENESIS, ChainWalk, chained_digest, gap_problem, link_problem, load_public_key
 from proctor.audit.store import AuditStore
 
 PROCESSES_MIN_ROWS = 100_000  # ~2 s of the threaded walk: the processes' start-up is then < 15% of it
 MAX_PROCESSES = 8  # each holds a store connection; past this the disk, not the hashing, is the limit
 POLL_S = 0.2  # how often the parent reports progress while the processes run
+PAGE_ROWS = 64  # rows per page: ~2 MB of 100-token records, still in the reading thread's cache when it hashes
 StoreOpener = Callable[[], AuditStore]  # picklable: the store's ``reader()``
 
 
@@ -52,7 +53,7 @@ class RangeResult:
 
 @dataclass(slots=True)
 class Merged:
-    """The ranges put back together: as the sequential walk's ``_Chain`` ends."""
+    """The ranges put back together: as the sequential walk's ``ChainWalk`` ends."""
 
     records: int = 0
     checkpoints: int = 0
@@ -64,11 +65,9 @@ class Merged:
 def verify_range(open_store: StoreOpener, first_seq: int, last_seq: int | None, public_key: str | None,
                  done: Synchronized[int] | None = None) -> RangeResult:
     """Check rows ``first_seq``..``last_seq`` (None: to the end) in this process, page by page."""
-    from proctor.audit.verify import PAGE_ROWS, _Chain, _chained_digest
-
     store = open_store()
     try:
-        chain = _Chain(load_public_key(public_key) if public_key else None)
+        chain = ChainWalk(load_public_key(public_key) if public_key else None)
         result, seq = RangeResult(), first_seq
         while True:
             rows = store.read_page(seq, PAGE_ROWS)
@@ -80,7 +79,7 @@ def verify_range(open_store: StoreOpener, first_seq: int, last_seq: int | None, 
                 result.first = (rows[0][0], rows[0][8])
                 if first_seq > 1:  # taken as given here; the parent checks the boundary
                     chain.expected, chain.prev_hash = result.first
-            result.bad = chain.page(rows, [_chained_digest(row) for row in rows])
+            result.bad = chain.page(rows, [chained_digest(row) for row in rows])
             if done is not None:
                 with done.get_lock():
                     done.value += len(rows)
@@ -128,9 +127,9 @@ def verify_in_processes(open_store: StoreOpener, last_seq: int, processes: int, 
             for ready in wait(list(waiting), timeout=POLL_S):
                 if ready not in waiting:  # a later range, dropped this round once an earlier one found the bad row
                     continue
-                k = waiting.pop(ready)  # type: ignore[call-overload]
+                k = waiting.pop(ready)
                 try:
-                    status, payload = ready.recv()  # type: ignore[union-attr]
+                    status, payload = ready.recv()
                 except EOFError:
                     status, payload = "error", f"the process exited with status {workers[k].exitcode}"
                 if status != "ok":
@@ -155,8 +154,6 @@ def verify_in_processes(open_store: StoreOpener, last_seq: int, processes: int, 
 
 def merge(results: list[RangeResult]) -> Merged:
     """The ranges in order, each boundary checked as the sequential walk checks a row."""
-    from proctor.audit.verify import gap_problem, link_problem
-
     merged, prev_hash = Merged(), GENESIS
     for result in results:
         if result.first is not None:

@@ -4,7 +4,7 @@ Soundness first, then coverage, then speed. The caller (``ConstraintCompiler``) 
 in order and uses the first that compiles; an engine refuses (``ConstraintError``) what its
 soundness guard (``schema_support``) or the engine itself cannot enforce, so a later engine only
 sees what the earlier ones refused, and the order decides coverage. Only engines that implement
-a kind are listed for it (``SUPPORTS``).
+a kind are listed for it (``engines.ENGINES``).
 
 JSON Schema, measured 2026-12-01 with the deny-list guard, the exact rewrites and the validated
 fallback (bench/README.md has the tables and commands; SmolLM2-135M tokenizer, xgrammar 0.2.9,
@@ -85,36 +85,32 @@ Hence:
 
 from __future__ import annotations
 
+from typing import cast
+
+from proctor.constraints.engines import CHOICE, EBNF, ENGINES, JSON, LARK, LLGUIDANCE, OUTLINES, REGEX, XGRAMMAR
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax
 
-JSON, REGEX, CHOICE, LARK, EBNF = "json_schema", "regex", "choice", "grammar:lark", "grammar:ebnf"
-
-# What each engine's adapter implements at all (before any guard).
-SUPPORTS: dict[str, frozenset[str]] = {
-    "xgrammar": frozenset({JSON, REGEX, CHOICE, EBNF}),
-    "llguidance": frozenset({JSON, REGEX, CHOICE, LARK, EBNF}),
-    "outlines": frozenset({JSON, REGEX, CHOICE}),
-}
-
 ORDER: dict[str, tuple[str, ...]] = {
-    JSON: ("llguidance", "xgrammar"),  # then the validated fallback (FALLBACK); outlines only when named
-    REGEX: ("llguidance", "xgrammar", "outlines"),
-    CHOICE: ("llguidance", "xgrammar", "outlines"),
-    LARK: ("llguidance",),
-    EBNF: ("xgrammar", "llguidance"),
+    JSON: (LLGUIDANCE, XGRAMMAR),  # then the validated fallback (FALLBACK); outlines only when named
+    REGEX: (LLGUIDANCE, XGRAMMAR, OUTLINES),
+    CHOICE: (LLGUIDANCE, XGRAMMAR, OUTLINES),
+    LARK: (LLGUIDANCE,),
+    EBNF: (XGRAMMAR, LLGUIDANCE),
 }
 
 # The validated fallback (a JSON schema no engine enforces exactly): its relaxed superset is
 # compiled by this engine — llguidance, which was sound on both benches and refuses what it does
 # not implement, so the superset it is given is the superset it enforces.
-FALLBACK: dict[str, str] = {JSON: "llguidance"}
+FALLBACK: dict[str, str] = {JSON: LLGUIDANCE}
+# AUTO only names engines that implement the row they are listed in.
+assert all(kind in ENGINES[name].kinds for kind, names in ORDER.items() for name in names)
 
 
 def policy_key(spec: ConstraintSpec) -> str:
     """The row of ``ORDER`` for ``spec``: its kind, and for grammars the syntax."""
     if spec.kind is ConstraintKind.GRAMMAR:
         return f"grammar:{(spec.syntax or GrammarSyntax.LARK).value}"
-    return spec.kind.value
+    return cast("str", spec.kind.value)
 
 
 def backend_order(spec: ConstraintSpec) -> tuple[str, ...]:

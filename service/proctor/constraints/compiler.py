@@ -19,7 +19,8 @@ from proctor.constraints import schema_relax
 from proctor.constraints.auto import FALLBACK, backend_order, policy_key
 from proctor.constraints.backend import Backend, CompiledConstraint, ConstraintError
 from proctor.constraints.cache import CacheEntry, CompiledCache, cache_key
-from proctor.constraints.spec import AUTO, BACKEND_NAMES, ConstraintKind, ConstraintSpec
+from proctor.constraints.engines import AUTO, BACKEND_NAMES
+from proctor.constraints.spec import ConstraintKind, ConstraintSpec
 from proctor.constraints.worker import WorkerConfig
 from proctor.constraints.worker_pool import STUCK_PREFIXES, WorkerPool
 from proctor.observability.calls import COMPILE, stage

@@ -93,7 +93,7 @@ def _normalize(node: object, draft: str, path: str, refs: RefIndex) -> object:
     return out
 
 
-def _split_dependencies(value: dict, out: dict[str, Any], draft: str, path: str, refs: RefIndex) -> None:
+def _split_dependencies(value: dict[str, Any], out: dict[str, Any], draft: str, path: str, refs: RefIndex) -> None:
     """``dependencies`` (draft 4-7): name lists → dependentRequired, schemas → dependentSchemas."""
     required = {k: v for k, v in value.items() if isinstance(v, list)}
     schemas = {k: _normalize(v, draft, pointer(path, k), refs) for k, v in value.items() if not isinstance(v, list)}

@@ -19,6 +19,8 @@ and the copy an engine compiles carries the pattern alone.
 
 from __future__ import annotations
 
+from typing import Any
+
 _YEAR = "([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
 _LEAP_YEAR = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)"
 _DATE = (f"({_YEAR}-(01|03|05|07|08|10|12)-(0[1-9]|[12][0-9]|3[01])"
@@ -34,13 +36,13 @@ FORMAT_PATTERNS: dict[str, str] = {
 }
 
 
-def exact_pattern(node: dict) -> bool:
+def exact_pattern(node: dict[str, Any]) -> bool:
     """Whether ``node``'s ``format`` is spelled out exactly by its ``pattern`` (see ``with_patterns``)."""
     fmt = node.get("format")
     return isinstance(fmt, str) and fmt in FORMAT_PATTERNS and node.get("pattern") == FORMAT_PATTERNS[fmt]
 
 
-def with_pattern(node: dict) -> dict:
+def with_pattern(node: dict[str, Any]) -> dict[str, Any]:
     """``node`` with its calendar format's exact pattern beside it, when it has no pattern of its own."""
     fmt = node.get("format")
     if isinstance(fmt, str) and fmt in FORMAT_PATTERNS and "pattern" not in node:

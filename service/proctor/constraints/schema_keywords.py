@@ -10,6 +10,8 @@ validated fallback.
 
 from __future__ import annotations
 
+from typing import Any
+
 # Keywords of the known vocabularies that never make an instance invalid. ``$id`` is here for
 # the root only (a nested one re-bases ``$ref``: the guard looks at it separately); ``$anchor``
 # and ``$dynamicAnchor`` name a place, and a ``$ref`` to an anchor is refused by ref resolution.
@@ -68,7 +70,7 @@ NEGATIVE = frozenset({"not", "if"})
 DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 
 
-def subschemas(node: dict) -> list[tuple[tuple[str | int, ...], object]]:
+def subschemas(node: dict[str, Any]) -> list[tuple[tuple[str | int, ...], object]]:
     """(relative JSON-pointer tokens, subschema) for every subschema directly below ``node``."""
     out: list[tuple[tuple[str | int, ...], object]] = []
     for kw in SCHEMA_MAPS:

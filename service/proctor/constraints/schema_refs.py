@@ -9,6 +9,8 @@ conditions only, so it never refuses a schema that has one.
 
 from __future__ import annotations
 
+from typing import Any
+
 from proctor.constraints.backend import ConstraintError
 from proctor.constraints.schema_keywords import resolve_pointer
 from proctor.constraints.schema_walk import reachable
@@ -37,7 +39,7 @@ def check_refs(schema: object) -> None:
                               "false branches)")
 
 
-def _productive_root(root: dict) -> bool:
+def _productive_root(root: dict[str, Any]) -> bool:
     """Least fixed point of "has a finite instance", over necessary conditions only (sound for refusal)."""
     nodes = [site.node for site in reachable(root) if isinstance(site.node, dict)]
     good: set[int] = set()
@@ -55,7 +57,7 @@ def _ok(sub: object, good: set[int]) -> bool:
     return sub is not False and (not isinstance(sub, dict) or id(sub) in good)
 
 
-def _finite(node: dict, root: object, good: set[int]) -> bool:
+def _finite(node: dict[str, Any], root: object, good: set[int]) -> bool:
     if isinstance(node.get("$ref"), str):
         target = resolve_pointer(root, node["$ref"])
         if target is not None and not _ok(target, good):
@@ -66,12 +68,12 @@ def _finite(node: dict, root: object, good: set[int]) -> bool:
         if isinstance(node.get(kw), list) and node[kw] and not any(_ok(m, good) for m in node[kw]):
             return False
     declared = node.get("type")
-    props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    props: dict[str, Any] = node["properties"] if isinstance(node.get("properties"), dict) else {}
     required = node.get("required") if declared in ("object", ["object"]) else None
     if isinstance(required, list) and not all(_ok(props.get(n, True), good) for n in required if isinstance(n, str)):
         return False
     if declared in ("array", ["array"]) and isinstance(node.get("minItems"), int) and node["minItems"] > 0:
-        prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
+        prefix: list[object] = node["prefixItems"] if isinstance(node.get("prefixItems"), list) else []
         needed = prefix[: node["minItems"]]
         if node["minItems"] > len(prefix):
             needed = [*needed, node.get("items", True)]

@@ -164,12 +164,12 @@ def _discriminators(branch: object, root: object) -> dict[str, set[str]]:
     branch = deref(branch, root)
     if not isinstance(branch, dict) or possible_types(branch, root) - {"object"}:
         return {}
-    props = branch.get("properties") if isinstance(branch.get("properties"), dict) else {}
-    required = branch.get("required") if isinstance(branch.get("required"), list) else []
-    found = {}
+    props: dict[str, Any] = branch["properties"] if isinstance(branch.get("properties"), dict) else {}
+    required: list[object] = branch["required"] if isinstance(branch.get("required"), list) else []
+    found: dict[str, set[str]] = {}
     for name in required:
         values = _values(deref(props.get(name), root)) if isinstance(name, str) else None
-        if values is not None:
+        if isinstance(name, str) and values is not None:
             found[name] = values
     return found
 
@@ -185,7 +185,7 @@ def disjoint(a: object, b: object, root: object) -> bool:
     return any(not (da[name] & db[name]) for name in da.keys() & db.keys())
 
 
-def _one_of(node: dict, root: object) -> dict:
+def _one_of(node: dict[str, Any], root: object) -> dict[str, Any]:
     branches = node.get("oneOf")
     if not isinstance(branches, list) or "anyOf" in node:
         return node
@@ -199,7 +199,7 @@ def _one_of(node: dict, root: object) -> dict:
 _ALL_TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
 
 
-def _not(node: dict, root: object, blocked: set[str]) -> object:
+def _not(node: dict[str, Any], root: object, blocked: set[str]) -> object:
     """``not`` restated positively where that is exact; the node (or ``False``) after it."""
     if "not" not in node:
         return node
@@ -229,7 +229,7 @@ def _not(node: dict, root: object, blocked: set[str]) -> object:
     return node
 
 
-def _not_type(rest: dict, excluded: object, node: dict) -> object:
+def _not_type(rest: dict[str, Any], excluded: object, node: dict[str, Any]) -> object:
     names = {excluded} if isinstance(excluded, str) else set(excluded) if isinstance(excluded, list) else None
     if names is None or not names <= set(_ALL_TYPES) or ("integer" in names and "number" not in names):
         return node  # "a number that is not an integer" has no type name
@@ -245,14 +245,14 @@ def _not_type(rest: dict, excluded: object, node: dict) -> object:
     return {**rest, "type": kept[0] if len(kept) == 1 else kept}
 
 
-def _add_all_of(node: dict, members: list[object]) -> dict:
+def _add_all_of(node: dict[str, Any], members: list[object]) -> dict[str, Any]:
     existing = list(node.get("allOf") or []) if isinstance(node.get("allOf"), list) else []
     return {**node, "allOf": existing + members}
 
 
 # --- dependencies -----------------------------------------------------------------------------
 
-def _dependencies(node: dict) -> dict:
+def _dependencies(node: dict[str, Any]) -> dict[str, Any]:
     required = node.get("dependentRequired")
     schemas = node.get("dependentSchemas")
     required = required if isinstance(required, dict) else {}
@@ -271,7 +271,7 @@ def _dependencies(node: dict) -> dict:
     return _add_any_ofs(out, cases)
 
 
-def _add_any_ofs(node: dict, cases: list[list[object]]) -> dict:
+def _add_any_ofs(node: dict[str, Any], cases: list[list[object]]) -> dict[str, Any]:
     """Require each list of ``cases`` as an anyOf beside what ``node`` already says."""
     if len(cases) == 1 and "anyOf" not in node:
         return {**node, "anyOf": cases[0]}
@@ -281,7 +281,7 @@ def _add_any_ofs(node: dict, cases: list[list[object]]) -> dict:
 
 # --- if / then / else -------------------------------------------------------------------------
 
-def _if_then_else(node: dict, root: object) -> dict:
+def _if_then_else(node: dict[str, Any], root: object) -> dict[str, Any]:
     test = node.get("if")
     if not isinstance(test, dict) or node.get("type") != "object":
         return node
@@ -296,7 +296,7 @@ def _if_then_else(node: dict, root: object) -> dict:
             or not set(required) <= {name} or not isinstance(condition, dict) \
             or {k for k in condition if k not in ANNOTATIONS} - {"const", "enum"}:
         return node
-    parent_props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    parent_props: dict[str, Any] = node["properties"] if isinstance(node.get("properties"), dict) else {}
     domain = _domain(deref(parent_props.get(name), root))
     if domain is None:
         return node
@@ -331,7 +331,7 @@ def _domain(node: object) -> set[str] | None:
 
 # --- allOf ------------------------------------------------------------------------------------
 
-def _merge_all_of(node: dict) -> dict:
+def _merge_all_of(node: dict[str, Any]) -> dict[str, Any]:
     members = node.get("allOf")
     if not isinstance(members, list):
         return node
@@ -355,7 +355,7 @@ def _merge_all_of(node: dict) -> dict:
     return out
 
 
-def _mergeable(node: dict, member: dict) -> bool:
+def _mergeable(node: dict[str, Any], member: dict[str, Any]) -> bool:
     """Whether member's keywords can sit in node without changing what either means."""
     if any(k in member for k in ("$id", "$defs", "definitions", "$schema", "$anchor")):
         return False

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends.ecma_regex import takes_json_escaped, translate
+from proctor.constraints.engines import ENGINES, LLGUIDANCE, OUTLINES, XGRAMMAR
 from proctor.constraints.schema_dialect import DRAFT2020_URI, normalize
 from proctor.constraints.schema_formats import FORMAT_PATTERNS, exact_pattern
 from proctor.constraints.schema_keywords import (
@@ -78,7 +80,7 @@ _CALENDAR = frozenset(FORMAT_PATTERNS)
 
 POLICIES: dict[str, Policy] = {
     # llguidance refuses what it does not implement (with lenient off) but ignores unknown keys.
-    "llguidance": Policy(
+    LLGUIDANCE: Policy(
         keywords=_COMMON | _NUMBER | {"prefixItems", "oneOf", "allOf", "patternProperties", "minProperties",
                                       "maxProperties"},
         formats=frozenset({"duration", "email", "ipv4", "ipv6", "uri", "uuid"}),
@@ -87,7 +89,7 @@ POLICIES: dict[str, Policy] = {
     ),
     # xgrammar reads an untyped node as any JSON, drops siblings of enum/const/anyOf/allOf/$ref,
     # reads allOf as its first member, ignores required names outside properties and float multipleOf.
-    "xgrammar": Policy(
+    XGRAMMAR: Policy(
         keywords=_COMMON | _NUMBER | {"prefixItems", "allOf", "patternProperties", "minProperties", "maxProperties"},
         formats=frozenset({"duration", "email", "ipv4", "json-pointer", "relative-json-pointer", "uri",
                            "uri-reference", "uri-template", "uuid"}),
@@ -104,7 +106,7 @@ POLICIES: dict[str, Policy] = {
         pattern_drops_length=True,
     ),
     # outlines-core ignores every numeric bound, maxProperties, oneOf overlap and min/maxItems beside prefixItems.
-    "outlines": Policy(
+    OUTLINES: Policy(
         keywords=_COMMON,
         formats=frozenset({"email", "uuid"}),
         approximate_formats=frozenset({"date", "date-time"}),  # date-time: the offset is optional
@@ -117,9 +119,10 @@ POLICIES: dict[str, Policy] = {
         length_drops_pattern=True,
     ),
 }
+assert set(POLICIES) == set(ENGINES), "every engine has its soundness policy (engines.py)"
 
 
-def _declared_types(node: dict) -> list[object] | None:
+def _declared_types(node: dict[str, Any]) -> list[object] | None:
     declared = node.get("type")
     return [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else None
 
@@ -134,14 +137,14 @@ def _json_type(value: object) -> set[str]:
     return {{str: "string", list: "array", dict: "object", type(None): "null"}[type(value)]}
 
 
-def _implied_type(node: dict, exclusive: str) -> bool:
+def _implied_type(node: dict[str, Any], exclusive: str) -> bool:
     """``type`` beside enum/const is redundant when every listed value already has that type."""
     types = set(_declared_types(node) or [])
     values = [node["const"]] if exclusive == "const" else node["enum"] if exclusive == "enum" else None
     return isinstance(values, list) and all(_json_type(v) & types for v in values)
 
 
-def _patterns_overlap(node: dict) -> bool:
+def _patterns_overlap(node: dict[str, Any]) -> bool:
     """Whether a name in ``properties`` may also match a ``patternProperties`` regex."""
     import re
 
@@ -170,12 +173,12 @@ def _pattern_ok(pattern: str, policy: Policy) -> bool:
     return translated is not None and not (policy.raw_patterns and takes_json_escaped(translated))
 
 
-def _is_annotation(kw: str, node: dict) -> bool:
+def _is_annotation(kw: str, node: dict[str, Any]) -> bool:
     """Unknown keywords, and ``format`` values the specification does not define, constrain nothing."""
     return kw not in ASSERTIONS or (kw == "format" and node[kw] not in FORMATS)
 
 
-def _keyword_ok(kw: str, node: dict, root: object, policy: Policy, allow_approx: bool) -> bool:
+def _keyword_ok(kw: str, node: dict[str, Any], root: object, policy: Policy, allow_approx: bool) -> bool:
     """Whether ``policy``'s engine enforces ``node[kw]`` here (``kw`` is in its keyword list)."""
     value = node[kw]
     malformed = (kw in SCHEMA_MAPS and not isinstance(value, dict)) or (
@@ -222,7 +225,7 @@ def _keyword_ok(kw: str, node: dict, root: object, policy: Policy, allow_approx:
     return True
 
 
-def _check_node(node: dict, path: str, root: object, policy: Policy, allow_approx: bool) -> list[Problem]:
+def _check_node(node: dict[str, Any], path: str, root: object, policy: Policy, allow_approx: bool) -> list[Problem]:
     found: list[Problem] = []
     for kw in node:
         if kw == "$id" and path != "#" and contains_ref(node):

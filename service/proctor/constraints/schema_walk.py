@@ -87,7 +87,7 @@ class RefIndex:
         targets = {canonical_pointer(site.node["$ref"]) for site in reachable(root)
                    if isinstance(site.node, dict) and isinstance(site.node.get("$ref"), str)
                    and site.node["$ref"].startswith("#/")}
-        ancestors = set()
+        ancestors: set[str] = set()
         for target in targets:
             tokens = pointer_tokens(target)
             ancestors.update(pointer("#", *tokens[:i]) for i in range(1, len(tokens)))

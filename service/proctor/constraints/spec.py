@@ -20,9 +20,6 @@ class GrammarSyntax(enum.Enum):
     EBNF = "ebnf"  # GBNF as in llama.cpp / xgrammar
 
 
-BACKEND_NAMES = ("xgrammar", "llguidance", "outlines")
-AUTO = "auto"
-
 
 @dataclass(frozen=True, slots=True)
 class ConstraintSpec:

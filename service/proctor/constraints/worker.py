@@ -26,18 +26,16 @@ class WorkerConfig:
 
 
 def load_tokenizer(model_path: str) -> Any:
+    """The model's tokenizer, from its directory (a GGUF model's: its converted cache entry) or, when that cache
+    could not be written, from the .gguf file itself (parsed again here: the rare, slow path)."""
     from transformers import AutoTokenizer
 
-    from proctor.models.offline import offline
+    from proctor.offline import offline
 
     path = Path(model_path)
     with offline():
-        if path.suffix == ".gguf":  # one fast parse of the file's metadata (models/gguf_file.py)
-            from proctor.models.gguf_file import one_reader
-
-            with one_reader(path.resolve()):
-                return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name,
-                                                     clean_up_tokenization_spaces=False)
+        if path.suffix == ".gguf":
+            return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, clean_up_tokenization_spaces=False)
         return AutoTokenizer.from_pretrained(path, local_files_only=True, clean_up_tokenization_spaces=False)
 
 
@@ -45,7 +43,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
     """Serve compile requests until the pipe closes."""
     from proctor.constraints.backend import ConstraintError
     from proctor.constraints.backends import create_backend
-    from proctor.constraints.spec import BACKEND_NAMES
+    from proctor.constraints.engines import BACKEND_NAMES
 
     tokenizer = load_tokenizer(config.model_path)
     backends: dict[str, Any] = {}

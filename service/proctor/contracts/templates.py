@@ -215,7 +215,7 @@ def _build(data: dict[str, Any], name: str, version: str, schemas: SchemaRegistr
         name=name, version=version, description=_text(data, "description"), title=_text(data, "title"),
         schema=schema, parties=parties, clauses=clauses, facts=facts, languages=languages,
         max_new_tokens=int(data.get("max_new_tokens", 700)), max_attempts=int(data.get("max_attempts", 3)),
-        repetition=tuple(data.get("repetition", DEFAULT_REPETITION)))  # type: ignore[arg-type]
+        repetition=tuple(data.get("repetition", DEFAULT_REPETITION)))
     _check_examples(template)
     return template
 

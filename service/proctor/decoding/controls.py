@@ -13,18 +13,9 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from proctor.domain import Confidence, FieldViolation, GenerationRequest, PhraseInclusion, RequestValidationError
+from proctor.domain import Confidence, PhraseInclusion
 
 NEG_INF = float("-inf")
-
-
-def check_forced_tokens(request: GenerationRequest, vocab_size: int) -> None:
-    """Forced token ids must be inside the model's vocabulary (positions are checked by validation)."""
-    bad = [FieldViolation(f"sampling.forced_tokens[{position}]",
-                          f"token {token_id} is outside the vocabulary (size {vocab_size})")
-           for position, token_id in request.sampling.forced_tokens if token_id >= vocab_size]
-    if bad:
-        raise RequestValidationError(bad)
 
 
 class ForceToken:

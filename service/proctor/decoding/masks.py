@@ -14,14 +14,15 @@ the phrase that the best remaining token would have completed is named.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from proctor.constraints.backend import Matcher, allocate_bitmask, bitmask_to_bool, fill_bitmasks
+from proctor.decoding import logits_ops
 from proctor.decoding.forbidden import ForbiddenTracker
-from proctor.engine import fused_decode
 
 
 class MaskedRow(Protocol):
@@ -46,7 +47,7 @@ class Masks:
     constraint_only: bool = False  # only the constraint layer masked: a row is left with nothing iff its count is 0
 
 
-def build_masks(logits: torch.Tensor, rows: list[MaskedRow], top: list[int]) -> Masks:
+def build_masks(logits: torch.Tensor, rows: Sequence[MaskedRow], top: list[int]) -> Masks:
     size, vocab = logits.shape
     removed = [""] * size
     dead = [""] * size
@@ -79,14 +80,14 @@ def build_masks(logits: torch.Tensor, rows: list[MaskedRow], top: list[int]) -> 
     return Masks(banned, removed, dead, counts, constraint_only=not layered)
 
 
-def constraint_bitmask(rows: list[MaskedRow], constrained: list[int], vocab: int) -> torch.Tensor:
+def constraint_bitmask(rows: Sequence[MaskedRow], constrained: list[int], vocab: int) -> torch.Tensor:
     """The constraint layer as [B, W] int32 bitmasks (bit set: allowed); rows without a constraint allow all."""
     bitmask = allocate_bitmask(len(rows), vocab)
     fill_bitmasks(bitmask, [(rows[index].matcher, index) for index in constrained])  # type: ignore[misc]
     return bitmask
 
 
-def only_constraints(rows: list[MaskedRow]) -> list[int] | None:
+def only_constraints(rows: Sequence[MaskedRow]) -> list[int] | None:
     """The rows with a constraint, when that is the only mask layer any row has (else None)."""
     if any(row.forbidden is not None or row.allowed_mask is not None or row.banned_token_ids() for row in rows):
         return None
@@ -96,7 +97,7 @@ def only_constraints(rows: list[MaskedRow]) -> list[int] | None:
 def _unpack(bitmask: torch.Tensor, vocab: int) -> tuple[torch.Tensor, list[int]]:
     """Banned tokens [B, V] and each row's allowed count: one pass in the kernel library when it is
     loaded (the same values; ~0.2 ms less a step at one row), PyTorch operations otherwise."""
-    unpacked = fused_decode.unpack_banned(bitmask, vocab)
+    unpacked = logits_ops.unpack_banned(bitmask, vocab)
     if unpacked is None:
         banned = ~bitmask_to_bool(bitmask, vocab)
         return banned, (~banned).sum(dim=-1).tolist()
@@ -106,7 +107,7 @@ def _unpack(bitmask: torch.Tensor, vocab: int) -> tuple[torch.Tensor, list[int]]
 def apply_banned(logits: torch.Tensor, banned: torch.Tensor) -> None:
     """``logits.masked_fill_(banned, -inf)``; on CPU through the q8 kernel library's vectorised loop when
     it is loaded (the same bits; on a [16, 49152] batch here ~0.3 ms against ~3.1 ms)."""
-    if not fused_decode.fill_banned(logits, banned):
+    if not logits_ops.fill_banned(logits, banned):
         logits.masked_fill_(banned, float("-inf"))
 
 

@@ -31,19 +31,19 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
+from proctor.decoding import logits_ops
 from proctor.decoding.lookahead import DeadEndSearch
 from proctor.decoding.masks import MaskedRow, Masks, apply_banned, build_masks, constraint_bitmask, only_constraints
 from proctor.decoding.penalties import PenaltyState
 from proctor.decoding.sampler import sample_one, sample_rows
 from proctor.decoding.warpers import warp
 from proctor.domain import FinishReason, SamplingParams
-from proctor.engine import fused_decode
 
 RowProcessor = tuple[str, Callable[[torch.Tensor], None]]
 MAX_RECHOICES = 32  # tokens a row may reject as dead ends in one step before it takes the masked choice
@@ -76,7 +76,7 @@ class RowDecision:
     allowed_count: int = -1
 
 
-def _run_processors(logits: torch.Tensor, rows: list[DecodeRow], masks: Masks, top: list[int]) -> bool:
+def _run_processors(logits: torch.Tensor, rows: Sequence[DecodeRow], masks: Masks, top: list[int]) -> bool:
     """Step 2: logit bias and plugins per row, then the masks once more. Returns whether any ran."""
     ran = False
     for index, row in enumerate(rows):
@@ -90,18 +90,18 @@ def _run_processors(logits: torch.Tensor, rows: list[DecodeRow], masks: Masks, t
     return ran
 
 
-def _per_row(rows: list[DecodeRow], attr: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+def _per_row(rows: Sequence[DecodeRow], attr: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor([getattr(row.sampling, attr) for row in rows], device=device, dtype=dtype)
 
 
-def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow],
+def run_pipeline(logits: torch.Tensor, rows: Sequence[DecodeRow],
                  on_masks: Callable[[float, list[str]], None] | None = None) -> list[RowDecision]:
     """Process a [B, V] float32 logits tensor (consumed in place) and choose one token per row.
 
     ``on_masks`` (metrics) is told how long building a step's masks took, and which layer removed
     each row's top choice, on the steps that have any mask."""
-    raw_lse = fused_decode.row_logsumexp(logits)  # log-probabilities are logits - lse, computed where needed
-    top = fused_decode.row_argmax(logits)
+    raw_lse = logits_ops.row_logsumexp(logits)  # log-probabilities are logits - lse, computed where needed
+    top = logits_ops.row_argmax(logits)
     picked = _greedy_under_constraints(logits, rows, top, raw_lse, on_masks)
     if picked is not None:
         return picked
@@ -113,7 +113,7 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow],
     # The steps below edit logits in place; the raw ones are kept only when some step will.
     will_edit = processed or any(row.processors or row.penalties is not None for row in rows)
     raw = logits.clone() if will_edit else logits
-    if processed:
+    if masks.banned is not None:
         apply_banned(logits, masks.banned)
     edited = _run_processors(logits, rows, masks, top)
     for index, row in enumerate(rows):
@@ -130,9 +130,9 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow],
     if not all(greedy):
         device = logits.device
         sampling_rows = [row for row, g in zip(rows, greedy, strict=True) if not g]
-        index = torch.tensor([i for i, g in enumerate(greedy) if not g], device=device)
+        sampled = torch.tensor([i for i, g in enumerate(greedy) if not g], device=device)
         warped = warp(
-            logits.index_select(0, index),
+            logits.index_select(0, sampled),
             temperature=_per_row(sampling_rows, "temperature", device, logits.dtype),
             top_k=_per_row(sampling_rows, "top_k", device, torch.long),
             top_p=_per_row(sampling_rows, "top_p", device, logits.dtype),
@@ -140,16 +140,16 @@ def run_pipeline(logits: torch.Tensor, rows: list[DecodeRow],
             typical_p=_per_row(sampling_rows, "typical_p", device, logits.dtype)
             if any(row.sampling.typical_p < 1.0 for row in sampling_rows) else None,
         )
-        final = logits.index_copy(0, index, warped)
+        final = logits.index_copy(0, sampled, warped)
         processed = True
     chosen = sample_rows(final, greedy, [row.generator for row in rows], argmax=None if processed else top)
     if any(row.matcher is not None and row.forbidden is not None for row in rows):
         processed = _avoid_dead_ends(final, rows, chosen, greedy, dead, masks) or processed
-    final_lse = fused_decode.row_logsumexp(final) if processed else raw_lse
+    final_lse = logits_ops.row_logsumexp(final) if processed else raw_lse
     return _decisions(raw, final, rows, chosen, raw_lse, final_lse, dead, masks)
 
 
-def _greedy_under_constraints(logits: torch.Tensor, rows: list[DecodeRow], top: list[int], raw_lse: torch.Tensor,
+def _greedy_under_constraints(logits: torch.Tensor, rows: Sequence[DecodeRow], top: list[int], raw_lse: torch.Tensor,
                               on_masks: Callable[[float, list[str]], None] | None) -> list[RowDecision] | None:
     """The common constrained step — every row greedy, no processor or penalty, and the constraint the only
     mask — chosen from the raw logits and the constraint's bitmasks in one kernel pass, with no [B, V] mask,
@@ -158,11 +158,11 @@ def _greedy_under_constraints(logits: torch.Tensor, rows: list[DecodeRow], top: 
     if not all(row.sampling.greedy and not row.processors and row.penalties is None for row in rows):
         return None
     constrained = only_constraints(rows)
-    if not constrained or not fused_decode.suits(logits):  # (checked first: the fallback fills the masks itself)
+    if not constrained or not logits_ops.suits(logits):  # (checked first: the fallback fills the masks itself)
         return None
     start = time.perf_counter()
     bitmask = constraint_bitmask(rows, constrained, logits.shape[-1])
-    picked = fused_decode.masked_pick(logits, bitmask)
+    picked = logits_ops.masked_pick(logits, bitmask)
     if picked is None:
         return None
     chosen, final_lse, allowed = picked
@@ -177,7 +177,7 @@ def _greedy_under_constraints(logits: torch.Tensor, rows: list[DecodeRow], top: 
     return _decisions(logits, logits, rows, chosen, raw_lse, final_lse, dead, masks)
 
 
-def _decisions(raw: torch.Tensor, final: torch.Tensor, rows: list[DecodeRow], chosen: list[int],
+def _decisions(raw: torch.Tensor, final: torch.Tensor, rows: Sequence[DecodeRow], chosen: list[int],
                raw_lse: torch.Tensor, final_lse: torch.Tensor, dead: list[int], masks: Masks) -> list[RowDecision]:
     """Each row's decision: the chosen token's raw and final log-probabilities, its alternatives (raw)."""
     chosen_t = torch.tensor(chosen, device=raw.device).unsqueeze(-1)
@@ -186,7 +186,7 @@ def _decisions(raw: torch.Tensor, final: torch.Tensor, rows: list[DecodeRow], ch
     want = max(row.top_logprobs for row in rows)
     top_values, top_ids = None, None
     if want:
-        top_values, top_ids = fused_decode.row_topk(raw, want)
+        top_values, top_ids = logits_ops.row_topk(raw, want)
         top_values = top_values - raw_lse[:, None]
     decisions = []
     for index, row in enumerate(rows):
@@ -203,7 +203,7 @@ def _decisions(raw: torch.Tensor, final: torch.Tensor, rows: list[DecodeRow], ch
     return decisions
 
 
-def _avoid_dead_ends(final: torch.Tensor, rows: list[DecodeRow], chosen: list[int], greedy: list[bool],
+def _avoid_dead_ends(final: torch.Tensor, rows: Sequence[DecodeRow], chosen: list[int], greedy: list[bool],
                      dead: list[int], masks: Masks) -> bool:
     """Rows with a constraint and forbidden phrases: re-choose while the chosen token leads only to dead ends.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from proctor.engine import fused_decode
+from proctor.decoding import logits_ops
 
 
 def draw(final_logits: torch.Tensor, generator: torch.Generator | None) -> int:
@@ -25,7 +25,7 @@ def sample_rows(final_logits: torch.Tensor, greedy: list[bool], generators: list
     """One token id per row. Each sampling row draws from its own request's generator, so a
     request's draws do not depend on which other requests share the batch. ``argmax``: the rows'
     argmax when the caller already has it (logits left unprocessed), saving a pass over [B, V]."""
-    chosen = list(argmax) if argmax is not None else fused_decode.row_argmax(final_logits)
+    chosen = list(argmax) if argmax is not None else logits_ops.row_argmax(final_logits)
     for row, is_greedy in enumerate(greedy):
         if not is_greedy:
             chosen[row] = draw(final_logits[row], generators[row])

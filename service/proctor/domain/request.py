@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 CHAT_ROLES = frozenset({"system", "user", "assistant"})
-# What to do when the input and max_new_tokens do not both fit the context (engine/context_policy.py).
-CONTEXT_OVERFLOW_POLICIES = ("refuse", "drop_oldest_turns", "keep_start_and_end")
+
+
+class ContextOverflow(enum.StrEnum):
+    """What to do when the input and max_new_tokens do not both fit the context (engine/context_policy.py).
+
+    The one list of these names: the wire's ``CONTEXT_OVERFLOW_<NAME>`` (api/convert.py derives its tables
+    from it) and the audit record's value (a ``str``, so records read as before)."""
+
+    REFUSE = "refuse"
+    DROP_OLDEST_TURNS = "drop_oldest_turns"
+    KEEP_START_AND_END = "keep_start_and_end"
+
+
+class EarlyStopping(enum.StrEnum):
+    """Beam search's stopping rule. Names are the wire's (``BEAM_EARLY_STOPPING_<NAME>``); values are
+    generate()'s ``early_stopping`` (False: its heuristic, True: when num_beams are finished, "never"),
+    which is also what audit records hold."""
+
+    HEURISTIC = "false"
+    WHEN_FULL = "true"
+    NEVER = "never"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +55,7 @@ class SamplingParams:
     typical_p: float = 1.0
     num_beams: int = 1  # > 1: beam search (engine/beam.py), with generate()'s semantics
     length_penalty: float = 1.0  # beam search: a finished beam scores sum(logprob) / generated_tokens ** this
-    early_stopping: str = "false"  # beam search: "true", "false" (generate()'s heuristic) or "never"
+    early_stopping: str = EarlyStopping.HEURISTIC  # beam search (EarlyStopping); a str as records hold it
     greedy_first_tokens: int = 0
     first_tokens_temperature: float = 0.0  # the temperature of those first tokens (0: greedy)
     forced_tokens: tuple[tuple[int, int], ...] = ()
@@ -148,7 +168,7 @@ class GenerationRequest:
     audited: bool = False
     confidence: bool = False  # report a Confidence summary with the final event
     num_return_sequences: int = 1  # beam search: the best this many finished beams (<= num_beams)
-    context_overflow: str = "refuse"  # CONTEXT_OVERFLOW_POLICIES: what to do when the input does not fit
+    context_overflow: str = ContextOverflow.REFUSE  # what to do when the input does not fit (ContextOverflow)
     input_screens: tuple[PluginCall, ...] = ()  # run on the rendered input before generation (server defaults first)
     output_moderators: tuple[PluginCall, ...] = ()  # run on the finished output (server defaults first)
 

@@ -34,42 +34,17 @@ from typing import Any
 import torch
 
 from proctor.constraints.backend import Matcher
+from proctor.decoding import logits_ops
 from proctor.decoding.forbidden import ForbiddenTracker
 from proctor.decoding.masks import build_masks
 from proctor.decoding.pipeline import RowDecision
-from proctor.domain import FieldViolation, FinishReason, RequestValidationError, ReturnedSequence
-from proctor.engine import fused_decode
+from proctor.domain import FinishReason, RequestValidationError, ReturnedSequence
+from proctor.domain.request import EarlyStopping
 from proctor.engine.detokenizer import text_decoder
 from proctor.engine.families import unsupported_reason
 from proctor.engine.sequence import SequenceState
 
-MAX_NUM_BEAMS = 16
-EARLY_STOPPING = ("false", "true", "never")
 NEG = -1.0e9  # transformers' "impossible" score
-
-
-def check_beam_request(state: SequenceState) -> None:
-    """What beam search does not combine with, named by field (INVALID_ARGUMENT before any work)."""
-    request, sampling, stopping = state.request, state.request.sampling, state.request.stopping
-    bad: list[FieldViolation] = []
-    if not 1 < sampling.num_beams <= MAX_NUM_BEAMS:
-        bad.append(FieldViolation("sampling.num_beams", f"must be in [2, {MAX_NUM_BEAMS}] for beam search"))
-    if not sampling.greedy:
-        bad.append(FieldViolation("sampling.temperature", "beam search is deterministic here: leave it unset or 0"))
-    if sampling.has_penalties or sampling.typical_p < 1.0 or sampling.forced_tokens or sampling.greedy_first_tokens:
-        bad.append(FieldViolation("sampling", "penalties, typical_p, forced_tokens and greedy_first_tokens are not "
-                                              "offered with beam search"))
-    if sampling.early_stopping not in EARLY_STOPPING:
-        bad.append(FieldViolation("sampling.early_stopping", f"one of {', '.join(EARLY_STOPPING)}"))
-    if not 1 <= request.num_return_sequences <= sampling.num_beams:
-        bad.append(FieldViolation("num_return_sequences", f"must be in [1, num_beams = {sampling.num_beams}]"))
-    if stopping.stop or stopping.repetition is not None or stopping.must_include:
-        bad.append(FieldViolation("stopping", "stop strings, the repetition stop and must_include are not offered "
-                                              "with beam search"))
-    if state.processors or state.criteria:
-        bad.append(FieldViolation("logits_processors", "logit_bias and plugins are not offered with beam search"))
-    if bad:
-        raise RequestValidationError(bad)
 
 
 @dataclass
@@ -152,7 +127,7 @@ class BeamSearch:
         logits = self._logits.float()
         raw = torch.log_softmax(logits, dim=-1)
         top = raw.argmax(dim=-1).tolist()
-        masks = build_masks(logits, self.beams, top)  # type: ignore[arg-type]
+        masks = build_masks(logits, self.beams, top)
         log_probs = raw.masked_fill(masks.banned, float("-inf")) if masks.banned is not None else raw.clone()
         vocab = log_probs.shape[-1]
         accumulated = (log_probs + self._scores[:, None]).reshape(1, -1)
@@ -175,7 +150,7 @@ class BeamSearch:
         normalised = values / (generated ** host.request.sampling.length_penalty)
         early = host.request.sampling.early_stopping
         assert self._finished_flags is not None and self._finished_scores is not None
-        if bool(self._finished_flags.all()) and early == "true":
+        if bool(self._finished_flags.all()) and early == EarlyStopping.WHEN_FULL:
             normalised = normalised + NEG
         if not self._improvable:
             normalised = normalised + NEG
@@ -185,7 +160,7 @@ class BeamSearch:
         merged = [*self._finished, *[(c, FinishReason.LENGTH if length_hit and t not in self.end_ids
                                       else self._end_reason(t)) for c, t in zip(candidates, tokens, strict=True)]]
         chosen = torch.topk(merged_scores, k=count)[1].tolist()
-        self._finished = [merged[i] for i in chosen]  # type: ignore[misc]
+        self._finished = [merged[i] for i in chosen]
         self._finished_scores = merged_scores[chosen]
         self._finished_flags = merged_flags[chosen]
         # Move to the running beams: the cache rows follow their parents.
@@ -229,7 +204,7 @@ class BeamSearch:
         """transformers' _check_early_stop_heuristic, after the step (``generated`` tokens so far)."""
         assert self._scores is not None and self._finished_flags is not None and self._finished_scores is not None
         sampling = self.host.request.sampling
-        if sampling.early_stopping == "never" and sampling.length_penalty > 0.0:
+        if sampling.early_stopping == EarlyStopping.NEVER and sampling.length_penalty > 0.0:
             length = self.host.rules.max_new_tokens
         else:
             length = generated
@@ -240,6 +215,7 @@ class BeamSearch:
     def _answer(self) -> None:
         """Replay the best finished beam through the request's own state; report the returned ones."""
         host = self.host
+        assert self._finished_scores is not None  # set when the search started
         finished = [(entry, float(score)) for entry, score in zip(self._finished, self._finished_scores.tolist(),
                                                                    strict=True) if entry is not None]
         wanted = finished[:host.request.num_return_sequences]
@@ -274,8 +250,8 @@ class BeamSearches:
         self._running: list[BeamSearch] = []
 
     def create(self, state: SequenceState) -> BeamSearch:
-        """A beam request's search (checked now: what it cannot combine with is the caller's error)."""
-        check_beam_request(state)
+        """A beam request's search (what beam search does not combine with was refused by api/validation.py;
+        what this model cannot do is refused here, before any work)."""
         reason = unsupported_reason(self._loaded.model)
         if reason is not None:
             raise RequestValidationError.single("sampling.num_beams", f"beam search needs the slot forward: {reason}")
@@ -344,5 +320,5 @@ def _copy_tracker(tracker: ForbiddenTracker | None) -> ForbiddenTracker | None:
 def _alternatives(raw: torch.Tensor, want: int) -> list[tuple[tuple[int, float], ...]]:
     if not want:
         return [()] * raw.shape[0]
-    values, ids = fused_decode.row_topk(raw, min(want, raw.shape[-1]))
+    values, ids = logits_ops.row_topk(raw, min(want, raw.shape[-1]))
     return [tuple(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]

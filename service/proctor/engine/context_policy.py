@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proctor.domain import GenerationRequest, PromptTruncation, RequestValidationError
+from proctor.domain.request import ContextOverflow
 
 Render = Callable[[GenerationRequest], tuple[str, bool]]
 
@@ -36,10 +37,11 @@ def shorten(tokenizer: Any, request: GenerationRequest, render: Render, room: in
     ids = _ids(tokenizer, text, add_special)
     if len(ids) <= room:
         return text, ids, None
-    if request.context_overflow == "keep_start_and_end":
+    if request.context_overflow == ContextOverflow.KEEP_START_AND_END:
         head = room // 2
         kept = ids[:head] + ids[len(ids) - (room - head):]
-        truncation = PromptTruncation("keep_start_and_end", len(ids), len(kept), dropped_tokens=len(ids) - len(kept))
+        truncation = PromptTruncation(ContextOverflow.KEEP_START_AND_END, len(ids), len(kept),
+                                      dropped_tokens=len(ids) - len(kept))
         return tokenizer.decode(kept, skip_special_tokens=False), kept, truncation
     return _drop_turns(tokenizer, request, render, room, len(ids))
 
@@ -71,7 +73,7 @@ def _drop_turns(tokenizer: Any, request: GenerationRequest, render: Render, room
         else:
             low = middle + 1
     text, ids = attempt(low)
-    return text, ids, PromptTruncation("drop_oldest_turns", original, len(ids), dropped_messages=low)
+    return text, ids, PromptTruncation(ContextOverflow.DROP_OLDEST_TURNS, original, len(ids), dropped_messages=low)
 
 
 def _ids(tokenizer: Any, text: str, add_special: bool) -> list[int]:

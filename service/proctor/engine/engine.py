@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from proctor.config import Settings
-from proctor.decoding.controls import check_forced_tokens
 from proctor.decoding.pipeline import run_pipeline
 from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
@@ -30,6 +29,7 @@ from proctor.engine.attempts import FallbackAttempts
 from proctor.engine.batch import DecodeBatch
 from proctor.engine.beam import BeamSearches
 from proctor.engine.llama_step import LlamaSlots
+from proctor.engine.loaded_model import LoadedModel
 from proctor.engine.model_runner import SlotRunner, make_runner
 from proctor.engine.preprocess import PreparedRequest, prepare_masks, prepare_request
 from proctor.engine.scheduler import Scheduler
@@ -37,7 +37,6 @@ from proctor.engine.sequence import EventSink, SequenceState
 from proctor.engine.slot_weights import release_dense
 from proctor.engine.smoothing import calibration_ids
 from proctor.engine.thread_tuner import PinnedThreads, ThreadPolicy, thread_policy
-from proctor.models import LoadedModel
 
 if TYPE_CHECKING:
     from proctor.constraints.service import ConstraintService
@@ -99,13 +98,13 @@ class Engine:
     def prepare(self, request: GenerationRequest) -> PreparedRequest:
         """Render and tokenize the input, build the masks, compile the constraint (off the decode thread).
 
-        Raises RequestValidationError naming the field."""
-        if request.sampling.forced_tokens:
-            check_forced_tokens(request, self.loaded.vocab_size)
+        ``request`` was checked (api/check_request.py, token ids against this vocabulary included); what only
+        this stage can tell (the input's length in tokens, a schema that does not compile) raises
+        RequestValidationError naming the field."""
         prepared = prepare_request(
             self.loaded.tokenizer, request, context_length=self.loaded.context_length,
             default_max_new_tokens=self.settings.default_max_new_tokens,
-            max_new_tokens_limit=self.settings.max_new_tokens_limit, vocab_size=self.loaded.vocab_size)
+            max_new_tokens_limit=self.settings.max_new_tokens_limit)
         masks = prepare_masks(request, tokenizer=self.loaded.tokenizer, vocab_size=self.loaded.vocab_size,
                               server_forbidden=self.server_forbidden, plugins=self.plugins,
                               context=self._plugin_context)
@@ -145,7 +144,7 @@ class Engine:
             request_id = request.request_id
             attempts = FallbackAttempts(prepared, seed, sink, budget=self.settings.fallback_attempts,
                                         retry_temperature=self.settings.fallback_temperature, start=self._start,
-                                        on_done=lambda: self._fallbacks.pop(request_id, None))
+                                        on_done=lambda: self._forget_fallback(request_id))
             with self._lock:  # between two attempts the id is in no other dict than this one
                 if request_id in self._by_id or request_id in self._fallbacks:
                     raise RequestValidationError.single("request_id", f"request {request_id!r} is already running")
@@ -375,6 +374,9 @@ class Engine:
         batch.remove(done)
         for state in states:
             self._forget(state)
+
+    def _forget_fallback(self, request_id: str) -> None:
+        self._fallbacks.pop(request_id, None)
 
     def _forget(self, state: SequenceState) -> None:
         with self._lock:

@@ -85,7 +85,7 @@ def describe(config: Any) -> Family:
     if kind not in SERVED:
         raise Unsupported(f"architecture {kind!r} is not one of {', '.join(SERVED)}")
     act_name = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "silu")
-    activation = ACTIVATIONS.get(act_name)
+    activation = ACTIVATIONS.get(str(act_name))
     if activation is None:
         raise Unsupported(f"activation {act_name!r}")
     if getattr(config, "pretraining_tp", 1) != 1:

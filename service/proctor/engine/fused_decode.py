@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from proctor.config import default_kernel_cache
+from proctor.decoding import logits_ops
 
 KERNELS = Path(__file__).with_name("kernels")
 SOURCES = (KERNELS / "pipeline.cpp", KERNELS / "q8_decode.cpp", KERNELS / "q4_decode.cpp", KERNELS / "q4_vnni.cpp",
@@ -44,7 +45,6 @@ CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fno-fast-math", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
 
 log = logging.getLogger(__name__)
-_loaded = False  # set once load_problem has loaded the library
 
 
 @functools.cache
@@ -73,8 +73,7 @@ def load_problem() -> str | None:
         return f"its C++ decode kernels could not be built here ({first}); see {build}"
     if fresh:
         log.info("built the decode kernels in %.1f s", time.monotonic() - started)
-    global _loaded
-    _loaded = True
+    logits_ops.library_loaded()  # the row passes (decoding/logits_ops.py) may use the library from now on
     return None
 
 
@@ -88,64 +87,6 @@ def _first_error(message: str) -> str:
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     errors = [line for line in lines if "error:" in line or "not found" in line.lower()]
     return (errors or lines or [""])[0][:300]
-
-
-def fill_banned(logits: torch.Tensor, banned: torch.Tensor) -> bool:
-    """``logits.masked_fill_(banned, -inf)`` in the library's one vectorised pass (the same bits), if the
-    library is already loaded and the tensors suit it; False otherwise (this never builds it)."""
-    if not _loaded or logits.device.type != "cpu" or logits.dtype != torch.float32 or not logits.is_contiguous():
-        return False
-    torch.ops.proctor.fill_banned(logits, banned.contiguous())
-    return True
-
-
-def unpack_banned(bitmask: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The constraint's int32 bitmasks as a [B, V] bool tensor of banned tokens and each row's allowed
-    count, in one pass (``~bitmask_to_bool(...)`` and its sum), if the library is loaded; else None."""
-    if not _loaded or bitmask.device.type != "cpu":
-        return None
-    banned, allowed = torch.ops.proctor.unpack_banned(bitmask.contiguous(), vocab)
-    return banned, allowed
-
-
-def row_argmax(logits: torch.Tensor) -> list[int]:
-    """``logits.argmax(dim=-1).tolist()`` (the same indices) in one vectorised pass per row when the library
-    is loaded and the tensor suits it."""
-    if not suits(logits):
-        return logits.argmax(dim=-1).tolist()
-    return torch.ops.proctor.row_argmax(logits.contiguous()).tolist()
-
-
-def suits(logits: torch.Tensor) -> bool:
-    """The library is loaded and ``logits`` is a 2-D float32 CPU tensor its row passes take."""
-    return _loaded and logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 2
-
-
-def row_logsumexp(logits: torch.Tensor) -> torch.Tensor:
-    """``torch.logsumexp(logits, dim=-1)`` [B] (to float rounding) in one vectorised pass per row."""
-    if not suits(logits):
-        return torch.logsumexp(logits, dim=-1)
-    return torch.ops.proctor.row_logsumexp(logits.contiguous())
-
-
-def row_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``logits.topk(k, dim=-1)`` (values and indices, largest first; ties lowest index first) in one pass."""
-    if not suits(logits):
-        values, indices = logits.topk(k, dim=-1)
-        return values, indices
-    values, indices = torch.ops.proctor.row_topk(logits.contiguous(), k)
-    return values, indices
-
-
-def masked_pick(logits: torch.Tensor, bitmask: torch.Tensor) -> tuple[list[int], torch.Tensor, list[int]] | None:
-    """For each row, as if its logits were -inf wherever its int32 bitmask has a clear bit: the argmax, the
-    log Σ exp [B] and the allowed count (the same bits ``row_argmax``/``row_logsumexp`` give on the masked
-    copy), without editing or copying the logits; None when the library is not loaded or the tensors do
-    not suit it."""
-    if not suits(logits) or bitmask.device.type != "cpu":
-        return None
-    chosen, lse, allowed = torch.ops.proctor.masked_pick(logits.contiguous(), bitmask.contiguous())
-    return chosen.tolist(), lse, allowed.tolist()
 
 
 def decode_layer(mode: str = "q8") -> torch._ops.OpOverloadPacket:

@@ -11,6 +11,7 @@ bits alone or in any batch, at any thread count (tests/unit/test_gguf_linear.py)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
@@ -54,7 +55,8 @@ class GgufLinear:
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` of the weight as float32, as ggml dequantizes them."""
-        return torch.ops.proctor.ggml_rows(self.blocks, self.ggml_type, self.in_features, ids.long().reshape(-1))
+        rows = torch.ops.proctor.ggml_rows(self.blocks, self.ggml_type, self.in_features, ids.long().reshape(-1))
+        return cast(torch.Tensor, rows)
 
 
 class GgufStack:
@@ -81,4 +83,4 @@ class GgufStack:
 def _product(x: torch.Tensor, blocks: list[torch.Tensor], types: list[int], in_features: int,
              out_features: int) -> torch.Tensor:
     flat = x.reshape(-1, in_features).float().contiguous()
-    return torch.ops.proctor.ggml_linear(flat, blocks, types).reshape(*x.shape[:-1], out_features)
+    return cast(torch.Tensor, torch.ops.proctor.ggml_linear(flat, blocks, types).reshape(*x.shape[:-1], out_features))

@@ -16,7 +16,7 @@ Both return float32 logits of the last position, and a row's logits never depend
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from transformers import DynamicCache
@@ -48,11 +48,11 @@ class PerSlotRunner:
         self.max_slots = max_slots
         self._caches: list[DynamicCache | None] = [None] * max_slots
         cfg = model.config
-        layers = getattr(cfg, "num_hidden_layers", 1)
-        kv_heads = getattr(cfg, "num_key_value_heads", None) or getattr(cfg, "num_attention_heads", 1)
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // getattr(cfg, "num_attention_heads", 1)
+        layers: int = getattr(cfg, "num_hidden_layers", 1)
+        kv_heads: int = getattr(cfg, "num_key_value_heads", 0) or getattr(cfg, "num_attention_heads", 1)
+        head_dim: int = getattr(cfg, "head_dim", 0) or cfg.hidden_size // getattr(cfg, "num_attention_heads", 1)
         element = next(model.parameters()).element_size()
-        self.bytes_per_token = layers * 2 * kv_heads * head_dim * element
+        self.bytes_per_token = int(layers * 2 * kv_heads * head_dim * element)
 
     def bytes_for(self, rows: int, length: int) -> int:
         return rows * length * self.bytes_per_token
@@ -79,7 +79,7 @@ class PerSlotRunner:
 
     def _forward(self, ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
         out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1, :].float()
+        return cast(torch.Tensor, out.logits[:, -1, :].float())
 
 
 def make_runner(model: Any, max_slots: int, device: torch.device, weights: str = "dense",

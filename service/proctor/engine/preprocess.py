@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from proctor.domain import FieldViolation, GenerationRequest, PluginInfo, PromptTruncation, RequestValidationError
+from proctor.domain.request import ContextOverflow
 from proctor.engine.context_policy import input_room, shorten
 
 if TYPE_CHECKING:
@@ -94,17 +95,11 @@ def render_prompt(tokenizer: Any, request: GenerationRequest) -> tuple[str, bool
 
 
 def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_length: int,
-                    default_max_new_tokens: int, max_new_tokens_limit: int,
-                    vocab_size: int | None = None) -> PreparedRequest:
-    if vocab_size is not None:
-        for index, token_id in enumerate(request.stopping.stop_token_ids):
-            if token_id >= vocab_size:
-                raise RequestValidationError.single(
-                    f"stopping.stop_token_ids[{index}]", f"{token_id} is outside the vocabulary (size {vocab_size})")
+                    default_max_new_tokens: int, max_new_tokens_limit: int) -> PreparedRequest:
     requested = request.stopping.max_new_tokens
     budget = min(requested if requested is not None else default_max_new_tokens, max_new_tokens_limit)
     field = "messages" if request.messages is not None else "prompt"
-    if request.context_overflow != "refuse":  # an input that does not fit is shortened, not refused
+    if request.context_overflow != ContextOverflow.REFUSE:  # an input that does not fit is shortened, not refused
         text, ids, truncation = shorten(tokenizer, request, lambda r: render_prompt(tokenizer, r),
                                         input_room(context_length, budget))
         return _limited(request, text, ids, budget, context_length, field, truncation)
@@ -140,15 +135,9 @@ def _limited(request: GenerationRequest, text: str, ids: list[int], budget: int,
 
 def prepare_masks(request: GenerationRequest, *, tokenizer: Any, vocab_size: int, server_forbidden: tuple[str, ...],
                   plugins: PluginRegistry, context: PluginContext) -> RequestMasks:
-    """Check token ids against the vocabulary, build the forbidden index and the plugin instances."""
+    """Build the forbidden index and the plugin instances (the token ids were checked: api/check_request.py)."""
     from proctor.decoding.forbidden import ForbiddenOptions, build_index
 
-    bad = [FieldViolation(f"logit_bias[{i}]", f"{i} is outside the vocabulary (size {vocab_size})")
-           for i, _ in request.logit_bias if i >= vocab_size]
-    bad += [FieldViolation(f"allowed_token_ids[{n}]", f"{i} is outside the vocabulary (size {vocab_size})")
-            for n, i in enumerate(request.allowed_token_ids) if i >= vocab_size]
-    if bad:
-        raise RequestValidationError(bad)
     phrases = tuple(dict.fromkeys((*server_forbidden, *request.forbidden.phrases)))
     forbidden = None
     if phrases:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -55,10 +56,10 @@ class SlotWeights:
         """The embeddings of tokens ``ids`` ([N] → [N, hidden]); from the file's blocks (gguf), or the LM
         head's when the table is not kept (q4 with tied embeddings)."""
         if self.embed_blocks is not None:
-            return self.embed_blocks.rows(ids)
+            return cast(torch.Tensor, self.embed_blocks.rows(ids))
         if self.embed.numel():
             return torch.nn.functional.embedding(ids, self.embed)
-        return self.lm_head.rows(ids)  # type: ignore[attr-defined]
+        return cast(torch.Tensor, self.lm_head.rows(ids))  # type: ignore[attr-defined]
 
     @property
     def thread_invariant(self) -> bool:
@@ -79,9 +80,15 @@ class _Built:
 
     modes: dict[str, SlotWeights] = field(default_factory=dict)
     dense_released: bool = False
+    gguf: Callable[[Any], SlotWeights] | None = None  # builds mode gguf from the file the model was loaded from
 
 
 _BUILT: weakref.WeakKeyDictionary[Any, _Built] = weakref.WeakKeyDictionary()
+
+
+def built_from(model: Any, build: Callable[[Any], SlotWeights]) -> None:
+    """Serve ``model``'s mode ``gguf`` with ``build(model)`` (models/gguf_layers.py: a GGUF file's own blocks)."""
+    _BUILT.setdefault(model, _Built()).gguf = build
 
 
 def slot_weights(model: Any, mode: str, calibration_ids: list[int] | None = None) -> SlotWeights:
@@ -98,9 +105,10 @@ def slot_weights(model: Any, mode: str, calibration_ids: list[int] | None = None
             raise ValueError("weights mode q8 needs calibration token ids (smoothing.CALIBRATION_TEXT)")
         with returning_freed_memory():  # resident.py: the build's peak memory
             if mode == "gguf":
-                from proctor.engine.gguf_layers import gguf_slot_weights
-
-                built.modes[mode] = gguf_slot_weights(model)
+                if built.gguf is None:
+                    raise ValueError("--weights gguf serves a .gguf file's own blocks; this model was not loaded "
+                                     "from one (pass --model FILE.gguf, or another --weights mode)")
+                built.modes[mode] = built.gguf(model)
             elif mode == "q8":
                 with paged_out_after_forward(model.model.layers):
                     peaks = input_peaks(model, calibration_ids)  # type: ignore[arg-type]
@@ -241,4 +249,4 @@ def _exact_rows(head: Any, embedding: torch.Tensor) -> bool:
     """Whether the head's blocks hold the embedding table exactly (a GGUF's Q8_0 table does; a model
     with weights of its own does not, and then keeps its table)."""
     every = torch.arange(embedding.shape[0])
-    return all(torch.equal(head.rows(ids), embedding[ids].float()) for ids in every.split(4096))
+    return all(torch.equal(head.rows(ids), embedding[ids].float()) for ids in every.split(4096))  # type: ignore[no-untyped-call]  # third-party typing

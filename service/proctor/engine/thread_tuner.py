@@ -5,7 +5,7 @@ When a neighbour process takes CPU time, one of our threads is descheduled and e
 for it: on the 2-core machine with one busy neighbour, a one-row step took 170-310 ms at two threads
 against 55-75 ms at one (36 ms at two on a quiet machine). Nothing tells the process that a
 neighbour came or went, so the engine measures: ``ThreadTuner`` is a small hill-climb over
-1..budget threads (budget: ``models/cpus.py``) on decode steps.
+1..budget threads (budget: ``proctor/cpus.py``) on decode steps.
 
 - A *trial* alternates decode steps between a candidate count (one below or one above the
   current) and the current count, ``TRIAL_STEPS`` of each; the candidate wins when its median step
@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from proctor.models.cpus import IdleCpus, cpu_budget
+from proctor.cpus import IdleCpus, cpu_budget
 
 log = logging.getLogger("proctor.engine.threads")
 
@@ -77,7 +77,7 @@ class ThreadTuner:
     """Chooses the thread count for each decode step; call ``before_step`` then ``after_step``.
 
     Runs on the engine thread (``set_threads`` is ``torch.set_num_threads`` there). ``idle`` returns
-    the idle CPUs since its previous call (``models/cpus.py``; None: unknown, no gate)."""
+    the idle CPUs since its previous call (``proctor/cpus.py``; None: unknown, no gate)."""
 
     def __init__(self, budget: int, set_threads: Callable[[int], None], *,
                  clock: Callable[[], float] = time.monotonic, tunable: Callable[[], bool] = lambda: True,
@@ -235,7 +235,7 @@ class PinnedThreads:
 
 
 def thread_policy(threads: int, set_threads: Callable[[int], None], tunable: Callable[[], bool]) -> ThreadPolicy:
-    """``threads`` > 0: exactly that many. 0: the CPU budget (``models/cpus.py``), tuned by measurement
+    """``threads`` > 0: exactly that many. 0: the CPU budget (``proctor/cpus.py``), tuned by measurement
     when ``tunable()`` says the forward gives the same bits at any thread count (the slot forward
     with oneDNN-packed weights does; transformers' own forward and MKL do not, so tuning there would
     make a row's logits depend on the machine's load and break audited replay)."""

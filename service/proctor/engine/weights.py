@@ -41,6 +41,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -114,7 +115,7 @@ def _has_vnni() -> bool:
 
 def can_pack(dtype: torch.dtype) -> bool:
     """Whether oneDNN packs weights of this type here (bf16 needs AVX-512 or AVX-NE-CONVERT)."""
-    if not torch.backends.mkldnn.is_available():
+    if not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]  # third-party typing
         return False
     try:
         torch.ops.mkldnn._reorder_linear_weight(torch.zeros((8, 8), dtype=dtype), PACK_ROWS_HINT)
@@ -149,7 +150,7 @@ class _PackedLinear:
         self.nbytes = weight.numel() * weight.element_size()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, None, "none", [], "")
+        return cast(torch.Tensor, torch.ops.mkldnn._linear_pointwise(x, self.weight, None, "none", [], ""))
 
 
 class _Fp16Linear:
@@ -162,7 +163,7 @@ class _Fp16Linear:
         self.nbytes = weight.numel() * 2
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
+        return cast(torch.Tensor, torch.ops.quantized.linear_dynamic_fp16(x, self.packed))
 
 
 class BlockLinear:
@@ -195,12 +196,12 @@ class BlockLinear:
         self.nbytes = self.blocks.numel()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self._product(x.contiguous(), self.blocks)
+        return cast(torch.Tensor, self._product(x.contiguous(), self.blocks))
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """``dequantized_rows(ids)`` (the same values), in one kernel call for q8_0: token lookups."""
         if self.block_format == "q8_0":
-            return torch.ops.proctor.q8_0_rows(self.blocks, ids.long().contiguous())
+            return cast(torch.Tensor, torch.ops.proctor.q8_0_rows(self.blocks, ids.long().contiguous()))
         return self.dequantized_rows(ids)
 
     def dequantized_rows(self, ids: torch.Tensor) -> torch.Tensor:
@@ -209,10 +210,10 @@ class BlockLinear:
         lane = (ids % GROUP_ROWS).view(-1, 1, 1).expand(-1, 1, scale.shape[-1])
         pick = (lambda t: t.gather(1, lane).squeeze(1))  # noqa: E731 - [N, 8, blocks] → row `lane`: [N, blocks]
         codes = codes.gather(1, lane[..., None].expand(-1, 1, scale.shape[-1], BLOCK_INPUTS)).squeeze(1)
-        values = pick(scale)[..., None] * codes.float()
+        values = pick(scale)[..., None] * codes.float()  # type: ignore[no-untyped-call]  # third-party typing
         if minimum is not None:
-            values = values + pick(minimum)[..., None]
-        return values.reshape(ids.numel(), self.in_features)
+            values = values + pick(minimum)[..., None]  # type: ignore[no-untyped-call]  # third-party typing
+        return cast(torch.Tensor, values.reshape(ids.numel(), self.in_features))
 
     def ggml_blocks(self) -> torch.Tensor:
         """The blocks as ggml lays them out (per row, each block's scale, minimum and 16 bytes of paired
@@ -275,7 +276,8 @@ class _Int8RowLinear:
         peak = torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True).clamp_(min=torch.finfo(x.dtype).tiny)
         spanned = self._spanned(x.shape[0])
         torch.div(x, peak, out=spanned[:, :self.in_features])
-        return torch.ops.quantized.linear_dynamic(spanned, self.packed, self.reduce_range).mul_(peak)
+        product = torch.ops.quantized.linear_dynamic(spanned, self.packed, self.reduce_range)
+        return cast(torch.Tensor, product.mul_(peak))
 
     def _spanned(self, rows: int) -> torch.Tensor:
         """The input buffer for ``rows`` rows, its last two columns the constant ``+1, -1`` (reused:

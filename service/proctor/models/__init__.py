@@ -10,14 +10,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from proctor.engine.loaded_model import LoadedModel
     from proctor.models.default_model import install_default_model
     from proctor.models.errors import ModelError
-    from proctor.models.loader import LoadedModel, load_model
+    from proctor.models.loader import load_model
 
 __all__ = ["LoadedModel", "ModelError", "install_default_model", "load_model"]
 
 _HOMES = {
-    "LoadedModel": "proctor.models.loader",
+    "LoadedModel": "proctor.engine.loaded_model",
     "load_model": "proctor.models.loader",
     "ModelError": "proctor.models.errors",
     "install_default_model": "proctor.models.default_model",

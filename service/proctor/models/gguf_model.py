@@ -6,7 +6,7 @@
   ``from_pretrained(gguf_file=...)`` uses), without its dequantization of every tensor.
 - The model is transformers' class for that config built on the meta device: a skeleton that holds the
   config, the generation config and real rotary tables, but no weights. The slot forward reads the file's
-  blocks (engine/gguf_layers.py), so load time and resident memory track the file size.
+  blocks (models/gguf_layers.py), so load time and resident memory track the file size.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any, Path]:
     from again (models/gguf_tokenizer.py)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from proctor.engine.gguf_layers import attach
+    from proctor.models.gguf_layers import attach
 
     started = time.perf_counter()
     path = path.resolve()
@@ -46,7 +46,7 @@ def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any, Path]:
                              f"{file.architecture!r}): {exc}") from exc
     complete_config(config, file)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")  # type: ignore[no-untyped-call]  # third-party typing
     _rebuild_rotary(model)
     apply_rope_freqs(model, file)
     model.eval()
@@ -64,4 +64,4 @@ def _rebuild_rotary(model: torch.nn.Module) -> None:
         if type(module).__name__.endswith("RotaryEmbedding"):
             parent_name, _, attribute = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
-            setattr(parent, attribute, type(module)(config=module.config))  # type: ignore[call-arg]
+            setattr(parent, attribute, type(module)(config=module.config))

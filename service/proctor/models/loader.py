@@ -24,44 +24,19 @@ from typing import Any, Literal
 import torch
 
 from proctor.config import Settings
+from proctor.engine.loaded_model import LoadedModel
 from proctor.models.default_model import default_model_path, is_installed
 from proctor.models.errors import ModelError
 from proctor.models.fingerprint import loaded_tokenizer_sha256, tokenizer_sha256, weight_files, weights_sha256
 from proctor.models.gguf_model import load_gguf_blocks
-from proctor.models.offline import hub_allowed, offline
 from proctor.models.placement import apply_threads, resolve_device, resolve_dtype, resolve_weights
+from proctor.offline import hub_allowed, offline
 
 log = logging.getLogger("proctor.models")
 
 SourceKind = Literal["dir", "gguf", "hub"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"]
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """A model ready for inference plus the facts about it that requests and audit records need."""
-
-    model: torch.nn.Module
-    tokenizer: Any
-    model_id: str
-    path: Path
-    weights_sha256: str
-    tokenizer_sha256: str
-    dtype: torch.dtype
-    device: torch.device
-    eos_token_ids: tuple[int, ...]
-    pad_token_id: int | None
-    bos_token_id: int | None
-    context_length: int
-    vocab_size: int
-    special_token_ids: frozenset[int]
-    weights: str = "dense"  # how the slot forward runs the linear layers (engine/weights.py)
-    tokenizer_path: Path | None = None  # where the tokenizer loads from again (a GGUF's: its cache entry); else path
-
-    @property
-    def tokenizer_source(self) -> Path:
-        return self.tokenizer_path or self.path
 
 
 @dataclass(frozen=True)
@@ -244,7 +219,7 @@ def _context_length(config: Any) -> int:
 def _vocab_size(model: torch.nn.Module) -> int:
     """The width of the logits: the output embedding's rows (``config.vocab_size`` for sane models)."""
     configured = getattr(model.config, "vocab_size", None)
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head: Any = getattr(model, "get_output_embeddings", lambda: None)()
     rows = int(head.weight.shape[0]) if head is not None else None
     if rows is not None and configured is not None and rows != configured:
         log.warning("config.vocab_size=%s but the output layer has %s rows; using the latter", configured, rows)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from proctor.models.cpus import cpu_budget
+from proctor.cpus import cpu_budget
 from proctor.models.errors import ModelError
 
 DTYPES: dict[str, torch.dtype] = {
@@ -54,7 +54,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 def apply_threads(threads: int) -> None:
     """Set torch's intra-op thread count: ``threads`` when > 0, else the CPUs this process may use
-    (affinity and cgroup quota, ``models/cpus.py``; the engine thread then tunes it, engine/thread_tuner.py)."""
+    (affinity and cgroup quota, ``proctor/cpus.py``; the engine thread then tunes it, engine/thread_tuner.py)."""
     if threads < 0:
         raise ModelError(f"threads must be >= 0, got {threads}")
     torch.set_num_threads(threads if threads > 0 else cpu_budget())

@@ -40,7 +40,7 @@ def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> Threadin
     """Serve the registry on ``host:port`` (any path) from a daemon thread; IPv4 or IPv6 as ``host`` is."""
     family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)[0][0]
     server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
-    server = make_server(host, port, text_format_only(make_wsgi_app(registry)), server_class,
+    server: ThreadingWSGIServer = make_server(host, port, text_format_only(make_wsgi_app(registry)), server_class,
                          handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="proctor-metrics", daemon=True).start()
-    return server  # type: ignore[return-value]
+    return server

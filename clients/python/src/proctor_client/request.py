@@ -11,22 +11,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from proctor_client.v1 import generation_pb2
 
 MessageLike = tuple[str, str] | Mapping[str, str] | generation_pb2.ChatMessage
 PluginLike = str | tuple[str, Mapping[str, Any] | None]
+# The spellings this client accepts are the proto enums' value names, lower-cased: the proto is the one list
+# both sides read (the server derives its tables from the same enums). The Literal aliases spell them again
+# for type checkers only; a test keeps each equal to its enum.
 GrammarSyntaxName = Literal["lark", "ebnf"]
 ConstraintBackendName = Literal["auto", "xgrammar", "llguidance", "outlines"]
 JsonWhitespaceName = Literal["compact", "flexible"]
-GRAMMAR_SYNTAXES: tuple[str, ...] = get_args(GrammarSyntaxName)
-CONSTRAINT_BACKENDS: tuple[str, ...] = get_args(ConstraintBackendName)
-JSON_WHITESPACES: tuple[str, ...] = get_args(JsonWhitespaceName)
 EarlyStoppingName = Literal["heuristic", "when_full", "never"]
-EARLY_STOPPINGS: tuple[str, ...] = get_args(EarlyStoppingName)
 ContextOverflowName = Literal["refuse", "drop_oldest_turns", "keep_start_and_end"]
-CONTEXT_OVERFLOWS: tuple[str, ...] = get_args(ContextOverflowName)
+
+
+def wire_names(enum: Any, prefix: str) -> tuple[str, ...]:
+    """A proto enum's value names after ``prefix``, lower-cased, without ``UNSPECIFIED`` (its number 0)."""
+    return tuple(name.removeprefix(prefix).lower() for name, number in enum.items() if number != 0)
+
+
+GRAMMAR_SYNTAXES = wire_names(generation_pb2.GrammarSyntax, "GRAMMAR_SYNTAX_")
+CONSTRAINT_BACKENDS = wire_names(generation_pb2.ConstraintBackend, "CONSTRAINT_BACKEND_")
+JSON_WHITESPACES = wire_names(generation_pb2.JsonWhitespace, "JSON_WHITESPACE_")
+EARLY_STOPPINGS = wire_names(generation_pb2.BeamEarlyStopping, "BEAM_EARLY_STOPPING_")
+CONTEXT_OVERFLOWS = wire_names(generation_pb2.ContextOverflow, "CONTEXT_OVERFLOW_")
 
 
 def build_request(

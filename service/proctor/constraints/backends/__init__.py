@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from proctor.constraints.backend import Backend
+from proctor.constraints.engines import ENGINES
 
 
 def create_backend(name: str, tokenizer: Any, vocab_size: int, eos_token_ids: tuple[int, ...]) -> Backend:
@@ -16,16 +17,8 @@ def create_backend(name: str, tokenizer: Any, vocab_size: int, eos_token_ids: tu
     eos = tuple(int(i) for i in eos_token_ids)
     if not eos:
         raise ValueError("at least one EOS token id is needed")
-    if name == "xgrammar":
-        from proctor.constraints.backends.xgrammar_backend import XGrammarBackend
-
-        return XGrammarBackend(tokenizer, vocab_size, eos)
-    if name == "llguidance":
-        from proctor.constraints.backends.llguidance_backend import LLGuidanceBackend
-
-        return LLGuidanceBackend(tokenizer, vocab_size, eos)
-    if name == "outlines":
-        from proctor.constraints.backends.outlines_backend import OutlinesBackend
-
-        return OutlinesBackend(tokenizer, vocab_size, eos)
-    raise ValueError(f"unknown constraint backend {name!r}; expected one of xgrammar, llguidance, outlines")
+    entry = ENGINES.get(name)
+    if entry is None:
+        raise ValueError(f"unknown constraint backend {name!r}; expected one of {', '.join(ENGINES)}")
+    backend: Backend = entry.adapter_class()(tokenizer, vocab_size, eos)
+    return backend

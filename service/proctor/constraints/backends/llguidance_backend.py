@@ -27,9 +27,10 @@ import torch
 
 from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends.common import check_row, checked_schema, reason
+from proctor.constraints.engines import LLGUIDANCE
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax, choice_regex
 
-NAME = "llguidance"
+NAME = LLGUIDANCE
 JSON_ESCAPES = 'nrbtf\\"'
 MATCHER_OVERHEAD_BYTES = 64 * 1024  # rough size of a built lexer/parser beyond the grammar text
 
@@ -45,7 +46,7 @@ def _executor() -> Any:
     outside the GIL."""
     import llguidance
 
-    from proctor.models.cpus import cpu_budget
+    from proctor.cpus import cpu_budget
 
     return llguidance.LLExecutor(cpu_budget())
 
@@ -139,7 +140,7 @@ class LLGuidanceBackend:
     def _grammar(self, spec: ConstraintSpec, schema: str) -> str:
         matcher = self._llg.LLMatcher
         if spec.kind is ConstraintKind.JSON_SCHEMA:
-            return matcher.grammar_from_json_schema(schema, overrides=json_options(spec.flexible_whitespace))
+            return matcher.grammar_from_json_schema(schema, overrides=json_options(spec.flexible_whitespace))  # type: ignore[arg-type]  # third-party typing
         if spec.kind is ConstraintKind.REGEX:
             return matcher.grammar_from_regex(spec.text)
         if spec.kind is ConstraintKind.CHOICE:

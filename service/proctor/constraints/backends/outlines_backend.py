@@ -19,16 +19,17 @@ Notes from checking it against the real tokenizer:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from proctor.constraints.backend import ConstraintError, bitmask_words
 from proctor.constraints.backends.common import check_row, checked_schema, eos_row, reason
 from proctor.constraints.backends.vocab import token_bytes
+from proctor.constraints.engines import OUTLINES
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, choice_regex
 
-NAME = "outlines"
+NAME = OUTLINES
 
 
 class OutlinesMatcher:
@@ -140,7 +141,8 @@ class OutlinesBackend:
             schema = checked_schema(spec, NAME)
             from outlines_core.json_schema import build_regex_from_schema
 
-            return build_regex_from_schema(schema) if spec.flexible_whitespace else build_regex_from_schema(schema, "")
+            regex = build_regex_from_schema(schema) if spec.flexible_whitespace else build_regex_from_schema(schema, "")
+            return cast(str, regex)
         if spec.kind is ConstraintKind.REGEX:
             return spec.text
         if spec.kind is ConstraintKind.CHOICE:

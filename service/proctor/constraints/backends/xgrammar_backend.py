@@ -17,16 +17,17 @@ Notes from checking it against the real tokenizer:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from proctor.constraints.backend import ConstraintError, bitmask_words
 from proctor.constraints.backends.common import allows_other_than, check_row, checked_schema, eos_row, reason
 from proctor.constraints.backends.vocab import token_bytes
+from proctor.constraints.engines import XGRAMMAR
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax, choice_regex
 
-NAME = "xgrammar"
+NAME = XGRAMMAR
 COMPILE_THREADS = 2
 
 
@@ -83,7 +84,7 @@ class XGrammarCompiled:
         return XGrammarMatcher(xgrammar.GrammarMatcher(self._compiled), self._eos)
 
     def to_bytes(self) -> bytes:
-        return self._compiled.serialize_json().encode("utf-8")
+        return cast("bytes", self._compiled.serialize_json().encode("utf-8"))
 
     def memory_bytes(self) -> int:
         return int(self._compiled.memory_size_bytes)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from proctor.decoding.plugins.api import PluginContext, PluginParamsError, PluginSpec, SequenceView
-from proctor.decoding.plugins.json_path import JsonPathWatcher, parse_path
+from proctor.decoding.plugins.json_path import JsonPathWatcher, PathStep, parse_path
 from proctor.decoding.plugins.moderation_builtin import MODERATION_PLUGINS
 
 MAX_BIAS_PHRASES = 256
@@ -63,7 +63,7 @@ def _phrase_bias(params: dict[str, Any], context: PluginContext) -> PhraseBias:
 
 
 class JsonValueComplete:
-    def __init__(self, path: tuple[str, ...], raw: str) -> None:
+    def __init__(self, path: tuple[PathStep, ...], raw: str) -> None:
         self._watcher = JsonPathWatcher(path)
         self._raw = raw
         self._seen = 0

@@ -36,7 +36,7 @@ def offline() -> Iterator[None]:
     for name in _FLAGS:
         os.environ[name] = "1"
     if constants is not None:
-        constants.HF_HUB_OFFLINE = True
+        constants.__dict__["HF_HUB_OFFLINE"] = True  # a module constant, read when hub functions run
     try:
         yield
     finally:
@@ -47,4 +47,4 @@ def offline() -> Iterator[None]:
                 os.environ[name] = value
         now = sys.modules.get("huggingface_hub.constants")
         if now is not None:  # imported before or during the block: put back what the environment says
-            now.HF_HUB_OFFLINE = saved_constant if constants is not None else _env_offline()
+            now.__dict__["HF_HUB_OFFLINE"] = saved_constant if constants is not None else _env_offline()

@@ -9,36 +9,24 @@ The matrices stay in the file's memory map; only the norms and biases are copied
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
 
 from proctor.engine.families import Family, describe
 from proctor.engine.gguf_linear import GgufStack
-from proctor.engine.slot_weights import LayerWeights, SlotWeights
+from proctor.engine.slot_weights import LayerWeights, SlotWeights, built_from
 from proctor.models.gguf_file import GgufFile
 
 # The GGUF architectures whose q/k rows convert_hf_to_gguf permutes (its LlamaModel: Llama and Mistral).
 PERMUTED_ARCHITECTURES = ("llama",)
 
-_FILES: weakref.WeakKeyDictionary[Any, GgufFile] = weakref.WeakKeyDictionary()
-
-
 def attach(model: Any, file: GgufFile) -> None:
-    """Record that ``model`` (a skeleton without matrices) is served from ``file``'s blocks."""
-    _FILES[model] = file
+    """Serve ``model`` (a skeleton without matrices) from ``file``'s blocks under ``--weights gguf``."""
+    built_from(model, lambda skeleton: gguf_slot_weights(skeleton, file))
 
 
-def attached(model: Any) -> GgufFile | None:
-    return _FILES.get(model)
-
-
-def gguf_slot_weights(model: Any) -> SlotWeights:
-    file = _FILES.get(model)
-    if file is None:
-        raise ValueError("--weights gguf serves a .gguf file's own blocks; this model was not loaded from one "
-                         "(pass --model FILE.gguf, or another --weights mode)")
+def gguf_slot_weights(model: Any, file: GgufFile) -> SlotWeights:
     family = describe(model.config)
     permuted = file.architecture in PERMUTED_ARCHITECTURES
     layers = [_layer(file, f"blk.{index}.", family, permuted) for index in range(model.config.num_hidden_layers)]
@@ -63,7 +51,8 @@ def _layer(file: GgufFile, prefix: str, family: Family, permuted: bool) -> Layer
         qkv = GgufStack([file.matrix(prefix + "attn_q.weight", q_heads), file.matrix(prefix + "attn_k.weight", k_heads),
                          file.matrix(prefix + "attn_v.weight")])
         biases = [optional("attn_q.bias", q_heads), optional("attn_k.bias", k_heads), optional("attn_v.bias")]
-        qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None  # type: ignore[misc]
+        present = [b for b in biases if b is not None]
+        qkv_bias = torch.cat(present) if len(present) == len(biases) else None
     if file.has(prefix + "ffn_gate.weight"):
         gate_up = GgufStack([file.matrix(prefix + "ffn_gate.weight"), file.matrix(prefix + "ffn_up.weight")])
         gate_up_bias = (torch.cat([file.vector(prefix + "ffn_gate.bias"), file.vector(prefix + "ffn_up.bias")])

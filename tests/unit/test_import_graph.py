@@ -1,0 +1,124 @@
+"""The server package's import graph: no circle between modules, no arrow from a lower layer to a higher one.
+
+Every import counts, including those inside functions and under ``TYPE_CHECKING``: a lazy import is still a
+dependency. The layers, lowest first, are written once here (docs/architecture.md explains them).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2] / "service"
+PACKAGE = ROOT / "proctor"
+# A module may import its own package and any lower layer, never a higher one nor another package of its layer.
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"__init__", "config", "domain", "cpus", "offline"}),  # facts: settings, request types, the host
+    frozenset({"observability"}),
+    frozenset({"constraints"}),  # grammars compiled into token masks (a tokenizer in, no model)
+    frozenset({"decoding", "contracts"}),  # the per-step pipeline over logits; contract templates and checks
+    frozenset({"engine"}),  # the loop, the batch, the model's forward
+    frozenset({"models"}),  # loading a model into what the engine runs
+    frozenset({"audit"}),
+    frozenset({"api"}),  # servicers: convert and check, never torch
+    frozenset({"app", "health_probe"}),  # the composition root; the health probe (a client of the server)
+    frozenset({"cli"}),  # the entry point over both
+)
+
+
+def _name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The ``proctor`` modules ``path`` imports (``from a import b`` counts ``a.b`` when that is a module)."""
+    package = _name(path) if path.name == "__init__.py" else _name(path).rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found.update(target for target in targets if target in modules)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = [p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts]
+    modules = {_name(p) for p in paths}
+    return {_name(p): _imports(p, modules) - {_name(p)} for p in paths}
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else "__init__"
+    for rank, members in enumerate(LAYERS):
+        if top in members:
+            return rank
+    raise AssertionError(f"{module}: its top-level name {top!r} is in no layer (add it to LAYERS)")
+
+
+def _top(module: str) -> str:
+    return module.split(".")[1] if "." in module else "__init__"
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_import_circle() -> None:
+    graph = _graph()
+    assert len(graph) > 100
+    assert _cycles(graph) == []
+
+
+def test_no_upward_or_sideways_arrow_between_packages() -> None:
+    offenders = sorted(f"{source} -> {target}" for source, targets in _graph().items() for target in targets
+                       if _top(source) != _top(target) and _layer(target) >= _layer(source))
+    assert offenders == []
+
+
+def test_the_checks_see_a_circle_and_an_upward_arrow() -> None:
+    """Guard: the graph walk must report what it is there to catch."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _layer("proctor.api.servicer") > _layer("proctor.engine.engine") > _layer("proctor.decoding.pipeline")
+    graph = _graph()
+    assert "proctor.engine.loaded_model" in graph["proctor.engine.engine"]  # a plain import is seen
+    assert "proctor.decoding.forbidden" in graph["proctor.engine.preprocess"]  # so is one inside a function
