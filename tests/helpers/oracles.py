@@ -25,6 +25,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
+from proctor_client import ProctorClient
+
 Schema = Mapping[str, Any] | bool | str
 
 
@@ -64,6 +66,14 @@ def assert_valid_json(text: str, schema: Schema) -> Any:
     errors = json_errors(text, schema)
     assert not errors, f"jsonschema rejects the output {text[:200]!r}: {errors[:5]}"
     return parse_json(text)
+
+
+def registered_schema(client: ProctorClient, ref: str) -> dict[str, Any]:
+    """The schema the server lists under ``ref``: ``name@version``, or ``name`` where one version is listed."""
+    entries = [e for e in client.list_schemas() if ref in (f"{e.name}@{e.version}", e.name)]
+    assert len(entries) == 1, f"{ref} names {len(entries)} listed schemas: name a version"
+    schema: dict[str, Any] = json.loads(entries[0].schema)
+    return schema
 
 
 def normalize(text: str, casefold: bool = True) -> str:

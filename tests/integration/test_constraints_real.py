@@ -11,7 +11,7 @@ import time
 
 import grpc
 import pytest
-from helpers.oracles import assert_valid_json, is_valid_json
+from helpers.oracles import assert_valid_json, is_valid_json, registered_schema
 
 from proctor_client import ProctorClient, ProctorError
 from proctor_client.v1 import generation_pb2 as pb
@@ -26,13 +26,6 @@ CONTRACT_PROMPTS = [
 
 def chat(text: str) -> list[tuple[str, str]]:
     return [("system", "You write contracts as JSON."), ("user", text)]
-
-
-def registered_schema(client: ProctorClient, ref: str) -> dict[str, object]:
-    """The schema the server lists under ``ref`` (``name@version``, or ``name`` for the latest version)."""
-    entries = [e for e in client.list_schemas() if ref in (f"{e.name}@{e.version}", e.name)]
-    assert entries, f"{ref} is not listed"
-    return json.loads(max(entries, key=lambda e: e.version).schema)
 
 
 def test_list_schemas_shows_the_registered_contracts(client: ProctorClient) -> None:
