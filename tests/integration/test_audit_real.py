@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
+from helpers.oracles import is_valid_json
 from helpers.requirements import missing, require_module
 
 from proctor_client import ProctorClient, ProctorError
@@ -214,6 +215,7 @@ def test_a_fallback_request_records_its_attempts_and_replays_them(client: Procto
     assert record["constraint"]["exact"] is False and record["constraint"]["relaxed"] == ["uniqueItems at #"]
     assert [a["number"] for a in record["attempts"]] == [a.attempt for a in original.attempts]
     assert record["attempts"][-1]["valid"] == record["schema_validation"]["valid"] == original.schema_validation.valid
+    assert original.schema_validation.valid == is_valid_json(original.text, schema), original.text  # the tests' own
     result = audit.Replay(audit_pb2.ReplayRequest(audit_id=original.audit_id), timeout=300)
     assert result.exact_match, result.message  # the same attempts, the same returned output
 

@@ -8,6 +8,7 @@ import json
 
 import grpc
 import pytest
+from helpers.oracles import assert_valid_json
 
 from proctor_client import ProctorClient, ProctorError
 from proctor_client.v1 import audit_pb2, audit_pb2_grpc
@@ -25,7 +26,7 @@ def test_beams_come_back_best_first_audited_and_replayable(client: ProctorClient
     sequences = list(response.sequences)
     assert len(sequences) == 3 and response.schema_validation.valid
     assert [s.score for s in sequences] == sorted((s.score for s in sequences), reverse=True)
-    assert all(json.loads(s.text)["city"] for s in sequences)  # every beam is valid JSON for the schema
+    assert all(assert_valid_json(s.text, SCHEMA)["city"] for s in sequences)  # every beam is valid for the schema
     assert len({tuple(s.token_ids) for s in sequences}) == 3
     assert sequences[0].text == response.text
     channel = grpc.insecure_channel(server.address)

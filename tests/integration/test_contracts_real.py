@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 import pytest
+from helpers.oracles import assert_valid_json, registered_schema
 
 from proctor_client import ProctorClient, ProctorError
 from proctor_client.v1 import audit_pb2, audit_pb2_grpc
@@ -35,7 +36,7 @@ def test_an_nda_holds_every_required_clause_party_and_fact(client: ProctorClient
         request_id="nda-1", timeout_s=300)
     assert response.valid, list(response.errors)
     assert response.template == "contract/nda@1" and response.schema_ref == "contract/nda@1"
-    contract = json.loads(response.contract_json)
+    contract = assert_valid_json(response.contract_json, registered_schema(client, response.schema_ref))
     assert [(c["id"], c["title"]) for c in contract["clauses"][:2]] == [("4.2", "Return of Materials"),
                                                                         ("7", "Governing Law")]
     assert [(p["name"], p["role"]) for p in contract["parties"]] == [("Acme Corp", "disclosing"),
@@ -72,6 +73,8 @@ def test_a_cut_attempt_is_repaired_and_every_attempt_is_audited(client: ProctorC
         assert stored["contract"]["check"]["valid"] == attempt.valid
     if not response.valid:  # never returned as valid when it is not
         assert response.errors
+    else:
+        assert_valid_json(response.contract_json, registered_schema(client, response.schema_ref))
 
 
 def test_a_chinese_contract_comes_out_whole(client: ProctorClient, audit, model_dir) -> None:  # type: ignore[no-untyped-def]
@@ -81,7 +84,7 @@ def test_a_chinese_contract_comes_out_whole(client: ProctorClient, audit, model_
         required_clauses=["3=保密期限", "7=争议解决"], facts={"governing_law": "中华人民共和国法律"},
         forbidden_phrases=["信息"], request_id="nda-zh", timeout_s=300)
     assert response.valid, list(response.errors)
-    contract = json.loads(response.contract_json)
+    contract = assert_valid_json(response.contract_json, registered_schema(client, response.schema_ref))
     assert [c["title"] for c in contract["clauses"][:2]] == ["保密期限", "争议解决"]
     assert "\ufffd" not in response.contract_json and "信息" not in response.contract_json
     assert unicodedata.is_normalized("NFC", response.contract_json)
