@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import warnings
-from collections.abc import Iterator
+from collections import Counter
+from dataclasses import dataclass, field
 
 import pytest
 from helpers.requirements import BENCHDATA, missing
 from jsonschema import Draft202012Validator
 from referencing import Registry
+from referencing.exceptions import Unresolvable
 
 from proctor.constraints.backend import ConstraintError
 from proctor.constraints.json_validation import FORMAT_CHECKER, server_validator_class
@@ -35,13 +38,27 @@ REMOTE = ("refRemote", "remote", "dynamicRef", "vocabulary", "anchor", "id.json"
           "defs.json", "infinite-loop-detection")
 
 
-def _valid(cls: type, schema: object, instance: object) -> bool | None:
-    """The verdict, or None when the validator cannot evaluate the schema (remote refs, bad regex)."""
+# What a comparison run must achieve. The corpora are fixed files, so the counts are the same every run:
+# comparisons made (before vs after on one instance) draft7 820-824, draft2020-12 1119-1123, maskbench 1376;
+# instances the validator cannot judge: 5 (draft2020-12: \p{...} patterns Python's re does not compile), else
+# 0; schemas refused: 4 (relax of the suites: allOf/anyOf/oneOf of false, no finite value), else 0. The floors
+# and ceilings leave room for a newer corpus, not for a transformation or validator that stopped comparing.
+MIN_COMPARISONS = {"draft7": 750, "draft2020-12": 1000, "maskbench": 1250}
+MAX_UNJUDGED = 10
+MAX_REFUSED = 10
+# Why the validator may be unable to judge an instance: a pattern Python's re does not compile (ECMA-262
+# property escapes), a reference it cannot resolve (no remote registry). Anything else is a failure.
+UNJUDGEABLE = (re.error, Unresolvable)
+
+
+def _valid(cls: type, schema: object, instance: object, unjudged: Counter[str]) -> bool | None:
+    """The verdict, or None (counted in ``unjudged`` by reason) when the validator cannot evaluate the schema."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return cls(schema, registry=Registry(), format_checker=FORMAT_CHECKER).is_valid(instance)
-    except Exception:
+            return bool(cls(schema, registry=Registry(), format_checker=FORMAT_CHECKER).is_valid(instance))
+    except UNJUDGEABLE as exc:
+        unjudged[f"{type(exc).__name__}: {exc}"[:100]] += 1
         return None
 
 
@@ -80,28 +97,46 @@ def _transformed(schema: object, how: str) -> object:
     return relax(schema, "llguidance").schema
 
 
-def _disagreements(cases: list[tuple[str, object, list[object]]], how: str) -> Iterator[str]:
+@dataclass
+class Comparison:
+    """What one run over a corpus did: the comparisons made, and everything it did not compare, by reason."""
+
+    compared: int = 0
+    bad: list[str] = field(default_factory=list)
+    refused: Counter[str] = field(default_factory=Counter)
+    unjudged: Counter[str] = field(default_factory=Counter)
+
+
+def _compare(cases: list[tuple[str, object, list[object]]], how: str) -> Comparison:
+    result = Comparison()
     for name, schema, instances in cases:
         try:
             after = _transformed(schema, how)
-        except (ConstraintError, RecursionError):
-            continue  # refused (no superset, or no finite value): nothing to compare
+        except ConstraintError as exc:  # refused (no superset, or no finite value): nothing to compare
+            result.refused[f"{name}: {exc}"[:160]] += 1
+            continue
         for instance in instances:
-            before_ok = _valid(server_validator_class(schema), schema, instance)
-            after_ok = _valid(Draft202012Validator, after, instance)
-            if before_ok is None or after_ok is None:
+            before_ok = _valid(server_validator_class(schema), schema, instance, result.unjudged)
+            if before_ok is None:
                 continue
+            after_ok = _valid(Draft202012Validator, after, instance, result.unjudged)
+            if after_ok is None:
+                continue
+            result.compared += 1
             if (how == "relax" and before_ok and not after_ok) or (how != "relax" and before_ok != after_ok):
-                yield f"{name}: {json.dumps(instance)[:80]} before {before_ok} after {after_ok}"
+                result.bad.append(f"{name}: {json.dumps(instance)[:80]} before {before_ok} after {after_ok}")
+    return result
 
 
 @pytest.mark.parametrize("how", ["normalize", "rewrite", "relax"])
 @pytest.mark.parametrize("corpus", ["draft7", "draft2020-12", "maskbench"])
 def test_transformations_keep_meaning_or_widen_it(corpus: str, how: str) -> None:
     cases = maskbench_cases() if corpus == "maskbench" else suite_cases(corpus)
-    assert len(cases) > 100
-    bad = list(_disagreements(cases, how))
-    assert not bad, "\n".join(bad[:20])
+    result = _compare(cases, how)
+    assert not result.bad, "\n".join(result.bad[:20])
+    assert result.compared >= MIN_COMPARISONS[corpus], (result.compared, result.refused, result.unjudged)
+    assert sum(result.unjudged.values()) <= MAX_UNJUDGED, result.unjudged
+    assert sum(result.refused.values()) <= MAX_REFUSED, result.refused
 
 
 def test_draft4_keywords_are_restated() -> None:
