@@ -340,9 +340,10 @@ async def serve(settings: Settings) -> None:
     loader = asyncio.create_task(running.load())
     waiter = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({loader, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    if loader in done and loader.exception() is not None:
+    failure = loader.exception() if loader in done else None
+    if failure is not None:
         await running.server.stop(0)
-        raise loader.exception()  # type: ignore[misc]
+        raise failure
     await waiter
     if not loader.done():
         loader.cancel()

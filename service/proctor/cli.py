@@ -11,7 +11,7 @@ from proctor import __version__
 from proctor.config import WEIGHT_MODES, Settings
 
 
-def _add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("serve", help="start the gRPC server with a model")
     p.add_argument("--host", help="address to bind (default 127.0.0.1; PROCTOR_HOST)")
     p.add_argument("--port", type=int, help="port (default 50051, 0 picks a free one; PROCTOR_PORT)")
@@ -124,7 +124,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_model(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_model(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("model", help="manage the local model store")
     sub = p.add_subparsers(dest="model_command", required=True)
     install = sub.add_parser("install-default", help="fetch and convert the embedded default model (idempotent)")

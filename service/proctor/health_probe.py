@@ -35,7 +35,7 @@ def check(address: str, service: str = "", timeout_s: float = 2.0,
     return response.status == health_pb2.HealthCheckResponse.SERVING, status
 
 
-def add_health_command(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_health_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("health", help="exit 0 if the server's health check says SERVING (for probes)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--addr", metavar="HOST:PORT", help=f"server address (default: ${ADDR_ENV} or {DEFAULT_ADDR})")

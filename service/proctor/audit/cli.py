@@ -21,7 +21,7 @@ from proctor.config import Settings
 from proctor_client.cli import add_credential_flags
 
 
-def add_audit_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     audit = subparsers.add_parser("audit", help="read, export, verify and replay the audit trail")
     sub = audit.add_subparsers(dest="audit_command", required=True)
 

@@ -70,10 +70,10 @@ class PostgresAuditStore:
         self.description = f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}"
         with self._conn.cursor() as cur:
             for setting in ("synchronous_commit", "fsync"):
-                value = cur.execute(sql.SQL("SHOW {}").format(sql.Identifier(setting))).fetchone()[0]  # type: ignore[index]
+                value = _first(cur.execute(sql.SQL("SHOW {}").format(sql.Identifier(setting))).fetchone())
                 if value == "off":
                     raise RuntimeError(f"{self.description}: {setting} is off; audit commits would not be durable")
-            exists = cur.execute("SELECT to_regclass('audit_log') IS NOT NULL").fetchone()[0]  # type: ignore[index]
+            exists = _first(cur.execute("SELECT to_regclass('audit_log') IS NOT NULL").fetchone())
         self._conn.commit()
         if not exists:
             try:
@@ -138,7 +138,7 @@ class PostgresAuditStore:
 
     def count(self) -> int:
         with self._reading() as conn:
-            value = conn.execute("SELECT count(*) FROM audit_log").fetchone()[0]  # type: ignore[index]
+            value = _first(conn.execute("SELECT count(*) FROM audit_log").fetchone())
         return int(value)
 
     def iterate(self, filters: Filters | None = None, start_seq: int = 1) -> Iterator[Row]:
@@ -182,3 +182,10 @@ class PostgresAuditStore:
                 self._rollback(conn)
                 raise
             conn.commit()
+
+
+def _first(row: tuple[Any, ...] | None) -> Any:
+    """The first column of a one-row answer (these queries always return a row)."""
+    if row is None:
+        raise RuntimeError("the database returned no row to a query that always has one")
+    return row[0]

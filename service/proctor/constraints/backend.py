@@ -12,6 +12,7 @@ constraint may end there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -72,17 +73,21 @@ class Backend(Protocol):
         """Rebuild a compiled constraint from ``CompiledConstraint.to_bytes``."""
 
 
+FillTogether = Callable[[torch.Tensor, list[tuple[Matcher, int]]], None]  # a matcher class's batch fill
+
+
 def fill_bitmasks(bitmask: torch.Tensor, pairs: list[tuple[Matcher, int]]) -> None:
     """``matcher.fill_bitmask(bitmask, row)`` for every pair; matchers whose class can fill several rows
     at once (``fill_together``: llguidance, on its own threads) do so, the rest one by one."""
-    together: dict[type, list[tuple[Matcher, int]]] = {}
+    together: dict[FillTogether, list[tuple[Matcher, int]]] = {}
     for matcher, row in pairs:
-        if hasattr(type(matcher), "fill_together"):
-            together.setdefault(type(matcher), []).append((matcher, row))
+        fill: FillTogether | None = getattr(type(matcher), "fill_together", None)
+        if fill is not None:
+            together.setdefault(fill, []).append((matcher, row))
         else:
             matcher.fill_bitmask(bitmask, row)
-    for kind, group in together.items():
-        kind.fill_together(bitmask, group)  # type: ignore[attr-defined]
+    for fill_rows, group in together.items():
+        fill_rows(bitmask, group)
 
 
 def bitmask_words(vocab_size: int) -> int:

@@ -62,8 +62,10 @@ class InvalidSchemaError(ValueError):
     """The schema itself is unusable (not Draft 2020-12, or a non-local ``$ref``); the message says where."""
 
 
-def validate_json_output(text: str, schema: dict[str, Any] | bool, *, truncated: bool) -> ValidationResult:
-    """Check ``text`` (the whole output) against ``schema``; ``truncated``: it ended at the token limit.
+def validate_json_output(text: str, schema: dict[str, Any] | bool, *, truncated: bool,
+                         canonical: str | None = None) -> ValidationResult:
+    """Check ``text`` (the whole output) against ``schema``; ``truncated``: it ended at the token limit;
+    ``canonical``: the schema's canonical JSON when the caller keeps it (else it is computed here).
 
     Never raises: an unusable schema (which check_json_schema should have refused before generating) makes
     the result invalid with an error saying the schema cannot be evaluated.
@@ -74,7 +76,7 @@ def validate_json_output(text: str, schema: dict[str, Any] | bool, *, truncated:
     except ValueError as exc:
         return ValidationResult(False, _cap([*errors, f"not valid JSON: {exc}"]))
     try:
-        validator = _validator(canonical_json(schema))
+        validator = _validator(canonical if canonical is not None else canonical_json(schema))
         found = sorted(validator.iter_errors(instance), key=lambda e: (_path_key(e.absolute_path), e.message))
     except (InvalidSchemaError, referencing.exceptions.Unresolvable, re.error, RecursionError) as exc:
         # Runs after generation, in the engine: report "could not verify" as invalid rather than fail the request.

@@ -10,7 +10,7 @@ import functools
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from proctor.config import Settings
 from proctor.constraints import schema_support
@@ -51,7 +51,8 @@ def json_nesting_depth(text: str) -> int:
 class PreparedConstraint:
     compiled: CompiledConstraint
     summary: ConstraintSummary
-    schema: object | None  # the JSON schema to validate the output against, if any
+    schema: dict[str, Any] | bool | None  # the JSON schema to validate the output against, if any
+    schema_canonical: str = ""  # its canonical JSON: the validator cache's key, computed once here
 
     @property
     def exact(self) -> bool:
@@ -132,11 +133,14 @@ class ConstraintService:
         except ConstraintError as exc:
             raise RequestValidationError.single(request.field, f"cannot be compiled: {exc}") from None
         schema = spec.schema if spec.kind is ConstraintKind.JSON_SCHEMA else None
-        summary = ConstraintSummary(kind=spec.kind.value, backend=result.backend, spec_sha256=spec.sha256(),
+        if schema is not None and not isinstance(schema, dict | bool):  # to_spec refused anything else
+            raise RequestValidationError.single(request.field, "a JSON Schema is an object (or a boolean)")
+        canonical = spec.canonical_text()
+        summary = ConstraintSummary(kind=spec.kind.value, backend=result.backend, spec_sha256=spec.sha256(canonical),
                                     schema_ref=ref, cache_hit=result.cache_hit, compile_ms=result.compile_ms,
                                     exact=result.exact, relaxed=result.relaxed,
                                     formats=format_handling(spec, result) if schema is not None else ())
-        return PreparedConstraint(result.compiled, summary, schema)
+        return PreparedConstraint(result.compiled, summary, schema, canonical if schema is not None else "")
 
 
 def format_handling(spec: ConstraintSpec, result: CompileResult) -> tuple[FormatUse, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class ConstraintKind(enum.Enum):
@@ -28,19 +28,22 @@ class ConstraintSpec:
     ``text`` is compact JSON for JSON schemas (no spaces, the author's key order, which decides
     the order of generated properties), the regex as given, a JSON list for choices, the grammar
     text for grammars. ``sha256`` identifies the constraint independently of key order.
+    ``parsed`` carries a JSON schema as the object ``text`` was written from, so nothing after the
+    request's check parses the text again (empty when built from text alone; not part of equality).
     """
 
     kind: ConstraintKind
     text: str
     syntax: GrammarSyntax | None = None
     flexible_whitespace: bool = False
+    parsed: tuple[object, ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
     def json_schema(cls, schema: object, flexible_whitespace: bool = False) -> ConstraintSpec:
         # Compact but in the author's key order: engines emit properties in schema order, and a
         # contract should read parties → dates → clauses, not alphabetically.
         text = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
-        return cls(ConstraintKind.JSON_SCHEMA, text, flexible_whitespace=flexible_whitespace)
+        return cls(ConstraintKind.JSON_SCHEMA, text, flexible_whitespace=flexible_whitespace, parsed=(schema,))
 
     @classmethod
     def regex(cls, pattern: str) -> ConstraintSpec:
@@ -61,11 +64,19 @@ class ConstraintSpec:
 
     @property
     def schema(self) -> object:
-        return json.loads(self.text) if self.kind is ConstraintKind.JSON_SCHEMA else None
+        """A JSON schema's object (None for the other kinds). Treat it as read-only: it is shared."""
+        if self.kind is not ConstraintKind.JSON_SCHEMA:
+            return None
+        return self.parsed[0] if self.parsed else json.loads(self.text)
 
-    def sha256(self) -> str:
-        """Hash of the canonical spec (recorded in responses and, later, the audit)."""
-        text = canonical_json(json.loads(self.text)) if self.kind is ConstraintKind.JSON_SCHEMA else self.text
+    def canonical_text(self) -> str:
+        """Key-order-independent text: a JSON schema's canonical JSON, else ``text``."""
+        return canonical_json(self.schema) if self.kind is ConstraintKind.JSON_SCHEMA else self.text
+
+    def sha256(self, canonical: str | None = None) -> str:
+        """Hash of the canonical spec (recorded in responses and the audit); ``canonical``: canonical_text(),
+        when the caller has it already."""
+        text = canonical if canonical is not None else self.canonical_text()
         payload = json.dumps([self.kind.value, text, self.syntax.value if self.syntax else None,
                               self.flexible_whitespace], ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()

@@ -83,7 +83,7 @@ def build_masks(logits: torch.Tensor, rows: Sequence[MaskedRow], top: list[int])
 def constraint_bitmask(rows: Sequence[MaskedRow], constrained: list[int], vocab: int) -> torch.Tensor:
     """The constraint layer as [B, W] int32 bitmasks (bit set: allowed); rows without a constraint allow all."""
     bitmask = allocate_bitmask(len(rows), vocab)
-    fill_bitmasks(bitmask, [(rows[index].matcher, index) for index in constrained])  # type: ignore[misc]
+    fill_bitmasks(bitmask, [(matcher, index) for index in constrained if (matcher := rows[index].matcher) is not None])
     return bitmask
 
 

@@ -15,10 +15,10 @@ length, so its logits are the same whatever else runs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
+from proctor.engine.llama_step import LlamaSlots
 from proctor.engine.model_runner import SlotRunner
 from proctor.engine.sequence import SequenceState
 
@@ -33,7 +33,7 @@ class DecodeBatch:
         self.chunk_tokens = chunk_tokens  # 0: every prompt prefilled whole
         self.states: list[SequenceState] = []
         self.staged: list[SequenceState] = []  # long prompts waiting for or in their chunked prefill, oldest first
-        self._staging: Any = None  # the one-slot runner of staged[0]
+        self._staging: LlamaSlots | None = None  # the one-slot runner of staged[0]
         self._staged_tokens = 0  # prompt tokens of staged[0] already prefilled
 
     @property
@@ -86,14 +86,16 @@ class DecodeBatch:
 
     def needs_chunks(self, state: SequenceState) -> bool:
         """Whether ``state``'s prompt is prefilled in chunks (long, and the runner can stage)."""
-        return 0 < self.chunk_tokens < len(state.prompt_ids) and hasattr(self._runner, "staging")
+        return 0 < self.chunk_tokens < len(state.prompt_ids) and isinstance(self._runner, LlamaSlots)
 
     def prefill_chunk(self) -> tuple[SequenceState, torch.Tensor] | None:
         """Prefill the next chunk of ``staged[0]``; once its last chunk is done it joins the running
         rows and this returns it with its logits [1, V]."""
         state, done = self.staged[0], self._staged_tokens
+        runner = self._runner
+        assert isinstance(runner, LlamaSlots)  # needs_chunks staged it
         if self._staging is None:
-            self._staging = self._runner.staging()  # type: ignore[attr-defined]
+            self._staging = runner.staging()
         chunk = state.prompt_ids[done:done + self.chunk_tokens]
         logits = self._staging.prefill(0, chunk, done)
         self._staged_tokens += len(chunk)
@@ -102,7 +104,7 @@ class DecodeBatch:
         self.staged.pop(0)
         self._staged_tokens = 0
         self.states.append(state)
-        self._runner.adopt(self._staging, len(self.states) - 1)  # type: ignore[attr-defined]
+        runner.adopt(self._staging, len(self.states) - 1)
         return state, logits
 
     def drop_staged(self, state: SequenceState) -> None:

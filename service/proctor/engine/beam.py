@@ -299,9 +299,9 @@ def _fork(host: SequenceState, matcher: Matcher | None, history: list[int]) -> M
     matcher that read the beam's tokens again."""
     if matcher is None:
         return None
-    fork = getattr(matcher, "fork", None)
+    fork: Callable[[], Matcher] | None = getattr(matcher, "fork", None)
     if fork is not None:
-        return fork()  # type: ignore[no-any-return]
+        return fork()
     assert host.constraint is not None
     fresh: Matcher = host.constraint.compiled.new_matcher()
     for token in history:

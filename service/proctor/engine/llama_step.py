@@ -108,14 +108,14 @@ class LlamaSlots:
         new_rows, capacity = self._round_rows(max(rows, self._rows)), _round_up(max(length, self._capacity))
         shape = (new_rows, self.kv_heads, capacity, self.head_dim)
         for caches in (self._keys, self._values):
-            if not caches:
-                caches.extend(None for _ in self._layers)  # type: ignore[misc]
-            for index, old in enumerate(caches):  # one layer at a time: the old and new caches never coexist whole
+            for index in range(len(self._layers)):  # one layer at a time: the old and new caches never coexist whole
                 # Zeros, not empty: masked positions are multiplied by 0 in attention, and 0 * NaN is NaN.
                 new = torch.zeros(shape, dtype=self.cache_dtype, device=self.device)
-                if old is not None:
-                    new[:self._rows, :, :self._capacity].copy_(old)
-                caches[index] = new
+                if index < len(caches):
+                    new[:self._rows, :, :self._capacity].copy_(caches[index])
+                    caches[index] = new
+                else:
+                    caches.append(new)
         self._rows, self._capacity = new_rows, capacity
 
     def _round_rows(self, rows: int) -> int:
@@ -253,10 +253,12 @@ class LlamaSlots:
         h = self._embed(torch.tensor(token_ids, dtype=torch.long, device=self.device))
         tables = {key: tuple(table[:, 0] for table in self._rope_tables(h, max(lengths) + 1, key))  # [L, D]
                   for key in set(self.family.rope_keys)}  # the kernel indexes them by position
+        decode_layer = self._decode_layer
+        assert decode_layer is not None  # _fused
         for index, (weights, tail) in enumerate(self._fused_arguments):
             cos, sin = tables[self.family.rope_keys[index]]
-            self._decode_layer(h, *weights, self._keys[index], self._values[index], lengths, cos, sin,  # type: ignore[misc]
-                               self.heads, self.kv_heads, self.eps, *tail)
+            decode_layer(h, *weights, self._keys[index], self._values[index], lengths, cos, sin,
+                         self.heads, self.kv_heads, self.eps, *tail)
         for slot in range(rows):
             self.lengths[slot] += 1
         if self.weights.mode in EVERY_FAMILY_KERNELS:  # final norm in the kernel library (q8: its own)
@@ -323,9 +325,9 @@ class LlamaSlots:
         if layer.qkv_bias is not None:
             projected = projected + layer.qkv_bias
         heads = projected.view(n, -1, d)
-        if layer.q_norm is not None:  # per head, before the rotation (Qwen3, Gemma 3)
+        if layer.q_norm is not None and layer.k_norm is not None:  # per head, before the rotation (Qwen3, Gemma 3)
             q, k = self._norm(heads[:, :self.heads], layer.q_norm), self._norm(
-                heads[:, self.heads:self.heads + self.kv_heads], layer.k_norm)  # type: ignore[arg-type]
+                heads[:, self.heads:self.heads + self.kv_heads], layer.k_norm)
             return rotate(q, cos, sin), rotate(k, cos, sin), heads[:, self.heads + self.kv_heads:]
         qk = rotate(heads[:, :self.heads + self.kv_heads], cos, sin)  # q and k in one pass: the same bits
         return qk[:, :self.heads], qk[:, self.heads:], heads[:, self.heads + self.kv_heads:]
@@ -367,7 +369,7 @@ def _fused_arguments(layer: LayerWeights, mode: str, family: Family,
     extras = (layer.qkv_bias, norm(layer.q_norm), norm(layer.k_norm), window or 0, scale, family.attn_softcap or 0.0,
               norm(layer.attn_out_norm), norm(layer.mlp_out_norm), family.activation == "gelu_tanh",
               layer.o_bias, layer.gate_up_bias, layer.down_bias)
-    return weights, (extras if mode in EVERY_FAMILY_KERNELS else (layer.qkv.reduce_range, *extras))  # type: ignore[attr-defined]
+    return weights, (extras if mode in EVERY_FAMILY_KERNELS else (products[0].reduce_range, *extras))
 
 
 def _kernel_norm(weight: torch.Tensor | None, family: Family) -> torch.Tensor | None:

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from proctor.domain import FieldViolation, GenerationRequest, PluginInfo, PromptTruncation, RequestValidationError
+from proctor.domain import (
+    FieldViolation,
+    GenerationRequest,
+    PluginCall,
+    PluginInfo,
+    PromptTruncation,
+    RequestValidationError,
+)
 from proctor.domain.request import ContextOverflow
 from proctor.engine.context_policy import input_room, shorten
 
@@ -19,6 +26,7 @@ if TYPE_CHECKING:
     from proctor.constraints.service import PreparedConstraint
     from proctor.decoding.forbidden import ForbiddenIndex
     from proctor.decoding.plugins import PluginContext, PluginRegistry
+    from proctor.decoding.plugins.api import Kind
     from proctor.decoding.plugins.moderation import ModerationPlugin
 
 
@@ -155,9 +163,11 @@ def prepare_masks(request: GenerationRequest, *, tokenizer: Any, vocab_size: int
     criteria: list[tuple[str, Any]] = []
     infos: list[PluginInfo] = []
     if request.logits_processors or request.stopping_criteria:
-        for kind, calls, out in (("logits_processor", request.logits_processors, processors),
-                                 ("stopping_criterion", request.stopping_criteria, criteria)):
-            for spec, instance in plugins.instantiate(calls, kind, context):  # type: ignore[arg-type]
+        lists: tuple[tuple[Kind, tuple[PluginCall, ...], list[tuple[str, Any]]], ...] = (
+            ("logits_processor", request.logits_processors, processors),
+            ("stopping_criterion", request.stopping_criteria, criteria))
+        for kind, calls, out in lists:
+            for spec, instance in plugins.instantiate(calls, kind, context):
                 out.append((f"plugin:{spec.name}", instance))
                 infos.append(PluginInfo(spec.name, spec.version, spec.kind))
     screens, moderators = _moderation_plugins(request, plugins, context, infos)
@@ -174,10 +184,12 @@ def _moderation_plugins(request: GenerationRequest, plugins: PluginRegistry, con
 
     built: dict[str, list[ModerationPlugin]] = {"input_screen": [], "output_moderator": []}
     bad: list[FieldViolation] = []
-    for kind, calls in (("input_screen", request.input_screens), ("output_moderator", request.output_moderators)):
+    lists: tuple[tuple[Kind, tuple[PluginCall, ...]], ...] = (
+        ("input_screen", request.input_screens), ("output_moderator", request.output_moderators))
+    for kind, calls in lists:
         try:
-            for spec, instance in plugins.instantiate(calls, kind, context):  # type: ignore[arg-type]
-                built[kind].append(ModerationPlugin(spec.name, spec.version, spec.kind, instance))  # type: ignore[arg-type]
+            for spec, instance in plugins.instantiate(calls, kind, context):
+                built[kind].append(ModerationPlugin(spec.name, spec.version, spec.kind, instance))
                 infos.append(PluginInfo(spec.name, spec.version, spec.kind))
         except RequestValidationError as exc:  # both lists' violations are reported together
             bad += exc.violations

@@ -283,7 +283,8 @@ class SequenceState:
         from proctor.constraints.json_validation import validate_json_output
 
         text = "".join(self._text)
-        result = validate_json_output(text, self.constraint.schema, truncated=reason is FinishReason.LENGTH)  # type: ignore[arg-type]
+        result = validate_json_output(text, self.constraint.schema, truncated=reason is FinishReason.LENGTH,
+                                      canonical=self.constraint.schema_canonical or None)
         if reason in UNFINISHED and reason is not FinishReason.LENGTH:
             ended = f"output ended ({reason.value}) before the JSON was complete; it is not a valid instance"
             return SchemaCheck(False, (ended, *result.errors))

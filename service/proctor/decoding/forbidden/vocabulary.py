@@ -27,12 +27,13 @@ class VocabularyTrie:
 
     @classmethod
     def build(cls, token_bytes: list[bytes | None]) -> VocabularyTrie:
-        ids = sorted((i for i, b in enumerate(token_bytes) if b), key=lambda i: token_bytes[i])  # type: ignore[arg-type, return-value]
+        spelled = {i: b for i, b in enumerate(token_bytes) if b}
+        ids = sorted(spelled, key=spelled.__getitem__)
         children: list[dict[int, int]] = [{}]
         lo, hi, exact = [0], [len(ids)], [0]
         for position, token_id in enumerate(ids):
             node = 0
-            for byte in token_bytes[token_id]:  # type: ignore[union-attr]
+            for byte in spelled[token_id]:
                 child = children[node].get(byte)
                 if child is None:
                     child = len(children)

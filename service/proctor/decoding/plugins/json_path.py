@@ -6,6 +6,7 @@ Paths are ``$`` followed by ``.key`` and ``[index]`` steps: ``$.title``, ``$.cla
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 PathStep = str | int
 _STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d+)\]|\[\"((?:[^\"\\]|\\.)*)\"\]")
@@ -28,12 +29,21 @@ def parse_path(raw: str) -> tuple[PathStep, ...]:
     return tuple(steps)
 
 
+@dataclass(slots=True)
+class _Frame:
+    """An open object or array: the step inside it now (a key, None before the first; an index)."""
+
+    is_object: bool
+    step: PathStep | None
+    expecting_key: bool
+
+
 class JsonPathWatcher:
     """Feed text chunks; ``feed`` returns True once the value at ``path`` has ended."""
 
     def __init__(self, path: tuple[PathStep, ...]) -> None:
         self._path = path
-        self._frames: list[list[object]] = []  # [kind "obj"|"arr", step, expecting_key]
+        self._frames: list[_Frame] = []
         self._in_string = False
         self._escape = False
         self._is_key = False
@@ -41,10 +51,10 @@ class JsonPathWatcher:
         self._scalar = False
         self.done = False
 
-    def _current_path(self) -> tuple[PathStep, ...]:
-        return tuple(frame[1] for frame in self._frames)  # type: ignore[misc]
+    def _current_path(self) -> tuple[PathStep | None, ...]:
+        return tuple(frame.step for frame in self._frames)
 
-    def _value_ended(self, path: tuple[PathStep, ...]) -> None:
+    def _value_ended(self, path: tuple[PathStep | None, ...]) -> None:
         if path == self._path:
             self.done = True
 
@@ -71,8 +81,8 @@ class JsonPathWatcher:
         elif ch == '"':
             self._in_string = False
             if self._is_key:
-                self._frames[-1][1] = "".join(self._buffer)
-                self._frames[-1][2] = False
+                self._frames[-1].step = "".join(self._buffer)
+                self._frames[-1].expecting_key = False
             else:
                 self._value_ended(self._current_path())
             return
@@ -83,10 +93,10 @@ class JsonPathWatcher:
         top = self._frames[-1] if self._frames else None
         if ch == '"':
             self._in_string = True
-            self._is_key = bool(top and top[0] == "obj" and top[2])
+            self._is_key = top is not None and top.is_object and top.expecting_key
             self._buffer = []
         elif ch in "{[":
-            self._frames.append(["obj", None, True] if ch == "{" else ["arr", 0, False])
+            self._frames.append(_Frame(True, None, True) if ch == "{" else _Frame(False, 0, False))
         elif ch in "}]":
             self._end_scalar()
             if self._frames:
@@ -95,10 +105,10 @@ class JsonPathWatcher:
         elif ch == ",":
             self._end_scalar()
             if top is not None:
-                if top[0] == "obj":
-                    top[2] = True
-                else:
-                    top[1] = int(top[1]) + 1  # type: ignore[call-overload]
+                if top.is_object:
+                    top.expecting_key = True
+                elif isinstance(top.step, int):
+                    top.step += 1
         elif ch == ":" or ch.isspace():
             self._end_scalar()
         else:

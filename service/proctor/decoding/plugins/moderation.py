@@ -29,7 +29,7 @@ class ModerationPlugin:
     name: str
     version: str
     kind: str  # "input_screen" or "output_moderator"
-    instance: Callable[[Any], Verdict]
+    instance: Callable[[Any], object]  # a Verdict is expected; anything else fails its call (run_plugin)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ into per-request instances or raises one ``RequestValidationError`` listing ever
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 
 from proctor.decoding.plugins.api import Kind, PluginContext, PluginParamsError, PluginSpec
@@ -59,8 +59,9 @@ class PluginRegistry:
         return sorted(self._specs.values(), key=lambda s: (s.kind, s.name))
 
     def instantiate(self, calls: tuple[PluginCall, ...], kind: Kind,
-                    context: PluginContext) -> list[tuple[PluginSpec, object]]:
-        out: list[tuple[PluginSpec, object]] = []
+                    context: PluginContext) -> list[tuple[PluginSpec, Callable[..., object]]]:
+        """Each call's plugin, created with its params; every bad name, params or plugin named at once."""
+        out: list[tuple[PluginSpec, Callable[..., object]]] = []
         bad: list[FieldViolation] = []
         for call in calls:
             spec = self._specs.get((kind, call.name))
@@ -70,7 +71,10 @@ class PluginRegistry:
                                                                  f"registered: {known}"))
                 continue
             try:
-                out.append((spec, spec.create(dict(call.params), context)))
+                instance = spec.create(dict(call.params), context)
+                if not callable(instance):
+                    raise TypeError(f"its factory returned {type(instance).__name__}, which cannot be called")
+                out.append((spec, instance))
             except (PluginParamsError, ValueError, TypeError, KeyError) as exc:
                 bad.append(FieldViolation(f"{call.field}.params", f"{call.name}: {exc}"))
         if bad:
