@@ -21,7 +21,7 @@ import torch
 from proctor.engine.families import describe
 from proctor.engine.resident import page_out, paged_out_after_forward, returning_freed_memory
 from proctor.engine.smoothing import expand_to_heads, input_peaks, shared_by_kv_head, smoothing_scales
-from proctor.engine.weights import Linear, make_linear
+from proctor.engine.weights import BlockLinear, Linear, make_linear
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,9 @@ class SlotWeights:
             return cast(torch.Tensor, self.embed_blocks.rows(ids))
         if self.embed.numel():
             return torch.nn.functional.embedding(ids, self.embed)
-        return cast(torch.Tensor, self.lm_head.rows(ids))  # type: ignore[attr-defined]
+        head = self.lm_head
+        assert isinstance(head, BlockLinear)  # no table kept: the tied head is a block matrix (q4)
+        return head.rows(ids)
 
     @property
     def thread_invariant(self) -> bool:
@@ -111,7 +113,8 @@ def slot_weights(model: Any, mode: str, calibration_ids: list[int] | None = None
                 built.modes[mode] = built.gguf(model)
             elif mode == "q8":
                 with paged_out_after_forward(model.model.layers):
-                    peaks = input_peaks(model, calibration_ids)  # type: ignore[arg-type]
+                    assert calibration_ids  # checked above
+                    peaks = input_peaks(model, calibration_ids)
                 built.modes[mode] = _build_smoothed(model, mode, peaks)
             else:
                 built.modes[mode] = _build(model, mode)
