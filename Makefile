@@ -56,6 +56,7 @@ proto: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -221,7 +221,7 @@ def _build_constraints(loaded: LoadedModel, settings: Settings, observability: O
     return service
 
 
-def _build_masks(loaded: LoadedModel, settings: Settings) -> tuple[PluginRegistry, tuple[str, ...]]:
+def _build_plugins_and_forbidden(loaded: LoadedModel, settings: Settings) -> tuple[PluginRegistry, tuple[str, ...]]:
     """Plugin registry and the server-wide forbidden list (its index built now, not on a request)."""
     from proctor.decoding.forbidden import ForbiddenOptions, build_index
     from proctor.decoding.forbidden.phrase_file import load_phrase_file
@@ -259,7 +259,7 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
     if problem is not None:  # at start, not as the fault of every request
         raise ValueError(problem)
     constraints = _build_constraints(loaded, settings, observability)
-    plugins, forbidden = _build_masks(loaded, settings)
+    plugins, forbidden = _build_plugins_and_forbidden(loaded, settings)
     engine = Engine(loaded, settings, on_health=on_health, constraints=constraints,
                     plugins=plugins, server_forbidden=forbidden, release_dense_weights=True)
     if observability is not None:

@@ -98,7 +98,7 @@ def test_typical_p_one_leaves_its_row_alone_in_a_mixed_batch() -> None:
 class Row:
     """A minimal DecodeRow (an input to the pipeline, not a stand-in for it)."""
 
-    sampling: SamplingParams
+    step_sampling: SamplingParams
     processors: tuple[tuple[str, object], ...] = ()
     allowed_mask: torch.Tensor | None = None
     generator: torch.Generator | None = None

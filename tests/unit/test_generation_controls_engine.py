@@ -212,8 +212,8 @@ def _state(engine, req: GenerationRequest) -> SequenceState:  # type: ignore[no-
 
 def test_a_request_without_controls_keeps_a_fixed_row(engine) -> None:  # type: ignore[no-untyped-def]
     plain = _state(engine, request(4, confidence=True))  # confidence needs no per-step change
-    assert plain.processors == () and plain.sampling is plain.request.sampling and not plain._controlled
+    assert plain.processors == () and plain.step_sampling is plain.request.sampling and not plain._controlled
     assert plain.top_logprobs == 2
     controlled = _state(engine, request(4, sampling=SamplingParams(temperature=1.0, greedy_first_tokens=1),
                                         stopping=StoppingParams(max_new_tokens=4, must_include=("x",))))
-    assert controlled.sampling.greedy and [name for name, _ in controlled.processors] == ["must_include"]
+    assert controlled.step_sampling.greedy and [name for name, _ in controlled.processors] == ["must_include"]

@@ -18,7 +18,7 @@ VOCAB = 200
 class Row:
     """A minimal DecodeRow (an input to the pipeline, not a stand-in for it)."""
 
-    sampling: SamplingParams
+    step_sampling: SamplingParams
     penalties: PenaltyState | None = None
     generator: torch.Generator | None = None
     top_logprobs: int = 0

@@ -324,3 +324,16 @@ def test_a_refused_requests_audit_copy_is_bounded_and_says_what_was_cut() -> Non
     assert message.logit_bias[4999] == 1.0 and len(message.prompt) == 100_000  # the original is untouched
     small = req(prompt="hi")
     assert "_omitted" not in bounded_dict(small) and bounded_dict(small)["prompt"] == "hi"
+
+
+def test_the_constraint_limit_counts_utf8_bytes_on_the_message() -> None:
+    """One limit, in bytes, whichever check meets it first: 600 two-byte characters are 1,200 bytes."""
+    settings = SETTINGS.replace(max_constraint_bytes=1000)
+    for message, field in ((req(regex="é" * 600), "regex"),
+                           (req(grammar=pb.GrammarConstraint(text="é" * 600, syntax=pb.GRAMMAR_SYNTAX_LARK)),
+                            "grammar.text")):
+        with pytest.raises(RequestValidationError) as caught:
+            check_request(message, settings, time_remaining_s=None)
+        assert [v.field for v in caught.value.violations] == [field]
+        assert "got 1200" in caught.value.violations[0].description
+    assert check_request(req(regex="é" * 500), settings, time_remaining_s=None).constraint is not None  # 1,000 bytes

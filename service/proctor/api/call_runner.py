@@ -78,7 +78,7 @@ class PreparedView(Protocol):
     @property
     def prompt_ids(self) -> tuple[int, ...]: ...
     @property
-    def masks(self) -> CallPlugins: ...
+    def controls(self) -> CallPlugins: ...
 
 
 P = TypeVar("P", bound=PreparedView)
@@ -154,14 +154,14 @@ class CallRunner(Generic[P]):
                     call.moderation = exc.verdicts
                     raise
             call.rendered_prompt, call.prompt_tokens = prepared.rendered_prompt, len(prepared.prompt_ids)
-            call.moderators, call.moderation = prepared.masks.moderators, screening.verdicts
+            call.moderators, call.moderation = prepared.controls.moderators, screening.verdicts
             queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
             if screening.blocked:  # nothing is generated: the call ends with the screen's reply
                 call.moderation_reply = screening.reply
                 queue.put_nowait(TokenEvent(
                     request.request_id, finish_reason=FinishReason.BLOCKED, finish_detail=screening.detail,
                     usage=Usage(len(prepared.prompt_ids), 0), seed=request.sampling.seed or 0,
-                    plugins=prepared.masks.plugins))
+                    plugins=prepared.controls.plugins))
                 return queue
             relay = self._relay_for(asyncio.get_running_loop())
             engine.submit(prepared, lambda event: relay.send(queue.put_nowait, event))
@@ -171,9 +171,9 @@ class CallRunner(Generic[P]):
     def _prepare_and_screen(engine: GenerationEngine[P], request: GenerationRequest) -> tuple[P, Outcome]:
         """Prepare the request, then run its input screens on the rendered input (worker thread)."""
         prepared = engine.prepare(request)
-        if not prepared.masks.screens:
+        if not prepared.controls.screens:
             return prepared, Outcome()
-        return prepared, screen_input(prepared.masks.screens, screened_input(request, prepared.rendered_prompt))
+        return prepared, screen_input(prepared.controls.screens, screened_input(request, prepared.rendered_prompt))
 
     async def moderated(self, call: CallRecord, events: list[TokenEvent]) -> list[TokenEvent]:
         """The events the caller gets: the screens' and moderators' verdicts on the final one, or one final

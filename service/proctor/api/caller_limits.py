@@ -71,10 +71,10 @@ def capped_request(request: GenerationRequest, caller: Caller, server_default: i
     cap = caller.limits.max_new_tokens
     if cap is None:
         return request
-    asked = request.stopping.max_new_tokens
-    if asked is None:
+    if request.stopping.max_new_tokens is None:
         return dataclasses.replace(request, stopping=dataclasses.replace(
             request.stopping, max_new_tokens=min(cap, server_default)))
+    asked = request.stopping.max_new_tokens
     if asked > cap:
         raise RequestValidationError.single(
             "stopping.max_new_tokens", f"caller {caller.name!r} may ask for at most {cap} new tokens, got {asked}")

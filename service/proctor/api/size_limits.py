@@ -42,10 +42,12 @@ def message_violations(message: pb.GenerateRequest, settings: Settings) -> list[
     else:
         over("prompt", len(m.prompt), settings.max_prompt_chars, "characters")
     kind = m.WhichOneof("constraint")
-    if kind in ("json_schema", "regex"):  # characters; the constraint service checks the UTF-8 bytes
-        over(kind, len(getattr(m, kind)), settings.max_constraint_bytes, "characters (max_constraint_bytes)")
+    if kind in ("json_schema", "regex"):
+        over(kind, utf8_size(getattr(m, kind), settings.max_constraint_bytes), settings.max_constraint_bytes,
+             "bytes (max_constraint_bytes)")
     elif kind == "grammar":
-        over("grammar.text", len(m.grammar.text), settings.max_constraint_bytes, "characters (max_constraint_bytes)")
+        over("grammar.text", utf8_size(m.grammar.text, settings.max_constraint_bytes), settings.max_constraint_bytes,
+             "bytes (max_constraint_bytes)")
         if m.grammar.syntax == pb.GRAMMAR_SYNTAX_UNSPECIFIED:
             bad.append(FieldViolation("grammar.syntax", "set the grammar syntax: LARK or EBNF"))
     elif kind == "choice":
@@ -67,6 +69,15 @@ def message_violations(message: pb.GenerateRequest, settings: Settings) -> list[
             over(f"{name}[{index}].params", call.params.ByteSize(), settings.max_plugin_params_bytes, "bytes")
     bad.extend(unknown_enums(message))
     return bad
+
+
+def utf8_size(text: str, limit: int) -> int:
+    """``len(text.encode())`` where it matters: a text of more characters than ``limit`` is over it (its
+    character count, a lower bound of its bytes, is returned), and one of at most ``limit // 4`` characters
+    is within it (a character is 1-4 bytes): both are found without encoding it."""
+    if len(text) > limit or len(text) <= limit // 4:
+        return len(text)
+    return len(text.encode("utf-8"))
 
 
 def unknown_enums(message: Message, prefix: str = "") -> list[FieldViolation]:

@@ -117,7 +117,7 @@ def _validate_stopping(request: GenerationRequest, settings: Settings, bad: Viol
             f"must be between 1 and the server cap {settings.max_new_tokens_limit}, got {st.max_new_tokens}")
     if st.min_new_tokens < 0:
         bad("stopping.min_new_tokens", f"must be >= 0, got {st.min_new_tokens}")
-    limit = _max_new_tokens(request, settings)
+    limit = request.stopping.asked_max_new_tokens(settings.default_max_new_tokens)
     if st.min_new_tokens > limit:
         bad("stopping.min_new_tokens", f"{st.min_new_tokens} exceeds max_new_tokens ({limit})")
     for index, stop in enumerate(st.stop):
@@ -145,7 +145,7 @@ def _validate_controls(request: GenerationRequest, settings: Settings, bad: Viol
         bad("sampling.first_tokens_temperature", f"must be in [0, 2] (0: greedy), got {s.first_tokens_temperature}")
     if s.greedy_first_tokens < 0:
         bad("sampling.greedy_first_tokens", f"must be >= 0 (0 means off), got {s.greedy_first_tokens}")
-    limit = _max_new_tokens(request, settings)
+    limit = request.stopping.asked_max_new_tokens(settings.default_max_new_tokens)
     for position, token_id in s.forced_tokens:
         field = f"sampling.forced_tokens[{position}]"
         if not 0 <= position < limit:
@@ -167,12 +167,6 @@ def _validate_controls(request: GenerationRequest, settings: Settings, bad: Viol
             bad(f"stopping.must_include[{index}]", "a phrase must not be empty")
         elif len(phrase) > MAX_MUST_INCLUDE_CHARS:
             bad(f"stopping.must_include[{index}]", f"longer than {MAX_MUST_INCLUDE_CHARS} characters")
-
-
-def _max_new_tokens(request: GenerationRequest, settings: Settings) -> int:
-    """The request's max_new_tokens as asked (the server default when unset; the context may cap it further)."""
-    st = request.stopping
-    return st.max_new_tokens if st.max_new_tokens is not None else settings.default_max_new_tokens
 
 
 def _validate_masks(request: GenerationRequest, settings: Settings, bad: Violations) -> None:

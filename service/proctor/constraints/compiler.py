@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from proctor.config import Settings
 from proctor.constraints import schema_relax
 from proctor.constraints.auto import FALLBACK, backend_order, policy_key
 from proctor.constraints.backend import Backend, CompiledConstraint, ConstraintError
@@ -31,8 +32,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class CompileLimits:
-    timeout_s: float = 5.0
-    max_spec_bytes: int = 1024 * 1024
+    """A server passes its settings' values (app.py); the defaults are Settings' own, their one home."""
+
+    timeout_s: float = Settings.constraint_timeout_s
+    max_spec_bytes: int = Settings.max_constraint_bytes  # checked by ConstraintService.to_spec, before parsing
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +96,6 @@ class ConstraintCompiler:
         A JSON schema that no engine enforces exactly goes to the validated fallback (the relaxed
         superset, compiled by ``FALLBACK``'s engine or the one named) unless ``exact_only``.
         """
-        size = len(spec.text.encode())
-        if size > self.limits.max_spec_bytes:
-            raise ConstraintError(f"the constraint is {size} bytes; the limit is {self.limits.max_spec_bytes} bytes")
         order = backend_order(spec) if backend == AUTO else (backend,)
         reasons = []
         for name in order:

@@ -70,8 +70,16 @@ class ConstraintService:
         self.max_choice_options = max_choice_options  # the server's setting (size_limits.py checks it first)
 
     def to_spec(self, request: ConstraintRequest) -> tuple[ConstraintSpec, str]:
-        """Canonical spec and the resolved schema reference ("" when none); errors name the field."""
+        """Canonical spec and the resolved schema reference ("" when none); errors name the field.
+
+        The size limit (max_constraint_bytes, in UTF-8 bytes) is checked here for every kind, before
+        anything parses or walks the text; the API checked the same limit on the message already."""
         field = request.field
+        size, limit = len(request.text.encode()), self.compiler.limits.max_spec_bytes
+        if size > limit:
+            what = "schema" if request.kind == "json_schema" else request.kind
+            raise RequestValidationError.single(
+                field, f"the {what} is {size} bytes; the limit (max_constraint_bytes) is {limit}")
         if request.kind == "schema_ref":
             if self.registry is None:
                 raise RequestValidationError.single(field, "this server has no schema registry")
@@ -82,12 +90,7 @@ class ConstraintService:
             spec = ConstraintSpec.json_schema(entry.schema, request.flexible_whitespace)
             return spec, f"{entry.name}@{entry.version}"
         if request.kind == "json_schema":
-            # The limits first, on the text, before anything parses or walks it (both would recurse or
-            # take time in proportion): size (max_constraint_bytes), then depth (max_schema_depth).
-            size, limit = len(request.text.encode()), self.compiler.limits.max_spec_bytes
-            if size > limit:
-                raise RequestValidationError.single(
-                    field, f"the schema is {size} bytes; the limit (max_constraint_bytes) is {limit}")
+            # The depth limit on the text too, before anything parses or walks it (both would recurse).
             depth = json_nesting_depth(request.text)
             if depth > self.max_schema_depth:
                 raise RequestValidationError.single(

@@ -53,7 +53,7 @@ class DecodeRow(MaskedRow, Protocol):
     """What the pipeline reads from one sequence's state (it never sees the batch's KV cache)."""
 
     @property
-    def sampling(self) -> SamplingParams: ...
+    def step_sampling(self) -> SamplingParams: ...
     @property
     def penalties(self) -> PenaltyState | None: ...
     @property
@@ -91,7 +91,7 @@ def _run_processors(logits: torch.Tensor, rows: Sequence[DecodeRow], masks: Mask
 
 
 def _per_row(rows: Sequence[DecodeRow], attr: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    return torch.tensor([getattr(row.sampling, attr) for row in rows], device=device, dtype=dtype)
+    return torch.tensor([getattr(row.step_sampling, attr) for row in rows], device=device, dtype=dtype)
 
 
 def run_pipeline(logits: torch.Tensor, rows: Sequence[DecodeRow],
@@ -125,7 +125,7 @@ def run_pipeline(logits: torch.Tensor, rows: Sequence[DecodeRow],
     else:  # masked by constraints alone (or not at all): the counts say which rows have nothing left
         dead = _dead_rows(logits, [i for i, count in enumerate(masks.allowed_count) if count == 0])
     processed = processed or edited
-    greedy = [row.sampling.greedy or index in dead for index, row in enumerate(rows)]
+    greedy = [row.step_sampling.greedy or index in dead for index, row in enumerate(rows)]
     final = logits
     if not all(greedy):
         device = logits.device
@@ -138,7 +138,7 @@ def run_pipeline(logits: torch.Tensor, rows: Sequence[DecodeRow],
             top_p=_per_row(sampling_rows, "top_p", device, logits.dtype),
             min_p=_per_row(sampling_rows, "min_p", device, logits.dtype),
             typical_p=_per_row(sampling_rows, "typical_p", device, logits.dtype)
-            if any(row.sampling.typical_p < 1.0 for row in sampling_rows) else None,
+            if any(row.step_sampling.typical_p < 1.0 for row in sampling_rows) else None,
         )
         final = logits.index_copy(0, sampled, warped)
         processed = True
@@ -155,7 +155,7 @@ def _greedy_under_constraints(logits: torch.Tensor, rows: Sequence[DecodeRow], t
     mask — chosen from the raw logits and the constraint's bitmasks in one kernel pass, with no [B, V] mask,
     copy or fill (the same tokens and bits as the general path; ~0.2 ms less a step at one row). None when
     the step does not qualify or the kernel library is not loaded."""
-    if not all(row.sampling.greedy and not row.processors and row.penalties is None for row in rows):
+    if not all(row.step_sampling.greedy and not row.processors and row.penalties is None for row in rows):
         return None
     constrained = only_constraints(rows)
     if not constrained or not logits_ops.suits(logits):  # (checked first: the fallback fills the masks itself)

@@ -58,12 +58,12 @@ class DecodeBatch:
         return per_token * (sum(len(s.prompt_ids) + len(s.generated) for s in list(self.states))
                             + (self._staged_tokens if self.staged else 0))
 
-    def fits(self, joining: list[SequenceState]) -> bool:
+    def fits(self, joining: list[SequenceState], leaving: set[int] | None = None) -> bool:
         """Whether the cache for the running rows plus ``joining`` stays within the memory budget.
 
         Each request reserves its prompt plus ``max_new_tokens``, so a request admitted never runs
         out of cache. A request alone in the batch is always admitted (its size was validated)."""
-        everyone = self.states + self.staged + joining
+        everyone = [s for s in self.states + self.staged if not leaving or id(s) not in leaving] + joining
         if len(everyone) > self.max_rows:
             return False
         if len(everyone) <= 1:

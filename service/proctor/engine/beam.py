@@ -43,6 +43,7 @@ from proctor.domain.request import EarlyStopping
 from proctor.engine.detokenizer import text_decoder
 from proctor.engine.families import unsupported_reason
 from proctor.engine.sequence import SequenceState
+from proctor.engine.status import RequestStatus
 
 NEG = -1.0e9  # transformers' "impossible" score
 
@@ -265,6 +266,8 @@ class BeamSearches:
 
     def take_new(self) -> None:
         with self._lock:
+            for search in self._new:
+                search.host.status = RequestStatus.RUNNING
             self._running += self._new
             self._new = []
 

@@ -28,14 +28,16 @@ from proctor.domain import FinishReason, GenerationRequest, RequestValidationErr
 from proctor.engine.attempts import FallbackAttempts
 from proctor.engine.batch import DecodeBatch
 from proctor.engine.beam import BeamSearches
+from proctor.engine.live import LiveRequests
 from proctor.engine.llama_step import LlamaSlots
 from proctor.engine.loaded_model import LoadedModel
 from proctor.engine.model_runner import SlotRunner, make_runner
-from proctor.engine.preprocess import PreparedRequest, prepare_masks, prepare_request
+from proctor.engine.preprocess import PreparedRequest, prepare_controls, prepare_request
 from proctor.engine.scheduler import Scheduler
 from proctor.engine.sequence import EventSink, SequenceState
 from proctor.engine.slot_weights import release_dense
 from proctor.engine.smoothing import calibration_ids
+from proctor.engine.status import RequestStatus
 from proctor.engine.thread_tuner import PinnedThreads, ThreadPolicy, thread_policy
 
 if TYPE_CHECKING:
@@ -66,10 +68,8 @@ class Engine:
                                     free_rows=lambda: rows - len(self._batch.states) - len(self._batch.staged))
         self._eos = frozenset(loaded.eos_token_ids)
         self._pieces: dict[int, str] = {}  # per-token text for token details, filled on first use
-        self._by_id: dict[str, SequenceState] = {}
-        self._fallbacks: dict[str, FallbackAttempts] = {}  # requests on the validated fallback, by id
+        self._live = LiveRequests()  # every request held, by id (engine/live.py)
         self._beams = BeamSearches(loaded, lambda rows: self._make_runner(rows, False))  # beside the batch
-        self._lock = threading.Lock()
         self._wake = threading.Event()
         self._accepting = True
         self._stop = False
@@ -105,10 +105,10 @@ class Engine:
             self.loaded.tokenizer, request, context_length=self.loaded.context_length,
             default_max_new_tokens=self.settings.default_max_new_tokens,
             max_new_tokens_limit=self.settings.max_new_tokens_limit)
-        masks = prepare_masks(request, tokenizer=self.loaded.tokenizer, vocab_size=self.loaded.vocab_size,
-                              server_forbidden=self.server_forbidden, plugins=self.plugins,
-                              context=self._plugin_context)
-        prepared = dataclasses.replace(prepared, masks=masks)
+        controls = prepare_controls(request, tokenizer=self.loaded.tokenizer, vocab_size=self.loaded.vocab_size,
+                                    server_forbidden=self.server_forbidden, plugins=self.plugins,
+                                    context=self._plugin_context)
+        prepared = dataclasses.replace(prepared, controls=controls)
         if request.constraint is None:
             return prepared
         if self.constraints is None:
@@ -144,15 +144,12 @@ class Engine:
             request_id = request.request_id
             attempts = FallbackAttempts(prepared, seed, sink, budget=self.settings.fallback_attempts,
                                         retry_temperature=self.settings.fallback_temperature, start=self._start,
-                                        on_done=lambda: self._forget_fallback(request_id))
-            with self._lock:  # between two attempts the id is in no other dict than this one
-                if request_id in self._by_id or request_id in self._fallbacks:
-                    raise RequestValidationError.single("request_id", f"request {request_id!r} is already running")
-                self._fallbacks[request_id] = attempts
+                                        on_done=lambda: self._live.forget_attempts(request_id))
+            self._live.add_attempts(request_id, attempts)
             try:
                 attempts.begin()
             except Exception:
-                self._fallbacks.pop(request_id, None)
+                self._live.forget_attempts(request_id)
                 raise
         else:
             self._start(prepared, seed, sink, None)
@@ -174,40 +171,32 @@ class Engine:
         if created is not None:
             state.created = created
         search = self._beams.create(state) if request.sampling.num_beams > 1 else None
-        with self._lock:
-            if request.request_id in self._by_id:
-                raise RequestValidationError.single("request_id", f"request {request.request_id!r} is already running")
-            self._by_id[request.request_id] = state
+        self._live.add_state(state)
+        try:
             if search is not None:  # beside the batch, on its own runner (engine/beam.py)
                 self._beams.add(search)
-        try:
-            if search is None:
+            else:
                 self._scheduler.enqueue(state)
         except Exception:
-            with self._lock:
-                self._by_id.pop(request.request_id, None)
+            self._live.forget_state(state)
             raise
         self._wake.set()
 
     def abort(self, request_id: str) -> None:
         """Cancel a request; it ends with CANCELLED within one step and its cache slot is freed."""
-        with self._lock:
-            state = self._by_id.get(request_id)
-        attempts = self._fallbacks.get(request_id)
-        if attempts is not None:
-            attempts.cancelled = True
-        if state is not None:
-            state.cancelled = True
+        if self._live.abort(request_id):
             self._wake.set()
 
+    def state_of(self, request_id: str) -> SequenceState | None:
+        """The live state of a request (its ``status`` says where it is); None once its final event went out."""
+        return self._live.get(request_id)
+
     def active_count(self) -> int:
-        with self._lock:
-            return len(self._by_id)
+        return self._live.counts()[0]
 
     def admission_counts(self) -> dict[str, int]:
         """What admission holds for calls, by holder: all zero once every call has ended (``live``: request ids)."""
-        with self._lock:
-            live, fallbacks = len(self._by_id), len(self._fallbacks)
+        live, fallbacks = self._live.counts()
         return {"reserved": self._scheduler.reserved_count(), "waiting": self._scheduler.waiting_count(),
                 "staged": len(self._batch.staged), "running": len(self._batch.states),
                 "beams": self._beams.held(), "fallbacks": fallbacks, "live": live}
@@ -229,9 +218,7 @@ class Engine:
         deadline = time.monotonic() + grace_s
         while self.active_count() and time.monotonic() < deadline:
             time.sleep(0.02)
-        with self._lock:
-            for state in self._by_id.values():
-                state.cancelled = True
+        self._live.abort_all()
         self._stop = True
         self._wake.set()
         if self._thread.is_alive():
@@ -296,34 +283,36 @@ class Engine:
                 self._on_health(healthy, reason)
 
     def _step(self) -> bool:
-        """One engine step; returns False when there was nothing to do.
+        """One engine step, as the scheduler planned it (engine/scheduler.StepPlan); False when idle.
 
         Joining requests are prefilled and given their first token before the running rows decode:
         a new request's time to first token is then its own prefill, not also a decode step of
         everyone else (measured: TTFT p99 at 16 streams, bench/README.md)."""
         now = time.monotonic()
-        self._expire(now)
         batch = self._batch
-        joining = [] if self._stop else self._scheduler.take_joining(batch)
+        plan = self._scheduler.plan(batch, now, admit=not self._stop)
+        self._end(plan.leaving, now)
         self._beams.take_new()
-        if not joining and not batch.states and not batch.staged and not self._beams:
+        if not plan.join and not plan.stage and not batch.states and not batch.staged and not self._beams:
             return False
         observer = self.observer
-        for state in joining:
+        for state in plan.join + plan.stage:
             state.started = now
-        long = [s for s in joining if batch.needs_chunks(s)]
-        if long:
-            batch.staged.extend(long)
-            joining = [s for s in joining if s not in long]
-        if joining:
+        for state in plan.stage:
+            state.status = RequestStatus.PREFILLING
+        batch.staged.extend(plan.stage)
+        if plan.join:
             start = time.monotonic()
-            self._advance(joining, batch.admit(joining))
+            for state in plan.join:
+                state.status = RequestStatus.RUNNING
+            self._advance(plan.join, batch.admit(plan.join))
             if observer is not None:
-                observer.prefill(time.monotonic() - start, len(joining))
+                observer.prefill(time.monotonic() - start, len(plan.join))
         if batch.staged:
             start = time.monotonic()
             joined = batch.prefill_chunk()
             if joined is not None:
+                joined[0].status = RequestStatus.RUNNING
                 self._advance([joined[0]], joined[1])
             if observer is not None:
                 observer.prefill(time.monotonic() - start, int(joined is not None))
@@ -347,21 +336,12 @@ class Engine:
             state.commit(decision, now)
         self._retire()
 
-    def _expire(self, now: float) -> None:
-        for state in self._batch.states:
-            reason = state.check_external(now)
-            if reason is not None:
-                state.finish_without_token(reason, now)
-        for state in [s for s in self._batch.staged if s.check_external(now) is not None]:
-            reason = state.check_external(now)
-            assert reason is not None
+    def _end(self, leaving: list[tuple[SequenceState, FinishReason]], now: float) -> None:
+        """End the plan's leaving requests without a token, wherever they are, and free their rows."""
+        for state, reason in leaving:
             state.finish_without_token(reason, now)
-            self._batch.drop_staged(state)
-            self._forget(state)
-        for state in self._scheduler.remove_where(lambda s: s.check_external(now) is not None):
-            reason = state.check_external(now)
-            assert reason is not None
-            state.finish_without_token(reason, now)
+            if state in self._batch.staged:
+                self._batch.drop_staged(state)
             self._forget(state)
         self._retire()
 
@@ -375,13 +355,8 @@ class Engine:
         for state in states:
             self._forget(state)
 
-    def _forget_fallback(self, request_id: str) -> None:
-        self._fallbacks.pop(request_id, None)
-
     def _forget(self, state: SequenceState) -> None:
-        with self._lock:
-            if self._by_id.get(state.request_id) is state:
-                del self._by_id[state.request_id]
+        self._live.forget_state(state)
 
     def _fail_running(self, message: str) -> None:
         now = time.monotonic()

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class RequestMasks:
-    """Per-request masks and processors, built off the decode thread (shared parts are cached)."""
+class RequestControls:
+    """Per-request masks, processors, stopping criteria and plugins (with the screens and moderators the API
+    runs once per call), built off the decode thread (shared parts are cached)."""
 
     forbidden: ForbiddenIndex | None = None
     allowed_mask: torch.Tensor | None = None  # [V] bool, True = may be produced
@@ -52,7 +53,7 @@ class PreparedRequest:
     max_new_tokens: int
     length_detail: str
     constraint: PreparedConstraint | None = None
-    masks: RequestMasks = RequestMasks()
+    controls: RequestControls = RequestControls()
     rendered_prompt: str = ""  # the input as the model saw it (chat template applied), for the audit
     truncation: PromptTruncation | None = None  # how context_overflow shortened the input, if it did
 
@@ -104,8 +105,7 @@ def render_prompt(tokenizer: Any, request: GenerationRequest) -> tuple[str, bool
 
 def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_length: int,
                     default_max_new_tokens: int, max_new_tokens_limit: int) -> PreparedRequest:
-    requested = request.stopping.max_new_tokens
-    budget = min(requested if requested is not None else default_max_new_tokens, max_new_tokens_limit)
+    budget = min(request.stopping.asked_max_new_tokens(default_max_new_tokens), max_new_tokens_limit)
     field = "messages" if request.messages is not None else "prompt"
     if request.context_overflow != ContextOverflow.REFUSE:  # an input that does not fit is shortened, not refused
         text, ids, truncation = shorten(tokenizer, request, lambda r: render_prompt(tokenizer, r),
@@ -141,8 +141,8 @@ def _limited(request: GenerationRequest, text: str, ids: list[int], budget: int,
     return PreparedRequest(request, tuple(ids), budget, detail, rendered_prompt=text, truncation=truncation)
 
 
-def prepare_masks(request: GenerationRequest, *, tokenizer: Any, vocab_size: int, server_forbidden: tuple[str, ...],
-                  plugins: PluginRegistry, context: PluginContext) -> RequestMasks:
+def prepare_controls(request: GenerationRequest, *, tokenizer: Any, vocab_size: int, server_forbidden: tuple[str, ...],
+                  plugins: PluginRegistry, context: PluginContext) -> RequestControls:
     """Build the forbidden index and the plugin instances (the token ids were checked: api/check_request.py)."""
     from proctor.decoding.forbidden import ForbiddenOptions, build_index
 
@@ -171,7 +171,7 @@ def prepare_masks(request: GenerationRequest, *, tokenizer: Any, vocab_size: int
                 out.append((f"plugin:{spec.name}", instance))
                 infos.append(PluginInfo(spec.name, spec.version, spec.kind))
     screens, moderators = _moderation_plugins(request, plugins, context, infos)
-    return RequestMasks(forbidden, allowed, bias, tuple(processors), tuple(criteria), tuple(infos),
+    return RequestControls(forbidden, allowed, bias, tuple(processors), tuple(criteria), tuple(infos),
                         screens, moderators)
 
 

@@ -11,10 +11,26 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from proctor.domain import Overloaded
+from proctor.domain import FinishReason, Overloaded
 from proctor.engine.batch import DecodeBatch
 from proctor.engine.sequence import SequenceState
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one engine step does, decided before any of it runs (Engine._step carries it out, in this order).
+
+    ``leaving``: requests that end now, without a token (cancelled, or past their deadline), wherever they
+    are; ``join``: waiting requests whose prompts are prefilled whole into free rows this step (they get their
+    first token from that prefill); ``stage``: waiting requests whose long prompts start a chunked prefill;
+    then the oldest staged prompt gets one chunk, the running rows decode one token each, and the beam
+    searches step. Finished rows leave after each phase."""
+
+    leaving: list[tuple[SequenceState, FinishReason]] = field(default_factory=list)
+    join: list[SequenceState] = field(default_factory=list)
+    stage: list[SequenceState] = field(default_factory=list)
 
 
 class Scheduler:
@@ -59,8 +75,25 @@ class Scheduler:
         with self._lock:
             return self._reserved
 
-    def take_joining(self, batch: DecodeBatch) -> list[SequenceState]:
-        """The waiting requests that join ``batch`` at this step boundary (oldest first)."""
+    def plan(self, batch: DecodeBatch, now: float, *, admit: bool) -> StepPlan:
+        """This step's plan (``admit`` False while shutting down: nobody joins)."""
+        plan = StepPlan()
+        for state in [*batch.states, *batch.staged]:
+            reason = state.check_external(now)
+            if reason is not None:
+                plan.leaving.append((state, reason))
+        for state in self.remove_where(lambda s: s.check_external(now) is not None):
+            reason = state.check_external(now)
+            assert reason is not None
+            plan.leaving.append((state, reason))
+        leaving = {id(state) for state, _ in plan.leaving}
+        for state in self.take_joining(batch, leaving) if admit else []:
+            (plan.stage if batch.needs_chunks(state) else plan.join).append(state)
+        return plan
+
+    def take_joining(self, batch: DecodeBatch, leaving: set[int] | None = None) -> list[SequenceState]:
+        """The waiting requests that join ``batch`` at this step boundary (oldest first); ``leaving``: ids
+        (``id()``) of the batch's requests that end this step, whose rows and cache do not count."""
         with self._lock:
             group: list[SequenceState] = []
             prompt_tokens = 0
@@ -68,7 +101,7 @@ class Scheduler:
                 candidate = self._waiting[0]
                 if group and prompt_tokens + len(candidate.prompt_ids) > self.max_prefill_tokens:
                     break
-                if not batch.fits([*group, candidate]):
+                if not batch.fits([*group, candidate], leaving):
                     break
                 group.append(self._waiting.popleft())
                 prompt_tokens += len(candidate.prompt_ids)

@@ -30,6 +30,7 @@ from proctor.domain import (
 from proctor.domain.events import Timings, Usage
 from proctor.engine.detokenizer import IncrementalDetokenizer, text_decoder
 from proctor.engine.preprocess import PreparedRequest
+from proctor.engine.status import RequestStatus, status_after
 
 EventSink = Callable[[TokenEvent], None]
 log = logging.getLogger("proctor.engine")
@@ -57,7 +58,7 @@ class SequenceState:
         self.generated: list[int] = []
         self.seed = seed
         self.sink = sink
-        self.sampling = request.sampling  # this step's view: greedy on forced and greedy-prefix steps
+        self.step_sampling = request.sampling  # this step's view: greedy on forced and greedy-prefix steps
         self._alternatives = max(request.top_logprobs, request.audit_top_n)  # reported per token
         # Computed per token: the confidence summary needs the raw distribution's best two.
         self.top_logprobs = max(self._alternatives, 2 if request.confidence else 0)
@@ -68,7 +69,7 @@ class SequenceState:
             self.generator.manual_seed(seed)
         self.penalties = PenaltyState(request.sampling, self.prompt_ids, vocab_size) \
             if request.sampling.has_penalties else None
-        masks = prepared.masks
+        masks = prepared.controls
         self.rules = TokenStopRules(
             eos_token_ids=eos_token_ids, stop_token_ids=frozenset(request.stopping.stop_token_ids),
             ignore_eos=request.stopping.ignore_eos, max_new_tokens=prepared.max_new_tokens,
@@ -95,7 +96,8 @@ class SequenceState:
         self.constraint = prepared.constraint
         self.matcher: Matcher | None = prepared.constraint.compiled.new_matcher() if prepared.constraint else None
         self._text: list[str] = []
-        self.cancelled = False
+        self.status = RequestStatus.WAITING  # set by the engine at each transition (engine/status.py)
+        self.abort_requested = False  # set from any thread (Engine.abort); the engine ends the request
         self.finish_reason: FinishReason | None = None
         self.created = time.monotonic()
         self.started: float | None = None
@@ -129,9 +131,9 @@ class SequenceState:
         forced = self._forced.get(position)
         self._forced_now = forced
         if forced is not None:
-            self.sampling = self._greedy_view
+            self.step_sampling = self._greedy_view
         else:
-            self.sampling = self._prefix_view if position < self._greedy_prefix else self.request.sampling
+            self.step_sampling = self._prefix_view if position < self._greedy_prefix else self.request.sampling
         extra: list[tuple[str, Callable[[torch.Tensor], None]]] = []
         if self._end_ban is not None and forced is None and self.must_include is not None and self.must_include.missing:
             extra.append(("must_include", self._end_ban))
@@ -157,7 +159,7 @@ class SequenceState:
 
     # --- called by the engine -------------------------------------------------------------
     def check_external(self, now: float) -> FinishReason | None:
-        return check_external(self.cancelled, self.request.deadline, now)
+        return check_external(self.abort_requested, self.request.deadline, now)
 
     def commit(self, decision: RowDecision, now: float) -> None:
         """Append the chosen token, run the stop checks and emit this step's event."""
@@ -295,6 +297,7 @@ class SequenceState:
         if reason is not None:
             included = self.must_include.results("".join(self._text)) if self.must_include is not None else ()
             self.finish_reason = reason
+            self.status = status_after(reason)
             started = self.started if self.started is not None else now
             ttft = (self.first_token_at - self.created) * 1000 if self.first_token_at else 0.0
             event = TokenEvent(
@@ -310,4 +313,4 @@ class SequenceState:
 
     @property
     def finished(self) -> bool:
-        return self.finish_reason is not None
+        return self.status.finished
