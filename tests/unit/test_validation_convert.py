@@ -337,3 +337,16 @@ def test_the_constraint_limit_counts_utf8_bytes_on_the_message() -> None:
         assert [v.field for v in caught.value.violations] == [field]
         assert "got 1200" in caught.value.violations[0].description
     assert check_request(req(regex="é" * 500), settings, time_remaining_s=None).constraint is not None  # 1,000 bytes
+
+
+def test_every_optional_sampling_field_reaches_the_domain_request() -> None:
+    """A proto3 ``optional`` field left out of SAMPLING_OPTIONALS would be dropped silently: the list is the
+    proto's own, and a set value arrives while an unset one keeps the domain's default."""
+    from proctor.api.convert import SAMPLING_OPTIONALS
+
+    optional = {f.name for f in pb.SamplingParams.DESCRIPTOR.fields  # proto3 optional: a synthetic oneof "_name"
+                if f.containing_oneof is not None and f.containing_oneof.name == f"_{f.name}"}
+    assert optional == set(SAMPLING_OPTIONALS)
+    assert check_request(req(prompt="Hi", sampling=pb.SamplingParams(top_k=7)), SETTINGS,
+                         time_remaining_s=None).sampling.top_k == 7
+    assert check_request(req(prompt="Hi"), SETTINGS, time_remaining_s=None).sampling.top_p == 1.0

@@ -6,7 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterable
-from typing import TypeVar, cast
+from typing import Any
 
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 from google.protobuf.json_format import MessageToDict
@@ -30,8 +30,6 @@ from proctor.domain import (
 )
 from proctor.domain.request import ContextOverflow, EarlyStopping
 from proctor_client.v1 import generation_pb2 as pb
-
-T = TypeVar("T")
 
 FINISH_TO_PROTO: dict[FinishReason, pb.FinishReason] = {
     FinishReason.EOS: pb.FINISH_REASON_EOS,
@@ -113,13 +111,19 @@ def _moderation_plugins(calls: Iterable[pb.PluginCall], field: str, settings: Se
 
 def _forbidden(message: pb.GenerateRequest) -> ForbiddenParams:
     f = message.forbidden
-    return ForbiddenParams(phrases=tuple(f.phrases), case_insensitive=_opt(f, "case_insensitive", True),
-                           whole_word=_opt(f, "whole_word", False))
+    return ForbiddenParams(phrases=tuple(f.phrases), **_present(f, ("case_insensitive", "whole_word")))
 
 
-def _opt(message: Message, name: str, default: T) -> T:
-    """An optional field's value, or ``default`` when the caller left it unset."""
-    return cast(T, getattr(message, name)) if message.HasField(name) else default
+# The proto3 ``optional`` fields of SamplingParams whose unset value is the domain's default (domain/request.py,
+# the one home of each default): only those the caller set are passed on.
+SAMPLING_OPTIONALS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+                      "frequency_penalty", "no_repeat_ngram_size", "seed", "typical_p", "greedy_first_tokens",
+                      "first_tokens_temperature", "num_beams", "length_penalty")
+
+
+def _present(message: Message, names: tuple[str, ...]) -> dict[str, Any]:
+    """The optional fields of ``names`` that the caller set; the others keep the domain's defaults."""
+    return {name: getattr(message, name) for name in names if message.HasField(name)}
 
 
 def request_from_proto(message: pb.GenerateRequest, settings: Settings,
@@ -137,26 +141,12 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
         prompt=prompt,
         messages=messages,
         sampling=SamplingParams(
-            temperature=_opt(s, "temperature", None),
-            top_k=_opt(s, "top_k", 0),
-            top_p=_opt(s, "top_p", 1.0),
-            min_p=_opt(s, "min_p", 0.0),
-            repetition_penalty=_opt(s, "repetition_penalty", 1.0),
-            presence_penalty=_opt(s, "presence_penalty", 0.0),
-            frequency_penalty=_opt(s, "frequency_penalty", 0.0),
-            no_repeat_ngram_size=_opt(s, "no_repeat_ngram_size", 0),
-            seed=_opt(s, "seed", None),
-            typical_p=_opt(s, "typical_p", 1.0),
-            greedy_first_tokens=_opt(s, "greedy_first_tokens", 0),
-            first_tokens_temperature=_opt(s, "first_tokens_temperature", 0.0),
-            num_beams=_opt(s, "num_beams", 1),
-            length_penalty=_opt(s, "length_penalty", 1.0),
+            **_present(s, SAMPLING_OPTIONALS),
             early_stopping=EARLY_STOPPING_FROM_PROTO[s.early_stopping],
             forced_tokens=tuple(s.forced_tokens.items()),
         ),
         stopping=StoppingParams(
-            max_new_tokens=_opt(st, "max_new_tokens", None),
-            min_new_tokens=_opt(st, "min_new_tokens", 0),
+            **_present(st, ("max_new_tokens", "min_new_tokens")),
             stop=tuple(st.stop),
             stop_token_ids=tuple(st.stop_token_ids),
             ignore_eos=st.ignore_eos,
@@ -164,7 +154,7 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
             if st.HasField("repetition") else None,
             must_include=tuple(st.must_include),
         ),
-        top_logprobs=_opt(message, "top_logprobs", 0),
+        **_present(message, ("top_logprobs", "num_return_sequences")),
         token_details=message.token_details,
         deadline=None if time_remaining_s is None else time.monotonic() + time_remaining_s,
         constraint=constraint_from_proto(message),
@@ -174,7 +164,6 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
         logits_processors=_plugins(message.logits_processors, "logits_processors"),
         stopping_criteria=_plugins(message.stopping_criteria, "stopping_criteria"),
         confidence=message.confidence,
-        num_return_sequences=_opt(message, "num_return_sequences", 1),
         context_overflow=CONTEXT_OVERFLOW_FROM_PROTO[message.context_overflow],
         input_screens=_moderation_plugins(message.input_screens, "input_screens", settings),
         output_moderators=_moderation_plugins(message.output_moderators, "output_moderators", settings),
