@@ -53,3 +53,33 @@ def test_every_finish_reason_ends_in_a_finished_status() -> None:
     assert status_after(FinishReason.EOS) is RequestStatus.FINISHED_STOPPED
     assert status_after(FinishReason.DEAD_END) is RequestStatus.FINISHED_FAILED
     assert not any(s.finished for s in (RequestStatus.WAITING, RequestStatus.PREFILLING, RequestStatus.RUNNING))
+
+
+def test_a_beam_search_waits_in_the_same_queue_and_the_plan_starts_it(make_engine) -> None:  # type: ignore[no-untyped-def]
+    from proctor.domain import Overloaded, SamplingParams
+
+    engine = make_engine(start=False, max_batch_size=1, max_waiting=1)
+
+    def beams(name: str) -> GenerationRequest:
+        return GenerationRequest(request_id=name, prompt="Hi", sampling=SamplingParams(num_beams=2),
+                                 stopping=StoppingParams(max_new_tokens=3, ignore_eos=True))
+
+    plain, beam = Collector(), Collector()
+    engine.submit(engine.prepare(request("plain", "Hi", 3)), plain)
+    engine.submit(engine.prepare(beams("beam")), beam)  # the queue holds max_waiting plus the free row
+    state = engine.state_of("beam")
+    assert state is not None and state.status is RequestStatus.WAITING
+    try:
+        engine.submit(engine.prepare(beams("third")), Collector())
+        raise AssertionError("a third request should find the queue full")
+    except Overloaded:
+        pass
+    assert engine.admission_counts()["beams"] == 1 and engine.admission_counts()["waiting"] == 2
+    with torch.inference_mode():
+        assert engine._step()
+        assert state.status is RequestStatus.RUNNING  # the plan started it
+        for _ in range(20):
+            if not engine._step():
+                break
+    assert state.status is RequestStatus.FINISHED_LENGTH and beam.events[-1].sequences
+    assert plain.events[-1].finish_reason is FinishReason.LENGTH and engine.active_count() == 0

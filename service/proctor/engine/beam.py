@@ -1,8 +1,10 @@
 """Beam search with ``generate()``'s semantics (transformers 5.x ``GenerationMixin._beam_search``).
 
-A beam request runs beside the continuous batch on a runner of its own with ``num_beams`` slots (one per
-beam, all the same length), one step per engine step. Each step follows transformers exactly — the same
-tensor operations in the same order, so the same ties break the same way:
+A beam request waits in the scheduler's queue like any other request (the same admission and limits), and
+the step plan starts its search (engine/scheduler.py); it then runs beside the continuous batch on a runner
+of its own with ``num_beams`` slots (one per beam, all the same length), one step per engine step. Each
+step follows transformers exactly — the same tensor operations in the same order, so the same ties break
+the same way:
 
 1. each beam's next-token log-softmax, with the masks applied after it (the constraint, forbidden
    phrases, ``allowed_token_ids``, end-of-sequence before ``min_new_tokens``: each beam its own state);
@@ -247,7 +249,7 @@ class BeamSearches:
         self._make_runner = make_runner
         self._decode = text_decoder(loaded.tokenizer, skip_special_tokens=True)
         self._lock = threading.Lock()
-        self._new: list[BeamSearch] = []
+        self._pending: dict[int, BeamSearch] = {}  # by id() of the request's state, while it waits in the queue
         self._running: list[BeamSearch] = []
 
     def create(self, state: SequenceState) -> BeamSearch:
@@ -260,24 +262,30 @@ class BeamSearches:
         ends = rules.stop_token_ids | (frozenset() if rules.ignore_eos else rules.eos_token_ids)
         return BeamSearch(state, self._make_runner, ends, len(self._loaded.eos_token_ids), self._decode)
 
-    def add(self, search: BeamSearch) -> None:
+    def hold(self, search: BeamSearch) -> None:
+        """Keep a created search while its request waits in the scheduler's queue, like any other request."""
         with self._lock:
-            self._new.append(search)
+            self._pending[id(search.host)] = search
 
-    def take_new(self) -> None:
+    def start(self, state: SequenceState) -> None:
+        """The step plan starts ``state``'s search (engine/scheduler.py): it runs from this step on."""
         with self._lock:
-            for search in self._new:
-                search.host.status = RequestStatus.RUNNING
-            self._running += self._new
-            self._new = []
+            search = self._pending.pop(id(state))
+            state.status = RequestStatus.RUNNING
+            self._running.append(search)
+
+    def drop(self, state: SequenceState) -> None:
+        """Forget the search of a request that ended while it waited (cancelled, past its deadline, shutdown)."""
+        with self._lock:
+            self._pending.pop(id(state), None)
 
     def __bool__(self) -> bool:
         return bool(self._running)
 
     def held(self) -> int:
-        """Beam requests added and not yet answered (any thread: the admission counters)."""
+        """Beam requests held, waiting or running, and not yet answered (any thread: the admission counters)."""
         with self._lock:
-            return len(self._new) + len(self._running)
+            return len(self._pending) + len(self._running)
 
     def step(self, now: float) -> None:
         """One step of each; a cancelled or expired one ends between steps."""

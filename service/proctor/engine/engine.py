@@ -69,7 +69,7 @@ class Engine:
         self._eos = frozenset(loaded.eos_token_ids)
         self._pieces: dict[int, str] = {}  # per-token text for token details, filled on first use
         self._live = LiveRequests()  # every request held, by id (engine/live.py)
-        self._beams = BeamSearches(loaded, lambda rows: self._make_runner(rows, False))  # beside the batch
+        self._beams = BeamSearches(loaded, lambda rows: self._make_runner(rows, False))  # started by the plan
         self._wake = threading.Event()
         self._accepting = True
         self._stop = False
@@ -172,13 +172,14 @@ class Engine:
             state.created = created
         search = self._beams.create(state) if request.sampling.num_beams > 1 else None
         self._live.add_state(state)
+        if search is not None:  # it waits in the queue like any request, then runs on its own runner
+            self._beams.hold(search)
         try:
-            if search is not None:  # beside the batch, on its own runner (engine/beam.py)
-                self._beams.add(search)
-            else:
-                self._scheduler.enqueue(state)
+            self._scheduler.enqueue(state)
         except Exception:
             self._live.forget_state(state)
+            if search is not None:
+                self._beams.drop(state)
             raise
         self._wake.set()
 
@@ -292,7 +293,8 @@ class Engine:
         batch = self._batch
         plan = self._scheduler.plan(batch, now, admit=not self._stop)
         self._end(plan.leaving, now)
-        self._beams.take_new()
+        for state in plan.beams:
+            self._beams.start(state)
         if not plan.join and not plan.stage and not batch.states and not batch.staged and not self._beams:
             return False
         observer = self.observer
@@ -342,6 +344,7 @@ class Engine:
             state.finish_without_token(reason, now)
             if state in self._batch.staged:
                 self._batch.drop_staged(state)
+            self._beams.drop(state)
             self._forget(state)
         self._retire()
 
@@ -371,4 +374,5 @@ class Engine:
         now = time.monotonic()
         for state in self._scheduler.drain():
             state.finish_without_token(reason, now, detail=message)
+            self._beams.drop(state)
             self._forget(state)

@@ -25,12 +25,14 @@ class StepPlan:
     ``leaving``: requests that end now, without a token (cancelled, or past their deadline), wherever they
     are; ``join``: waiting requests whose prompts are prefilled whole into free rows this step (they get their
     first token from that prefill); ``stage``: waiting requests whose long prompts start a chunked prefill;
+    ``beams``: waiting beam-search requests whose searches start (on their own runner, engine/beam.py);
     then the oldest staged prompt gets one chunk, the running rows decode one token each, and the beam
     searches step. Finished rows leave after each phase."""
 
     leaving: list[tuple[SequenceState, FinishReason]] = field(default_factory=list)
     join: list[SequenceState] = field(default_factory=list)
     stage: list[SequenceState] = field(default_factory=list)
+    beams: list[SequenceState] = field(default_factory=list)
 
 
 class Scheduler:
@@ -86,26 +88,34 @@ class Scheduler:
             reason = state.check_external(now)
             assert reason is not None
             plan.leaving.append((state, reason))
-        leaving = {id(state) for state, _ in plan.leaving}
-        for state in self.take_joining(batch, leaving) if admit else []:
+        if not admit:
+            return plan
+        joining, plan.beams = self.take_joining(batch, {id(state) for state, _ in plan.leaving})
+        for state in joining:
             (plan.stage if batch.needs_chunks(state) else plan.join).append(state)
         return plan
 
-    def take_joining(self, batch: DecodeBatch, leaving: set[int] | None = None) -> list[SequenceState]:
-        """The waiting requests that join ``batch`` at this step boundary (oldest first); ``leaving``: ids
-        (``id()``) of the batch's requests that end this step, whose rows and cache do not count."""
+    def take_joining(self, batch: DecodeBatch, leaving: set[int] | None = None
+                     ) -> tuple[list[SequenceState], list[SequenceState]]:
+        """The waiting requests that start at this step boundary, oldest first: those that join ``batch``, and
+        the beam searches (which take no row of it). ``leaving``: ids (``id()``) of the batch's requests that
+        end this step, whose rows and cache do not count."""
         with self._lock:
             group: list[SequenceState] = []
+            beams: list[SequenceState] = []
             prompt_tokens = 0
             while self._waiting:
                 candidate = self._waiting[0]
+                if candidate.request.sampling.num_beams > 1:
+                    beams.append(self._waiting.popleft())
+                    continue
                 if group and prompt_tokens + len(candidate.prompt_ids) > self.max_prefill_tokens:
                     break
                 if not batch.fits([*group, candidate], leaving):
                     break
                 group.append(self._waiting.popleft())
                 prompt_tokens += len(candidate.prompt_ids)
-            return group
+            return group, beams
 
     def remove_where(self, predicate: Callable[[SequenceState], bool]) -> list[SequenceState]:
         """Take out waiting sequences matching ``predicate`` (cancelled or past their deadline)."""
