@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import time
 import uuid
-from typing import Any, cast
+from typing import Any
 
 import grpc
 from google.rpc import code_pb2
@@ -99,9 +99,9 @@ class AuditTrail:
 
     def begin(self, method: str, context: grpc.aio.ServicerContext) -> CallRecord:
         """Open the call's record (bound to the RPC's observation: its trace id, the per-call log line)."""
-        return cast("CallRecord", bind_call(CallRecord(audit_id=new_audit_id() if self.enabled else "", method=method,
+        return bind_call(CallRecord(audit_id=new_audit_id() if self.enabled else "", method=method,
                                     received_ms=int(time.time() * 1000), caller=caller_identity(context),
-                                    model=self.model)))
+                                    model=self.model))
 
     async def commit(self, call: CallRecord, *, wait: bool | None = None) -> None:
         """Submit the call's record (once). Waits for the commit in compliance mode (or when asked)."""

@@ -113,7 +113,7 @@ def bounded_dict(message: Message) -> dict[str, Any]:
     data = MessageToDict(copy)
     if omitted:
         data["_omitted"] = omitted
-    return cast("dict[str, Any]", data)
+    return cast(dict[str, Any], data)
 
 
 def _trim(message: Message, prefix: str, omitted: dict[str, str]) -> None:

@@ -18,7 +18,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 import grpc
 
@@ -45,7 +45,7 @@ def status_code(context: grpc.aio.ServicerContext, exc: BaseException | None, ob
         return "DEADLINE_EXCEEDED" if remaining is not None and remaining <= 0 else "CANCELLED"
     code = context.code()
     if isinstance(code, grpc.StatusCode):
-        return cast("str", code.name)
+        return str(code.name)
     if isinstance(code, int):
         return next((c.name for c in grpc.StatusCode if c.value[0] == code), "UNKNOWN")
     return "OK" if exc is None else "UNKNOWN"

@@ -85,8 +85,6 @@ Hence:
 
 from __future__ import annotations
 
-from typing import cast
-
 from proctor.constraints.engines import CHOICE, EBNF, ENGINES, JSON, LARK, LLGUIDANCE, OUTLINES, REGEX, XGRAMMAR
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax
 
@@ -110,7 +108,7 @@ def policy_key(spec: ConstraintSpec) -> str:
     """The row of ``ORDER`` for ``spec``: its kind, and for grammars the syntax."""
     if spec.kind is ConstraintKind.GRAMMAR:
         return f"grammar:{(spec.syntax or GrammarSyntax.LARK).value}"
-    return cast("str", spec.kind.value)
+    return str(spec.kind.value)
 
 
 def backend_order(spec: ConstraintSpec) -> tuple[str, ...]:

@@ -43,7 +43,7 @@ def row_argmax(logits: torch.Tensor) -> list[int]:
     is loaded and the tensor suits it."""
     if not suits(logits):
         return logits.argmax(dim=-1).tolist()
-    return cast("list[int]", torch.ops.proctor.row_argmax(logits.contiguous()).tolist())
+    return cast(list[int], torch.ops.proctor.row_argmax(logits.contiguous()).tolist())
 
 
 def suits(logits: torch.Tensor) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 # Stage names (the spans of a call, DESIGN.md's flow): the API's validation of the message, the
 # engine's preparation (tokenize, masks, constraint), one compile per constraint engine tried, and
@@ -90,7 +90,10 @@ def stage(name: str, **attributes: Any) -> Iterator[dict[str, Any]]:
         observation.stages.append(Stage(name, start, time.time_ns(), attributes, error))
 
 
-def bind_call(call: Any) -> Any:
+C = TypeVar("C")  # the audit call record (observability stays below audit/: it does not name the type)
+
+
+def bind_call(call: C) -> C:
     """Attach the audit call record to the current observation and give it the call's trace id."""
     observation = CURRENT.get()
     if observation is not None:

@@ -84,7 +84,7 @@ class XGrammarCompiled:
         return XGrammarMatcher(xgrammar.GrammarMatcher(self._compiled), self._eos)
 
     def to_bytes(self) -> bytes:
-        return cast("bytes", self._compiled.serialize_json().encode("utf-8"))
+        return cast(bytes, self._compiled.serialize_json().encode("utf-8"))
 
     def memory_bytes(self) -> int:
         return int(self._compiled.memory_size_bytes)
