@@ -66,7 +66,7 @@ SCHEMA = {  # a small contract: strings, an integer, a bounded array, an enum
 class Row:
     """One request's state as the pipeline reads it (decoding/pipeline.py: DecodeRow)."""
 
-    sampling: SamplingParams
+    step_sampling: SamplingParams
     eos: int
     generator: torch.Generator | None = None
     top_logprobs: int = 0
