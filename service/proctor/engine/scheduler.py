@@ -1,9 +1,11 @@
-"""Admission: a bounded waiting queue in front of the running batch (continuous batching).
+"""Admission and the step plan: a bounded waiting queue in front of the running batch (continuous batching).
 
-At every step boundary the oldest waiting requests join the running batch while there is a free
-slot and the KV-cache budget allows, up to ``max_prefill_tokens`` of prompt per step (always at
-least one request), so a burst of long prompts cannot stall the running rows for long. Beyond
-``max_waiting`` waiting requests a new one is refused at once (``Overloaded`` → RESOURCE_EXHAUSTED).
+At every step boundary ``plan`` says who leaves (cancelled, past the deadline) and who starts: the oldest
+waiting requests join the running batch while there is a free slot and the KV-cache budget allows, up to
+``max_prefill_tokens`` of prompt per step (always at least one request), so a burst of long prompts cannot
+stall the running rows for long. Beam-search requests wait in the same queue and start in order (they take
+no row of the batch: engine/beam.py). Beyond ``max_waiting`` waiting requests a new one is refused at once
+(``Overloaded`` → RESOURCE_EXHAUSTED).
 """
 
 from __future__ import annotations
