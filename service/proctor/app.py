@@ -62,7 +62,7 @@ AUDIT_SERVICE_NAME = audit_pb2.DESCRIPTOR.services_by_name["Audit"].full_name
 
 def model_info(loaded: LoadedModel, settings: Settings) -> dict[str, object]:
     """The ModelInfo fields that describe the loaded model."""
-    from proctor.engine.families import runner_description
+    from proctor.engine.families import runner_description, unsupported_reason
 
     return {
         "model_id": loaded.model_id,
@@ -73,6 +73,8 @@ def model_info(loaded: LoadedModel, settings: Settings) -> dict[str, object]:
         "weights": loaded.weights,
         "weights_revision": WEIGHT_MODE_REVISIONS[loaded.weights],
         "sampler_revision": SAMPLER_REVISION,
+        # Only the slot forward chunks long prompts (engine/batch.py); transformers' own forward never does.
+        "prefill_chunk_tokens": settings.prefill_chunk_tokens if unsupported_reason(loaded.model) is None else 0,
         "device": str(loaded.device),
         "context_length_tokens": loaded.context_length,
         "vocab_size": loaded.vocab_size,

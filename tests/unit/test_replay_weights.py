@@ -62,3 +62,23 @@ def test_a_record_of_other_weights_or_another_tokenizer_is_refused() -> None:
     assert "different model (weights_sha256 other)" in current._replay_problem(other_weights)
     other_tokenizer = record(weights="q8") | {"model": {"weights_sha256": "w", "tokenizer_sha256": "other"}}
     assert "different model (tokenizer_sha256 other)" in current._replay_problem(other_tokenizer)
+
+
+def test_a_long_prompt_prefilled_on_another_chunk_grid_is_refused() -> None:
+    current = servicer("q8")
+    current._generation.audit.model["prefill_chunk_tokens"] = 128
+
+    def chunked(size: int | None, tokens: int | None) -> dict[str, Any]:
+        body = record(weights="q8") | {"prompt": {"policy": "full", "text": "…", "tokens": tokens}}
+        if size is not None:
+            body["model"]["prefill_chunk_tokens"] = size
+        return body
+
+    assert current._replay_problem(chunked(128, 900)) == ""  # the same grid
+    assert current._replay_problem(chunked(64, 60)) == ""  # short enough that neither server chunks it
+    assert current._replay_problem(chunked(None, 900)) == ""  # a record from before the field
+    problem = current._replay_problem(chunked(64, 100))  # chunked then, whole here
+    assert "prefilled in chunks of 64 tokens" in problem and "--prefill-chunk-tokens 64" in problem
+    problem = current._replay_problem(chunked(0, 300))  # whole then, chunked here
+    assert "(300 tokens) was prefilled whole" in problem and "is 128" in problem
+    assert "prefilled in chunks of 64" in current._replay_problem(chunked(64, None))  # length unknown: refused

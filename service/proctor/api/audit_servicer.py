@@ -117,11 +117,35 @@ class AuditServicer(apb_grpc.AuditServicer):
             return (f"the record was sampled by revision {recorded_sampler} of the sampler; this server's is "
                     f"revision {model.get('sampler_revision')}, which draws differently: replay it with a Proctor "
                     f"release whose sampler is revision {recorded_sampler} (greedy records replay under any)")
+        chunking = prefill_problem(body, model.get("prefill_chunk_tokens"))
+        if chunking:
+            return chunking
         if body["request"].get("prompt") is None and body["request"].get("messages") is None:
             return "the record keeps only an HMAC of the prompt (privacy policy), so it cannot be replayed"
         if body["output"] and body["output"]["policy"] == "hmac" and self._generation.audit.policy.key is None:
             return "the record keeps only HMACs of the output and this server has no HMAC key to compare them"
         return ""
+
+
+def prefill_problem(body: dict[str, Any], server_chunk: object) -> str:
+    """Why this server would prefill the recorded prompt differently ("" when it would not): a prompt longer
+    than the chunk size is prefilled in chunks of it, and chunks compute its logits differently from a whole
+    prefill (each attends to the earlier ones through the float16 cache; measured on the default model, up
+    to 0.8 apart in a logit). Records from before the field say nothing and are not refused for it."""
+    recorded = body["model"].get("prefill_chunk_tokens")
+    if recorded is None or not isinstance(server_chunk, int) or recorded == server_chunk:
+        return ""
+    tokens = (body.get("prompt") or {}).get("tokens")
+
+    def chunked(size: int) -> bool:  # an unknown prompt length could be long: assume it is
+        return size > 0 and (not isinstance(tokens, int) or tokens > size)
+
+    if not chunked(recorded) and not chunked(server_chunk):
+        return ""
+    how = f"in chunks of {recorded} tokens" if chunked(recorded) else "whole"
+    return (f"the record's prompt ({tokens} tokens) was prefilled {how}; this server's prefill_chunk_tokens is "
+            f"{server_chunk}, which computes it differently: replay it on a server started with "
+            f"--prefill-chunk-tokens {recorded}")
 
 
 def _sampled(body: dict[str, Any]) -> bool:
