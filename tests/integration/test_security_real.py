@@ -34,7 +34,8 @@ from proctor_client.v1 import generation_pb2 as pb
 from tests.helpers.certs import CertificateAuthority, Issued
 from tests.integration.conftest import installed_model_dir
 
-WRITER, READER, LIMITED = (f"canary-token-{name}-{secrets.token_hex(8)}" for name in ("writer", "reader", "limited"))
+WRITER, READER, LIMITED, DRAFTER = (f"canary-token-{name}-{secrets.token_hex(8)}"
+                                   for name in ("writer", "reader", "limited", "drafter"))
 HMAC_KEY = f"canary-hmac-{secrets.token_hex(16)}"
 
 
@@ -81,6 +82,10 @@ def _callers_file(directory: Path, auditor_subject: str) -> Path:
     token_sha256: {sha(LIMITED)}
     roles: [generate]
     limits: {{requests_per_second: 0.1, burst: 3, concurrent_streams: 1, max_new_tokens: 8}}
+  - name: capped-drafter
+    token_sha256: {sha(DRAFTER)}
+    roles: [generate]
+    limits: {{max_new_tokens: 8}}
   - name: tls-auditor
     tls_subject: "{auditor_subject}"
     roles: [generate, audit:read]
@@ -227,6 +232,16 @@ def test_a_callers_limits_hold(tls_server: Secured) -> None:
         assert sum(len(chunk.token_ids) for chunk in [first, *rest]) == 8
         over = _refused(lambda: limited.model_info(), grpc.StatusCode.RESOURCE_EXHAUSTED)
         assert "requests/s" in over.message and 0 < over.retry_after_s <= 10.0  # type: ignore[operator]
+
+
+def test_a_contract_draft_is_held_to_the_callers_token_cap(tls_server: Secured) -> None:
+    """A draft's attempts are requests the server builds itself; the caller's cap applies to them too."""
+    with tls_server.client(DRAFTER) as drafter:
+        capped = _refused(lambda: drafter.draft_contract(
+            "contract/nda", parties=["Acme Corp:disclosing", "Beta LLC:receiving"], request_id="capped-draft"),
+            grpc.StatusCode.INVALID_ARGUMENT)
+        assert "capped-drafter" in capped.message and "at most 8" in capped.message
+        assert len(drafter.generate("Hi", max_new_tokens=8).token_ids) <= 8  # its plain calls are served
 
 
 def test_undecodable_request_bytes_are_invalid_argument(tls_server: Secured) -> None:

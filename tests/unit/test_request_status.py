@@ -5,6 +5,7 @@ The engine is stepped by hand here (no engine thread), so each step's plan and i
 
 from __future__ import annotations
 
+import pytest
 import torch
 from helpers.engine import Collector
 
@@ -69,11 +70,8 @@ def test_a_beam_search_waits_in_the_same_queue_and_the_plan_starts_it(make_engin
     engine.submit(engine.prepare(beams("beam")), beam)  # the queue holds max_waiting plus the free row
     state = engine.state_of("beam")
     assert state is not None and state.status is RequestStatus.WAITING
-    try:
+    with pytest.raises(Overloaded):  # a third request finds the queue full, beam search or not
         engine.submit(engine.prepare(beams("third")), Collector())
-        raise AssertionError("a third request should find the queue full")
-    except Overloaded:
-        pass
     assert engine.admission_counts()["beams"] == 1 and engine.admission_counts()["waiting"] == 2
     with torch.inference_mode():
         assert engine._step()

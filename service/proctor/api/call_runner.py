@@ -109,27 +109,30 @@ class CallRunner(Generic[P]):
         return self.engine_or_none
 
     def admit(self, request: GenerationRequest, call: CallRecord) -> GenerationRequest:
-        """A checked request as this call runs it: with the caller's token cap (a request the server built
-        itself, a contract attempt, gets it here; a GenerateRequest had it in check_request, and applying it
-        again changes nothing) and the audit's settings, kept on the call's record."""
-        identity = current_identity()
-        if identity is not None:
-            request = capped_request(request, identity.caller, self.settings.default_max_new_tokens)
+        """A checked request as this call runs it: with the audit's settings, kept on the call's record."""
         if self.audit.enabled:
             request = dataclasses.replace(request, audited=True, audit_top_n=self.audit.top_n)
         call.request = request
         return request
 
     async def run_call(self, method: str, request: GenerationRequest, context: grpc.aio.ServicerContext,
-                       before_commit: BeforeCommit | None = None) -> tuple[list[TokenEvent], str]:
-        """Run a checked request as one audited call of ``method``: ``before_commit`` adds to the record what
-        only the calling service knows. Returns the events the caller gets and the audit id."""
-        return await self.run(self.audit.begin(method, context), request, context, before_commit)
+                       before_commit: BeforeCommit | None = None, *,
+                       built_here: bool = False) -> tuple[list[TokenEvent], str]:
+        """Run a request as one audited call of ``method``: ``before_commit`` adds to the record what only the
+        calling service knows. ``built_here``: a request the server built itself (a contract attempt), which
+        check_request never saw, so the caller's token cap is applied here. Returns the events the caller
+        gets and the audit id."""
+        return await self.run(self.audit.begin(method, context), request, context, before_commit,
+                              built_here=built_here)
 
     async def run(self, call: CallRecord, request: GenerationRequest, context: grpc.aio.ServicerContext,
-                  before_commit: BeforeCommit | None = None) -> tuple[list[TokenEvent], str]:
+                  before_commit: BeforeCommit | None = None, *,
+                  built_here: bool = False) -> tuple[list[TokenEvent], str]:
         """``run_call`` for a call whose record was begun already."""
         try:
+            identity = current_identity()
+            if built_here and identity is not None:
+                request = capped_request(request, identity.caller, self.settings.default_max_new_tokens)
             request = self.admit(request, call)
             events = await self.collect(request, call)
             self.final_status(events[-1], call)

@@ -87,7 +87,8 @@ class ContractsServicer(cpb_grpc.ContractsServicer):
                 call.contract = _record_section(request, template, specialised, plan, budget, check[0])
 
             gen = generation_request(request, template, specialised, plan, messages, deadline)
-            events, audit_id = await self._runner.run_call("DraftContract", gen, context, annotate)
+            events, audit_id = await self._runner.run_call("DraftContract", gen, context, annotate,
+                                                                  built_here=True)
             final = events[-1]
             assert final.finish_reason is not None
             verdict = check[0]

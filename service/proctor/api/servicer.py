@@ -95,9 +95,6 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             except RequestValidationError as exc:
                 raise ValueError(f"--{field.replace('_', '-')}: {exc}") from exc
 
-    def max_new_tokens_limit(self) -> int:
-        return self._settings.max_new_tokens_limit
-
     async def _checked(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext,
                        call: CallRecord) -> GenerationRequest:
         """The checked request (api/check_request.py); a bad one is recorded on ``call`` and the RPC aborted."""
