@@ -254,7 +254,7 @@ def test_the_q4_kernel_computes_what_the_operations_compute_for_the_family(name:
         values = [v.clone() for v in slots._values]
         fused = [slots.decode(step) for step in ([7, 8, 9], [10, 11, 12])]
         slots.lengths, slots._keys, slots._values = lengths, keys, values
-        ops = [slots._decode_ops(step) for step in ([7, 8, 9], [10, 11, 12])]
+        ops = [slots.decode_ops(step) for step in ([7, 8, 9], [10, 11, 12])]
     for ours, reference in zip(fused, ops, strict=True):
         assert torch.allclose(ours, reference, rtol=1e-3, atol=2e-3), (name, (ours - reference).abs().max())
 

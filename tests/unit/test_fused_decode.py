@@ -59,7 +59,7 @@ def test_the_kernel_computes_what_the_operations_compute(kernel_ready: None, tin
         slots = prefilled(tiny_model, tokenizer, PROMPT_LENGTHS, mode)
         state = snapshot(slots)
         tokens = [[11, 22, 33], [44, 55, 66]]
-        reference = [slots._decode_ops(step) for step in tokens]
+        reference = [slots.decode_ops(step) for step in tokens]
         reference_cache = snapshot(slots)
         restore(slots, state)
         fused = [slots.decode(step) for step in tokens]

@@ -98,6 +98,25 @@ def test_a_row_is_the_same_bits_alone_and_in_a_batch(served: tuple[str, Any, Any
         assert torch.equal(alone[index], together), (name, index)
 
 
+def test_an_extend_gives_each_position_the_bits_of_a_decode_step(served: tuple[str, Any, Any]) -> None:
+    """Jump-forward and speculation (engine/drafting.py) feed several tokens of a row in one forward: every
+    family's windows, soft-capping and norms must give each position what one step per token gives."""
+    name, _, skeleton = served
+    prompts, feeds = [prompt(2, 30), prompt(3, 90)], [[5, 9, 11, 13], [6]]
+    with torch.inference_mode():
+        alone = []
+        for ids, feed in zip(prompts, feeds, strict=True):
+            solo = LlamaSlots(skeleton, 1, torch.device("cpu"), "gguf")
+            solo.prefill(0, ids)
+            alone.append(torch.cat([solo.decode([token]) for token in feed]))
+        batch = LlamaSlots(skeleton, len(prompts), torch.device("cpu"), "gguf")
+        for slot, ids in enumerate(prompts):
+            batch.prefill(slot, ids)
+        extended = batch.extend(feeds)
+    assert torch.equal(extended[:4], alone[0]), name
+    assert torch.equal(extended[4:], alone[1]), name
+
+
 def test_quantized_blocks_stay_close_to_the_model(default_gguf: Path, tmp_path: Path) -> None:
     model = build("qwen3")
     with torch.inference_mode():

@@ -19,6 +19,7 @@ arithmetic only (``Family.plain``); dense and fp16 decode through PyTorch operat
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -214,53 +215,87 @@ class LlamaSlots:
 
     def decode(self, token_ids: list[int]) -> torch.Tensor:
         """Feed one token to each of slots ``0..B-1`` (B = len(token_ids)); return logits [B, V]."""
-        if self._fused:
-            return self._decode_fused(token_ids)
-        return self._decode_ops(token_ids)
+        rows = len(token_ids)
+        return self._forward_rows(token_ids, list(range(rows)), self.lengths[:rows])
 
-    def _decode_ops(self, token_ids: list[int]) -> torch.Tensor:
-        """``decode`` as PyTorch operations (dense and fp16, every family; for q8 and q4 on Llama's
+    def extend(self, feeds: list[list[int]]) -> torch.Tensor:
+        """Feed ``feeds[i]`` (one or more tokens) to slot ``i`` for every ``i < len(feeds)`` in one forward;
+        return every fed position's logits [sum of lengths, V], slot by slot.
+
+        Each position is a row of its own (slot, position) in the same kernel a decode step runs, so its
+        logits are the same bits one decode step per token gives (tests/unit/test_extend.py). The slots'
+        lengths grow by their feeds; ``trim`` takes back the positions a verification rejects."""
+        tokens, slots, positions = [], [], []
+        for slot, feed in enumerate(feeds):
+            start = self.lengths[slot]
+            tokens += feed
+            slots += [slot] * len(feed)
+            positions += range(start, start + len(feed))
+        return self._forward_rows(tokens, slots, positions)
+
+    def trim(self, slot: int, length: int) -> None:
+        """Keep the first ``length`` positions of ``slot`` (what follows is overwritten by later feeds)."""
+        if not 0 <= length <= self.lengths[slot]:
+            raise ValueError(f"slot {slot} holds {self.lengths[slot]} tokens, cannot keep {length}")
+        self.lengths[slot] = length
+
+    def decode_ops(self, token_ids: list[int]) -> torch.Tensor:
+        """``decode`` through the PyTorch operations whatever the mode (the reference the kernels are tested
+        against)."""
+        rows = len(token_ids)
+        return self._forward_rows(token_ids, list(range(rows)), self.lengths[:rows], self._decode_ops)
+
+    def _forward_rows(self, token_ids: list[int], slots: list[int], positions: list[int],
+                      forward: Callable[[list[int], list[int], list[int]], torch.Tensor] | None = None
+                      ) -> torch.Tensor:
+        """One forward where row ``r`` is token ``token_ids[r]`` at ``positions[r]`` of slot ``slots[r]``;
+        every slot's length grows by its rows."""
+        self.reserve(max(slots) + 1, max(positions) + 1)
+        if forward is None:
+            forward = self._decode_fused if self._fused else self._decode_ops
+        logits = forward(token_ids, slots, list(positions))
+        for slot in slots:
+            self.lengths[slot] += 1
+        return logits
+
+    def _decode_ops(self, token_ids: list[int], slots: list[int], positions: list[int]) -> torch.Tensor:
+        """A decode forward as PyTorch operations (dense and fp16, every family; for q8 and q4 on Llama's
         arithmetic the reference the kernels are tested against)."""
         rows = len(token_ids)
-        lengths = self.lengths[:rows]
-        span = -(-(max(lengths) + 1) // ATTENTION_SPAN_BLOCK) * ATTENTION_SPAN_BLOCK
-        self.reserve(rows, span)
+        span = -(-(max(positions) + 1) // ATTENTION_SPAN_BLOCK) * ATTENTION_SPAN_BLOCK
+        self.reserve(max(slots) + 1, span)
         ids = torch.tensor(token_ids, dtype=torch.long, device=self.device)
-        positions = torch.tensor(lengths, dtype=torch.long, device=self.device)
-        row_index = torch.arange(rows, device=self.device)
-        biases = decode_biases(positions, span, self._windows, self.dtype)
+        where = torch.tensor(positions, dtype=torch.long, device=self.device)
+        plain = slots == list(range(rows))
+        slot_index = torch.tensor(slots, dtype=torch.long, device=self.device)
+        biases = decode_biases(where, span, self._windows, self.dtype)
         h = self._embed(ids)  # [B, hidden]
-        rope = self._rope(h, positions, max(lengths) + 1)
+        rope = self._rope(h, where, max(positions) + 1)
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
             q, k, v = self._project_qkv(x, layer, *rope[self.family.rope_keys[index]])  # [B, H|KVH, D]
             keys, values = self._keys[index], self._values[index]
-            keys[row_index, :, positions] = k.to(keys.dtype)
-            values[row_index, :, positions] = v.to(values.dtype)
-            out = self._attend(q, keys[:rows, :, :span].to(q.dtype), values[:rows, :, :span].to(q.dtype),
-                               biases[self.family.windows[index]])
+            keys[slot_index, :, where] = k.to(keys.dtype)
+            values[slot_index, :, where] = v.to(values.dtype)
+            seen_keys = keys[:rows, :, :span] if plain else keys[slot_index, :, :span]
+            seen_values = values[:rows, :, :span] if plain else values[slot_index, :, :span]
+            out = self._attend(q, seen_keys.to(q.dtype), seen_values.to(q.dtype), biases[self.family.windows[index]])
             h = h + self._attention_out(out, layer)
             h = h + self._mlp(self._norm(h, layer.post_norm), layer)
-        for slot in range(rows):
-            self.lengths[slot] += 1
         return self._logits(h)
 
-    def _decode_fused(self, token_ids: list[int]) -> torch.Tensor:
-        """``decode`` with each layer in one C++ call (fused_decode.py): q8 and q4 weights."""
-        rows = len(token_ids)
-        lengths = self.lengths[:rows]
-        self.reserve(rows, max(lengths) + 1)
+    def _decode_fused(self, token_ids: list[int], slots: list[int], positions: list[int]) -> torch.Tensor:
+        """A decode forward with each layer in one C++ call (fused_decode.py): q8 and q4 weights."""
         h = self._embed(torch.tensor(token_ids, dtype=torch.long, device=self.device))
-        tables = {key: tuple(table[:, 0] for table in self._rope_tables(h, max(lengths) + 1, key))  # [L, D]
+        tables = {key: tuple(table[:, 0] for table in self._rope_tables(h, max(positions) + 1, key))  # [L, D]
                   for key in set(self.family.rope_keys)}  # the kernel indexes them by position
         decode_layer = self._decode_layer
         assert decode_layer is not None  # _fused
+        mapped = [] if slots == list(range(len(slots))) else slots
         for index, (weights, tail) in enumerate(self._fused_arguments):
             cos, sin = tables[self.family.rope_keys[index]]
-            decode_layer(h, *weights, self._keys[index], self._values[index], lengths, cos, sin,
-                         self.heads, self.kv_heads, self.eps, *tail)
-        for slot in range(rows):
-            self.lengths[slot] += 1
+            decode_layer(h, *weights, self._keys[index], self._values[index], positions, cos, sin,
+                         self.heads, self.kv_heads, self.eps, *tail, slots=mapped)
         if self.weights.mode in EVERY_FAMILY_KERNELS:  # final norm in the kernel library (q8: its own)
             final = torch.ops.proctor.rms_norm(h, self._kernel_final_norm, self.eps)
             return softcap(self._lm_head(final), self.family.final_softcap)

@@ -172,6 +172,9 @@ struct LayerExtras {
   const float* gate_up_bias = nullptr;
   int64_t gate_up_bias_size = 0;
   const float* down_bias = nullptr;
+  // The cache slot of each row (empty: row r is slot r). Several rows may name one slot at consecutive
+  // positions: a multi-token extend, each position computed as its own decode step would compute it.
+  at::IntArrayRef slots;
 };
 
 // The decode-layer ops' arguments after their weights, in each op's schema (q8, q4, gguf): the cache,
@@ -181,7 +184,7 @@ struct LayerExtras {
 #define PROCTOR_LAYER_EXTRAS_ARGS                                                                              \
   "Tensor? qkv_bias=None, Tensor? q_norm=None, Tensor? k_norm=None, int window=0, float scale=0., "         \
   "float softcap=0., Tensor? attn_out_norm=None, Tensor? mlp_out_norm=None, bool gelu=False, "               \
-  "Tensor? o_bias=None, Tensor? gate_up_bias=None, Tensor? down_bias=None"
+  "Tensor? o_bias=None, Tensor? gate_up_bias=None, Tensor? down_bias=None, int[] slots=[]"
 
 inline const float* optional_floats(const std::optional<at::Tensor>& t, int64_t size, const char* name) {
   if (!t.has_value() || !t->defined()) return nullptr;
@@ -195,8 +198,8 @@ inline LayerExtras layer_extras(const std::optional<at::Tensor>& qkv_bias, const
                                 double softcap, const std::optional<at::Tensor>& attn_out_norm,
                                 const std::optional<at::Tensor>& mlp_out_norm, bool gelu,
                                 const std::optional<at::Tensor>& o_bias, const std::optional<at::Tensor>& gate_up_bias,
-                                const std::optional<at::Tensor>& down_bias, int64_t heads, int64_t kv_heads, int64_t d,
-                                int64_t hidden) {
+                                const std::optional<at::Tensor>& down_bias, at::IntArrayRef slots, int64_t heads,
+                                int64_t kv_heads, int64_t d, int64_t hidden) {
   LayerExtras extras;
   extras.qkv_bias = optional_floats(qkv_bias, (heads + 2 * kv_heads) * d, "qkv_bias");
   extras.q_norm = optional_floats(q_norm, d, "q_norm");
@@ -211,6 +214,7 @@ inline LayerExtras layer_extras(const std::optional<at::Tensor>& qkv_bias, const
   extras.gelu = gelu;
   extras.o_bias = optional_floats(o_bias, hidden, "o_bias");
   extras.down_bias = optional_floats(down_bias, hidden, "down_bias");
+  extras.slots = slots;
   if (gate_up_bias.has_value() && gate_up_bias->defined()) {  // its size is checked against the product
     check_float(*gate_up_bias, "gate_up_bias");
     extras.gate_up_bias = gate_up_bias->const_data_ptr<float>();
@@ -244,7 +248,11 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
   // d: the head size; the rotary tables may cover only its first `rotated_dims` (a partial rotary factor).
   const int64_t rows = h.size(0), hidden = h.size(1), d = keys.size(3), rotated_dims = cos.size(1);
   const int64_t half = rotated_dims / 2, group = heads / kv_heads, capacity = keys.size(2);
-  TORCH_CHECK(static_cast<int64_t>(positions.size()) == rows && keys.size(0) >= rows && keys.size(1) == kv_heads &&
+  const bool mapped = !extras.slots.empty();
+  TORCH_CHECK(!mapped || static_cast<int64_t>(extras.slots.size()) == rows, "slots must name one slot per row");
+  for (int64_t slot : extras.slots) TORCH_CHECK(slot >= 0 && slot < keys.size(0), "slot out of range");
+  auto slot_of = [&](int64_t r) { return mapped ? extras.slots[r] : r; };
+  TORCH_CHECK(static_cast<int64_t>(positions.size()) == rows && (mapped || keys.size(0) >= rows) && keys.size(1) == kv_heads &&
                   rotated_dims <= d && rotated_dims % 2 == 0 && values.sizes() == keys.sizes(),
               "cache shape does not match the batch");
   for (int64_t p : positions) TORCH_CHECK(p >= 0 && p < capacity && p < cos.size(0), "position out of range");
@@ -282,13 +290,14 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
       std::copy(rotated.begin(), rotated.begin() + rotated_dims, x);  // the dims past them pass unchanged
     }
     for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
-      const int64_t at_position = ((r * kv_heads + kvh) * capacity + positions[r]) * d;
+      const int64_t at_position = ((slot_of(r) * kv_heads + kvh) * capacity + positions[r]) * d;
       store_half(row + (heads + kvh) * d, d, kp + at_position);
       store_half(row + (heads + kv_heads + kvh) * d, d, vp + at_position);
     }
   }
 
-  // Attention of each row over exactly its own prefix; one (row, kv head) per job.
+  // Attention of each row over exactly its own prefix; one (row, kv head) per job. Every row's key and
+  // value were written above, so a row of a multi-token extend sees the positions before it in this call.
   std::vector<float> attended(rows * heads * d);
   float* ap = attended.data();
   at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
@@ -297,7 +306,7 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
       const int64_t r = job / kv_heads, kvh = job % kv_heads;
       const int64_t seen = positions[r] + 1;  // this row's prefix, or its last `window` positions
       const int64_t first = extras.window > 0 ? std::max<int64_t>(0, seen - extras.window) : 0;
-      const int64_t cache = ((r * kv_heads + kvh) * capacity + first) * d;
+      const int64_t cache = ((slot_of(r) * kv_heads + kvh) * capacity + first) * d;
       attend_group(pp + r * width + kvh * group * d, group, kp + cache, vp + cache, seen - first, d, scale,
                    ap + r * heads * d + kvh * group * d, weights, extras.softcap);
     }

@@ -31,10 +31,10 @@ void decode_layer(at::Tensor& h, const at::Tensor& in_norm, const Packed& qkv, c
                   const std::optional<at::Tensor>& k_norm, int64_t window, double scale, double softcap,
                   const std::optional<at::Tensor>& attn_out_norm, const std::optional<at::Tensor>& mlp_out_norm,
                   bool gelu, const std::optional<at::Tensor>& o_bias, const std::optional<at::Tensor>& gate_up_bias,
-                  const std::optional<at::Tensor>& down_bias) {
+                  const std::optional<at::Tensor>& down_bias, at::IntArrayRef slots) {
   const at::TensorOptions options = h.options();
   const LayerExtras extras = layer_extras(qkv_bias, q_norm, k_norm, window, scale, softcap, attn_out_norm, mlp_out_norm,
-                                          gelu, o_bias, gate_up_bias, down_bias, heads, kv_heads, keys.size(3),
+                                          gelu, o_bias, gate_up_bias, down_bias, slots, heads, kv_heads, keys.size(3),
                                           h.size(1));
   auto project = [&](Product which, const float* x, int64_t rows, int64_t k, std::vector<float>& scales) {
     const Packed& packed = which == Product::qkv ? qkv : which == Product::o ? o : which == Product::gate_up ? gate_up : down;

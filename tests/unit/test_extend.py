@@ -1,0 +1,93 @@
+"""Multi-token extends of the slot forward (LlamaSlots.extend, engine/llama_step.py) on the tiny model.
+
+Jump-forward and speculation feed several tokens of one request in one forward and keep what the
+verification accepts. That is exact only if every fed position's logits are the bits one decode step per
+token gives, whatever the other slots feed beside it, and if a trimmed slot continues as if the rejected
+positions had never been fed. Checked in every weight mode the tiny model runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from proctor.engine import fused_decode
+from proctor.engine.llama_step import LlamaSlots
+from proctor.engine.smoothing import calibration_ids
+from proctor.engine.weights import fbgemm_available
+
+PROMPT_LENGTHS = (3, 70, 130)  # a short row and rows past one and two 64-position blocks
+FIRST_FEEDS = ([11, 12, 13, 14], [21], [31, 32])
+SECOND_FEEDS = ([15, 16], [22, 23, 24, 25, 26], [33])
+KEPT_AFTER_FIRST = (2, 1, 2)  # slot 0's last two positions rejected, as a failed draft would be
+
+
+def modes() -> list[str]:
+    found = ["dense", "fp16"]
+    if fbgemm_available() and fused_decode.load_problem() is None:
+        found += ["q8", "q4"]
+    return found
+
+
+def prompts() -> list[list[int]]:
+    generator = torch.Generator().manual_seed(5)
+    return [torch.randint(10, 5000, (n,), generator=generator).tolist() for n in PROMPT_LENGTHS]
+
+
+def stepwise(model, tokenizer, mode: str, prompt: list[int], tokens: list[int]) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """Each token of ``tokens`` fed alone, one decode step each, in a one-slot runner."""
+    solo = LlamaSlots(model, 1, torch.device("cpu"), mode, calibration_ids(tokenizer))
+    solo.prefill(0, prompt)
+    return torch.cat([solo.decode([token]) for token in tokens])
+
+
+@pytest.mark.parametrize("mode", modes())
+def test_every_extended_position_is_the_bits_of_a_decode_step(tiny_model, tokenizer, mode: str) -> None:  # type: ignore[no-untyped-def]
+    with torch.inference_mode():
+        batch = LlamaSlots(tiny_model, len(PROMPT_LENGTHS), torch.device("cpu"), mode, calibration_ids(tokenizer))
+        for slot, prompt in enumerate(prompts()):
+            batch.prefill(slot, prompt)
+        first = batch.extend([list(feed) for feed in FIRST_FEEDS])
+        assert first.shape[0] == sum(map(len, FIRST_FEEDS))
+        assert batch.lengths[:3] == [n + len(f) for n, f in zip(PROMPT_LENGTHS, FIRST_FEEDS, strict=True)]
+        for slot, kept in enumerate(KEPT_AFTER_FIRST):
+            batch.trim(slot, PROMPT_LENGTHS[slot] + kept)
+        second = batch.extend([list(feed) for feed in SECOND_FEEDS])
+        offsets = [0]
+        for feed in FIRST_FEEDS:
+            offsets.append(offsets[-1] + len(feed))
+        offsets2 = [0]
+        for feed in SECOND_FEEDS:
+            offsets2.append(offsets2[-1] + len(feed))
+        for slot, prompt in enumerate(prompts()):
+            kept = KEPT_AFTER_FIRST[slot]
+            fed = list(FIRST_FEEDS[slot][:kept]) + list(SECOND_FEEDS[slot])
+            reference = stepwise(tiny_model, tokenizer, mode, prompt, fed)
+            ours = torch.cat([first[offsets[slot]:offsets[slot] + kept], second[offsets2[slot]:offsets2[slot + 1]]])
+            assert torch.equal(ours, reference), (
+                f"{mode}: slot {slot} differs from one step per token (max gap {(ours - reference).abs().max():.3g})")
+
+
+@pytest.mark.parametrize("mode", modes())
+def test_a_decode_step_is_an_extend_of_one_token_each(tiny_model, tokenizer, mode: str) -> None:  # type: ignore[no-untyped-def]
+    with torch.inference_mode():
+        runners = []
+        for _ in range(2):
+            runner = LlamaSlots(tiny_model, 3, torch.device("cpu"), mode, calibration_ids(tokenizer))
+            for slot, prompt in enumerate(prompts()):
+                runner.prefill(slot, prompt)
+            runners.append(runner)
+        decoded = runners[0].decode([7, 8, 9])
+        extended = runners[1].extend([[7], [8], [9]])
+    assert torch.equal(decoded, extended)
+    assert runners[0].lengths == runners[1].lengths
+
+
+def test_trim_refuses_to_grow_a_slot(tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    with torch.inference_mode():
+        runner = LlamaSlots(tiny_model, 1, torch.device("cpu"), "dense")
+        runner.prefill(0, [1, 2, 3])
+        with pytest.raises(ValueError, match="holds 3 tokens"):
+            runner.trim(0, 4)
+        runner.trim(0, 2)
+    assert runner.lengths[0] == 2
