@@ -32,6 +32,16 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--max-prefill-tokens", type=int, help="prompt tokens prefilled per step (default 2048)")
     p.add_argument("--prefill-chunk-tokens", type=int, help="a longer prompt is prefilled this many tokens per "
                    "step between the running rows' decode steps (default 128; 0: whole)")
+    steps = p.add_argument_group("fewer steps for the same tokens (none changes the output; docs/architecture.md)")
+    steps.add_argument("--prefix-cache-mb", type=int, help="memory for prompts' cached chunks (default 256; 0: off)")
+    steps.add_argument("--no-jump-forward", dest="jump_forward", action="store_false", default=None,
+                       help="decode grammar-forced tokens one step each instead of in one forward")
+    steps.add_argument("--max-forced-tokens", type=int, help="forced tokens extended per row and step (default 16)")
+    steps.add_argument("--speculation", choices=("auto", "on", "off"),
+                       help="prompt-lookup drafts (default auto: on while the batch is small)")
+    steps.add_argument("--speculation-tokens", type=int, help="tokens drafted per row and step (default 4)")
+    steps.add_argument("--speculation-max-rows", type=int,
+                       help="auto speculation stays on while the batch holds at most this many rows (default 2)")
     p.add_argument("--max-new-tokens-limit", type=int, help="server cap on max_new_tokens (default 4096)")
     p.add_argument("--grace-period", dest="grace_period_s", type=float,
                    help="seconds in-flight calls may take to finish on shutdown (default 10)")
@@ -97,6 +107,8 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _serve(args: argparse.Namespace) -> int:
     keys = ("host", "port", "model", "model_store", "device", "dtype", "weights", "threads", "max_batch_size",
             "max_waiting", "kv_cache_mb", "max_prefill_tokens", "prefill_chunk_tokens",
+            "prefix_cache_mb", "jump_forward", "max_forced_tokens", "speculation", "speculation_tokens",
+            "speculation_max_rows",
             "max_new_tokens_limit", "grace_period_s", "drain_notice_s", "health_port", "watchdog_s", "reflection",
             "warmup", "log_level",
             "constraint_timeout_s", "compile_workers", "max_schema_depth", "fallback_attempts",

@@ -66,6 +66,9 @@ def default_tokenizer_cache() -> Path:
     return Path(__file__).resolve().parents[2] / ".proctor" / "tokenizers"
 
 
+SPECULATION_MODES = ("auto", "on", "off")
+
+
 @dataclass(frozen=True)
 class Settings:
     host: str = "127.0.0.1"
@@ -91,6 +94,16 @@ class Settings:
     max_prefill_tokens: int = 2048
     # A longer prompt is prefilled this many tokens per step between decode steps (engine/batch.py); 0: whole.
     prefill_chunk_tokens: int = 128
+    # Fewer steps for the same tokens (engine/drafting.py, engine/prefix_cache.py); none changes a bit of
+    # the output. The prefix cache keeps prompts' full chunks (of prefill_chunk_tokens) within this budget
+    # (0: off); jump_forward extends a run of grammar-forced tokens in one forward; speculation drafts by
+    # prompt lookup: on, off, or auto (on while the batch holds at most speculation_max_rows rows).
+    prefix_cache_mb: int = 256
+    jump_forward: bool = True
+    max_forced_tokens: int = 16  # grammar-forced tokens extended in one forward per row
+    speculation: str = "auto"  # auto | on | off
+    speculation_tokens: int = 4  # tokens drafted per row and step
+    speculation_max_rows: int = 2
     max_message_bytes: int = 16 * 1024 * 1024
     reflection: bool | None = None  # None: on when bound to loopback
     # Shutdown on SIGTERM (app.py): health NOT_SERVING for drain_notice_s while calls are still served
@@ -183,6 +196,11 @@ class Settings:
             raise ValueError(f"max_schema_depth must be at least 1, got {self.max_schema_depth}")
         if self.prefill_chunk_tokens < 0:
             raise ValueError(f"prefill_chunk_tokens must be 0 (off) or more, got {self.prefill_chunk_tokens}")
+        if self.speculation not in SPECULATION_MODES:
+            raise ValueError(f"speculation must be one of {', '.join(SPECULATION_MODES)}, got {self.speculation!r}")
+        for name in ("prefix_cache_mb", "max_forced_tokens", "speculation_tokens", "speculation_max_rows"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.weights.strip().lower() not in ("auto", *WEIGHT_MODES):
             raise ValueError(f"weights must be auto or one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}")
         if self.log_format not in ("text", "json"):

@@ -109,7 +109,14 @@ class CallRunner(Generic[P]):
         return self.engine_or_none
 
     def admit(self, request: GenerationRequest, call: CallRecord) -> GenerationRequest:
-        """A checked request as this call runs it: with the audit's settings, kept on the call's record."""
+        """A checked request as this call runs it: with the audit's settings and the prefix cache's namespace
+        (the caller's own; none when the request or the caller's entry keeps prompts out of the cache), kept on
+        the call's record."""
+        identity = current_identity()
+        caller = identity.caller if identity is not None else None
+        keep = request.cache_prompt and (caller is None or caller.prompt_cache)
+        request = dataclasses.replace(request, prefix_cache_scope=(caller.name if caller is not None else "")
+                                      if keep else None)
         if self.audit.enabled:
             request = dataclasses.replace(request, audited=True, audit_top_n=self.audit.top_n)
         call.request = request

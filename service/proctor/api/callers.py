@@ -15,7 +15,11 @@ callers:
     tls_subject: "CN=compliance.internal,O=Acme"   # RFC 4514, as `openssl x509 -subject -nameopt rfc2253`
     tls_san: compliance.internal                  # or a DNS/URI/email SAN of the certificate
     roles: [audit:read, audit:replay]
+    prompt_cache: false   # nothing of this caller's prompts outlives its requests (default: true)
 ```
+
+A caller's prompts are cached (engine/prefix_cache.py) in a namespace of its own: one caller's requests
+never reuse, nor can time, another's cached prefix.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ HEALTH_PREFIX = "/grpc.health.v1.Health/"
 REFLECTION_PREFIXES = ("/grpc.reflection.v1alpha.ServerReflection/", "/grpc.reflection.v1.ServerReflection/")
 RELOAD_CHECK_S = 1.0
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-CALLER_KEYS = {"name", "token_sha256", "tls_subject", "tls_san", "roles", "limits"}
+CALLER_KEYS = {"name", "token_sha256", "tls_subject", "tls_san", "roles", "limits", "prompt_cache"}
 LIMIT_KEYS = {"requests_per_second", "burst", "concurrent_streams", "max_new_tokens"}
 
 
@@ -82,6 +86,7 @@ class Caller:
     tls_subject: str = ""
     tls_san: str = ""
     limits: CallerLimits = field(default_factory=CallerLimits)
+    prompt_cache: bool = True  # its prompts' chunks may be kept in the prefix cache (its own namespace)
 
     def may(self, role: str) -> bool:
         return role in self.roles or "admin" in self.roles
@@ -145,8 +150,11 @@ def _caller(entry: Any, where: str) -> Caller:
     bad = sorted(set(roles) - set(ROLES))
     if bad:
         raise CallersFileError(f"{where}: unknown roles {bad}; expected {', '.join(ROLES)}")
+    prompt_cache = entry.get("prompt_cache", True)
+    if not isinstance(prompt_cache, bool):
+        raise CallersFileError(f"{where}: 'prompt_cache' must be true or false, got {prompt_cache!r}")
     return Caller(name=name.strip(), roles=frozenset(roles), token_sha256=token, tls_subject=subject, tls_san=san,
-                  limits=_limits(entry.get("limits") or {}, where))
+                  limits=_limits(entry.get("limits") or {}, where), prompt_cache=prompt_cache)
 
 
 def _limits(raw: Any, where: str) -> CallerLimits:

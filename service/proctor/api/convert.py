@@ -28,7 +28,7 @@ from proctor.domain import (
     TokenDetail,
     TokenEvent,
 )
-from proctor.domain.request import ContextOverflow, EarlyStopping
+from proctor.domain.request import ContextOverflow, EarlyStopping, Speculation
 from proctor_client.v1 import generation_pb2 as pb
 
 FINISH_TO_PROTO: dict[FinishReason, pb.FinishReason] = {
@@ -68,6 +68,9 @@ FORMAT_TO_PROTO: dict[str, pb.FormatHandling] = {
 CONTEXT_OVERFLOW_FROM_PROTO = _from_proto(pb.ContextOverflow, "CONTEXT_OVERFLOW_",
                                           {m.name: m for m in ContextOverflow}, ContextOverflow.REFUSE)
 CONTEXT_OVERFLOW_TO_PROTO: dict[str, str] = {m.value: f"CONTEXT_OVERFLOW_{m.name}" for m in ContextOverflow}
+SPECULATION_FROM_PROTO = _from_proto(pb.Speculation, "SPECULATION_",
+                                     {m.name: m for m in Speculation if m is not Speculation.DEFAULT},
+                                     Speculation.DEFAULT)
 EARLY_STOPPING_FROM_PROTO = _from_proto(pb.BeamEarlyStopping, "BEAM_EARLY_STOPPING_",
                                         {m.name: m for m in EarlyStopping}, EarlyStopping.HEURISTIC)
 SYNTAX_FROM_PROTO: dict[int, str] = {pb.GrammarSyntax.Value(f"GRAMMAR_SYNTAX_{s.name}"): s.value for s in GrammarSyntax}
@@ -165,6 +168,8 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
         stopping_criteria=_plugins(message.stopping_criteria, "stopping_criteria"),
         confidence=message.confidence,
         context_overflow=CONTEXT_OVERFLOW_FROM_PROTO[message.context_overflow],
+        speculation=SPECULATION_FROM_PROTO[message.speculation],
+        **_present(message, ("cache_prompt",)),
         input_screens=_moderation_plugins(message.input_screens, "input_screens", settings),
         output_moderators=_moderation_plugins(message.output_moderators, "output_moderators", settings),
     )
@@ -193,6 +198,10 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
     if event.usage is not None:
         target.usage.prompt_tokens = event.usage.prompt_tokens
         target.usage.completion_tokens = event.usage.completion_tokens
+        target.usage.cached_prompt_tokens = event.usage.cached_prompt_tokens
+        target.usage.decode_steps = event.usage.decode_steps
+        target.usage.drafted_tokens = event.usage.drafted_tokens
+        target.usage.accepted_tokens = event.usage.accepted_tokens
     if event.schema_check is not None:
         target.schema_validation.valid = event.schema_check.valid
         target.schema_validation.errors.extend(event.schema_check.errors)

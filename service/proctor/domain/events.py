@@ -49,6 +49,10 @@ class TokenDetail:
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    cached_prompt_tokens: int = 0  # prompt tokens whose keys and values came from the prefix cache
+    decode_steps: int = 0  # decode forwards after the prefill (engine/drafting.py: several tokens to one)
+    drafted_tokens: int = 0  # proposed ahead of the model: forced by the constraint or looked up
+    accepted_tokens: int = 0  # of those, verified and kept
 
 
 @dataclass(frozen=True, slots=True)

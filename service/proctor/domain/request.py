@@ -19,6 +19,15 @@ class ContextOverflow(enum.StrEnum):
     KEEP_START_AND_END = "keep_start_and_end"
 
 
+class Speculation(enum.StrEnum):
+    """Prompt-lookup speculation for one request (engine/drafting.py). Names are the wire's
+    (``SPECULATION_<NAME>``); DEFAULT follows the server's ``--speculation``."""
+
+    DEFAULT = "default"
+    ON = "on"
+    OFF = "off"
+
+
 class EarlyStopping(enum.StrEnum):
     """Beam search's stopping rule. Names are the wire's (``BEAM_EARLY_STOPPING_<NAME>``); values are
     generate()'s ``early_stopping`` (False: its heuristic, True: when num_beams are finished, "never"),
@@ -175,6 +184,12 @@ class GenerationRequest:
     context_overflow: str = ContextOverflow.REFUSE  # what to do when the input does not fit (ContextOverflow)
     input_screens: tuple[PluginCall, ...] = ()  # run on the rendered input before generation (server defaults first)
     output_moderators: tuple[PluginCall, ...] = ()  # run on the finished output (server defaults first)
+    speculation: str = Speculation.DEFAULT  # prompt-lookup drafts (Speculation); never changes the output
+    cache_prompt: bool = True  # the caller's wish: this prompt's chunks may outlive the request in the prefix cache
+    # The prefix cache's namespace for this prompt's chunks, set by the server (api/call_runner.admit): the
+    # caller's name ("" when the server is open); None: nothing of the prompt outlives the request, and
+    # nothing cached is read for it.
+    prefix_cache_scope: str | None = None
 
     @property
     def wants_details(self) -> bool:

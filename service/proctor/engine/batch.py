@@ -9,7 +9,12 @@ A prompt longer than ``chunk_tokens`` is *staged* instead: prefilled ``chunk_tok
 one-slot staging cache, one chunk per engine step between the running rows' decode steps, and moved
 into the next free slot when its last chunk is done. A long prompt then delays the running rows by
 one chunk per step instead of its whole prefill. The chunk boundaries depend only on the prompt's
-length, so its logits are the same whatever else runs.
+length, so its logits are the same whatever else runs. The same grid makes the prefix cache exact
+(engine/prefix_cache.py): a staged prompt takes its first full chunks from the cache when they are there,
+and leaves the chunks it computes there for the next prompt that starts the same way.
+
+A decode step may also *extend* rows by several tokens (``extend``: a draft to verify, engine/drafting.py);
+``settle`` then keeps the positions the verification accepted.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ import torch
 
 from proctor.engine.llama_step import LlamaSlots
 from proctor.engine.model_runner import SlotRunner
+from proctor.engine.prefix_cache import CachedChunk, PrefixCache
 from proctor.engine.sequence import SequenceState
 
 
 class DecodeBatch:
     def __init__(self, make_runner: Callable[[], SlotRunner], max_rows: int, kv_budget_bytes: int,
-                 chunk_tokens: int = 0) -> None:
+                 chunk_tokens: int = 0, prefix_cache: PrefixCache | None = None) -> None:
         self._make_runner = make_runner
         self._runner_built: SlotRunner | None = None
         self.max_rows = max_rows
@@ -35,6 +41,9 @@ class DecodeBatch:
         self.staged: list[SequenceState] = []  # long prompts waiting for or in their chunked prefill, oldest first
         self._staging: LlamaSlots | None = None  # the one-slot runner of staged[0]
         self._staged_tokens = 0  # prompt tokens of staged[0] already prefilled
+        self.prefix_cache = prefix_cache if prefix_cache is not None and prefix_cache.enabled else None
+        self._chain: list[bytes] = []  # staged[0]'s chunk keys in the prefix cache (empty: not cached)
+        self._fed: list[int] = []  # tokens each row was fed by the last extend
 
     @property
     def _runner(self) -> SlotRunner:
@@ -75,6 +84,28 @@ class DecodeBatch:
         """Feed every running row its last token; return next-token logits [B, V]."""
         return self._runner.decode([s.generated[-1] for s in self.states])
 
+    @property
+    def can_extend(self) -> bool:
+        """Whether the runner feeds several tokens to a row in one forward (drafts are verified only then)."""
+        return isinstance(self._runner, LlamaSlots)
+
+    def extend(self, drafts: list[list[int]]) -> torch.Tensor:
+        """Feed every running row its last token and its draft; return every fed position's logits, row by row."""
+        runner = self._runner
+        assert isinstance(runner, LlamaSlots)  # can_extend
+        feeds = [[state.generated[-1], *draft] for state, draft in zip(self.states, drafts, strict=True)]
+        self._fed = [len(feed) for feed in feeds]
+        return runner.extend(feeds)
+
+    def settle(self, kept: list[int]) -> None:
+        """After ``extend``: row ``i`` keeps the first ``kept[i]`` positions it was fed (the rest were rejected)."""
+        runner = self._runner
+        assert isinstance(runner, LlamaSlots)
+        for row, (fed, keep) in enumerate(zip(self._fed, kept, strict=True)):
+            if keep < fed:
+                runner.trim(row, runner.lengths[row] - fed + keep)
+        self._fed = []
+
     def admit(self, joining: list[SequenceState]) -> torch.Tensor:
         """Prefill each joining request into the next free slot; return their logits [n, V]."""
         logits = []
@@ -96,21 +127,44 @@ class DecodeBatch:
         assert isinstance(runner, LlamaSlots)  # needs_chunks staged it
         if self._staging is None:
             self._staging = runner.staging()
+        staging = self._staging
+        if done == 0:
+            done = self._staged_tokens = self._from_cache(state, staging)
         chunk = state.prompt_ids[done:done + self.chunk_tokens]
-        logits = self._staging.prefill(0, chunk, done)
+        logits = staging.prefill(0, chunk, done)
         self._staged_tokens += len(chunk)
+        index = done // self.chunk_tokens
+        if self.prefix_cache is not None and index < len(self._chain):  # a full chunk: kept for later prompts
+            self.prefix_cache.store(self._chain[:index + 1], CachedChunk(tuple(chunk), *staging.read_span(
+                0, done, done + len(chunk))))
         if self._staged_tokens < len(state.prompt_ids):
             return None
         self.staged.pop(0)
         self._staged_tokens = 0
+        self._chain = []
         self.states.append(state)
         runner.adopt(self._staging, len(self.states) - 1)
         return state, logits
+
+    def _from_cache(self, state: SequenceState, staging: LlamaSlots) -> int:
+        """Put the cached chunks that begin ``state``'s prompt into the staging slot; the tokens they cover."""
+        cache, scope = self.prefix_cache, state.request.prefix_cache_scope
+        self._chain = []
+        if cache is None or scope is None:
+            return 0
+        self._chain = cache.chain(scope, state.prompt_ids)
+        start = 0
+        for chunk in cache.lookup(self._chain, state.prompt_ids):
+            staging.write_span(0, start, chunk.keys, chunk.values)
+            start += len(chunk.tokens)
+        state.cached_prompt_tokens = start
+        return start
 
     def drop_staged(self, state: SequenceState) -> None:
         """Take a staged request out (cancelled or expired before it joined)."""
         if self.staged and self.staged[0] is state:
             self._staged_tokens = 0
+            self._chain = []
             if self._staging is not None:
                 self._staging.free(0)
         self.staged.remove(state)

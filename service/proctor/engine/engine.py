@@ -28,10 +28,12 @@ from proctor.domain import FinishReason, GenerationRequest, RequestValidationErr
 from proctor.engine.attempts import FallbackAttempts
 from proctor.engine.batch import DecodeBatch
 from proctor.engine.beam import BeamSearches
+from proctor.engine.drafting import Drafter, DraftPolicy
 from proctor.engine.live import LiveRequests
 from proctor.engine.llama_step import LlamaSlots
 from proctor.engine.loaded_model import LoadedModel
 from proctor.engine.model_runner import SlotRunner, make_runner
+from proctor.engine.prefix_cache import PrefixCache
 from proctor.engine.preprocess import PreparedRequest, prepare_controls, prepare_request
 from proctor.engine.scheduler import Scheduler
 from proctor.engine.sequence import EventSink, SequenceState
@@ -39,6 +41,7 @@ from proctor.engine.slot_weights import release_dense
 from proctor.engine.smoothing import calibration_ids
 from proctor.engine.status import RequestStatus
 from proctor.engine.thread_tuner import PinnedThreads, ThreadPolicy, thread_policy
+from proctor.engine.verify import verify
 
 if TYPE_CHECKING:
     from proctor.constraints.service import ConstraintService
@@ -62,8 +65,12 @@ class Engine:
         self._plugin_context = PluginContext(loaded.tokenizer, loaded.vocab_size, frozenset(loaded.eos_token_ids))
         self._on_health = on_health
         rows = max(1, settings.max_batch_size)
+        self.prefix_cache = PrefixCache(settings.prefix_cache_mb * 1024 * 1024,
+                                        f"{loaded.weights_sha256}:{loaded.weights}:{loaded.dtype}:{loaded.device}",
+                                        settings.prefill_chunk_tokens)
         self._batch = DecodeBatch(lambda: self._make_runner(rows, release_dense_weights), rows,
-                                  settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens)
+                                  settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens, self.prefix_cache)
+        self._drafter = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size)
         self._scheduler = Scheduler(settings.max_waiting, settings.max_prefill_tokens,
                                     free_rows=lambda: rows - len(self._batch.states) - len(self._batch.staged))
         self._eos = frozenset(loaded.eos_token_ids)
@@ -321,7 +328,16 @@ class Engine:
         if batch.states:
             self._threads.before_step(len(batch.states))
             rows, start = len(batch.states), time.monotonic()
-            self._advance(batch.states, batch.decode())
+            drafts = self._drafter.drafts(batch.states) if batch.can_extend else []
+            if any(drafts):  # several positions for some rows, verified one by one (engine/verify.py)
+                kept = verify(list(batch.states), drafts, batch.extend(drafts), time.monotonic,
+                              self.observer.masks if self.observer is not None else None)
+                batch.settle(kept)
+                self._retire()
+            else:
+                for state in batch.states:
+                    state.decode_steps += 1
+                self._advance(batch.states, batch.decode())
             elapsed = time.monotonic() - start
             self._threads.after_step(elapsed)
             if observer is not None:

@@ -199,6 +199,24 @@ class LlamaSlots:
         out = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype), v)
         return out[0].transpose(0, 1)
 
+    def read_span(self, slot: int, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of ``slot``'s keys and values at positions ``start … end``, [layers, KV heads, end - start, D]
+        (the prefix cache keeps a prompt's chunk)."""
+        return (torch.stack([keys[slot, :, start:end] for keys in self._keys]),
+                torch.stack([values[slot, :, start:end] for values in self._values]))
+
+    def write_span(self, slot: int, start: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Put ``read_span``'s keys and values back at ``start`` of ``slot``, which then holds ``start`` + their
+        length tokens (a prefix taken from the cache instead of prefilled)."""
+        if self.lengths[slot] != start:
+            raise ValueError(f"slot {slot} holds {self.lengths[slot]} tokens, not {start}")
+        end = start + keys.shape[2]
+        self.reserve(slot + 1, end + 1)
+        for layer, (cached_keys, cached_values) in enumerate(zip(keys, values, strict=True)):
+            self._keys[layer][slot, :, start:end].copy_(cached_keys)
+            self._values[layer][slot, :, start:end].copy_(cached_values)
+        self.lengths[slot] = end
+
     def staging(self) -> LlamaSlots:
         """A one-slot runner on the same weights, where a long prompt is prefilled chunk by chunk
         while this runner's rows keep decoding; ``adopt`` then moves its cache into a slot here."""

@@ -97,6 +97,11 @@ class SequenceState:
         self.matcher: Matcher | None = prepared.constraint.compiled.new_matcher() if prepared.constraint else None
         self._text: list[str] = []
         self.status = RequestStatus.WAITING  # set by the engine at each transition (engine/status.py)
+        self.lookup: Any = None  # the prompt-lookup index of its tokens, built on first use (engine/drafting.py)
+        self.cached_prompt_tokens = 0  # prompt tokens whose cache came from the prefix cache
+        self.decode_steps = 0  # decode forwards after the prefill
+        self.drafted = 0  # draft tokens fed to verify (engine/drafting.py)
+        self.accepted = 0  # of those, kept
         self.abort_requested = False  # set from any thread (Engine.abort); the engine ends the request
         self.finish_reason: FinishReason | None = None
         self.created = time.monotonic()
@@ -302,7 +307,8 @@ class SequenceState:
             ttft = (self.first_token_at - self.created) * 1000 if self.first_token_at else 0.0
             event = TokenEvent(
                 event.request_id, event.token_ids, event.text, event.details, finish_reason=reason,
-                finish_detail=detail, usage=Usage(len(self.prompt_ids), len(self.generated)),
+                finish_detail=detail, usage=Usage(len(self.prompt_ids), len(self.generated), self.cached_prompt_tokens,
+                                                     self.decode_steps, self.drafted, self.accepted),
                 timings=Timings((started - self.created) * 1000, ttft, (now - self.created) * 1000),
                 seed=self.seed, error=event.error,
                 constraint=self.constraint.summary if self.constraint else None,

@@ -84,6 +84,15 @@ class LLGuidanceMatcher:
     def rollback(self, tokens: int) -> None:
         self._matcher.rollback(tokens)
 
+    def valid_prefix(self, tokens: list[int]) -> int:
+        """How many of ``tokens`` the grammar accepts from here, the state unchanged (a rejected ``advance``
+        would leave llguidance's matcher in its error state, which no rollback undoes)."""
+        return int(self._matcher.validate_tokens(tokens))
+
+    def forced_tokens(self, limit: int) -> list[int]:
+        """The tokens the grammar forces from here (llguidance's own fast-forward; the state is unchanged)."""
+        return list(self._matcher.compute_ff_tokens())[:limit]
+
     def fork(self) -> LLGuidanceMatcher:
         """An independent copy at the same position (beam search: each beam keeps its own state)."""
         return LLGuidanceMatcher(self._matcher.deep_copy())

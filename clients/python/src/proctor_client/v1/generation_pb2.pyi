@@ -27,6 +27,12 @@ class GrammarSyntax(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GRAMMAR_SYNTAX_LARK: _ClassVar[GrammarSyntax]
     GRAMMAR_SYNTAX_EBNF: _ClassVar[GrammarSyntax]
 
+class Speculation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPECULATION_UNSPECIFIED: _ClassVar[Speculation]
+    SPECULATION_ON: _ClassVar[Speculation]
+    SPECULATION_OFF: _ClassVar[Speculation]
+
 class ContextOverflow(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CONTEXT_OVERFLOW_UNSPECIFIED: _ClassVar[ContextOverflow]
@@ -82,6 +88,9 @@ MODERATION_DECISION_BLOCK: ModerationDecision
 GRAMMAR_SYNTAX_UNSPECIFIED: GrammarSyntax
 GRAMMAR_SYNTAX_LARK: GrammarSyntax
 GRAMMAR_SYNTAX_EBNF: GrammarSyntax
+SPECULATION_UNSPECIFIED: Speculation
+SPECULATION_ON: Speculation
+SPECULATION_OFF: Speculation
 CONTEXT_OVERFLOW_UNSPECIFIED: ContextOverflow
 CONTEXT_OVERFLOW_REFUSE: ContextOverflow
 CONTEXT_OVERFLOW_DROP_OLDEST_TURNS: ContextOverflow
@@ -256,7 +265,7 @@ class ModerationVerdict(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[str] = ..., decision: _Optional[_Union[ModerationDecision, str]] = ..., score: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "prompt", "messages", "sampling", "stopping", "top_logprobs", "token_details", "json_schema", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace", "constraint_exact_only", "forbidden", "logit_bias", "allowed_token_ids", "logits_processors", "stopping_criteria", "confidence", "context_overflow", "input_screens", "output_moderators", "num_return_sequences")
+    __slots__ = ("request_id", "prompt", "messages", "sampling", "stopping", "top_logprobs", "token_details", "json_schema", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace", "constraint_exact_only", "forbidden", "logit_bias", "allowed_token_ids", "logits_processors", "stopping_criteria", "confidence", "context_overflow", "input_screens", "output_moderators", "num_return_sequences", "speculation", "cache_prompt")
     class LogitBiasEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -289,6 +298,8 @@ class GenerateRequest(_message.Message):
     INPUT_SCREENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_MODERATORS_FIELD_NUMBER: _ClassVar[int]
     NUM_RETURN_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    SPECULATION_FIELD_NUMBER: _ClassVar[int]
+    CACHE_PROMPT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt: str
     messages: ChatMessages
@@ -314,7 +325,9 @@ class GenerateRequest(_message.Message):
     input_screens: _containers.RepeatedCompositeFieldContainer[PluginCall]
     output_moderators: _containers.RepeatedCompositeFieldContainer[PluginCall]
     num_return_sequences: int
-    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingParams, _Mapping]] = ..., top_logprobs: _Optional[int] = ..., token_details: _Optional[bool] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Union[ChoiceConstraint, _Mapping]] = ..., grammar: _Optional[_Union[GrammarConstraint, _Mapping]] = ..., schema_ref: _Optional[str] = ..., constraint_backend: _Optional[_Union[ConstraintBackend, str]] = ..., json_whitespace: _Optional[_Union[JsonWhitespace, str]] = ..., constraint_exact_only: _Optional[bool] = ..., forbidden: _Optional[_Union[ForbiddenPhrases, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., logits_processors: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., stopping_criteria: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., confidence: _Optional[bool] = ..., context_overflow: _Optional[_Union[ContextOverflow, str]] = ..., input_screens: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., output_moderators: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., num_return_sequences: _Optional[int] = ...) -> None: ...
+    speculation: Speculation
+    cache_prompt: bool
+    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingParams, _Mapping]] = ..., top_logprobs: _Optional[int] = ..., token_details: _Optional[bool] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Union[ChoiceConstraint, _Mapping]] = ..., grammar: _Optional[_Union[GrammarConstraint, _Mapping]] = ..., schema_ref: _Optional[str] = ..., constraint_backend: _Optional[_Union[ConstraintBackend, str]] = ..., json_whitespace: _Optional[_Union[JsonWhitespace, str]] = ..., constraint_exact_only: _Optional[bool] = ..., forbidden: _Optional[_Union[ForbiddenPhrases, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., logits_processors: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., stopping_criteria: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., confidence: _Optional[bool] = ..., context_overflow: _Optional[_Union[ContextOverflow, str]] = ..., input_screens: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., output_moderators: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., num_return_sequences: _Optional[int] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., cache_prompt: _Optional[bool] = ...) -> None: ...
 
 class ChoiceConstraint(_message.Message):
     __slots__ = ("options",)
@@ -403,12 +416,20 @@ class GenerationAttempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., completion_tokens: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., valid: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("prompt_tokens", "completion_tokens")
+    __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "decode_steps", "drafted_tokens", "accepted_tokens")
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_STEPS_FIELD_NUMBER: _ClassVar[int]
+    DRAFTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     prompt_tokens: int
     completion_tokens: int
-    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
+    cached_prompt_tokens: int
+    decode_steps: int
+    drafted_tokens: int
+    accepted_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., decode_steps: _Optional[int] = ..., drafted_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("token_id", "text", "logprob")

@@ -1,0 +1,112 @@
+"""Drafts: the tokens a running row will likely produce next, verified several to a forward.
+
+A decode step feeds each row its last token and gets one token back. When the next tokens can be guessed,
+the engine feeds ``[last, d1 … dk]`` in one forward instead (``LlamaSlots.extend``: every position the same
+bits as a decode step of its own) and verifies the draft position by position with the ordinary pipeline
+(Engine._verify): position ``j``'s logits are processed and sampled only when every earlier draft token
+was the token sampled before it. So the tokens, their log-probabilities and the generator's draws are
+exactly the stepwise ones, whatever was drafted and whatever else ran; a draft only decides how many
+positions one forward computes. For a draft of one token ``d`` this *is* rejection sampling: ``d`` is
+kept with probability p(d), otherwise a token is drawn from p without ``d``, by the row's seeded
+generator in the same order, so a replay draws the same.
+
+Two sources, forced first:
+
+- **jump-forward**: the tokens the constraint forces (constraints/forced.py: llguidance's own fast-forward,
+  else a mask with one allowed token). Almost always kept; on by default (``--no-jump-forward``).
+- **prompt lookup** (speculation): the last 3, else 2, tokens matched at their latest earlier occurrence in
+  the prompt and the output; the tokens that followed it, cut where a constraint would reject them. Each
+  rejected position is a row of compute for nothing, so ``auto`` speculates only while the batch is small
+  (bench/fewer_steps.py measured where it pays: bench/README.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proctor.config import Settings
+from proctor.constraints.forced import accepted_prefix, forced_tokens
+from proctor.domain.request import Speculation
+from proctor.engine.sequence import SequenceState
+
+LOOKUP_SIZES = (3, 2)  # n-gram lengths matched, longest first
+
+
+class PromptLookup:
+    """Where each n-gram of a row's tokens (prompt, then output) last occurred with a token after it."""
+
+    def __init__(self, prompt: list[int]) -> None:
+        self._tokens = list(prompt)
+        self._prompt_length = len(prompt)
+        self._after: dict[tuple[int, ...], int] = {}  # n-gram -> position of the token that followed it
+        self._indexed = 0  # n-grams ending before this position are indexed
+
+    def draft(self, generated: list[int], limit: int) -> list[int]:
+        """Up to ``limit`` tokens that followed the latest earlier occurrence of the row's last n tokens."""
+        tokens = self._tokens
+        tokens.extend(generated[len(tokens) - self._prompt_length:])
+        end = len(tokens)
+        for position in range(self._indexed, end - 1):  # every n-gram that now has a token after it
+            for size in LOOKUP_SIZES:
+                if position + 1 >= size:
+                    self._after[tuple(tokens[position + 1 - size:position + 1])] = position + 1
+        self._indexed = max(self._indexed, end - 1)
+        for size in LOOKUP_SIZES:
+            if end >= size:
+                after = self._after.get(tuple(tokens[end - size:]))
+                if after is not None:
+                    return tokens[after:after + limit]
+        return []
+
+
+@dataclass(frozen=True, slots=True)
+class DraftPolicy:
+    """What may be drafted (the server's settings; a request may turn speculation on or off for itself)."""
+
+    jump_forward: bool = True
+    max_forced_tokens: int = 16
+    speculation: str = "auto"  # auto | on | off
+    speculation_tokens: int = 4
+    speculation_max_rows: int = 2
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DraftPolicy:
+        return cls(settings.jump_forward, settings.max_forced_tokens, settings.speculation,
+                   settings.speculation_tokens, settings.speculation_max_rows)
+
+    def speculates(self, state: SequenceState, rows: int) -> bool:
+        asked = state.request.speculation
+        if asked == Speculation.ON or asked == Speculation.OFF:
+            return asked == Speculation.ON and self.speculation_tokens > 0
+        if self.speculation == "auto":
+            return rows <= self.speculation_max_rows and self.speculation_tokens > 0
+        return self.speculation == "on" and self.speculation_tokens > 0
+
+
+class Drafter:
+    def __init__(self, policy: DraftPolicy, vocab_size: int) -> None:
+        self.policy = policy
+        self._vocab_size = vocab_size
+
+    def drafts(self, states: list[SequenceState]) -> list[list[int]]:
+        """Each running row's draft (empty: a plain decode step for it)."""
+        return [self.draft(state, len(states)) for state in states]
+
+    def draft(self, state: SequenceState, rows: int) -> list[int]:
+        # Positions after the next token that max_new_tokens leaves (the cache holds prompt + max_new_tokens).
+        room = state.max_new_tokens - len(state.generated) - 1
+        if room <= 0 or state.finished:
+            return []
+        policy, matcher = self.policy, state.matcher
+        if policy.jump_forward and matcher is not None:
+            forced = forced_tokens(matcher, min(room, policy.max_forced_tokens), self._vocab_size)
+            if forced:
+                return forced
+        if not policy.speculates(state, rows):
+            return []
+        if state.lookup is None:
+            state.lookup = PromptLookup(state.prompt_ids)
+        drafted = state.lookup.draft(state.generated, min(room, policy.speculation_tokens))
+        if drafted and matcher is not None:
+            drafted = accepted_prefix(matcher, drafted, self._vocab_size)
+        return drafted

@@ -1,0 +1,121 @@
+"""The prefix cache: prompts' full chunks of keys and values, kept for later prompts that start the same way.
+
+Why it is exact: a prompt longer than ``prefill_chunk_tokens`` (C) is prefilled chunk by chunk on a grid that
+starts at position 0 (engine/batch.py), and chunk ``i``'s keys and values (positions iC … (i+1)C) depend on
+the tokens up to its end only. A cached chunk is therefore the very bits a cold prefill computes there: a
+request that takes its first ``m`` chunks from here and prefills the rest from position mC gets the logits
+it would get with an empty cache (tests/integration/test_fewer_steps_real.py). The last prompt token is
+always prefilled (its logits give the first token), so at most ``(len - 1) // C`` chunks are reused; a prompt
+of C tokens or fewer is prefilled whole and never touches the cache.
+
+Keys are a hash chain over the chunks' token ids, like vLLM's block hashes: chunk ``i``'s key is
+sha256(key of chunk ``i - 1`` ‖ its token ids), and the chain's root names the weights' fingerprint, the
+weights mode, C and the caller's namespace (api/call_runner.admit). One caller's prompts are never reused
+for, nor timed by, another caller. A hit also compares the chunk's tokens, so no hash collision can ever
+hand back another prompt's chunk.
+
+Memory is bounded by ``prefix_cache_mb``; the least recently used chunk leaves first. A lookup touches a
+chain from its last chunk to its first, so the first chunks, which every longer prompt shares, leave last.
+A request whose scope is None (``cache_prompt: false``, or a caller whose entry says ``prompt_cache:
+false``) neither reads nor leaves anything here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class CachedChunk:
+    tokens: tuple[int, ...]
+    keys: torch.Tensor  # [layers, KV heads, C, head dim], the cache's dtype
+    values: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.keys.numel() * self.keys.element_size()
+
+
+@dataclass(slots=True)
+class CacheCounts:
+    """Totals since start (read by the metrics scrape from another thread: plain ints)."""
+
+    hit_tokens: int = 0  # prompt tokens whose chunks came from the cache
+    miss_tokens: int = 0  # reusable prompt tokens (full chunks before the last token) that were not there
+    stored_chunks: int = 0
+    evicted_chunks: int = 0
+    bytes: int = 0
+
+
+class PrefixCache:
+    def __init__(self, budget_bytes: int, model_key: str, chunk_tokens: int) -> None:
+        self.budget_bytes = budget_bytes
+        self.chunk_tokens = chunk_tokens
+        self._root = hashlib.sha256(f"proctor prefix cache\0{model_key}\0{chunk_tokens}".encode()).digest()
+        self._chunks: OrderedDict[bytes, CachedChunk] = OrderedDict()
+        self._lock = threading.Lock()  # the engine thread writes; the metrics scrape reads the counts
+        self.counts = CacheCounts()
+
+    @property
+    def enabled(self) -> bool:
+        return self.budget_bytes > 0 and self.chunk_tokens > 0
+
+    def chain(self, scope: str, prompt: list[int]) -> list[bytes]:
+        """The keys of ``prompt``'s full chunks, first to last."""
+        size = self.chunk_tokens
+        key = hashlib.sha256(self._root + b"\0" + scope.encode()).digest()
+        keys = []
+        for start in range(0, len(prompt) // size * size, size):
+            chunk = prompt[start:start + size]
+            key = hashlib.sha256(key + b"".join(token.to_bytes(4, "little") for token in chunk)).digest()
+            keys.append(key)
+        return keys
+
+    def lookup(self, keys: list[bytes], prompt: list[int]) -> list[CachedChunk]:
+        """The cached chunks that begin ``prompt`` (the longest run from its first chunk, before its last token)."""
+        size = self.chunk_tokens
+        keys = keys[:(len(prompt) - 1) // size]
+        found: list[CachedChunk] = []
+        with self._lock:
+            for index, key in enumerate(keys):
+                chunk = self._chunks.get(key)
+                if chunk is None or list(chunk.tokens) != prompt[index * size:(index + 1) * size]:
+                    break
+                found.append(chunk)
+            for key in reversed(keys[:len(found)]):  # the chain's first chunks end most recently used
+                self._chunks.move_to_end(key)
+            self.counts.hit_tokens += len(found) * size
+            self.counts.miss_tokens += (len(keys) - len(found)) * size
+        return found
+
+    def store(self, keys: list[bytes], chunk: CachedChunk) -> None:
+        """Keep ``chunk`` under the last of ``keys`` (its chain from the first chunk), evicting the least recently
+        used chunks beyond the budget; the chunks before it in the chain are touched after it."""
+        if chunk.nbytes > self.budget_bytes:
+            return
+        key = keys[-1]
+        with self._lock:
+            if key not in self._chunks:
+                self._chunks[key] = chunk
+                self.counts.bytes += chunk.nbytes
+                self.counts.stored_chunks += 1
+            for earlier in reversed(keys):
+                if earlier in self._chunks:
+                    self._chunks.move_to_end(earlier)
+            while self.counts.bytes > self.budget_bytes:
+                _, evicted = self._chunks.popitem(last=False)
+                self.counts.bytes -= evicted.nbytes
+                self.counts.evicted_chunks += 1
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._chunks.clear()
+            self.counts.bytes = 0
