@@ -26,37 +26,9 @@ from dataclasses import dataclass
 
 from proctor.config import Settings
 from proctor.constraints.forced import accepted_prefix, forced_tokens
+from proctor.decoding.prompt_lookup import PromptLookup
 from proctor.domain.request import Speculation
 from proctor.engine.sequence import SequenceState
-
-LOOKUP_SIZES = (3, 2)  # n-gram lengths matched, longest first
-
-
-class PromptLookup:
-    """Where each n-gram of a row's tokens (prompt, then output) last occurred with a token after it."""
-
-    def __init__(self, prompt: list[int]) -> None:
-        self._tokens = list(prompt)
-        self._prompt_length = len(prompt)
-        self._after: dict[tuple[int, ...], int] = {}  # n-gram -> position of the token that followed it
-        self._indexed = 0  # n-grams ending before this position are indexed
-
-    def draft(self, generated: list[int], limit: int) -> list[int]:
-        """Up to ``limit`` tokens that followed the latest earlier occurrence of the row's last n tokens."""
-        tokens = self._tokens
-        tokens.extend(generated[len(tokens) - self._prompt_length:])
-        end = len(tokens)
-        for position in range(self._indexed, end - 1):  # every n-gram that now has a token after it
-            for size in LOOKUP_SIZES:
-                if position + 1 >= size:
-                    self._after[tuple(tokens[position + 1 - size:position + 1])] = position + 1
-        self._indexed = max(self._indexed, end - 1)
-        for size in LOOKUP_SIZES:
-            if end >= size:
-                after = self._after.get(tuple(tokens[end - size:]))
-                if after is not None:
-                    return tokens[after:after + limit]
-        return []
 
 
 @dataclass(frozen=True, slots=True)

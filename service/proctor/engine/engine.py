@@ -70,7 +70,7 @@ class Engine:
                                         settings.prefill_chunk_tokens)
         self._batch = DecodeBatch(lambda: self._make_runner(rows, release_dense_weights), rows,
                                   settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens, self.prefix_cache)
-        self._drafter = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size)
+        self._drafter, self._drafted = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size), [0, 0]
         self._scheduler = Scheduler(settings.max_waiting, settings.max_prefill_tokens,
                                     free_rows=lambda: rows - len(self._batch.states) - len(self._batch.staged))
         self._eos = frozenset(loaded.eos_token_ids)
@@ -220,6 +220,13 @@ class Engine:
         return {"waiting": self._scheduler.waiting_count(), "running": len(self._batch),
                 "kv_used_bytes": self._batch.held_bytes(), "kv_total_bytes": self._batch.kv_budget_bytes}
 
+    def fewer_steps(self) -> dict[str, int]:
+        """Totals of the prefix cache and the drafts since start (a snapshot, for the metrics scrape)."""
+        counts = self.prefix_cache.counts
+        return {"prefix_cache_hit_tokens": counts.hit_tokens, "prefix_cache_miss_tokens": counts.miss_tokens,
+                "prefix_cache_evictions": counts.evicted_chunks, "prefix_cache_bytes": counts.bytes,
+                "draft_drafted": self._drafted[0], "draft_accepted": self._drafted[1]}
+
     def shutdown(self, grace_s: float) -> None:
         """Stop accepting, let running requests finish within ``grace_s``, cancel the rest, join."""
         self._accepting = False
@@ -306,9 +313,7 @@ class Engine:
             return False
         observer = self.observer
         for state in plan.join + plan.stage:
-            state.started = now
-        for state in plan.stage:
-            state.status = RequestStatus.PREFILLING
+            state.started, state.status = now, RequestStatus.PREFILLING if state in plan.stage else state.status
         batch.staged.extend(plan.stage)
         if plan.join:
             start = time.monotonic()
@@ -328,16 +333,15 @@ class Engine:
         if batch.states:
             self._threads.before_step(len(batch.states))
             rows, start = len(batch.states), time.monotonic()
-            drafts = self._drafter.drafts(batch.states) if batch.can_extend else []
-            if any(drafts):  # several positions for some rows, verified one by one (engine/verify.py)
-                kept = verify(list(batch.states), drafts, batch.extend(drafts), time.monotonic,
-                              self.observer.masks if self.observer is not None else None)
+            # Several positions for the rows with a draft, verified one by one (engine/verify.py).
+            drafts = self._drafter.drafts(batch.states) if batch.can_extend else [[] for _ in batch.states]
+            extended = any(drafts)
+            kept = verify(list(batch.states), drafts, batch.extend(drafts) if extended else batch.decode(),
+                          time.monotonic, self.observer.masks if self.observer is not None else None)
+            if extended:
                 batch.settle(kept)
-                self._retire()
-            else:
-                for state in batch.states:
-                    state.decode_steps += 1
-                self._advance(batch.states, batch.decode())
+                self._drafted = [self._drafted[0] + sum(map(len, drafts)), self._drafted[1] + sum(kept) - len(kept)]
+            self._retire()
             elapsed = time.monotonic() - start
             self._threads.after_step(elapsed)
             if observer is not None:

@@ -35,10 +35,10 @@ from proctor.engine.families import (
     unsupported_reason,
     weights_problem,
 )
+from proctor.engine.slot_cache import SlotCache, round_up
 from proctor.engine.slot_ops import decode_biases, gate, prefill_visible, rms_norm, rotate, softcap
 from proctor.engine.slot_weights import LayerWeights, slot_weights
 
-KV_GROWTH_TOKENS = 256  # the cache's length grows in steps of this many tokens
 # Decode attention runs over the longest row's length rounded up to this many positions. Rows see
 # only their own prefix (the rest is masked), but the vectorised sums inside the matrix products and
 # the softmax group elements by position; with the span a multiple of this block, padding only adds
@@ -47,7 +47,7 @@ KV_GROWTH_TOKENS = 256  # the cache's length grows in steps of this many tokens
 ATTENTION_SPAN_BLOCK = 64
 
 
-class LlamaSlots:
+class LlamaSlots(SlotCache):
     """The model's weights plus a KV cache of ``max_slots`` rows, each with its own length."""
 
     def __init__(self, model: Any, max_slots: int, device: torch.device, weights: str = "dense",
@@ -82,73 +82,14 @@ class LlamaSlots:
         self._fused_arguments = [_fused_arguments(layer, weights, family, window)
                                  for layer, window in zip(self._layers, family.windows, strict=True)
                                  ] if self._fused else []
-        self.cache_dtype = torch.float16 if self._fused else self.dtype
-        self.bytes_per_token = (len(self._layers) * 2 * self.kv_heads * self.head_dim
-                                * torch.empty(0, dtype=self.cache_dtype).element_size())
-        self._capacity = 0  # tokens per slot
-        self._rows = 0  # slots allocated (grows in powers of two up to max_slots)
-        self._keys: list[torch.Tensor] = []
-        self._values: list[torch.Tensor] = []
-        self.lengths = [0] * max_slots  # tokens held per slot
+        SlotCache.__init__(self, len(self._layers), max_slots, self.kv_heads, self.head_dim,
+                           torch.float16 if self._fused else self.dtype, device)
 
     @property
     def thread_invariant(self) -> bool:
         """A row's logits are the same bits at any intra-op thread count with oneDNN-packed or fbgemm
         weights (tests/integration/test_threads_real.py), so the engine may tune the count under load."""
         return self.weights.thread_invariant
-
-    # --- cache management ---------------------------------------------------------------------
-    def bytes_for(self, rows: int, length: int) -> int:
-        """Cache size once ``rows`` slots can each hold ``length`` tokens."""
-        return self._round_rows(max(rows, self._rows)) * _round_up(max(length, self._capacity)) * self.bytes_per_token
-
-    def reserve(self, rows: int, length: int) -> None:
-        """Grow the cache to at least ``rows`` slots of ``length`` tokens (copying what is there)."""
-        if rows <= self._rows and length <= self._capacity:
-            return
-        new_rows, capacity = self._round_rows(max(rows, self._rows)), _round_up(max(length, self._capacity))
-        shape = (new_rows, self.kv_heads, capacity, self.head_dim)
-        for caches in (self._keys, self._values):
-            for index in range(len(self._layers)):  # one layer at a time: the old and new caches never coexist whole
-                # Zeros, not empty: masked positions are multiplied by 0 in attention, and 0 * NaN is NaN.
-                new = torch.zeros(shape, dtype=self.cache_dtype, device=self.device)
-                if index < len(caches):
-                    new[:self._rows, :, :self._capacity].copy_(caches[index])
-                    caches[index] = new
-                else:
-                    caches.append(new)
-        self._rows, self._capacity = new_rows, capacity
-
-    def _round_rows(self, rows: int) -> int:
-        return min(self.max_slots, 1 << max(0, rows - 1).bit_length())
-
-    def move(self, source: int, target: int) -> None:
-        """Move slot ``source`` into slot ``target`` (a finished request's slot is reused)."""
-        n = self.lengths[source]
-        for cache in self._keys + self._values:
-            cache[target, :, :n].copy_(cache[source, :, :n])
-        self.lengths[target] = n
-        self.lengths[source] = 0
-
-    def free(self, slot: int) -> None:
-        self.lengths[slot] = 0
-
-    def copy(self, source: int, target: int) -> None:
-        """Copy slot ``source`` into slot ``target`` (beam search: every beam starts from the prompt)."""
-        n = self.lengths[source]
-        self.reserve(target + 1, n + 1)
-        for cache in self._keys + self._values:
-            cache[target, :, :n].copy_(cache[source, :, :n])
-        self.lengths[target] = n
-
-    def reorder(self, parents: list[int]) -> None:
-        """Slot ``i`` takes the cache of slot ``parents[i]`` (beam search; every slot holds the same length)."""
-        if parents == list(range(len(parents))):
-            return
-        n = self.lengths[0]
-        index = torch.tensor(parents, dtype=torch.long, device=self.device)
-        for cache in self._keys + self._values:
-            cache[:len(parents), :, :n] = cache.index_select(0, index)[:, :, :n]
 
     # --- forward passes -------------------------------------------------------------------------
     def prefill(self, slot: int, token_ids: list[int], start: int = 0, every_position: bool = False) -> torch.Tensor:
@@ -199,37 +140,10 @@ class LlamaSlots:
         out = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype), v)
         return out[0].transpose(0, 1)
 
-    def read_span(self, slot: int, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Copies of ``slot``'s keys and values at positions ``start … end``, [layers, KV heads, end - start, D]
-        (the prefix cache keeps a prompt's chunk)."""
-        return (torch.stack([keys[slot, :, start:end] for keys in self._keys]),
-                torch.stack([values[slot, :, start:end] for values in self._values]))
-
-    def write_span(self, slot: int, start: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Put ``read_span``'s keys and values back at ``start`` of ``slot``, which then holds ``start`` + their
-        length tokens (a prefix taken from the cache instead of prefilled)."""
-        if self.lengths[slot] != start:
-            raise ValueError(f"slot {slot} holds {self.lengths[slot]} tokens, not {start}")
-        end = start + keys.shape[2]
-        self.reserve(slot + 1, end + 1)
-        for layer, (cached_keys, cached_values) in enumerate(zip(keys, values, strict=True)):
-            self._keys[layer][slot, :, start:end].copy_(cached_keys)
-            self._values[layer][slot, :, start:end].copy_(cached_values)
-        self.lengths[slot] = end
-
     def staging(self) -> LlamaSlots:
         """A one-slot runner on the same weights, where a long prompt is prefilled chunk by chunk
         while this runner's rows keep decoding; ``adopt`` then moves its cache into a slot here."""
         return LlamaSlots(self._model, 1, self.device, self.weights.mode)
-
-    def adopt(self, staging: LlamaSlots, slot: int) -> None:
-        """Copy ``staging``'s slot 0 (a finished prefill) into ``slot`` of this runner."""
-        n = staging.lengths[0]
-        self.reserve(slot + 1, n + 1)
-        for mine, theirs in zip(self._keys + self._values, staging._keys + staging._values, strict=True):
-            mine[slot, :, :n].copy_(theirs[0, :, :n])
-        self.lengths[slot] = n
-        staging.free(0)
 
     def decode(self, token_ids: list[int]) -> torch.Tensor:
         """Feed one token to each of slots ``0..B-1`` (B = len(token_ids)); return logits [B, V]."""
@@ -243,19 +157,15 @@ class LlamaSlots:
         Each position is a row of its own (slot, position) in the same kernel a decode step runs, so its
         logits are the same bits one decode step per token gives (tests/unit/test_extend.py). The slots'
         lengths grow by their feeds; ``trim`` takes back the positions a verification rejects."""
-        tokens, slots, positions = [], [], []
+        tokens: list[int] = []
+        slots: list[int] = []
+        positions: list[int] = []
         for slot, feed in enumerate(feeds):
             start = self.lengths[slot]
             tokens += feed
             slots += [slot] * len(feed)
             positions += range(start, start + len(feed))
         return self._forward_rows(tokens, slots, positions)
-
-    def trim(self, slot: int, length: int) -> None:
-        """Keep the first ``length`` positions of ``slot`` (what follows is overwritten by later feeds)."""
-        if not 0 <= length <= self.lengths[slot]:
-            raise ValueError(f"slot {slot} holds {self.lengths[slot]} tokens, cannot keep {length}")
-        self.lengths[slot] = length
 
     def decode_ops(self, token_ids: list[int]) -> torch.Tensor:
         """``decode`` through the PyTorch operations whatever the mode (the reference the kernels are tested
@@ -354,7 +264,7 @@ class LlamaSlots:
         that, the rest from the long one, so a row never depends on how long another row is."""
         tables = self._rope_tables_by_key.get(key)
         if tables is None or needed > tables[0].shape[0]:
-            length = _round_up(needed)
+            length = round_up(needed)
             cos, sin = self._rotary_call(h, length, key)
             short = self.family.rope_original_length
             if self.family.rope_type in LENGTH_DEPENDENT_ROPE and length > short:
@@ -430,7 +340,3 @@ def _kernel_norm(weight: torch.Tensor | None, family: Family) -> torch.Tensor | 
     if weight is None:
         return None
     return (weight.float() + 1.0).contiguous() if family.norm_offset else weight
-
-
-def _round_up(length: int) -> int:
-    return -(-length // KV_GROWTH_TOKENS) * KV_GROWTH_TOKENS

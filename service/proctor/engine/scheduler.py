@@ -28,8 +28,10 @@ class StepPlan:
     are; ``join``: waiting requests whose prompts are prefilled whole into free rows this step (they get their
     first token from that prefill); ``stage``: waiting requests whose long prompts start a chunked prefill;
     ``beams``: waiting beam-search requests whose searches start (on their own runner, engine/beam.py);
-    then the oldest staged prompt gets one chunk, the running rows decode one token each, and the beam
-    searches step. Finished rows leave after each phase."""
+    then the oldest staged prompt gets one chunk, the running rows decode, and the beam searches step.
+    Finished rows leave after each phase. How far each running row extends is decided last, once the joiners
+    have their first token (engine/drafting.py: a forced run or a looked-up draft, verified in the same
+    forward as the single-token rows; engine/verify.py)."""
 
     leaving: list[tuple[SequenceState, FinishReason]] = field(default_factory=list)
     join: list[SequenceState] = field(default_factory=list)

@@ -16,6 +16,7 @@ from proctor.decoding.forbidden import ForbiddenTracker
 from proctor.decoding.logit_bias import LogitBias
 from proctor.decoding.penalties import PenaltyState
 from proctor.decoding.pipeline import RowDecision
+from proctor.decoding.prompt_lookup import PromptLookup
 from proctor.decoding.stop_strings import StopStringMatcher
 from proctor.decoding.stopping import TokenStopRules, check_external
 from proctor.domain import (
@@ -97,7 +98,7 @@ class SequenceState:
         self.matcher: Matcher | None = prepared.constraint.compiled.new_matcher() if prepared.constraint else None
         self._text: list[str] = []
         self.status = RequestStatus.WAITING  # set by the engine at each transition (engine/status.py)
-        self.lookup: Any = None  # the prompt-lookup index of its tokens, built on first use (engine/drafting.py)
+        self.lookup: PromptLookup | None = None  # its tokens indexed for prompt lookup (engine/drafting.py)
         self.cached_prompt_tokens = 0  # prompt tokens whose cache came from the prefix cache
         self.decode_steps = 0  # decode forwards after the prefill
         self.drafted = 0  # draft tokens fed to verify (engine/drafting.py)

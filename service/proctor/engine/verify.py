@@ -29,8 +29,12 @@ def verify(states: list[SequenceState], drafts: list[list[int]], logits: torch.T
     active = list(range(len(states)))
     position = 0
     while active:
-        rows = torch.tensor([first[i] + position for i in active], dtype=torch.long, device=logits.device)
-        decisions = run_pipeline(logits.index_select(0, rows), [states[i] for i in active], on_masks)
+        if first[-1] == len(states):  # no drafts: a plain decode step, its logits as they are
+            picked = logits
+        else:
+            rows = torch.tensor([first[i] + position for i in active], dtype=torch.long, device=logits.device)
+            picked = logits.index_select(0, rows)
+        decisions = run_pipeline(picked, [states[i] for i in active], on_masks)
         at = now()
         for i, decision in zip(active, decisions, strict=True):
             kept[i] += 1

@@ -31,6 +31,7 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._engine()
+        yield from self._fewer_steps()
         yield from self._admission()
         yield from self._watchdog()
         yield from self._cache()
@@ -46,6 +47,22 @@ class StateCollector(Collector):
                                 value=state.get("kv_used_bytes", 0))
         yield GaugeMetricFamily(PREFIX + "kv_cache_total_bytes", "KV-cache memory budget (--kv-cache-mb)",
                                 value=state.get("kv_total_bytes", 0))
+
+    def _fewer_steps(self) -> Iterator[Metric]:
+        """The prefix cache and the drafts (engine/prefix_cache.py, engine/drafting.py), totals since start."""
+        totals = self.engine.fewer_steps() if self.engine is not None else {}
+        for name, doc in (
+                ("prefix_cache_hit_tokens", "Prompt tokens whose keys and values came from the prefix cache"),
+                ("prefix_cache_miss_tokens", "Prompt tokens of cacheable chunks the prefix cache did not hold"),
+                ("prefix_cache_evictions", "Chunks the prefix cache dropped to stay within its budget")):
+            yield CounterMetricFamily(PREFIX + name, doc, value=totals.get(name, 0))
+        yield GaugeMetricFamily(PREFIX + "prefix_cache_bytes", "Memory the prefix cache's chunks hold "
+                                "(--prefix-cache-mb)", value=totals.get("prefix_cache_bytes", 0))
+        drafts = CounterMetricFamily(PREFIX + "draft_tokens", "Tokens drafted ahead of the model (forced by a "
+                                     "constraint or looked up), by outcome (drafted, accepted)", labels=("outcome",))
+        for outcome in ("drafted", "accepted"):
+            drafts.add_metric((outcome,), totals.get(f"draft_{outcome}", 0))
+        yield drafts
 
     def _admission(self) -> Iterator[Metric]:
         """What admission holds for calls; every figure returns to 0 once the calls have ended."""

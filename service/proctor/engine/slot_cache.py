@@ -1,0 +1,117 @@
+"""The KV cache of the slot forward as slots (engine/llama_step.py): one preallocated cache per layer, row ``i``
+of each the keys and values of slot ``i``, each slot with its own length.
+
+What changes a slot without a forward lives here: growing the cache, moving a finished request's last row
+into its hole, copying and reordering beams, taking back rejected draft positions, and the spans the
+prefix cache keeps and puts back (engine/prefix_cache.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+KV_GROWTH_TOKENS = 256  # the cache's length grows in steps of this many tokens
+
+
+class SlotCache:
+    def __init__(self, layers: int, max_slots: int, kv_heads: int, head_dim: int, cache_dtype: torch.dtype,
+                 device: torch.device) -> None:
+        self.max_slots = max_slots
+        self.cache_dtype = cache_dtype
+        self.bytes_per_token = layers * 2 * kv_heads * head_dim * torch.empty(0, dtype=cache_dtype).element_size()
+        self._layer_count, self._kv_heads, self._head_dim, self._device = layers, kv_heads, head_dim, device
+        self._capacity = 0  # tokens per slot
+        self._rows = 0  # slots allocated (grows in powers of two up to max_slots)
+        self._keys: list[torch.Tensor] = []
+        self._values: list[torch.Tensor] = []
+        self.lengths = [0] * max_slots  # tokens held per slot
+
+    def bytes_for(self, rows: int, length: int) -> int:
+        """Cache size once ``rows`` slots can each hold ``length`` tokens."""
+        return self._round_rows(max(rows, self._rows)) * round_up(max(length, self._capacity)) * self.bytes_per_token
+
+    def reserve(self, rows: int, length: int) -> None:
+        """Grow the cache to at least ``rows`` slots of ``length`` tokens (copying what is there)."""
+        if rows <= self._rows and length <= self._capacity:
+            return
+        new_rows, capacity = self._round_rows(max(rows, self._rows)), round_up(max(length, self._capacity))
+        shape = (new_rows, self._kv_heads, capacity, self._head_dim)
+        for caches in (self._keys, self._values):
+            for index in range(self._layer_count):  # one layer at a time: the old and new caches never coexist whole
+                # Zeros, not empty: masked positions are multiplied by 0 in attention, and 0 * NaN is NaN.
+                new = torch.zeros(shape, dtype=self.cache_dtype, device=self._device)
+                if index < len(caches):
+                    new[:self._rows, :, :self._capacity].copy_(caches[index])
+                    caches[index] = new
+                else:
+                    caches.append(new)
+        self._rows, self._capacity = new_rows, capacity
+
+    def _round_rows(self, rows: int) -> int:
+        return min(self.max_slots, 1 << max(0, rows - 1).bit_length())
+
+    def move(self, source: int, target: int) -> None:
+        """Move slot ``source`` into slot ``target`` (a finished request's slot is reused)."""
+        n = self.lengths[source]
+        for cache in self._keys + self._values:
+            cache[target, :, :n].copy_(cache[source, :, :n])
+        self.lengths[target] = n
+        self.lengths[source] = 0
+
+    def free(self, slot: int) -> None:
+        self.lengths[slot] = 0
+
+    def copy(self, source: int, target: int) -> None:
+        """Copy slot ``source`` into slot ``target`` (beam search: every beam starts from the prompt)."""
+        n = self.lengths[source]
+        self.reserve(target + 1, n + 1)
+        for cache in self._keys + self._values:
+            cache[target, :, :n].copy_(cache[source, :, :n])
+        self.lengths[target] = n
+
+    def reorder(self, parents: list[int]) -> None:
+        """Slot ``i`` takes the cache of slot ``parents[i]`` (beam search; every slot holds the same length)."""
+        if parents == list(range(len(parents))):
+            return
+        n = self.lengths[0]
+        index = torch.tensor(parents, dtype=torch.long, device=self._device)
+        for cache in self._keys + self._values:
+            cache[:len(parents), :, :n] = cache.index_select(0, index)[:, :, :n]
+
+    def trim(self, slot: int, length: int) -> None:
+        """Keep the first ``length`` positions of ``slot`` (what follows is overwritten by later feeds)."""
+        if not 0 <= length <= self.lengths[slot]:
+            raise ValueError(f"slot {slot} holds {self.lengths[slot]} tokens, cannot keep {length}")
+        self.lengths[slot] = length
+
+    def adopt(self, staging: SlotCache, slot: int) -> None:
+        """Copy ``staging``'s slot 0 (a finished prefill) into ``slot`` of this cache."""
+        n = staging.lengths[0]
+        self.reserve(slot + 1, n + 1)
+        for mine, theirs in zip(self._keys + self._values, staging._keys + staging._values, strict=True):
+            mine[slot, :, :n].copy_(theirs[0, :, :n])
+        self.lengths[slot] = n
+        staging.free(0)
+
+    def read_span(self, slot: int, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of ``slot``'s keys and values at positions ``start … end``, [layers, KV heads, end - start, D]
+        (the prefix cache keeps a prompt's chunk)."""
+        return (torch.stack([keys[slot, :, start:end] for keys in self._keys]),
+                torch.stack([values[slot, :, start:end] for values in self._values]))
+
+    def write_span(self, slot: int, start: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Put ``read_span``'s keys and values back at ``start`` of ``slot``, which then holds ``start`` + their
+        length tokens (a prefix taken from the cache instead of prefilled)."""
+        if self.lengths[slot] != start:
+            raise ValueError(f"slot {slot} holds {self.lengths[slot]} tokens, not {start}")
+        end = start + keys.shape[2]
+        self.reserve(slot + 1, end + 1)
+        for layer, (cached_keys, cached_values) in enumerate(zip(keys, values, strict=True)):
+            self._keys[layer][slot, :, start:end].copy_(cached_keys)
+            self._values[layer][slot, :, start:end].copy_(cached_values)
+        self.lengths[slot] = end
+
+
+def round_up(length: int) -> int:
+    """``length`` rounded up to the cache's growth step."""
+    return -(-length // KV_GROWTH_TOKENS) * KV_GROWTH_TOKENS
