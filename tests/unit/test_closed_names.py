@@ -18,7 +18,7 @@ from proctor.constraints.backends.llguidance_backend import NAME as LLGUIDANCE_N
 from proctor.constraints.backends.xgrammar_backend import NAME as XGRAMMAR_NAME
 from proctor.constraints.engines import AUTO, BACKEND_NAMES, ENGINES
 from proctor.constraints.schema_support import POLICIES
-from proctor.domain.request import ContextOverflow, EarlyStopping
+from proctor.domain.request import ContextOverflow, EarlyStopping, Speculation
 from proctor_client import request as client
 from proctor_client.v1 import generation_pb2 as pb
 
@@ -57,9 +57,18 @@ def test_a_policy_set_is_the_same_on_the_wire_the_server_and_the_client(
 def test_the_client_literals_spell_what_the_proto_defines() -> None:
     pairs = [(client.GrammarSyntaxName, client.GRAMMAR_SYNTAXES), (client.ConstraintBackendName,
              client.CONSTRAINT_BACKENDS), (client.JsonWhitespaceName, client.JSON_WHITESPACES),
-             (client.EarlyStoppingName, client.EARLY_STOPPINGS), (client.ContextOverflowName, client.CONTEXT_OVERFLOWS)]
+             (client.EarlyStoppingName, client.EARLY_STOPPINGS), (client.ContextOverflowName, client.CONTEXT_OVERFLOWS),
+             (client.SpeculationName, client.SPECULATIONS)]
     for literal, names in pairs:
         assert get_args(literal) == names
+
+
+def test_speculation_is_the_same_on_the_wire_the_server_and_the_client() -> None:
+    wire = {name.removeprefix("SPECULATION_") for name, number in pb.Speculation.items() if number != 0}
+    assert wire == {member.name for member in Speculation if member is not Speculation.DEFAULT}
+    assert set(client.SPECULATIONS) == {name.lower() for name in wire}
+    assert set(convert.SPECULATION_FROM_PROTO) == set(pb.Speculation.values())
+    assert set(convert.SPECULATION_FROM_PROTO.values()) == set(Speculation)
 
 
 def test_records_keep_the_values_they_always_held() -> None:

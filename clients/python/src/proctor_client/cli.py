@@ -23,6 +23,7 @@ from proctor_client.request import (
     EARLY_STOPPINGS,
     GRAMMAR_SYNTAXES,
     JSON_WHITESPACES,
+    SPECULATIONS,
     build_request,
 )
 from proctor_client.sync_client import ProctorClient
@@ -81,6 +82,10 @@ def add_client_commands(subparsers: argparse._SubParsersAction) -> dict[str, arg
     generate.add_argument("--length-penalty", type=float, help="beam search: score / generated_tokens ** this")
     generate.add_argument("--early-stopping", choices=EARLY_STOPPINGS, help="beam search: when to stop searching")
     generate.add_argument("--num-return-sequences", type=int, help="beam search: return the best N beams")
+    generate.add_argument("--speculation", choices=SPECULATIONS,
+                          help="prompt-lookup drafts (default: the server's; never changes the output)")
+    generate.add_argument("--no-cache-prompt", dest="cache_prompt", action="store_false", default=None,
+                          help="keep nothing of this prompt in the server's prefix cache")
     generate.add_argument("--context-overflow", choices=CONTEXT_OVERFLOWS,
                           help="when the input and --max-new-tokens do not fit the context: refuse (default), drop "
                           "the oldest chat turns after the system message, or keep the start and the end")
@@ -369,6 +374,8 @@ def request_from_args(args: argparse.Namespace) -> generation_pb2.GenerateReques
         must_include=args.must_include,
         confidence=args.confidence,
         context_overflow=args.context_overflow,
+        speculation=args.speculation,
+        cache_prompt=args.cache_prompt,
         num_beams=args.num_beams,
         length_penalty=args.length_penalty,
         early_stopping=args.early_stopping,

@@ -25,6 +25,7 @@ ConstraintBackendName = Literal["auto", "xgrammar", "llguidance", "outlines"]
 JsonWhitespaceName = Literal["compact", "flexible"]
 EarlyStoppingName = Literal["heuristic", "when_full", "never"]
 ContextOverflowName = Literal["refuse", "drop_oldest_turns", "keep_start_and_end"]
+SpeculationName = Literal["on", "off"]
 
 
 def wire_names(enum: Any, prefix: str) -> tuple[str, ...]:
@@ -37,6 +38,7 @@ CONSTRAINT_BACKENDS = wire_names(generation_pb2.ConstraintBackend, "CONSTRAINT_B
 JSON_WHITESPACES = wire_names(generation_pb2.JsonWhitespace, "JSON_WHITESPACE_")
 EARLY_STOPPINGS = wire_names(generation_pb2.BeamEarlyStopping, "BEAM_EARLY_STOPPING_")
 CONTEXT_OVERFLOWS = wire_names(generation_pb2.ContextOverflow, "CONTEXT_OVERFLOW_")
+SPECULATIONS = wire_names(generation_pb2.Speculation, "SPECULATION_")
 
 
 def build_request(
@@ -90,6 +92,8 @@ def build_request(
     length_penalty: float | None = None,
     early_stopping: EarlyStoppingName | None = None,
     num_return_sequences: int | None = None,
+    speculation: SpeculationName | None = None,
+    cache_prompt: bool | None = None,
 ) -> generation_pb2.GenerateRequest:
     """Return a request with exactly one of ``prompt`` (raw text) or ``messages`` (chat turns).
 
@@ -172,6 +176,12 @@ def build_request(
             raise ValueError(f"context_overflow must be one of {', '.join(CONTEXT_OVERFLOWS)}, "
                              f"got {context_overflow!r}")
         request.context_overflow = generation_pb2.ContextOverflow.Value(f"CONTEXT_OVERFLOW_{context_overflow.upper()}")
+    if speculation is not None:
+        if speculation not in SPECULATIONS:
+            raise ValueError(f"speculation must be one of {', '.join(SPECULATIONS)}, got {speculation!r}")
+        request.speculation = generation_pb2.Speculation.Value(f"SPECULATION_{speculation.upper()}")
+    if cache_prompt is not None:
+        request.cache_prompt = cache_prompt
     if top_logprobs is not None:
         request.top_logprobs = top_logprobs
     _set_masks(request, forbidden, forbidden_case_insensitive, forbidden_whole_word, logit_bias, allowed_token_ids)
