@@ -86,8 +86,12 @@ class DecodeBatch:
 
     @property
     def can_extend(self) -> bool:
-        """Whether the runner feeds several tokens to a row in one forward (drafts are verified only then)."""
-        return isinstance(self._runner, LlamaSlots)
+        """Whether the runner feeds several tokens to a row in one forward with each position's bits those of its
+        own decode step (drafts are verified only then): the slot forward on CPU, where every product and
+        attention is row by row (tests/unit/test_extend.py). On CUDA the libraries choose their kernels by the
+        batch's shape, so an extend is not known to keep a row's bits: stepwise there."""
+        runner = self._runner
+        return isinstance(runner, LlamaSlots) and runner.device.type == "cpu"
 
     def extend(self, drafts: list[list[int]]) -> torch.Tensor:
         """Feed every running row its last token and its draft; return every fed position's logits, row by row."""

@@ -26,6 +26,9 @@ def verify(states: list[SequenceState], drafts: list[list[int]], logits: torch.T
     for draft in drafts:
         first.append(first[-1] + 1 + len(draft))
     kept = [0] * len(states)
+    for state, draft in zip(states, drafts, strict=True):  # counted before any commit: the last one reports them
+        state.decode_steps += 1
+        state.drafted += len(draft)
     active = list(range(len(states)))
     position = 0
     while active:
@@ -38,12 +41,9 @@ def verify(states: list[SequenceState], drafts: list[list[int]], logits: torch.T
         at = now()
         for i, decision in zip(active, decisions, strict=True):
             kept[i] += 1
+            states[i].accepted += int(position > 0)  # this position's input was a draft token, sampled before it
             states[i].commit(decision, at)
         position += 1
         active = [i for i in active if position <= len(drafts[i]) and not states[i].finished
                   and states[i].generated[-1] == drafts[i][position - 1]]
-    for state, draft, keep in zip(states, drafts, kept, strict=True):
-        state.decode_steps += 1
-        state.drafted += len(draft)
-        state.accepted += keep - 1
     return kept
