@@ -227,7 +227,7 @@ def part_json(engines: dict[str, Engine], tokenizer: Any, rounds: int, streams: 
     prompts = [chat_prompt(tokenizer, [{"role": "user", "content": p}]) for p in LOAD_PROMPTS]
     figures: dict[str, Any] = {}
     for level in streams:
-        count = max(len(prompts), 2 * level)
+        count = max(len(prompts), level)
         for name in ("today", "jump", "default", "spec"):
             json_tally, plain_tally = Tally(), Tally()
             engine = engines[name]

@@ -340,6 +340,7 @@ class Engine:
                           time.monotonic, self.observer.masks if self.observer is not None else None)
             if extended:
                 batch.settle(kept)
+                self._drafter.learn(batch.states, drafts, kept)
                 self._drafted = [self._drafted[0] + sum(map(len, drafts)), self._drafted[1] + sum(kept) - len(kept)]
             self._retire()
             elapsed = time.monotonic() - start

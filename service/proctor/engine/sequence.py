@@ -99,6 +99,8 @@ class SequenceState:
         self._text: list[str] = []
         self.status = RequestStatus.WAITING  # set by the engine at each transition (engine/status.py)
         self.lookup: PromptLookup | None = None  # its tokens indexed for prompt lookup (engine/drafting.py)
+        self.lookup_limit = -1  # tokens its next looked-up draft may hold (-1: not set yet; adapts to acceptance)
+        self.looked_up = False  # whether its draft of this step was looked up (not forced)
         self.cached_prompt_tokens = 0  # prompt tokens whose cache came from the prefix cache
         self.decode_steps = 0  # decode forwards after the prefill
         self.drafted = 0  # draft tokens fed to verify (engine/drafting.py)
