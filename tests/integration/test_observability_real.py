@@ -139,6 +139,26 @@ def test_known_traffic_moves_the_counters_by_what_the_responses_reported(observe
     assert after[("proctor:kv_cache_used_bytes", ())] == 0  # nothing running
 
 
+def test_prefix_cache_and_draft_metrics_move_by_what_the_responses_reported(observed: Any,
+                                                                              client: ProctorClient) -> None:
+    server, _ = observed
+    system = f"Metrics {secrets.token_hex(4)}. " + "Rule: answers name their clause and invent nothing. " * 40
+    before = scrape(server)
+    responses = [client.generate(messages=[("system", system), ("user", question)], max_new_tokens=12,
+                                 temperature=0, speculation="on")
+                 for question in ("Which rule is about clauses?", "Which rule is about facts?")]
+    after = scrape_after(server, before, "Generate", "OK")
+    usages = [r.usage for r in responses]
+    assert usages[0].cached_prompt_tokens == 0 < usages[1].cached_prompt_tokens
+    assert delta(before, after, "proctor:prefix_cache_hit_tokens_total") == usages[1].cached_prompt_tokens
+    assert delta(before, after, "proctor:prefix_cache_miss_tokens_total") >= usages[1].cached_prompt_tokens
+    assert after[("proctor:prefix_cache_bytes", ())] > 0
+    drafted = delta(before, after, "proctor:draft_tokens_total", outcome="drafted")
+    assert drafted == sum(u.drafted_tokens for u in usages) > 0
+    assert delta(before, after, "proctor:draft_tokens_total", outcome="accepted") == sum(u.accepted_tokens
+                                                                                         for u in usages)
+
+
 def test_constraint_cache_and_forbidden_phrase_metrics(observed: Any, client: ProctorClient) -> None:
     server, _ = observed
     schema = {"type": "object", "properties": {f"k{secrets.token_hex(4)}": {"type": "integer"}},

@@ -131,8 +131,7 @@ def render_record(body: dict[str, Any], seq: int, hash_: str) -> list[str]:
              f"on {body['model'].get('device')}",
              f"status     {body['status']['code']} {body['status']['message']}".rstrip(),
              f"finish     {finish.get('reason', '-')} {finish.get('detail', '')}".rstrip(),
-             f"usage      prompt {usage.get('prompt_tokens', '-')} tokens, "
-             f"output {usage.get('completion_tokens', '-')} tokens"]
+             f"usage      {_usage_line(usage)}"]
     for label, part in (("prompt", body.get("prompt")), ("output", body.get("output"))):
         if part:
             text = part.get("text", "")
@@ -237,3 +236,16 @@ def _replay(args: argparse.Namespace) -> int:
           f"{result.replayed_finish_reason}, max logprob drift {result.max_logprob_drift:.3g}, "
           f"replay audit id {result.replay_audit_id}")
     return 0 if result.exact_match else 1
+
+
+def _usage_line(usage: dict[str, Any]) -> str:
+    """Tokens in and out, and how they were computed where the record says (issue 27's fields)."""
+    line = f"prompt {usage.get('prompt_tokens', '-')} tokens"
+    if usage.get("cached_prompt_tokens"):
+        line += f" ({usage['cached_prompt_tokens']} from the prefix cache)"
+    line += f", output {usage.get('completion_tokens', '-')} tokens"
+    if usage.get("decode_steps"):
+        line += f" in {usage['decode_steps']} decode steps"
+    if usage.get("drafted_tokens"):
+        line += f", {usage.get('accepted_tokens', 0)} of {usage['drafted_tokens']} drafted tokens kept"
+    return line
