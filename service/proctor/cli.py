@@ -41,7 +41,7 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                        help="prompt-lookup drafts (default auto: on while the batch is small)")
     steps.add_argument("--speculation-tokens", type=int, help="tokens drafted per row and step (default 4)")
     steps.add_argument("--speculation-max-rows", type=int,
-                       help="auto speculation stays on while the batch holds at most this many rows (default 2)")
+                       help="auto speculation stays on while the batch holds at most this many rows (default 16)")
     p.add_argument("--max-new-tokens-limit", type=int, help="server cap on max_new_tokens (default 4096)")
     p.add_argument("--grace-period", dest="grace_period_s", type=float,
                    help="seconds in-flight calls may take to finish on shutdown (default 10)")

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from proctor.config import Settings
 from proctor.constraints.backend import bitmask_words
 from proctor.constraints.forced import accepted_prefix, forced_tokens, single_allowed
 from proctor.decoding.prompt_lookup import PromptLookup
@@ -146,15 +147,13 @@ def test_single_allowed_reads_one_bit_only() -> None:
 
 
 def test_speculation_follows_the_request_then_the_server() -> None:
-    def state(speculation: str, fed: int = 0, kept: int = 0) -> Any:
-        return SimpleNamespace(request=SimpleNamespace(speculation=speculation), lookup_tokens=(fed, kept))
+    def state(speculation: str) -> Any:
+        return SimpleNamespace(request=SimpleNamespace(speculation=speculation))
 
-    auto = DraftPolicy(speculation="auto", speculation_max_rows=2)
-    assert auto.speculates(state(Speculation.DEFAULT, 40, 0), rows=2)  # a small batch: always
-    assert auto.speculates(state(Speculation.DEFAULT), rows=3)  # a larger one: a new row probes first,
-    assert not auto.speculates(state(Speculation.DEFAULT, 40, 20), rows=3)  # then goes on only if it pays
-    assert auto.speculates(state(Speculation.DEFAULT, 40, 30), rows=16)
+    auto = DraftPolicy.from_settings(Settings(speculation="auto", speculation_max_rows=2))
+    assert auto.speculates(state(Speculation.DEFAULT), rows=2)
+    assert not auto.speculates(state(Speculation.DEFAULT), rows=3)
     assert auto.speculates(state(Speculation.ON), rows=16)
     assert not auto.speculates(state(Speculation.OFF), rows=1)
-    assert not DraftPolicy(speculation="off").speculates(state(Speculation.DEFAULT), rows=1)
-    assert DraftPolicy(speculation="on").speculates(state(Speculation.DEFAULT), rows=16)
+    assert not DraftPolicy.from_settings(Settings(speculation="off")).speculates(state(Speculation.DEFAULT), rows=1)
+    assert DraftPolicy.from_settings(Settings(speculation="on")).speculates(state(Speculation.DEFAULT), rows=32)

@@ -17,8 +17,8 @@ Two sources, forced first:
 - **prompt lookup** (speculation): the last 3, else 2, tokens matched at their latest earlier occurrence in
   the prompt and the output; the tokens that followed it, cut where a constraint would reject them. Each
   rejected position is a row of compute for nothing, so a row's draft length follows what its verifications
-  kept, and ``auto`` speculates in a larger batch only for the rows whose drafts are mostly kept
-  (bench/fewer_steps.py measured where it pays: bench/README.md).
+  kept, and ``auto`` speculates while at most ``speculation_max_rows`` rows run (16: bench/fewer_steps.py
+  measured it paying at 1 and 16 streams on 2 cores, bench/README.md).
 """
 
 from __future__ import annotations
@@ -31,21 +31,17 @@ from proctor.decoding.prompt_lookup import PromptLookup
 from proctor.domain.request import Speculation
 from proctor.engine.sequence import SequenceState
 
-# Measured at 16 streams on 2 cores (bench/README.md, "Fewer steps"): speculation paid for JSON and contract
-# rows (78% and 90% of drafts kept) and cost plain rows (57%) about 7%.
-AUTO_MIN_ACCEPTANCE = 0.65
-AUTO_PROBE_TOKENS = 16
-
 
 @dataclass(frozen=True, slots=True)
 class DraftPolicy:
-    """What may be drafted (the server's settings; a request may turn speculation on or off for itself)."""
+    """What may be drafted: the server's settings (config.Settings holds their defaults); a request may turn
+    speculation on or off for itself."""
 
-    jump_forward: bool = True
-    max_forced_tokens: int = 16
-    speculation: str = "auto"  # auto | on | off
-    speculation_tokens: int = 4
-    speculation_max_rows: int = 2
+    jump_forward: bool
+    max_forced_tokens: int
+    speculation: str  # auto | on | off
+    speculation_tokens: int
+    speculation_max_rows: int
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DraftPolicy:
@@ -53,9 +49,8 @@ class DraftPolicy:
                    settings.speculation_tokens, settings.speculation_max_rows)
 
     def speculates(self, state: SequenceState, rows: int) -> bool:
-        """Whether ``state`` drafts by lookup this step, ``rows`` running. ``auto``: always while the batch is
-        small; in a larger batch, where every drafted row is compute a step shares, only a row whose drafts have
-        been kept at least ``AUTO_MIN_ACCEPTANCE`` of the time (after ``AUTO_PROBE_TOKENS`` to judge by)."""
+        """Whether ``state`` drafts by lookup this step, ``rows`` running (``auto``: while at most
+        ``speculation_max_rows`` rows run; beyond, a step is compute-bound and a rejected draft costs the others)."""
         if self.speculation_tokens <= 0:
             return False
         asked = state.request.speculation
@@ -63,10 +58,7 @@ class DraftPolicy:
             return asked == Speculation.ON
         if self.speculation != "auto":
             return self.speculation == "on"
-        if rows <= self.speculation_max_rows:
-            return True
-        fed, kept = state.lookup_tokens
-        return fed < AUTO_PROBE_TOKENS or kept >= AUTO_MIN_ACCEPTANCE * fed
+        return rows <= self.speculation_max_rows
 
 
 class Drafter:
@@ -85,8 +77,6 @@ class Drafter:
         (a row costs about a third of a one-row step here: bench/README.md)."""
         for state, draft, keep in zip(states, drafts, kept, strict=True):
             if state.looked_up and draft:
-                fed, taken = state.lookup_tokens
-                state.lookup_tokens = (fed + len(draft), taken + keep - 1)
                 whole = keep - 1 == len(draft)
                 state.lookup_limit = min(self.policy.speculation_tokens, state.lookup_limit + 1) if whole \
                     else max(1, state.lookup_limit - 1)

@@ -101,7 +101,6 @@ class SequenceState:
         self.lookup: PromptLookup | None = None  # its tokens indexed for prompt lookup (engine/drafting.py)
         self.lookup_limit = -1  # tokens its next looked-up draft may hold (-1: not set yet; adapts to acceptance)
         self.looked_up = False  # whether its draft of this step was looked up (not forced)
-        self.lookup_tokens = (0, 0)  # looked-up draft tokens fed and kept so far
         self.cached_prompt_tokens = 0  # prompt tokens whose cache came from the prefix cache
         self.decode_steps = 0  # decode forwards after the prefill
         self.drafted = 0  # draft tokens fed to verify (engine/drafting.py)
