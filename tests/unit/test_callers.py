@@ -60,6 +60,15 @@ def test_yaml_and_toml_files_give_the_same_caller(tmp_path: Path) -> None:
     assert len(from_yaml) == 3
 
 
+def test_prompt_cache_is_the_entry_s_or_left_to_the_server(tmp_path: Path) -> None:
+    path = tmp_path / "callers.yaml"
+    path.write_text("callers:\n  - {name: a, tls_san: a, roles: [generate], prompt_cache: false}\n"
+                    "  - {name: b, tls_san: b, roles: [generate], prompt_cache: true}\n"
+                    "  - {name: c, tls_san: c, roles: [generate]}\n")
+    callers = load_callers(path)
+    assert [callers.by_san[name].prompt_cache for name in "abc"] == [False, True, None]
+
+
 @pytest.mark.parametrize(("entry", "problem"), [
     ("- {name: a, token: abc, roles: [generate]}", "never the token"),
     ("- {name: a, token_sha256: abc, roles: [generate]}", "64 hex digits"),
@@ -69,6 +78,7 @@ def test_yaml_and_toml_files_give_the_same_caller(tmp_path: Path) -> None:
     ("- {name: a, tls_san: x, roles: [generate], limits: {burst: 0}}", "limits.burst must be a number above 0"),
     ("- {name: a, tls_san: x, roles: [generate], limits: {burst: 1.5}}", "whole number"),
     ("- {name: a, tls_san: x, roles: [generate], limits: {rate: 1}}", "unknown limits"),
+    ("- {name: a, tls_san: x, roles: [generate], prompt_cache: sometimes}", "'prompt_cache' must be true or false"),
     ("- {name: a, tls_san: x, roles: [generate]}\n  - {name: a, tls_san: y, roles: [generate]}", "appears twice"),
     ("- {name: a, tls_san: x, roles: [generate]}\n  - {name: b, tls_san: x, roles: [generate]}", "shares"),
 ])

@@ -110,11 +110,13 @@ class CallRunner(Generic[P]):
 
     def admit(self, request: GenerationRequest, call: CallRecord) -> GenerationRequest:
         """A checked request as this call runs it: with the audit's settings and the prefix cache's namespace
-        (the caller's own; none when the request or the caller's entry keeps prompts out of the cache), kept on
-        the call's record."""
+        (the caller's own; none when the request, the caller's entry or, by default, an ``hmac`` prompt policy
+        keeps prompts out of the cache), kept on the call's record."""
         identity = current_identity()
         caller = identity.caller if identity is not None else None
-        keep = request.cache_prompt and (caller is None or caller.prompt_cache)
+        allowed = caller.prompt_cache if caller is not None and caller.prompt_cache is not None \
+            else self.settings.audit_prompt_policy == "full"  # prompts kept out of the audit: out of the cache too
+        keep = request.cache_prompt and allowed
         request = dataclasses.replace(request, prefix_cache_scope=(caller.name if caller is not None else "")
                                       if keep else None)
         if self.audit.enabled:

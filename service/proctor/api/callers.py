@@ -15,7 +15,7 @@ callers:
     tls_subject: "CN=compliance.internal,O=Acme"   # RFC 4514, as `openssl x509 -subject -nameopt rfc2253`
     tls_san: compliance.internal                  # or a DNS/URI/email SAN of the certificate
     roles: [audit:read, audit:replay]
-    prompt_cache: false   # nothing of this caller's prompts outlives its requests (default: true)
+    prompt_cache: false   # nothing of its prompts outlives its requests (default: true, false under hmac prompts)
 ```
 
 A caller's prompts are cached (engine/prefix_cache.py) in a namespace of its own: one caller's requests
@@ -86,7 +86,9 @@ class Caller:
     tls_subject: str = ""
     tls_san: str = ""
     limits: CallerLimits = field(default_factory=CallerLimits)
-    prompt_cache: bool = True  # its prompts' chunks may be kept in the prefix cache (its own namespace)
+    # Its prompts' chunks may be kept in the prefix cache (its own namespace); None: the server's default, on
+    # unless prompts are kept out of the audit trail (--audit-prompt-policy hmac).
+    prompt_cache: bool | None = None
 
     def may(self, role: str) -> bool:
         return role in self.roles or "admin" in self.roles
@@ -150,8 +152,8 @@ def _caller(entry: Any, where: str) -> Caller:
     bad = sorted(set(roles) - set(ROLES))
     if bad:
         raise CallersFileError(f"{where}: unknown roles {bad}; expected {', '.join(ROLES)}")
-    prompt_cache = entry.get("prompt_cache", True)
-    if not isinstance(prompt_cache, bool):
+    prompt_cache = entry.get("prompt_cache")
+    if prompt_cache is not None and not isinstance(prompt_cache, bool):
         raise CallersFileError(f"{where}: 'prompt_cache' must be true or false, got {prompt_cache!r}")
     return Caller(name=name.strip(), roles=frozenset(roles), token_sha256=token, tls_subject=subject, tls_san=san,
                   limits=_limits(entry.get("limits") or {}, where), prompt_cache=prompt_cache)
