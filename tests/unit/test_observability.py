@@ -231,4 +231,5 @@ def test_metrics_are_per_server_and_bounded() -> None:
     labels = {m.name: m for m in first.registry.collect()}
     for family in labels.values():
         for sample in family.samples:
-            assert set(sample.labels) <= {"service", "method", "code", "reason", "engine", "le"}, sample
+            # (outcome: drafted or accepted, engine/drafting.py)
+            assert set(sample.labels) <= {"service", "method", "code", "reason", "engine", "outcome", "le"}, sample
