@@ -15,7 +15,7 @@ from proctor.constraints.backend import bitmask_words
 from proctor.constraints.forced import accepted_prefix, forced_tokens, single_allowed
 from proctor.decoding.prompt_lookup import PromptLookup
 from proctor.domain.request import Speculation
-from proctor.engine.drafting import DraftPolicy
+from proctor.engine.drafting import Drafter, DraftPolicy
 from proctor.engine.prefix_cache import CachedChunk, PrefixCache
 
 CHUNK = 4
@@ -157,3 +157,16 @@ def test_speculation_follows_the_request_then_the_server() -> None:
     assert not auto.speculates(state(Speculation.OFF), rows=1)
     assert not DraftPolicy.from_settings(Settings(speculation="off")).speculates(state(Speculation.DEFAULT), rows=1)
     assert DraftPolicy.from_settings(Settings(speculation="on")).speculates(state(Speculation.DEFAULT), rows=32)
+
+
+def test_a_mask_is_asked_for_forced_tokens_only_after_a_forced_step() -> None:
+    """Without a forced-token API, asking costs a mask fill: only after a step the masks forced."""
+    drafter = Drafter(DraftPolicy.from_settings(Settings(speculation="off")), 128)
+
+    def state(last_forced: bool) -> Any:
+        return SimpleNamespace(max_new_tokens=50, generated=[1], finished=False, matcher=MaskOnly([40, 63], 128),
+                               last_forced=last_forced, looked_up=False,
+                               request=SimpleNamespace(speculation=Speculation.DEFAULT))
+
+    assert drafter.draft(state(last_forced=False), rows=1) == []
+    assert drafter.draft(state(last_forced=True), rows=1) == [40, 63]

@@ -65,17 +65,19 @@ class Drafter:
     def __init__(self, policy: DraftPolicy, vocab_size: int) -> None:
         self.policy = policy
         self._vocab_size = vocab_size
+        self.drafted = self.accepted = 0  # draft tokens fed and kept since start (metrics)
 
     def drafts(self, states: list[SequenceState]) -> list[list[int]]:
         """Each running row's draft (empty: a plain decode step for it)."""
         return [self.draft(state, len(states)) for state in states]
 
     def learn(self, states: list[SequenceState], drafts: list[list[int]], kept: list[int]) -> None:
-        """After a verification: a row whose looked-up draft was kept whole may draft one more token next time
-        (up to ``speculation_tokens``), one that lost any drafts one fewer (at least one), as Hugging Face's
-        assisted generation schedules its draft length. Each rejected position is a row of compute for nothing
-        (a row costs about a third of a one-row step here: bench/README.md)."""
+        """After a verification: the totals; and a row whose looked-up draft was kept whole may draft one more
+        token next time (up to ``speculation_tokens``), one that lost any drafts one fewer (at least one), as
+        Hugging Face's assisted generation schedules its draft length. Each rejected position is a row of
+        compute for nothing (a row costs about a third of a one-row step here: bench/README.md)."""
         for state, draft, keep in zip(states, drafts, kept, strict=True):
+            self.drafted, self.accepted = self.drafted + len(draft), self.accepted + keep - 1
             if state.looked_up and draft:
                 whole = keep - 1 == len(draft)
                 state.lookup_limit = min(self.policy.speculation_tokens, state.lookup_limit + 1) if whole \
@@ -88,7 +90,9 @@ class Drafter:
         if room <= 0 or state.finished:
             return []
         policy, matcher = self.policy, state.matcher
-        if policy.jump_forward and matcher is not None:
+        # An engine without its own forced-token API is asked through its mask: one fill more a step, so only
+        # after a step the mask forced (forced runs come together; the run's first token is a step of its own).
+        if policy.jump_forward and matcher is not None and (state.last_forced or hasattr(matcher, "forced_tokens")):
             forced = forced_tokens(matcher, min(room, policy.max_forced_tokens), self._vocab_size)
             if forced:
                 return forced

@@ -70,7 +70,7 @@ class Engine:
                                         settings.prefill_chunk_tokens)
         self._batch = DecodeBatch(lambda: self._make_runner(rows, release_dense_weights), rows,
                                   settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens, self.prefix_cache)
-        self._drafter, self._drafted = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size), [0, 0]
+        self._drafter = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size)
         self._scheduler = Scheduler(settings.max_waiting, settings.max_prefill_tokens,
                                     free_rows=lambda: rows - len(self._batch.states) - len(self._batch.staged))
         self._eos = frozenset(loaded.eos_token_ids)
@@ -222,10 +222,8 @@ class Engine:
 
     def fewer_steps(self) -> dict[str, int]:
         """Totals of the prefix cache and the drafts since start (a snapshot, for the metrics scrape)."""
-        counts = self.prefix_cache.counts
-        return {"prefix_cache_hit_tokens": counts.hit_tokens, "prefix_cache_miss_tokens": counts.miss_tokens,
-                "prefix_cache_evictions": counts.evicted_chunks, "prefix_cache_bytes": counts.bytes,
-                "draft_drafted": self._drafted[0], "draft_accepted": self._drafted[1]}
+        return {**dataclasses.asdict(self.prefix_cache.counts),
+                "drafted": self._drafter.drafted, "accepted": self._drafter.accepted}
 
     def shutdown(self, grace_s: float) -> None:
         """Stop accepting, let running requests finish within ``grace_s``, cancel the rest, join."""
@@ -313,7 +311,9 @@ class Engine:
             return False
         observer = self.observer
         for state in plan.join + plan.stage:
-            state.started, state.status = now, RequestStatus.PREFILLING if state in plan.stage else state.status
+            state.started = now
+        for state in plan.stage:
+            state.status = RequestStatus.PREFILLING
         batch.staged.extend(plan.stage)
         if plan.join:
             start = time.monotonic()
@@ -341,7 +341,6 @@ class Engine:
             if extended:
                 batch.settle(kept)
                 self._drafter.learn(batch.states, drafts, kept)
-                self._drafted = [self._drafted[0] + sum(map(len, drafts)), self._drafted[1] + sum(kept) - len(kept)]
             self._retire()
             elapsed = time.monotonic() - start
             self._threads.after_step(elapsed)

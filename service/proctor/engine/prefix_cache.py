@@ -47,7 +47,6 @@ class CacheCounts:
 
     hit_tokens: int = 0  # prompt tokens whose chunks came from the cache
     miss_tokens: int = 0  # reusable prompt tokens (full chunks before the last token) that were not there
-    stored_chunks: int = 0
     evicted_chunks: int = 0
     bytes: int = 0
 
@@ -103,7 +102,6 @@ class PrefixCache:
             if key not in self._chunks:
                 self._chunks[key] = chunk
                 self.counts.bytes += chunk.nbytes
-                self.counts.stored_chunks += 1
             for earlier in reversed(keys):
                 if earlier in self._chunks:
                     self._chunks.move_to_end(earlier)
@@ -114,8 +112,3 @@ class PrefixCache:
 
     def __len__(self) -> int:
         return len(self._chunks)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._chunks.clear()
-            self.counts.bytes = 0

@@ -101,6 +101,7 @@ class SequenceState:
         self.lookup: PromptLookup | None = None  # its tokens indexed for prompt lookup (engine/drafting.py)
         self.lookup_limit = -1  # tokens its next looked-up draft may hold (-1: not set yet; adapts to acceptance)
         self.looked_up = False  # whether its draft of this step was looked up (not forced)
+        self.last_forced = False  # whether the masks left its last token the only one (engine/drafting.py)
         self.cached_prompt_tokens = 0  # prompt tokens whose cache came from the prefix cache
         self.decode_steps = 0  # decode forwards after the prefill
         self.drafted = 0  # draft tokens fed to verify (engine/drafting.py)
@@ -192,6 +193,7 @@ class SequenceState:
         if self.confidence is not None and self._forced_now is None:
             self.confidence.add(decision.final_logprob, decision.alternatives)
         self.generated.append(token_id)
+        self.last_forced = decision.allowed_count == 1
         if self.first_token_at is None:
             self.first_token_at = now
         if self.penalties is not None:

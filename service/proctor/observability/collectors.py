@@ -51,17 +51,17 @@ class StateCollector(Collector):
     def _fewer_steps(self) -> Iterator[Metric]:
         """The prefix cache and the drafts (engine/prefix_cache.py, engine/drafting.py), totals since start."""
         totals = self.engine.fewer_steps() if self.engine is not None else {}
-        for name, doc in (
-                ("prefix_cache_hit_tokens", "Prompt tokens whose keys and values came from the prefix cache"),
-                ("prefix_cache_miss_tokens", "Prompt tokens of cacheable chunks the prefix cache did not hold"),
-                ("prefix_cache_evictions", "Chunks the prefix cache dropped to stay within its budget")):
-            yield CounterMetricFamily(PREFIX + name, doc, value=totals.get(name, 0))
+        for name, key, doc in (
+                ("hit_tokens", "hit_tokens", "Prompt tokens whose keys and values came from the prefix cache"),
+                ("miss_tokens", "miss_tokens", "Prompt tokens of cacheable chunks the prefix cache did not hold"),
+                ("evictions", "evicted_chunks", "Chunks the prefix cache dropped to stay within its budget")):
+            yield CounterMetricFamily(PREFIX + "prefix_cache_" + name, doc, value=totals.get(key, 0))
         yield GaugeMetricFamily(PREFIX + "prefix_cache_bytes", "Memory the prefix cache's chunks hold "
-                                "(--prefix-cache-mb)", value=totals.get("prefix_cache_bytes", 0))
+                                "(--prefix-cache-mb)", value=totals.get("bytes", 0))
         drafts = CounterMetricFamily(PREFIX + "draft_tokens", "Tokens drafted ahead of the model (forced by a "
                                      "constraint or looked up), by outcome (drafted, accepted)", labels=("outcome",))
         for outcome in ("drafted", "accepted"):
-            drafts.add_metric((outcome,), totals.get(f"draft_{outcome}", 0))
+            drafts.add_metric((outcome,), totals.get(outcome, 0))
         yield drafts
 
     def _admission(self) -> Iterator[Metric]:
