@@ -85,7 +85,8 @@ def test_a_cancelled_call_is_recorded_with_what_was_generated(client: ProctorCli
 
 def test_a_deadline_is_recorded(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ProctorError) as caught:
-        client.generate("Once upon a time", request_id="audit-deadline", max_new_tokens=400, ignore_eos=True,
+        # Far more tokens than 1.5 s can produce, with drafts too (a repetitive story is mostly looked up).
+        client.generate("Once upon a time", request_id="audit-deadline", max_new_tokens=1500, ignore_eos=True,
                         timeout_s=1.5)
     assert caught.value.code.name == "DEADLINE_EXCEEDED"
     (record,) = records_for(audit, "audit-deadline")
