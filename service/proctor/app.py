@@ -38,6 +38,7 @@ from proctor.contracts.templates import TemplateRegistry
 from proctor.domain import GenerationRequest, StoppingParams
 from proctor.observability.setup import Observability
 from proctor.observability.watchdog import CHECK_INTERVAL_S, EngineProgress, Watchdog, Watched, WriterProgress
+from proctor.openai_http.server import HttpListener, serve_http
 
 if TYPE_CHECKING:  # the heavy modules load lazily, after the port is bound
     from proctor.constraints.registry import RegisteredSchema
@@ -99,6 +100,7 @@ class RunningServer:
     observability: Observability | None = None
     health_server: grpc.aio.Server | None = None  # the plaintext health-only port (settings.health_port)
     health_port: int = 0
+    http: HttpListener | None = None  # the OpenAI-compatible HTTP API (settings.http_port)
     _ready: bool = field(default=False, init=False)  # the model is loaded and the engine started
     _engine_ok: bool = field(default=True, init=False)
     _audit_ok: bool = field(default=True, init=False)  # the audit store takes records (last write or probe)
@@ -180,7 +182,8 @@ class RunningServer:
                      notice_s)
             await asyncio.sleep(notice_s)
         log.info("shutting down (grace %.1f s for calls in flight)", self.settings.grace_period_s)
-        await self.server.stop(self.settings.grace_period_s)
+        await asyncio.gather(self.server.stop(self.settings.grace_period_s),
+                             *([self.http.stop()] if self.http is not None else []))
         if self.health_server is not None:  # NOT_SERVING stays visible there until the calls are done
             await self.health_server.stop(0)
         if self.engine is not None:
@@ -309,9 +312,11 @@ async def start_server(settings: Settings) -> RunningServer:
     port, _ = bind(server, settings)
     await server.start()
     health_server, health_port = await _serve_health_port(health, settings)
+    http = await serve_http(settings, servicer, gate, telemetry, health) if settings.http_port else None
     observability.serve(settings)
     running = RunningServer(settings, server, port, health, servicer, asyncio.get_running_loop(), audit_sink=sink,
-                            observability=observability, health_server=health_server, health_port=health_port)
+                            observability=observability, health_server=health_server, health_port=health_port,
+                            http=http)
     log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", settings.host, port)
     return running
 

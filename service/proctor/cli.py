@@ -95,6 +95,9 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    "no progress for this long (default 30; 0: off)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip the warm-up request")
     p.add_argument("--log-level", help="logging level (default INFO)")
+    p.add_argument("--http-port", type=int,
+                   help="also serve the OpenAI-compatible HTTP API on this port, same host, callers and TLS "
+                        "(default 0: off; README: OpenAI-compatible HTTP API)")
     obs = p.add_argument_group("observability (README: Observability)")
     obs.add_argument("--log-format", choices=("text", "json"), help="log lines as text (default) or JSON")
     obs.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default 0: off)")
@@ -109,7 +112,8 @@ def _serve(args: argparse.Namespace) -> int:
             "max_waiting", "kv_cache_mb", "max_prefill_tokens", "prefill_chunk_tokens",
             "prefix_cache_mb", "jump_forward", "max_forced_tokens", "speculation", "speculation_tokens",
             "speculation_max_rows",
-            "max_new_tokens_limit", "grace_period_s", "drain_notice_s", "health_port", "watchdog_s", "reflection",
+            "max_new_tokens_limit", "grace_period_s", "drain_notice_s", "health_port", "http_port", "watchdog_s",
+            "reflection",
             "warmup", "log_level",
             "constraint_timeout_s", "compile_workers", "max_schema_depth", "fallback_attempts",
             "fallback_temperature", "schema_dir", "template_dir", "forbidden_file", "plugins", "input_screens",

@@ -114,6 +114,9 @@ class Settings:
     # A second, plaintext port that serves the gRPC health service only (0: off), for kubelet gRPC
     # probes, which cannot speak TLS; it reveals nothing but SERVING / NOT_SERVING.
     health_port: int = 0
+    # The OpenAI-compatible HTTP API (openai_http/), in the same process and event loop, on the same host with
+    # the same callers, limits and TLS files (0: off).
+    http_port: int = 0
     # The watchdog (observability/watchdog.py): health NOT_SERVING and an ERROR line when the engine has
     # pending work, or the audit writer queued records, and neither moves for this many seconds (0: off).
     watchdog_s: float = 30.0

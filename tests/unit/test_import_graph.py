@@ -21,6 +21,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"models"}),  # loading a model into what the engine runs
     frozenset({"audit"}),
     frozenset({"api"}),  # servicers: convert and check, never torch
+    frozenset({"openai_http"}),  # the OpenAI-compatible HTTP door over the servicers
     frozenset({"app", "health_probe"}),  # the composition root; the health probe (a client of the server)
     frozenset({"cli"}),  # the entry point over both
 )

@@ -135,14 +135,17 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
     s, st = message.sampling, message.stopping
     messages = None
     prompt = None
+    tools_json = ""
     if message.WhichOneof("input") == "messages":
         messages = tuple(ChatMessage(m.role, m.content) for m in message.messages.messages)
+        tools_json = message.messages.tools_json
     else:
         prompt = message.prompt
     request = GenerationRequest(
         request_id=message.request_id or uuid.uuid4().hex,
         prompt=prompt,
         messages=messages,
+        tools_json=tools_json,
         sampling=SamplingParams(
             **_present(s, SAMPLING_OPTIONALS),
             early_stopping=EARLY_STOPPING_FROM_PROTO[s.early_stopping],

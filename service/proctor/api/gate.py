@@ -102,7 +102,7 @@ class ServerGate(grpc.aio.ServerInterceptor):
         if handler is None or method.startswith(HEALTH_PREFIX):
             return handler
         open_call = self.book is None or (method.startswith(REFLECTION_PREFIXES) and not self.reflection_needs_auth)
-        admit = None if open_call else self._admission(method)
+        admit = None if open_call else self.admission(method)
         slot = admit is not None and method in GENERATING_METHODS  # holds a concurrent-generation slot
         if handler.unary_unary is not None:
             return handler._replace(unary_unary=self._unary(handler.unary_unary, handler.request_deserializer,
@@ -116,7 +116,7 @@ class ServerGate(grpc.aio.ServerInterceptor):
             return handler._replace(stream_unary=self._unary(handler.stream_unary, None, admit, slot))
         return handler._replace(stream_stream=self._stream(handler.stream_stream, None, admit, slot))
 
-    def _admission(self, method: str) -> Callable[[grpc.aio.ServicerContext], Awaitable[Identity]]:
+    def admission(self, method: str) -> Callable[[grpc.aio.ServicerContext], Awaitable[Identity]]:
         role = None if method.startswith(REFLECTION_PREFIXES) else role_for(method)  # reflection: any caller
         book = self.book
         assert book is not None
@@ -143,7 +143,7 @@ class ServerGate(grpc.aio.ServerInterceptor):
         return admit
 
     @contextlib.asynccontextmanager
-    async def _generation_slot(self, slot: bool, identity: Identity | None,
+    async def generation_slot(self, slot: bool, identity: Identity | None,
                                context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
         """Hold one of the caller's concurrent-generation slots for the whole call (refused: RESOURCE_EXHAUSTED).
         Taken and returned here only, so no path of a call (refused, cancelled, failed) can keep one."""
@@ -165,7 +165,7 @@ class ServerGate(grpc.aio.ServerInterceptor):
             if deserialize is not None:
                 request = await _decode(deserialize, request, context)
             identity = await admit(context) if admit is not None else None
-            async with self._generation_slot(slot, identity, context):
+            async with self.generation_slot(slot, identity, context):
                 result = behaviour(request, context)
                 return await result if inspect.isawaitable(result) else result
 
@@ -176,7 +176,7 @@ class ServerGate(grpc.aio.ServerInterceptor):
             if deserialize is not None:
                 request = await _decode(deserialize, request, context)
             identity = await admit(context) if admit is not None else None
-            async with self._generation_slot(slot, identity, context):
+            async with self.generation_slot(slot, identity, context):
                 responses = behaviour(request, context)
                 try:
                     if hasattr(responses, "__aiter__"):

@@ -8,7 +8,7 @@ stream with output moderators is held back until the output is moderated.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any, Protocol
 
 import grpc
@@ -68,6 +68,11 @@ class GenerationServicer(pb_grpc.GenerationServicer):
         self._schemas: list[RegisteredSchemaView] = []
 
     @property
+    def model_info(self) -> dict[str, object]:
+        """The loaded model's ModelInfo fields (empty before ``attach``)."""
+        return self._model_info
+
+    @property
     def audit(self) -> AuditTrail:
         return self.runner.audit
 
@@ -112,20 +117,32 @@ class GenerationServicer(pb_grpc.GenerationServicer):
             raise
 
     async def Generate(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> pb.GenerateResponse:
-        call = self.audit.begin("Generate", context)
+        return await self.generate(message, context, "Generate")
+
+    async def StreamGenerate(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext
+                             ) -> AsyncIterator[pb.GenerateChunk]:
+        async with contextlib.aclosing(self.stream_generate(message, context, "StreamGenerate")) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    async def generate(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext,
+                       method: str) -> pb.GenerateResponse:
+        """A unary generation, audited as ``method`` (the RPC, or the HTTP route that called it)."""
+        call = self.audit.begin(method, context)
         request = await self._checked(message, context, call)
         if wants_samples(request):  # n completions, each its own audited call (api/samples.py)
-            events, audit_id = await sample_events(self.runner, "Generate", request, context)
+            events, audit_id = await sample_events(self.runner, method, request, context)
         else:
             events, audit_id = await self.runner.run(call, request, context)
         return response_from_events(events, request, audit_id)
 
-    async def StreamGenerate(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext
-                             ) -> AsyncIterator[pb.GenerateChunk]:
-        call = self.audit.begin("StreamGenerate", context)
+    async def stream_generate(self, message: pb.GenerateRequest, context: grpc.aio.ServicerContext,
+                              method: str) -> AsyncGenerator[pb.GenerateChunk, None]:
+        """A streamed generation, audited as ``method`` (the RPC, or the HTTP route that called it)."""
+        call = self.audit.begin(method, context)
         request = await self._checked(message, context, call)
         if wants_samples(request):  # n completions arrive whole at the end (api/samples.py)
-            events, audit_id = await sample_events(self.runner, "StreamGenerate", request, context)
+            events, audit_id = await sample_events(self.runner, method, request, context)
             for event in events:
                 if event.token_ids or event.text or event.finished:
                     yield chunk_from_event(event, request, audit_id)

@@ -69,12 +69,12 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
         for kind in KINDS:
             behaviour = getattr(handler, kind)
             if behaviour is not None:
-                wrapped = self._wrap(behaviour, service, method, metadata)
+                wrapped = self.observe(behaviour, service, method, metadata)
                 return FACTORIES[kind](wrapped, request_deserializer=handler.request_deserializer,
                                        response_serializer=handler.response_serializer)
         return handler
 
-    def _wrap(self, behaviour: Callable[..., Any], service: str, method: str,
+    def observe(self, behaviour: Callable[..., Any], service: str, method: str,
               metadata: tuple[Any, ...]) -> Callable[..., Any]:
         if inspect.isasyncgenfunction(behaviour):
             async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:

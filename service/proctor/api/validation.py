@@ -7,6 +7,7 @@ checked against the model's vocabulary here too, when the caller knows its size.
 
 from __future__ import annotations
 
+import json
 import math
 
 from proctor.config import Settings
@@ -108,6 +109,19 @@ def _validate_input(request: GenerationRequest, settings: Settings, bad: Violati
         if message.role not in CHAT_ROLES:
             bad(f"messages.messages[{index}].role",
                 f"unknown role {message.role!r}; expected one of {', '.join(sorted(CHAT_ROLES))}")
+    if request.tools_json and not _tool_list(request.tools_json):
+        bad("messages.tools_json", 'must be a JSON array of {"type": "function", "function": {"name": ...}} tools')
+
+
+def _tool_list(text: str) -> bool:
+    """Whether ``text`` is a JSON array of named function tools (what chat templates take as ``tools``)."""
+    try:
+        tools = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(tools, list) and all(
+        isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
+        and isinstance(t["function"].get("name"), str) for t in tools)
 
 
 def _validate_stopping(request: GenerationRequest, settings: Settings, bad: Violations) -> None:

@@ -83,7 +83,7 @@ def request_to_dict(request: GenerationRequest, seed: int | None) -> dict[str, A
     """Every generation parameter, with the seed actually used (replay rebuilds the request from it)."""
     data = dataclasses.asdict(request)
     data.pop("deadline", None)
-    for key in ("input_screens", "output_moderators"):  # only when used: older records keep their exact shape
+    for key in ("input_screens", "output_moderators", "tools_json"):  # only when used: older records keep their shape
         if not data[key]:
             del data[key]
     data["sampling"]["seed"] = None if seed is None else str(seed)  # 64-bit: beyond JSON's safe integers
@@ -101,6 +101,7 @@ def request_from_dict(data: dict[str, Any], request_id: str) -> GenerationReques
         request_id=request_id,
         prompt=data.get("prompt"),
         messages=tuple(ChatMessage(**m) for m in data["messages"]) if data.get("messages") is not None else None,
+        tools_json=data.get("tools_json", ""),
         sampling=SamplingParams(**{**data["sampling"], "seed": None if data["sampling"]["seed"] is None
                                    else int(data["sampling"]["seed"])}),
         stopping=StoppingParams(**stopping),
@@ -192,7 +193,7 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
     if policy.prompt == "hmac":  # the input must not leak through the parameters either
         for part in (body["request"], body["raw_request"]):
             if part:
-                part.update({key: None for key in ("prompt", "messages") if key in part})
+                part.update({key: None for key in ("prompt", "messages", "tools_json") if key in part})
     if call.rendered_prompt is not None:
         body["prompt"] = ({"policy": "full", "text": call.rendered_prompt} if policy.prompt == "full"
                           else {"policy": "hmac", "hmac_sha256": policy.digest(call.rendered_prompt)})

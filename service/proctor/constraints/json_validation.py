@@ -95,7 +95,10 @@ def check_json_schema(schema: object) -> None:
     try:
         validator_class(schema).check_schema(schema)
     except SchemaError as exc:
-        raise InvalidSchemaError(f"invalid JSON Schema at {json_path(exc.absolute_path)}: {exc.message}") from exc
+        at = list(exc.absolute_path)
+        keyword = f"keyword {at[-1]!r}, " if at and isinstance(at[-1], str) else ""
+        raise InvalidSchemaError(f"invalid JSON Schema at {json_path(at)} ({keyword}JSON pointer "
+                                 f"{json_pointer(at)}): {exc.message}") from exc
     for where, ref in _refs(schema, ()):
         if not ref.startswith("#"):
             raise InvalidSchemaError(f"at {json_path(where)}: only local $ref ('#/$defs/...') is supported, "
@@ -121,6 +124,11 @@ def json_path(parts: Iterable[str | int]) -> str:
         else:
             out.append(f"[{json.dumps(part, ensure_ascii=False)}]")
     return "".join(out)
+
+
+def json_pointer(parts: Iterable[str | int]) -> str:
+    """``["properties", "a~b", 0]`` -> ``/properties/a~0b/0`` (RFC 6901)."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
 
 
 def ecma_pattern(pattern: str) -> str:

@@ -166,6 +166,7 @@ class GenerationRequest:
     request_id: str
     prompt: str | None = None
     messages: tuple[ChatMessage, ...] | None = None
+    tools_json: str = ""  # the tools shown to the model with the messages (a JSON array of function tools)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stopping: StoppingParams = field(default_factory=StoppingParams)
     top_logprobs: int = 0

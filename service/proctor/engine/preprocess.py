@@ -6,6 +6,7 @@ tokenizing a long prompt must not stall other requests. Errors name the request 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -99,8 +100,29 @@ def render_prompt(tokenizer: Any, request: GenerationRequest) -> tuple[str, bool
     if not getattr(tokenizer, "chat_template", None):
         raise RequestValidationError.single("messages", "this model has no chat template; send a plain prompt")
     turns = [{"role": m.role, "content": m.content} for m in request.messages]
-    text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
-    return text, False
+    if not request.tools_json:
+        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True), False
+    tools = json.loads(request.tools_json)
+    if "tools" in tokenizer.chat_template:  # the template shows the tools its own way
+        return tokenizer.apply_chat_template(turns, tools=tools, tokenize=False, add_generation_prompt=True), False
+    return tokenizer.apply_chat_template(with_tools_message(turns, tools), tokenize=False,
+                                         add_generation_prompt=True), False
+
+
+TOOLS_MESSAGE = """You can call these functions. To call one, reply with only
+<tool_call>{{"name": <function name>, "arguments": <arguments object>}}</tool_call>
+Functions (JSON):
+{tools}"""
+
+
+def with_tools_message(turns: list[dict[str, str]], tools: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The turns with the tools described in the system message (for a chat template that takes no tools);
+    the call format is the one tool-calling templates (Hermes, Qwen) teach, and what the HTTP API parses."""
+    described = TOOLS_MESSAGE.format(tools="\n".join(json.dumps(t.get("function", t), ensure_ascii=False)
+                                                     for t in tools))
+    if turns and turns[0]["role"] == "system":
+        return [{"role": "system", "content": f"{turns[0]['content']}\n\n{described}"}, *turns[1:]]
+    return [{"role": "system", "content": described}, *turns]
 
 
 def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_length: int,

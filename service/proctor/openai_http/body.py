@@ -1,0 +1,277 @@
+"""An OpenAI-style request body, checked and converted into the ``GenerateRequest`` the gRPC door takes.
+
+Only the body's shape is checked here (types, the keys this server knows, one constraint at most); the ranges
+and limits are checked by api/check_request.py, the one place for them, whose violations are then named by
+the body keys (openai_http/fields.py). A body error names its key in ``param``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from proctor.constraints.json_validation import InvalidSchemaError, check_json_schema
+from proctor.openai_http.errors import BodyError
+from proctor.openai_http.fields import CONSTRAINT_KEYS, EXTENSIONS, apply_extensions
+from proctor.openai_http.tools import CALL_CLOSE, CALL_OPEN, ToolPlan, tool_plan
+from proctor_client.v1 import generation_pb2 as pb
+
+CHAT, COMPLETION = "chat", "completion"
+COMMON_KEYS = frozenset({"model", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "presence_penalty",
+                         "frequency_penalty", "logit_bias", "logprobs", "user", "stream", "stream_options",
+                         "response_format"})
+KEYS = {CHAT: COMMON_KEYS | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice"},
+        COMPLETION: COMMON_KEYS | {"prompt", "echo", "suffix", "best_of"}}
+# Accepted and without effect here: storage and routing hints for OpenAI's own platform, and parallel tool
+# calls (a response holds at most one call).
+IGNORED_KEYS = frozenset({"store", "metadata", "service_tier", "parallel_tool_calls"})
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "user"}
+MAX_COMPLETION_LOGPROBS = 5  # the completions API's own limit on its ``logprobs`` count
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedCall:
+    """What the HTTP door needs to run the call and to answer it in OpenAI's shapes."""
+
+    kind: str
+    message: pb.GenerateRequest
+    model: str
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: bool = False
+    tools: ToolPlan | None = None
+    validate_schema: dict[str, Any] | None = None  # response_format strict: false: checked, not constrained
+    user: str = ""
+    params: dict[str, str] = field(default_factory=dict)  # proto path → body key, where the usual one differs
+
+
+def parse_body(raw: object, kind: str) -> ParsedCall:
+    """The checked and converted body of a ``kind`` (chat or completion) request; BodyError otherwise."""
+    if not isinstance(raw, dict):
+        raise BodyError("the request body must be a JSON object", "body")
+    body: dict[str, Any] = raw
+    known = KEYS[kind] | EXTENSIONS.keys() | IGNORED_KEYS
+    for key in body:
+        if key not in known:
+            raise BodyError(f"Unrecognized request argument supplied: {key}", key)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BodyError("model is required: the id GET /v1/models lists", "model")
+    message = pb.GenerateRequest()
+    params: dict[str, str] = {}
+    plan = None
+    if kind == CHAT:
+        plan = tool_plan(body)
+        _messages(body.get("messages"), message, plan)
+    else:
+        _prompt(body, message)
+    _sampling(body, message)
+    _stopping(body, message, kind)
+    logprobs = _logprobs(body, message, kind)
+    if body.get("logit_bias") is not None:
+        _logit_bias(body["logit_bias"], message)
+    user = _optional(body, "user", str) or ""
+    stream = bool(_optional(body, "stream", bool))
+    include_usage = _stream_options(body, stream)
+    sources = [key for key in CONSTRAINT_KEYS if body.get(key) is not None]
+    validate_schema = _response_format(body.get("response_format"), message, sources)
+    if plan is not None and plan.mode != "none":
+        sources.append("tools")
+        params["json_schema"] = params["grammar"] = "tools"
+    if len(sources) > 1:
+        raise BodyError(f"{sources[1]} and {sources[0]} both constrain the output; send one", sources[1])
+    if plan is not None:
+        if message.num_return_sequences > 1:
+            raise BodyError("n > 1 with tools is not supported: one choice per tool-calling request", "n")
+        plan.constrain(message)
+    apply_extensions(body, message)
+    return ParsedCall(kind, message, model, stream, include_usage, logprobs, plan, validate_schema, user, params)
+
+
+def _optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float, (int, float))):
+        names = {bool: "a boolean", int: "an integer", str: "a string", (int, float): "a number"}
+        raise BodyError(f"{key} must be {names.get(kind, 'of another type')}", key)
+    return value
+
+
+def _number(body: dict[str, Any], key: str) -> float | None:
+    value = _optional(body, key, (int, float))
+    return None if value is None else float(value)
+
+
+def _text(content: object, where: str) -> str:
+    """A message's content: a string, or text parts (the only kind a text model takes)."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if not isinstance(content, list):
+        raise BodyError(f"{where} must be a string or an array of text parts", where)
+    texts = []
+    for index, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise BodyError(f"{where}[{index}] must be {{\"type\": \"text\", \"text\": ...}}: this model reads text "
+                            "only", f"{where}[{index}]")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _messages(raw: object, message: pb.GenerateRequest, plan: ToolPlan | None) -> None:
+    if not isinstance(raw, list) or not raw:
+        raise BodyError("messages must be a non-empty array", "messages")
+    turns = message.messages.messages
+    for index, entry in enumerate(raw):
+        where = f"messages[{index}]"
+        if not isinstance(entry, dict):
+            raise BodyError(f"{where} must be an object", where)
+        role = entry.get("role")
+        if role not in ROLES:
+            raise BodyError(f"{where}.role must be one of {', '.join(ROLES)}", f"{where}.role")
+        content = _text(entry.get("content"), f"{where}.content")
+        if role == "tool":  # a tool's result, as tool-calling templates show it
+            content = f"<tool_response>\n{content}\n</tool_response>"
+        for call in entry.get("tool_calls") or () if role == "assistant" else ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                raise BodyError(f"{where}.tool_calls entries must hold a function", f"{where}.tool_calls")
+            arguments = function.get("arguments", "{}")
+            try:
+                parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+            except ValueError as exc:
+                raise BodyError(f"{where}.tool_calls: arguments are not JSON", f"{where}.tool_calls") from exc
+            content += CALL_OPEN + json.dumps({"name": function.get("name"), "arguments": parsed}) + CALL_CLOSE
+        turns.add(role=ROLES[role], content=content)
+    if plan is not None:
+        message.messages.tools_json = plan.definitions
+
+
+def _prompt(body: dict[str, Any], message: pb.GenerateRequest) -> None:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise BodyError("prompt must be a string (one prompt per request)", "prompt")
+    message.prompt = prompt
+    if body.get("echo"):
+        raise BodyError("echo is not supported: the response holds the completion only", "echo")
+    if body.get("suffix"):
+        raise BodyError("suffix is not supported: this server completes after the prompt only", "suffix")
+    best_of = _optional(body, "best_of", int)
+    if best_of is not None and best_of != (body.get("n") or 1):
+        raise BodyError("best_of other than n is not supported", "best_of")
+
+
+def _sampling(body: dict[str, Any], message: pb.GenerateRequest) -> None:
+    sampling = message.sampling
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        value = _number(body, key)
+        if value is not None:
+            setattr(sampling, key, value)
+    seed = _optional(body, "seed", int)
+    if seed is not None:
+        if not 0 <= seed < 2**64:
+            raise BodyError("seed must be between 0 and 2**64 - 1", "seed")
+        sampling.seed = seed
+    n = _optional(body, "n", int)
+    if n is not None:
+        message.num_return_sequences = n
+
+
+def _stopping(body: dict[str, Any], message: pb.GenerateRequest, kind: str) -> None:
+    stopping = message.stopping
+    limit = _optional(body, "max_completion_tokens", int) if kind == CHAT else None
+    if limit is None:
+        limit = _optional(body, "max_tokens", int)
+    if limit is not None:
+        stopping.max_new_tokens = limit
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None:
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise BodyError("stop must be a string or an array of strings", "stop")
+        stopping.stop.extend(stop)
+
+
+def _logprobs(body: dict[str, Any], message: pb.GenerateRequest, kind: str) -> bool:
+    """Per-token log-probabilities: chat's ``logprobs`` + ``top_logprobs``, or the completions' count."""
+    if kind == CHAT:
+        wanted = bool(_optional(body, "logprobs", bool))
+        top = _optional(body, "top_logprobs", int)
+        if top is not None and not wanted:
+            raise BodyError("top_logprobs needs logprobs: true", "top_logprobs")
+    else:
+        top = _optional(body, "logprobs", int)
+        if top is not None and not 0 <= top <= MAX_COMPLETION_LOGPROBS:
+            raise BodyError(f"logprobs must be between 0 and {MAX_COMPLETION_LOGPROBS}", "logprobs")
+        wanted = top is not None
+    if wanted:
+        message.token_details = True
+        if top:
+            message.top_logprobs = top
+    return wanted
+
+
+def _logit_bias(raw: object, message: pb.GenerateRequest) -> None:
+    if not isinstance(raw, dict):
+        raise BodyError("logit_bias must map token ids to biases", "logit_bias")
+    for key, bias in raw.items():
+        where = f"logit_bias[{key}]"
+        try:
+            token = int(key)
+        except ValueError:
+            raise BodyError(f"{where}: {key!r} is not a token id", where) from None
+        if isinstance(bias, bool) or not isinstance(bias, int | float) or not -2**31 <= token < 2**31:
+            raise BodyError(f"{where} must be a number for a token id", where)
+        message.logit_bias[token] = float(bias)
+
+
+def _stream_options(body: dict[str, Any], stream: bool) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not stream:
+        raise BodyError("stream_options is only allowed with stream: true", "stream_options")
+    if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
+        raise BodyError("stream_options must be {\"include_usage\": true|false}", "stream_options")
+    return bool(options.get("include_usage", False))
+
+
+def _response_format(raw: object, message: pb.GenerateRequest, sources: list[str]) -> dict[str, Any] | None:
+    """Constrain the output to JSON (or only check it, for ``strict: false``); the schema to check, if any."""
+    if raw is None:
+        return None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":  # any JSON object, as OpenAI's JSON mode gives
+        message.json_schema = '{"type": "object"}'
+        sources.insert(0, "response_format")
+        return None
+    if kind != "json_schema" or not isinstance(raw, dict):
+        raise BodyError('response_format.type must be "text", "json_object" or "json_schema"', "response_format.type")
+    spec = raw.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise BodyError("response_format.json_schema must hold a name and a schema", "response_format.json_schema")
+    schema = spec.get("schema", {})
+    if not isinstance(schema, dict):
+        raise BodyError("response_format.json_schema.schema must be a JSON schema object",
+                        "response_format.json_schema.schema")
+    strict = spec.get("strict", False)
+    if not isinstance(strict, bool):
+        raise BodyError("response_format.json_schema.strict must be a boolean", "response_format.json_schema.strict")
+    if not strict:  # checked against the schema after generation, not constrained
+        try:
+            check_json_schema(schema)
+        except InvalidSchemaError as exc:
+            raise BodyError(f"response_format.json_schema.schema: {exc}", "response_format.json_schema.schema") \
+                from exc
+        return schema
+    message.json_schema = json.dumps(schema)
+    sources.insert(0, "response_format")
+    return None

@@ -1,0 +1,240 @@
+"""The OpenAI-compatible routes, as a Starlette app over the gRPC door's own code.
+
+A generation runs through the same pieces as a gRPC call, in the same order: the size limit before any work
+(413) → the telemetry's observation (metrics by route, the trace from ``traceparent``, the access log line)
+→ the gate (bearer token → caller, role, rate: 401, 403, 429) → the body, checked and converted into a
+``GenerateRequest`` (400 naming the key) → the caller's concurrent-generation slot → the Generation servicer
+(check_request, admission, the engine, moderation, the audit record, which names the route).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2
+from grpc_health.v1._async import HealthServicer
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from proctor.api.gate import ServerGate
+from proctor.api.servicer import GenerationServicer
+from proctor.api.telemetry import TelemetryInterceptor
+from proctor.config import Settings
+from proctor.observability.calls import CURRENT
+from proctor.openai_http.answers import ChunkWriter, unary_answer
+from proctor.openai_http.body import CHAT, COMPLETION, ParsedCall, parse_body
+from proctor.openai_http.context import HttpAbort, HttpCallContext
+from proctor.openai_http.errors import BodyError, abort_response, body_error_response, error_response
+from proctor.openai_http.fields import param_of
+from proctor_client.v1 import generation_pb2 as pb
+
+SERVICE = "openai"  # the metrics' and traces' service label of the HTTP routes
+GENERATE_METHOD = "/proctor.v1.Generation/Generate"  # the role and generation slot a completion takes
+MODELS_METHOD = "/proctor.v1.Generation/GetModelInfo"
+AUDIT_HEADER = "x-proctor-audit-id"
+HEALTH_NAMES = {"/health": "", "/ready": pb.DESCRIPTOR.services_by_name["Generation"].full_name}
+
+
+@dataclass
+class HttpDoor:
+    """The HTTP door's collaborators: the gRPC server's own gate, telemetry, servicer and health."""
+
+    settings: Settings
+    servicer: GenerationServicer
+    gate: ServerGate
+    telemetry: TelemetryInterceptor
+    health: HealthServicer
+
+    def app(self) -> Starlette:
+        routes = [Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                  Route("/v1/completions", self.completions, methods=["POST"]),
+                  Route("/v1/models", self.models, methods=["GET"]),
+                  Route("/v1/models/{model:path}", self.model, methods=["GET"]),
+                  Route("/health", self.health_check, methods=["GET"]),
+                  Route("/ready", self.health_check, methods=["GET"])]
+        return Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})
+
+    async def chat(self, request: Request) -> Response:
+        return await self._generate(request, CHAT)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, COMPLETION)
+
+    async def health_check(self, request: Request) -> Response:
+        """Liveness (/health) and readiness (/ready), as the gRPC health service answers them (drain included)."""
+        name = HEALTH_NAMES[request.url.path]
+        answer = await self.health.Check(health_pb2.HealthCheckRequest(service=name), None)
+        serving = answer.status == health_pb2.HealthCheckResponse.SERVING
+        return JSONResponse({"status": "SERVING" if serving else "NOT_SERVING"}, status_code=200 if serving else 503)
+
+    def _model_ids(self) -> list[str]:
+        info = self.servicer.model_info
+        model_id = str(info.get("model_id") or "")
+        return [model_id] if model_id else []
+
+    def _model_card(self, model_id: str) -> dict[str, Any]:
+        return {"id": model_id, "object": "model", "created": 0, "owned_by": "proctor"}
+
+    async def models(self, request: Request) -> Response:
+        return await self._observed(request, MODELS_METHOD, lambda: JSONResponse(
+            {"object": "list", "data": [self._model_card(m) for m in self._model_ids()]}))
+
+    async def model(self, request: Request) -> Response:
+        wanted = request.path_params["model"]
+
+        def answer() -> Response:
+            if wanted not in self._model_ids():
+                raise BodyError(f"The model {wanted!r} does not exist", "model", 404, "model_not_found")
+            return JSONResponse(self._model_card(wanted))
+        return await self._observed(request, MODELS_METHOD, answer)
+
+    async def _observed(self, request: Request, method: str, answer: Callable[[], Response]) -> Response:
+        """A call that generates nothing, observed and gated as the gRPC method ``method`` is."""
+        context = HttpCallContext(request.headers, request.client)
+
+        async def behaviour(_: object, ctx: HttpCallContext) -> Response:
+            await self._admit(method, ctx)
+            if self.servicer.runner.engine_or_none is None:
+                await ctx.abort(grpc.StatusCode.UNAVAILABLE, "the model is still loading; retry shortly")
+            return _checked_body(answer, ctx)
+
+        observed = self.telemetry.observe(behaviour, SERVICE, request.url.path, context.invocation_metadata())
+        try:
+            response: Response = await observed(None, context)
+        except HttpAbort as abort:
+            return abort_response(abort, param_of)
+        except BodyError as error:
+            return body_error_response(error)
+        return response
+
+    async def _admit(self, method: str, context: HttpCallContext) -> Any:
+        """The gate's checks of a gRPC call of ``method``: the caller, its role and its rate (None when open)."""
+        if self.gate.book is None:
+            return None
+        return await self.gate.admission(method)(context)
+
+    async def _generate(self, request: Request, kind: str) -> Response:
+        context = HttpCallContext(request.headers, request.client)
+        try:
+            raw = await self._read_json(request)
+        except BodyError as error:
+            return body_error_response(error)
+        route = request.url.path
+        observed = self.telemetry.observe(self._generation, SERVICE, route, context.invocation_metadata())
+        stream = observed((raw, kind, route), context)
+        try:
+            call: ParsedCall = await anext(stream)
+            first = await anext(stream)
+        except HttpAbort as abort:
+            return abort_response(abort, lambda path: param_of(path, context.params))
+        except BodyError as error:
+            return body_error_response(error)
+        created = int(time.time())
+        fingerprint = self._fingerprint()
+        if not call.stream:
+            with contextlib.suppress(StopAsyncIteration):
+                await anext(stream)  # the observation ends: metrics, span, log line
+            return JSONResponse(unary_answer(call, first, created, fingerprint),
+                                headers={AUDIT_HEADER: first.audit_id})
+        writer = ChunkWriter(call, created, fingerprint)
+        return StreamingResponse(_events(writer, first, stream), media_type="text/event-stream",
+                                 headers={AUDIT_HEADER: context.audit_id, "Cache-Control": "no-cache"})
+
+    async def _generation(self, args: tuple[object, str, str], context: HttpCallContext) -> AsyncGenerator[Any, None]:
+        """The observed call: the parsed body, then the unary response or the stream's chunks."""
+        raw, kind, route = args
+        identity = await self._admit(GENERATE_METHOD, context)
+        try:
+            call = parse_body(raw, kind)
+            if call.model not in self._model_ids():
+                raise BodyError(f"The model {call.model!r} does not exist; GET /v1/models lists this server's",
+                                "model", 404, "model_not_found")
+        except BodyError as error:
+            context.set_code(grpc.StatusCode.NOT_FOUND if error.status == 404 else grpc.StatusCode.INVALID_ARGUMENT)
+            raise
+        context.params = call.params
+        message = call.message
+        if call.user:  # recorded as the caller the client asserts (as x-proctor-caller is)
+            context.assert_caller(call.user)
+        yield call
+        async with self.gate.generation_slot(identity is not None, identity, context):
+            if not call.stream:
+                yield await self.servicer.generate(message, context, f"POST {route}")
+                return
+            chunks = self.servicer.stream_generate(message, context, f"POST {route}")
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    observation = CURRENT.get()
+                    if observation is not None and observation.call is not None:
+                        context.audit_id = observation.call.audit_id
+                    yield chunk
+
+    async def _read_json(self, request: Request) -> object:
+        """The body as JSON, refused (413) past the message size limit before it is all read or parsed."""
+        limit = self.settings.max_message_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BodyError(f"the request body is {declared} bytes; the limit is {limit}", "body", 413)
+        chunks, size = [], 0
+        async for piece in request.stream():
+            size += len(piece)
+            if size > limit:
+                raise BodyError(f"the request body is over the limit of {limit} bytes", "body", 413)
+            chunks.append(piece)
+        data = b"".join(chunks)
+        try:
+            return await asyncio.to_thread(json.loads, data) if size > 256 * 1024 else json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise BodyError(f"the request body is not valid JSON ({exc})", "body") from None
+
+    def _fingerprint(self) -> str:
+        info = self.servicer.model_info
+        return f"proctor-{str(info.get('weights_sha256') or '')[:12]}"
+
+
+async def _events(writer: ChunkWriter, first: pb.GenerateChunk, rest: AsyncGenerator[Any, None]) -> AsyncIterator[str]:
+    """Server-sent events: OpenAI's chunks, the usage chunk when asked for, then ``[DONE]``."""
+    async with contextlib.aclosing(rest):  # a client that leaves closes the call (record, engine abort)
+        chunk: pb.GenerateChunk | None = first
+        while chunk is not None:
+            for out in writer.chunks(chunk):
+                yield f"data: {json.dumps(out, ensure_ascii=False)}\n\n"
+            if chunk.finish_reason != pb.FINISH_REASON_UNSPECIFIED and writer.call.include_usage:
+                yield f"data: {json.dumps(writer.usage_chunk(chunk))}\n\n"
+            try:
+                chunk = await anext(rest)
+            except StopAsyncIteration:
+                chunk = None
+            except HttpAbort as abort:  # after the first chunk the status is sent: the error goes in the stream
+                answer = abort_response(abort, param_of)
+                yield f"data: {bytes(answer.body).decode()}\n\n"
+                chunk = None
+    yield "data: [DONE]\n\n"
+
+
+def _checked_body(answer: Callable[[], Response], context: HttpCallContext) -> Response:
+    try:
+        return answer()
+    except BodyError as error:
+        context.set_code(grpc.StatusCode.NOT_FOUND if error.status == 404 else grpc.StatusCode.INVALID_ARGUMENT)
+        raise
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return error_response(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", kind)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    return error_response(500, f"internal error: {type(exc).__name__}", "server_error")

@@ -1,0 +1,127 @@
+"""The HTTP listener: uvicorn in the gRPC server's own event loop, TLS from the same files, re-read on change.
+
+Why Starlette on uvicorn (not FastAPI): the body is checked by our own table (openai_http/fields.py and
+body.py), which must answer in OpenAI's error object with ``param``, so FastAPI's pydantic validation (422
+answers) would be a second, contradicting layer on every request; Starlette is the routing and streaming
+FastAPI itself runs on. uvicorn with httptools parses HTTP/1.1 in C. Measured: bench/README.md, "HTTP".
+
+Signals stay the gRPC server's (app.py): uvicorn's own handlers are not installed, and ``stop`` closes the
+listener and gives calls in flight the same grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import uvicorn
+from grpc_health.v1._async import HealthServicer
+from starlette.applications import Starlette
+
+from proctor.api.gate import ServerGate
+from proctor.api.servicer import GenerationServicer
+from proctor.api.telemetry import TelemetryInterceptor
+from proctor.api.tls import CertificateFiles
+from proctor.config import Settings
+from proctor.openai_http.routes import HttpDoor
+
+log = logging.getLogger("proctor.http")
+TLS_CHECK_S = 1.0
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """SIGTERM and SIGINT belong to the gRPC server's shutdown (app.py), which stops this one too."""
+        yield
+
+
+class HttpListener:
+    """One HTTP(S) port serving ``app``; ``start`` binds it (port 0: a free one), ``stop`` drains it."""
+
+    def __init__(self, app: Starlette, settings: Settings) -> None:
+        self.settings = settings
+        self.config = uvicorn.Config(app, host=settings.host, port=settings.http_port, log_config=None,
+                                     access_log=False, lifespan="off", server_header=False,
+                                     timeout_graceful_shutdown=max(1, round(settings.grace_period_s)))
+        self.server = _Server(self.config)
+        self.port = 0
+        self._task: asyncio.Task[None] | None = None
+        self._tls_watch: asyncio.Task[None] | None = None
+
+    async def start(self) -> int:
+        self.config.load()
+        files = None
+        if self.settings.tls_cert_file:
+            files, self.config.ssl = _tls_context(self.settings)
+        family = socket.AF_INET6 if ":" in self.settings.host.strip("[]") else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.settings.host.strip("[]"), self.settings.http_port))
+        except OSError as exc:
+            sock.close()
+            raise OSError(f"could not bind the HTTP port {self.settings.host}:{self.settings.http_port}: {exc}") \
+                from exc
+        sock.set_inheritable(True)
+        self.port = sock.getsockname()[1]
+        self._task = asyncio.create_task(self.server._serve(sockets=[sock]), name="proctor-http")
+        while not self.server.started:
+            if self._task.done():
+                self._task.result()  # raises what stopped it
+                raise OSError("the HTTP server stopped while starting")
+            await asyncio.sleep(0.01)
+        if files is not None and self.config.ssl is not None:
+            self._tls_watch = asyncio.create_task(_watch_tls(files, self.config.ssl), name="proctor-http-tls")
+        log.info("OpenAI-compatible HTTP API on %s://%s:%d", "https" if files else "http", self.settings.host,
+                 self.port)
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop accepting, then wait for the requests in flight (uvicorn's graceful timeout: the grace period)."""
+        if self._tls_watch is not None:
+            self._tls_watch.cancel()
+        if self._task is None:
+            return
+        self.server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+def _tls_context(settings: Settings) -> tuple[CertificateFiles, ssl.SSLContext]:
+    """The server's TLS context from the gRPC port's certificate files (client certificates required with a CA)."""
+    client_ca = Path(settings.tls_client_ca_file) if settings.tls_client_ca_file else None
+    files = CertificateFiles(Path(settings.tls_cert_file), Path(settings.tls_key_file), client_ca)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(files.cert, files.key)
+    if client_ca is not None:
+        context.load_verify_locations(client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return files, context
+
+
+async def _watch_tls(files: CertificateFiles, context: ssl.SSLContext) -> None:
+    """Serve a rotated certificate to the next connection; a half-written rotation keeps the previous one."""
+    while True:
+        await asyncio.sleep(TLS_CHECK_S)
+        if files.fetch() is None:
+            continue
+        try:
+            context.load_cert_chain(files.cert, files.key)
+            if files.client_ca is not None:
+                context.load_verify_locations(files.client_ca)
+        except (OSError, ssl.SSLError) as exc:
+            log.error("TLS files changed but cannot be used over HTTP (%s); serving the previous certificate", exc)
+
+
+async def serve_http(settings: Settings, servicer: GenerationServicer, gate: ServerGate,
+                     telemetry: TelemetryInterceptor, health: HealthServicer) -> HttpListener:
+    """Start the OpenAI-compatible HTTP API on ``settings.http_port`` over the gRPC server's own parts."""
+    listener = HttpListener(HttpDoor(settings, servicer, gate, telemetry, health).app(), settings)
+    await listener.start()
+    return listener
