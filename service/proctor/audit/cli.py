@@ -125,7 +125,8 @@ def render_record(body: dict[str, Any], seq: int, hash_: str) -> list[str]:
     usage = body.get("usage") or {}
     caller = body["caller"]
     lines = [f"audit id   {body['audit_id']}  (record {seq}, sha256 {hash_[:16]}…)",
-             f"time       {iso(body['received_ms'])}   caller {caller['identity']} ({caller['source']})",
+             f"call       {body['method']}   at {iso(body['received_ms'])}   caller {caller['identity']} "
+             f"({caller['source']})",
              f"model      {body['model'].get('model_id')}  weights {str(body['model'].get('weights_sha256'))[:16]}…  "
              f"{body['model'].get('dtype')} ({body['model'].get('weights') or 'dense'} weights) "
              f"on {body['model'].get('device')}",

@@ -1,0 +1,182 @@
+"""The OpenAI-compatible HTTP door without a model: the field table covers the proto, bodies convert or are
+refused naming their key, tool calls stream as deltas, and the door's own answers (health, drain, sizes,
+unknown routes, a model still loading) are OpenAI error objects, never a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from helpers.requirements import require_module
+
+from proctor.config import Settings
+from proctor.openai_http.body import CHAT, COMPLETION, parse_body
+from proctor.openai_http.errors import BodyError
+from proctor.openai_http.fields import EXTENSIONS, STANDARD, param_of, proto_leaves
+from proctor.openai_http.tools import CallStream, parse_output, tool_plan
+from proctor_client.v1 import generation_pb2 as pb
+
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
+
+
+def chat(**fields: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}
+
+
+def test_every_proto_field_is_standard_or_an_extension() -> None:
+    covered = set(STANDARD) | set(EXTENSIONS.values())
+    assert set(proto_leaves()) - covered == set(), "a GenerateRequest field the HTTP body cannot set"
+    assert not set(STANDARD) & set(EXTENSIONS.values()), "a field set two ways"
+    assert covered - set(proto_leaves()) == set(), "a table entry for a field the proto lacks"
+
+
+def test_violations_are_named_by_the_body_key() -> None:
+    assert param_of("stopping.stop[2]") == "stop[2]"
+    assert param_of("sampling.temperature") == "temperature"
+    assert param_of("sampling.top_k") == "top_k"
+    assert param_of("messages.messages[1].role") == "messages[1].role"
+    assert param_of("forbidden.phrases[0]") == "forbidden.phrases[0]"
+    assert param_of("json_schema", {"json_schema": "tools"}) == "tools"
+
+
+def test_a_chat_body_converts_with_standard_fields_and_extensions() -> None:
+    call = parse_body(chat(max_completion_tokens=7, temperature=0.5, top_p=0.9, seed=3, stop="END", n=1,
+                           presence_penalty=0.1, frequency_penalty=0.2, logit_bias={"42": -100},
+                           logprobs=True, top_logprobs=2, user="alice", speculation="off", top_k=5,
+                           forbidden={"phrases": ["x"], "case_insensitive": False},
+                           grammar={"syntax": "lark", "text": 'start: "a"'}), CHAT)
+    m = call.message
+    assert m.stopping.max_new_tokens == 7 and list(m.stopping.stop) == ["END"]
+    assert m.sampling.temperature == 0.5 and m.sampling.seed == 3 and m.sampling.top_k == 5
+    assert dict(m.logit_bias) == {42: -100.0} and m.token_details and m.top_logprobs == 2
+    assert m.speculation == pb.SPECULATION_OFF and m.grammar.syntax == pb.GRAMMAR_SYNTAX_LARK
+    assert list(m.forbidden.phrases) == ["x"] and not m.forbidden.case_insensitive
+    assert call.user == "alice" and call.logprobs
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    (chat(temperature="warm"), "temperature"),
+    (chat(bogus=1), "bogus"),
+    (chat(max_tokens=True), "max_tokens"),
+    (chat(messages=[]), "messages"),
+    (chat(messages=[{"role": "robot", "content": "x"}]), "messages[0].role"),
+    (chat(messages=[{"role": "user", "content": [{"type": "image_url"}]}]), "messages[0].content[0]"),
+    (chat(stream_options={"include_usage": True}), "stream_options"),
+    (chat(top_logprobs=3), "top_logprobs"),
+    (chat(logit_bias={"abc": 1}), "logit_bias[abc]"),
+    (chat(seed=-1), "seed"),
+    (chat(regex="a+", choice={"options": ["a"]}), "choice"),
+    (chat(regex="a+", response_format={"type": "json_object"}), "regex"),
+    (chat(response_format={"type": "xml"}), "response_format.type"),
+    (chat(speculation="sideways"), "speculation"),
+    (chat(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "nope"}}),
+     "tool_choice.function.name"),
+    (chat(tool_choice="required"), "tool_choice"),
+    ({"model": "m", "prompt": ["a", "b"]}, "prompt"),
+    ([1, 2], "body"),
+])
+def test_bad_bodies_name_their_key(body: Any, param: str) -> None:
+    kind = COMPLETION if isinstance(body, dict) and "prompt" in body else CHAT
+    with pytest.raises(BodyError) as refused:
+        parse_body(body, kind)
+    assert refused.value.param == param and refused.value.status == 400
+
+
+def test_strict_false_checks_without_constraining() -> None:
+    schema = {"type": "object"}
+    loose = parse_body(chat(response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}),
+                       CHAT)
+    assert loose.message.WhichOneof("constraint") is None and loose.validate_schema == schema
+    strict = parse_body(chat(response_format={"type": "json_schema",
+                                              "json_schema": {"name": "s", "schema": schema, "strict": True}}), CHAT)
+    assert json.loads(strict.message.json_schema) == schema and strict.validate_schema is None
+    with pytest.raises(BodyError) as bad:
+        parse_body(chat(response_format={"type": "json_schema", "json_schema": {
+            "name": "s", "schema": {"type": "object", "minProperties": -1}}}), CHAT)
+    assert "minProperties" in str(bad.value) and "/minProperties" in str(bad.value)
+
+
+def test_tools_constrain_the_call_by_choice() -> None:
+    required = parse_body(chat(tools=[TOOL], tool_choice="required"), CHAT)
+    schema = json.loads(required.message.json_schema)
+    assert schema["properties"]["name"] == {"const": "lookup"} and schema["properties"]["arguments"] == \
+        TOOL["function"]["parameters"]
+    assert json.loads(required.message.messages.tools_json) == [TOOL]
+    auto = parse_body(chat(tools=[TOOL]), CHAT)
+    assert auto.message.WhichOneof("constraint") == "grammar" and "%json" in auto.message.grammar.text
+    free = parse_body(chat(tools=[TOOL], tool_choice="none"), CHAT)
+    assert free.message.WhichOneof("constraint") is None
+
+
+def test_a_call_is_parsed_and_streamed_as_deltas() -> None:
+    plan = tool_plan({"tools": [TOOL], "tool_choice": "required"})
+    assert plan is not None
+    output = '{"name": "lookup", "arguments": {"q": "a}b"}}'
+    content, calls = parse_output(output, plan)
+    assert content is None and json.loads(calls[0]["function"]["arguments"]) == {"q": "a}b"}
+    stream = CallStream(plan)
+    deltas = [d for piece in output for d in stream.feed(piece)[1]] + stream.finish()[1]
+    assert deltas[0]["function"]["name"] == "lookup" and deltas[0]["id"].startswith("call_")
+    assert json.loads("".join(d["function"]["arguments"] for d in deltas)) == {"q": "a}b"}
+
+
+def test_auto_streams_text_or_a_tagged_call() -> None:
+    plan = tool_plan({"tools": [TOOL]})
+    assert plan is not None and plan.mode == "auto"
+    text = CallStream(plan)
+    released = "".join(text.feed(p)[0] for p in ("Hel", "lo ", "<b>")) + text.finish()[0]
+    assert released == "Hello <b>" and not text.called
+    call = CallStream(plan)
+    pieces = ["<tool", "_call>", '{"name": "lookup", ', '"arguments": {"q": "z"}}', "</tool_call>"]
+    released = [call.feed(p) for p in pieces] + [call.finish()]
+    assert all(content == "" for content, _ in released) and call.called
+    deltas = [d for _, found in released for d in found]
+    assert deltas[0]["function"]["name"] == "lookup"
+    assert json.loads("".join(d["function"]["arguments"] for d in deltas)) == {"q": "z"}
+    assert parse_output("".join(pieces), plan)[1][0]["function"]["name"] == "lookup"
+
+
+@pytest.fixture
+def door() -> Any:
+    require_module("httpx")
+    from grpc_health.v1._async import HealthServicer
+    from starlette.testclient import TestClient
+
+    from proctor.api.gate import ServerGate
+    from proctor.api.servicer import GenerationServicer
+    from proctor.api.telemetry import TelemetryInterceptor
+    from proctor.openai_http.routes import HttpDoor
+
+    settings = Settings.load({"max_message_bytes": 4096})
+    health = HealthServicer()
+    built = HttpDoor(settings, GenerationServicer(settings), ServerGate(None), TelemetryInterceptor(None, None),
+                     health)
+    with TestClient(built.app(), raise_server_exceptions=False) as client:
+        yield client, health
+
+
+def test_the_door_answers_in_openai_error_objects(door: Any) -> None:
+    client, _health = door
+    loading = client.post("/v1/chat/completions", json=chat(model="any"))
+    assert loading.status_code in (404, 503) and set(loading.json()["error"]) == {"message", "type", "param", "code"}
+    assert client.post("/v1/chat/completions", content=b"{not json").json()["error"]["param"] == "body"
+    big = client.post("/v1/chat/completions", content=b"{" + b" " * 5000 + b"}")
+    assert big.status_code == 413 and big.json()["error"]["param"] == "body"
+    assert client.get("/v1/nowhere").status_code == 404
+    wrong = client.get("/v1/chat/completions")
+    assert wrong.status_code == 405 and wrong.json()["error"]["type"] == "invalid_request_error"
+    assert client.get("/v1/models").status_code == 503  # the model is still loading
+
+
+def test_health_follows_the_grpc_health_service_through_a_drain(door: Any) -> None:
+    from grpc_health.v1 import health_pb2
+
+    client, health = door
+    asyncio.run(health.set("proctor.v1.Generation", health_pb2.HealthCheckResponse.SERVING))
+    assert client.get("/health").status_code == 200 and client.get("/ready").status_code == 200
+    asyncio.run(health.enter_graceful_shutdown())
+    assert client.get("/ready").json() == {"status": "NOT_SERVING"} and client.get("/ready").status_code == 503
+    assert client.get("/health").status_code == 503
