@@ -279,3 +279,44 @@ def test_health_ready_and_metrics_by_route(base_url: str, http_server: Any, clie
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as scraped:
         text = scraped.read().decode()
     assert 'service="openai"' in text and 'method="/v1/chat/completions"' in text
+
+
+def test_fuzzed_bodies_get_a_400_naming_a_param_never_a_500(base_url: str, model_id: str) -> None:
+    """Random values under every key a chat body may hold (and some it may not): 0 answers 500, and every
+    refused body is a 400 whose error names the param."""
+    hypothesis = require_module("hypothesis")
+    st = hypothesis.strategies
+    from proctor.openai_http.body import CHAT, KEYS
+    from proctor.openai_http.fields import EXTENSIONS
+
+    lengths = {"max_tokens", "max_completion_tokens", "min_new_tokens", "n", "num_beams"}  # kept small: fast
+    keys = sorted((KEYS[CHAT] | EXTENSIONS.keys() | {"unknown_key", "functions"}) - lengths - {"model", "messages"})
+    leaf = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.integers(),
+                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=6),
+                     st.sampled_from(["on", "lark", "auto", "required", "json_object"]))
+    value = st.recursive(leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                       st.dictionaries(st.sampled_from(
+                                                           ["type", "name", "phrases", "text", "schema",
+                                                            "function", "include_usage", "syntax"]), inner,
+                                                           max_size=3)), max_leaves=6)
+    bodies = st.fixed_dictionaries(
+        {"model": st.sampled_from([model_id, model_id, "other"]),
+         "messages": st.one_of(st.just([{"role": "user", "content": "Hi"}]), value),
+         "max_tokens": st.integers(0, 2)},
+        optional={key: value for key in keys} | {key: st.integers(-1, 2) for key in lengths - {"max_tokens"}})
+    seen: dict[int, int] = {}
+
+    @hypothesis.settings(max_examples=150, deadline=None, database=None,
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(body=bodies)
+    def post(body: dict[str, Any]) -> None:
+        response = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120,
+                              headers={"Authorization": f"Bearer {WRITER}"})
+        seen[response.status_code] = seen.get(response.status_code, 0) + 1
+        assert response.status_code in (200, 400, 404), (response.status_code, response.text, body)
+        if response.status_code != 200:
+            error = response.json()["error"]
+            assert error["param"], (error, body)
+
+    post()
+    assert seen.get(400, 0) > 0 and seen.get(200, 0) > 0, seen

@@ -163,6 +163,7 @@ def test_the_door_answers_in_openai_error_objects(door: Any) -> None:
     loading = client.post("/v1/chat/completions", json=chat(model="any"))
     assert loading.status_code in (404, 503) and set(loading.json()["error"]) == {"message", "type", "param", "code"}
     assert client.post("/v1/chat/completions", content=b"{not json").json()["error"]["param"] == "body"
+    assert client.post("/v1/chat/completions", content=b'{"model": "m", "temperature": NaN}').status_code == 400
     big = client.post("/v1/chat/completions", content=b"{" + b" " * 5000 + b"}")
     assert big.status_code == 413 and big.json()["error"]["param"] == "body"
     assert client.get("/v1/nowhere").status_code == 404

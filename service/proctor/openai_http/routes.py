@@ -42,6 +42,7 @@ SERVICE = "openai"  # the metrics' and traces' service label of the HTTP routes
 GENERATE_METHOD = "/proctor.v1.Generation/Generate"  # the role and generation slot a completion takes
 MODELS_METHOD = "/proctor.v1.Generation/GetModelInfo"
 AUDIT_HEADER = "x-proctor-audit-id"
+OFF_LOOP_PARSE_BYTES = 256 * 1024  # a larger body is parsed in a worker thread, not on the event loop
 HEALTH_NAMES = {"/health": "", "/ready": pb.DESCRIPTOR.services_by_name["Generation"].full_name}
 
 
@@ -193,7 +194,7 @@ class HttpDoor:
             chunks.append(piece)
         data = b"".join(chunks)
         try:
-            return await asyncio.to_thread(json.loads, data) if size > 256 * 1024 else json.loads(data)
+            return await asyncio.to_thread(_json, data) if size > OFF_LOOP_PARSE_BYTES else _json(data)
         except (ValueError, RecursionError) as exc:
             raise BodyError(f"the request body is not valid JSON ({exc})", "body") from None
 
@@ -220,6 +221,15 @@ async def _events(writer: ChunkWriter, first: pb.GenerateChunk, rest: AsyncGener
                 yield f"data: {bytes(answer.body).decode()}\n\n"
                 chunk = None
     yield "data: [DONE]\n\n"
+
+
+def _json(data: bytes) -> object:
+    """Standard JSON only: NaN and Infinity are refused, as JSON (RFC 8259) has no such numbers."""
+    return json.loads(data, parse_constant=_no_constant)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _checked_body(answer: Callable[[], Response], context: HttpCallContext) -> Response:
