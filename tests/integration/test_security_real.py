@@ -13,14 +13,17 @@ import secrets
 import shutil
 import socket
 import sqlite3
+import ssl
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
+import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -109,7 +112,7 @@ def _start(tmp: Path, *, mtls: bool, log: io.StringIO) -> Secured:
         "audit_signing_key": str(signing), "audit_prompt_policy": "hmac", "audit_hmac_key_file": str(tmp / "hmac.key"),
         "tls_cert_file": str(server_cert.cert), "tls_key_file": str(server_cert.key),
         "tls_client_ca_file": str(ca.cert) if mtls else "", "callers_file": str(_callers_file(tmp, auditor_subject)),
-        "audit_checkpoint_every": 2, "metrics_port": _free_port()}, environ={})
+        "audit_checkpoint_every": 2, "metrics_port": _free_port(), "http_port": _free_port()}, environ={})
     server = BackgroundServer(settings)
     try:
         server.start(timeout_s=300)
@@ -257,6 +260,31 @@ def test_undecodable_request_bytes_are_invalid_argument(tls_server: Secured) -> 
     assert "Traceback" not in tls_server.log.getvalue()
 
 
+def _https(secured: Secured, path: str, token: str | None, ca: Path | None = None, **body: Any) -> Any:
+    """A call to the HTTP door over TLS, trusting ``ca`` (default: the CA the server's certificate is from now)."""
+    port = secured.server.settings.http_port  # type: ignore[attr-defined]
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with httpx.Client(verify=ssl.create_default_context(cafile=str(ca or secured.trust or secured.ca.cert)),
+                      timeout=60) as client:
+        if body:
+            return client.post(f"https://localhost:{port}{path}", json=body, headers=headers)
+        return client.get(f"https://localhost:{port}{path}", headers=headers)
+
+
+def test_the_http_door_speaks_tls_with_the_same_callers(tls_server: Secured) -> None:
+    model = _https(tls_server, "/v1/models", WRITER).json()["data"][0]["id"]
+    chat = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+    answered = _https(tls_server, "/v1/chat/completions", WRITER, **chat)
+    assert answered.status_code == 200 and answered.json()["usage"]["completion_tokens"] == 3
+    assert _https(tls_server, "/v1/chat/completions", None, **chat).status_code == 401
+    denied = _https(tls_server, "/v1/chat/completions", READER, **chat)
+    assert denied.status_code == 403 and denied.json()["error"]["type"] == "permission_error"
+    ERRORS.append(denied.text)
+    port = tls_server.server.settings.http_port  # type: ignore[attr-defined]
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://localhost:{port}/v1/models", headers={"Authorization": f"Bearer {WRITER}"}, timeout=5)
+
+
 def test_a_rotated_certificate_is_served_without_a_restart(tls_server: Secured, tmp_path: Path) -> None:
     other = CertificateAuthority(tmp_path, "rotated-ca")
     fresh = other.issue("proctor-server", server=True, file_stem="fresh")
@@ -272,9 +300,19 @@ def test_a_rotated_certificate_is_served_without_a_restart(tls_server: Secured, 
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+    while True:  # the HTTP door reads the same files
+        try:
+            assert _https(tls_server, "/v1/models", WRITER, other.cert).status_code == 200
+            break
+        except httpx.ConnectError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     tls_server.trust = other.cert
     with tls_server.client(WRITER, ca=tls_server.ca.cert) as old_trust:  # trusting only the old CA: refused
         _refused(lambda: old_trust.model_info(), grpc.StatusCode.UNAVAILABLE)
+    with pytest.raises(httpx.ConnectError):
+        _https(tls_server, "/v1/models", WRITER, tls_server.ca.cert)
     tls_server.canaries.extend(line for line in fresh.key_text().splitlines() if "-----" not in line)
 
 
