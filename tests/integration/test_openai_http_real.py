@@ -144,7 +144,17 @@ def test_json_object_mode_gives_a_json_object(client: Any, model_id: str) -> Non
         assert isinstance(json.loads(response.choices[0].message.content), dict)
 
 
-def test_a_required_tool_call_parses_and_validates(client: Any, model_id: str) -> None:
+def _replayed(http_server: Any, audit_id: str) -> Any:
+    """The record of ``audit_id`` and its replay through the Audit service."""
+    with grpc.insecure_channel(http_server.address) as channel:
+        audit = audit_pb2_grpc.AuditStub(channel)
+        metadata = (("authorization", f"Bearer {REPLAYER}"),)
+        record = json.loads(audit.GetRecord(audit_pb2.GetRecordRequest(audit_id=audit_id),
+                                            metadata=metadata).record_json)
+        return record, audit.Replay(audit_pb2.ReplayRequest(audit_id=audit_id), metadata=metadata, timeout=120)
+
+
+def test_a_required_tool_call_parses_and_validates(client: Any, model_id: str, http_server: Any) -> None:
     response = _chat(client, model_id, "What is the weather in Paris?", max_tokens=60, tools=[WEATHER],
                      tool_choice="required", seed=1)
     choice = response.choices[0]
@@ -152,6 +162,8 @@ def test_a_required_tool_call_parses_and_validates(client: Any, model_id: str) -
     (call,) = choice.message.tool_calls
     assert call.type == "function" and call.function.name == "get_weather" and call.id.startswith("call_")
     jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+    record, replay = _replayed(http_server, response.model_extra["proctor"]["audit_id"])
+    assert json.loads(record["request"]["tools_json"]) == [WEATHER] and replay.exact_match, replay
 
 
 def test_a_streamed_tool_call_gives_its_arguments_in_deltas(client: Any, model_id: str) -> None:
@@ -197,14 +209,8 @@ def test_the_audit_id_is_shown_and_replayed_exactly(client: Any, model_id: str, 
                            cwd=REPO)
     assert shown.returncode == 0, shown.stderr
     assert "POST /v1/chat/completions" in shown.stdout and audit_id in shown.stdout
-    with grpc.insecure_channel(http_server.address) as channel:
-        audit = audit_pb2_grpc.AuditStub(channel)
-        metadata = (("authorization", f"Bearer {REPLAYER}"),)
-        record = json.loads(audit.GetRecord(audit_pb2.GetRecordRequest(audit_id=audit_id),
-                                            metadata=metadata).record_json)
-        assert record["method"] == "POST /v1/chat/completions" and record["request"]["forbidden"]["phrases"] == [
-            "paper"]
-        replay = audit.Replay(audit_pb2.ReplayRequest(audit_id=audit_id), metadata=metadata, timeout=120)
+    record, replay = _replayed(http_server, audit_id)
+    assert record["method"] == "POST /v1/chat/completions" and record["request"]["forbidden"]["phrases"] == ["paper"]
     assert replay.exact_match and replay.steps_compared == response.usage.completion_tokens, replay
     assert record["output"]["text"] == response.choices[0].message.content
 
