@@ -10,6 +10,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,6 +111,13 @@ def test_chat_and_completions_unary(client: Any, model_id: str) -> None:
                                            temperature=0)
     assert completion.object == "text_completion" and completion.choices[0].text
     assert completion.usage.completion_tokens <= 5
+    several = _chat(client, model_id, "Name a colour.", max_tokens=6, temperature=1.0, seed=11, n=2)
+    assert [c.index for c in several.choices] == [0, 1] and all(c.message.content for c in several.choices)
+    streamed = [c for c in _chat(client, model_id, "Name a colour.", max_tokens=6, temperature=1.0, seed=11, n=2,
+                                 stream=True) if c.choices]
+    for choice in several.choices:
+        assert "".join(c.choices[0].delta.content or "" for c in streamed
+                       if c.choices[0].index == choice.index) == choice.message.content
 
 
 def test_streams_give_the_unary_text(client: Any, model_id: str) -> None:
@@ -142,6 +150,14 @@ def test_json_object_mode_gives_a_json_object(client: Any, model_id: str) -> Non
                      response_format={"type": "json_object"})
     if response.choices[0].finish_reason == "stop":
         assert isinstance(json.loads(response.choices[0].message.content), dict)
+
+
+def _record(http_server: Any, audit_id: str) -> dict[str, Any]:
+    """The record of ``audit_id`` (read with the replayer's token)."""
+    with grpc.insecure_channel(http_server.address) as channel:
+        record = audit_pb2_grpc.AuditStub(channel).GetRecord(
+            audit_pb2.GetRecordRequest(audit_id=audit_id), metadata=(("authorization", f"Bearer {REPLAYER}"),))
+        return dict(json.loads(record.record_json))
 
 
 def _replayed(http_server: Any, audit_id: str) -> Any:
@@ -326,3 +342,27 @@ def test_fuzzed_bodies_get_a_400_naming_a_param_never_a_500(base_url: str, model
 
     post()
     assert seen.get(400, 0) > 0 and seen.get(200, 0) > 0, seen
+
+
+def test_a_client_that_leaves_a_stream_frees_the_engine_and_is_recorded(base_url: str, model_id: str,
+                                                                        http_server: Any) -> None:
+    body = {"model": model_id, "messages": [{"role": "user", "content": "Write a long story."}],
+            "max_tokens": 2000, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=body, timeout=120,
+                      headers={"Authorization": f"Bearer {WRITER}"}) as response:
+        audit_id = response.headers["x-proctor-audit-id"]
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+    engine = http_server.running.engine
+    deadline = time.monotonic() + 30
+    while engine.active_count() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.active_count() == 0
+    record = None
+    while record is None and time.monotonic() < deadline:
+        try:
+            record = _record(http_server, audit_id)
+        except grpc.RpcError:
+            time.sleep(0.1)
+    assert record is not None and record["status"]["code"] == "CANCELLED"
+    assert 0 < len(record["tokens"]) < 2000  # what was generated before the client left, and no more
