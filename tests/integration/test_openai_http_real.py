@@ -366,3 +366,13 @@ def test_a_client_that_leaves_a_stream_frees_the_engine_and_is_recorded(base_url
             time.sleep(0.1)
     assert record is not None and record["status"]["code"] == "CANCELLED"
     assert 0 < len(record["tokens"]) < 2000  # what was generated before the client left, and no more
+
+
+def test_the_callers_trace_reaches_the_audit_record(base_url: str, model_id: str, http_server: Any) -> None:
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    response = httpx.post(f"{base_url}/v1/completions", timeout=120, json={
+        "model": model_id, "prompt": "Hello", "max_tokens": 2},
+        headers={"Authorization": f"Bearer {WRITER}", "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"})
+    assert response.status_code == 200
+    record = _record(http_server, response.headers["x-proctor-audit-id"])
+    assert record["trace_id"] == trace_id and record["method"] == "POST /v1/completions"
