@@ -179,31 +179,36 @@ def run_proctor(args: argparse.Namespace, levels: list[int], directory: Path) ->
     return cells
 
 
-def run_llama(args: argparse.Namespace, levels: list[int], directory: Path) -> dict[str, dict[int, Cell]]:
-    from llama_server import ensure_build, start_llama_server, stop
+def run_llama(args: argparse.Namespace, levels: list[int]) -> dict[str, dict[int, Cell]]:
+    """llama-server, started afresh each round (as bench/peer.py does), through the same openai client code."""
+    from llama_server import CACHE, ensure_build, start_llama_server, stop
     from peer import default_gguf
 
     build = ensure_build()
     parallel = max(levels)
-    process, base = start_llama_server(build.server, default_gguf(), threads=2, parallel=parallel,
-                                       ctx=parallel * 1024, extra=[], log_path=directory / "llama.log")
     cells: dict[str, dict[int, Cell]] = {door: {n: Cell() for n in levels} for door in ("llama", "llama-json")}
-    try:
-        _wait_http(base, process, "/health")
-        doors = {"llama": False, "llama-json": True}
-        for json_mode in doors.values():
-            asyncio.run(measure(lambda cell, counted, j=json_mode: openai_sender(
-                base, "default", args.new_tokens, cell, counted, json_mode=j), Cell(), 1, 1))
-        for round_ in range(args.rounds):
+    doors = {"llama": False, "llama-json": True}
+
+    def door_sender(base: str, json_mode: bool) -> Callable[[Cell, list[int]], Callable[[int], Awaitable[None]]]:
+        return lambda cell, counted: openai_sender(base, "default", args.new_tokens, cell, counted,
+                                                   json_mode=json_mode)
+
+    for round_ in range(args.rounds):
+        log = CACHE / f"openai_http-llama-round{round_ + 1}.log"
+        process, base = start_llama_server(build.server, default_gguf(), threads=2, parallel=parallel,
+                                           ctx=parallel * 1024, extra=[], log_path=log)
+        try:
+            _wait_http(base, process, "/health")
+            for json_mode in doors.values():  # warm up, as Proctor's doors are
+                asyncio.run(measure(door_sender(base, json_mode), Cell(), 1, 1))
             for streams in levels:
                 for door, json_mode in doors.items():
-                    asyncio.run(measure(lambda cell, counted, j=json_mode: openai_sender(
-                        base, "default", args.new_tokens, cell, counted, json_mode=j),
-                        cells[door][streams], streams, streams * args.requests))
+                    asyncio.run(measure(door_sender(base, json_mode), cells[door][streams], streams,
+                                        streams * args.requests))
                     print(f"  round {round_ + 1} {door:<10} {streams:>2} streams: "
                           f"{cells[door][streams].rates[-1]:7.1f} tokens/s", flush=True)
-    finally:
-        stop(process)
+        finally:
+            stop(process)
     return cells
 
 
@@ -242,7 +247,7 @@ def main() -> None:
         cells = run_proctor(args, levels, Path(tmp))
         if args.llama:
             print("llama-server through the same openai client")
-            cells |= run_llama(args, levels, Path(tmp))
+            cells |= run_llama(args, levels)
     print_table(cells, levels)
     if args.json:
         Path(args.json).write_text(json.dumps({door: {n: vars(c) for n, c in by.items()}

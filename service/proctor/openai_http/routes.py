@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import orjson
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 from starlette.applications import Starlette
@@ -203,24 +204,25 @@ class HttpDoor:
         return f"proctor-{str(info.get('weights_sha256') or '')[:12]}"
 
 
-async def _events(writer: ChunkWriter, first: pb.GenerateChunk, rest: AsyncGenerator[Any, None]) -> AsyncIterator[str]:
+async def _events(writer: ChunkWriter, first: pb.GenerateChunk,
+                  rest: AsyncGenerator[Any, None]) -> AsyncIterator[bytes]:
     """Server-sent events: OpenAI's chunks, the usage chunk when asked for, then ``[DONE]``."""
     async with contextlib.aclosing(rest):  # a client that leaves closes the call (record, engine abort)
         chunk: pb.GenerateChunk | None = first
         while chunk is not None:
             for out in writer.chunks(chunk):
-                yield f"data: {json.dumps(out, ensure_ascii=False)}\n\n"
+                yield b"data: " + orjson.dumps(out) + b"\n\n"
             if chunk.finish_reason != pb.FINISH_REASON_UNSPECIFIED and writer.call.include_usage:
-                yield f"data: {json.dumps(writer.usage_chunk(chunk))}\n\n"
+                yield b"data: " + orjson.dumps(writer.usage_chunk(chunk)) + b"\n\n"
             try:
                 chunk = await anext(rest)
             except StopAsyncIteration:
                 chunk = None
             except HttpAbort as abort:  # after the first chunk the status is sent: the error goes in the stream
                 answer = abort_response(abort, param_of)
-                yield f"data: {bytes(answer.body).decode()}\n\n"
+                yield b"data: " + bytes(answer.body) + b"\n\n"
                 chunk = None
-    yield "data: [DONE]\n\n"
+    yield b"data: [DONE]\n\n"
 
 
 def _json(data: bytes) -> object:
