@@ -8,12 +8,16 @@ bench/load.py's schema as a strict ``json_schema``), closed-loop streams (bench/
 
 - ``grpc``: the Python client's ``stream_generate`` with the chat messages;
 - ``http``: the official ``openai`` client's streamed ``chat.completions`` (``extra_body={"ignore_eos": true}``);
+- ``http-raw``: the same request read as raw server-sent events with httpx, so the door's own cost shows apart
+  from the ``openai`` client's (its pydantic parse of every chunk runs on the same two cores as the server);
 - ``http-json``: the same with ``response_format`` ``json_schema`` strict;
 - ``--llama``: then, with Proctor stopped, llama-server (bench/llama_server.py's build, the default model's Q4_1
   GGUF, ``--parallel`` the largest stream level) through the very same ``openai`` client code, plain and JSON.
 
 Figures: tokens/s (completion tokens over the closed loop's wall time; median over rounds), time to first token
-p50, HTTP ÷ gRPC (target ≥ 0.95), Proctor ÷ llama-server, and JSON outputs that validate.
+p50, HTTP ÷ gRPC (target ≥ 0.95) as the ratio of the medians and as the median of each round's ratio (the doors
+run back to back in a round, so the pair shares the machine's load of the moment), Proctor ÷ llama-server,
+and JSON outputs that validate.
 
     python bench/openai_http.py [--streams 1,16] [--rounds 2] [--requests 2] [--new-tokens 64] [--llama]
 """
@@ -38,6 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "service"), str(ROOT / "clients" / "python" / "src"), str(ROOT / "bench")]
 
+import httpx  # noqa: E402
 import jsonschema  # noqa: E402
 import openai  # noqa: E402
 from load import LOAD_PROMPTS, SCHEMA, closed_loop, start_server  # noqa: E402
@@ -99,7 +104,7 @@ def grpc_sender(address: str, new_tokens: int, cell: Cell, counted: list[int]) -
 def openai_sender(base_url: str, model: str, new_tokens: int, cell: Cell, counted: list[int], *,
                   json_mode: bool) -> Callable[[int], Awaitable[None]]:
     """The same client code for both servers: streamed chat completions, usage from the last chunk."""
-    client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="bench", max_retries=0, timeout=600)
+    client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="bench", max_retries=2, timeout=600)
     extra: dict[str, Any] = {}
     if json_mode:
         extra["response_format"] = {"type": "json_schema",
@@ -124,6 +129,27 @@ def openai_sender(base_url: str, model: str, new_tokens: int, cell: Cell, counte
         if json_mode:
             _check_json(cell, "".join(text))
     send.close = client.close  # type: ignore[attr-defined]
+    return send
+
+
+def raw_sender(base_url: str, model: str, new_tokens: int, cell: Cell, counted: list[int]
+               ) -> Callable[[int], Awaitable[None]]:
+    """The same request read as raw server-sent events with httpx: the door's cost without the SDK's parsing."""
+    client = httpx.AsyncClient(timeout=600)
+
+    async def send(index: int) -> None:
+        start, first, tokens = time.perf_counter(), 0.0, 0
+        body = {"model": model, "messages": _messages(index), "max_tokens": new_tokens, "temperature": 0,
+                "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+        async with client.stream("POST", f"{base_url}/v1/chat/completions", json=body) as response:
+            async for line in response.aiter_lines():
+                if line.startswith('data: {"id"'):
+                    first = first or time.perf_counter()
+                    if '"usage":{' in line:
+                        tokens = json.loads(line[6:])["usage"]["completion_tokens"]
+        counted[0] += tokens
+        cell.ttft_s.append(first - start)
+    send.close = client.aclose  # type: ignore[attr-defined]
     return send
 
 
@@ -155,20 +181,22 @@ def run_proctor(args: argparse.Namespace, levels: list[int], directory: Path) ->
     http_port = _free_port()
     process, address = start_server(directory, ["--http-port", str(http_port)])
     base = f"http://127.0.0.1:{http_port}"
-    cells: dict[str, dict[int, Cell]] = {door: {n: Cell() for n in levels} for door in ("grpc", "http", "http-json")}
+    cells: dict[str, dict[int, Cell]] = {door: {n: Cell() for n in levels}
+                                         for door in ("grpc", "http", "http-raw", "http-json")}
     try:
         _wait_http(base, process, "/ready")
         model = json.loads(urllib.request.urlopen(base + "/v1/models", timeout=10).read())["data"][0]["id"]
         doors: dict[str, Callable[[Cell, list[int]], Callable[[int], Awaitable[None]]]] = {
             "grpc": lambda cell, counted: grpc_sender(address, args.new_tokens, cell, counted),
             "http": lambda cell, counted: openai_sender(base, model, args.new_tokens, cell, counted, json_mode=False),
+            "http-raw": lambda cell, counted: raw_sender(base, model, args.new_tokens, cell, counted),
             "http-json": lambda cell, counted: openai_sender(base, model, args.new_tokens, cell, counted,
                                                              json_mode=True)}
         for door in doors:  # warm both doors (and the schema's compile) before any measurement
             asyncio.run(measure(doors[door], Cell(), 1, 1))
         for round_ in range(args.rounds):
             for streams in levels:
-                order = list(doors) if round_ % 2 == 0 else list(reversed(doors))
+                order = list(doors)[round_ % len(doors):] + list(doors)[:round_ % len(doors)]  # each door first once
                 for door in order:
                     asyncio.run(measure(doors[door], cells[door][streams], streams, streams * args.requests))
                     print(f"  round {round_ + 1} {door:<9} {streams:>2} streams: "
@@ -217,19 +245,22 @@ def _p50_ms(values: list[float]) -> str:
 
 
 def print_table(cells: dict[str, dict[int, Cell]], levels: list[int]) -> None:
-    print("\n| door | streams | tokens/s | TTFT p50 ms | ÷ gRPC | ÷ llama-server | JSON valid |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("\n| door | streams | tokens/s | TTFT p50 ms | ÷ gRPC | ÷ gRPC, paired | ÷ llama-server | JSON valid |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for door, by_level in cells.items():
         for streams in levels:
             cell = by_level[streams]
             grpc_rate = cells["grpc"][streams].rate
-            peer = {"http": "llama", "http-json": "llama-json"}.get(door)
+            peer = {"http": "llama", "http-raw": "llama", "http-json": "llama-json"}.get(door)
             vs_llama = (f"{cell.rate / cells[peer][streams].rate:.2f}x" if peer in cells
                         and cells[peer][streams].rate else "-")
             valid = f"{cell.valid}/{cell.checked}" if cell.checked else "-"
             errors = f" ({len(cell.errors)} errors)" if cell.errors else ""
+            grpc_rates = cells["grpc"][streams].rates
+            paired = (f"{statistics.median(r / g for r, g in zip(cell.rates, grpc_rates, strict=False)):.3f}"
+                      if door in ("http", "http-raw", "http-json") else "-")
             print(f"| {door}{errors} | {streams} | {cell.rate:.1f} | {_p50_ms(cell.ttft_s)} | "
-                  f"{cell.rate / grpc_rate:.3f} | {vs_llama} | {valid} |")
+                  f"{cell.rate / grpc_rate:.3f} | {paired} | {vs_llama} | {valid} |")
 
 
 def main() -> None:
