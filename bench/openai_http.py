@@ -145,7 +145,7 @@ def raw_sender(base_url: str, model: str, new_tokens: int, cell: Cell, counted: 
             async for line in response.aiter_lines():
                 if line.startswith('data: {"id"'):
                     first = first or time.perf_counter()
-                    if '"usage":{' in line:
+                    if '"choices":[]' in line:  # the usage chunk
                         tokens = json.loads(line[6:])["usage"]["completion_tokens"]
         counted[0] += tokens
         cell.ttft_s.append(first - start)
