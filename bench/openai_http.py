@@ -86,9 +86,11 @@ def _check_json(cell: Cell, text: str) -> None:
         pass
 
 
-def grpc_sender(address: str, new_tokens: int, cell: Cell, counted: list[int]) -> Callable[[int], Awaitable[None]]:
-    client = AsyncProctorClient(address, timeout_s=600)
+Sender = Callable[[int], Awaitable[None]]
+MakeSender = Callable[[Cell, list[int]], Sender]
 
+
+def grpc_sender(client: AsyncProctorClient, new_tokens: int, cell: Cell, counted: list[int]) -> Sender:
     async def send(index: int) -> None:
         start, first = time.perf_counter(), 0.0
         async for chunk in client.stream_generate(messages=_messages(index), max_new_tokens=new_tokens,
@@ -96,15 +98,19 @@ def grpc_sender(address: str, new_tokens: int, cell: Cell, counted: list[int]) -
             if chunk.token_ids:
                 first = first or time.perf_counter()
                 counted[0] += len(chunk.token_ids)
-        cell.ttft_s.append(first - start)
-    send.close = client.close  # type: ignore[attr-defined]
+        if first:
+            cell.ttft_s.append(first - start)
     return send
 
 
-def openai_sender(base_url: str, model: str, new_tokens: int, cell: Cell, counted: list[int], *,
-                  json_mode: bool) -> Callable[[int], Awaitable[None]]:
+def openai_client(base_url: str) -> openai.AsyncOpenAI:
+    """Retries only reconnect a dropped keep-alive connection (nothing was answered on it)."""
+    return openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="bench", max_retries=2, timeout=600)
+
+
+def openai_sender(client: openai.AsyncOpenAI, model: str, new_tokens: int, cell: Cell, counted: list[int], *,
+                  json_mode: bool) -> Sender:
     """The same client code for both servers: streamed chat completions, usage from the last chunk."""
-    client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="bench", max_retries=2, timeout=600)
     extra: dict[str, Any] = {}
     if json_mode:
         extra["response_format"] = {"type": "json_schema",
@@ -125,18 +131,16 @@ def openai_sender(base_url: str, model: str, new_tokens: int, cell: Cell, counte
             if chunk.usage is not None:
                 tokens = chunk.usage.completion_tokens
         counted[0] += tokens
-        cell.ttft_s.append(first - start)
+        if first:
+            cell.ttft_s.append(first - start)
         if json_mode:
             _check_json(cell, "".join(text))
-    send.close = client.close  # type: ignore[attr-defined]
     return send
 
 
-def raw_sender(base_url: str, model: str, new_tokens: int, cell: Cell, counted: list[int]
-               ) -> Callable[[int], Awaitable[None]]:
+def raw_sender(client: httpx.AsyncClient, base_url: str, model: str, new_tokens: int, cell: Cell,
+               counted: list[int]) -> Sender:
     """The same request read as raw server-sent events with httpx: the door's cost without the SDK's parsing."""
-    client = httpx.AsyncClient(timeout=600)
-
     async def send(index: int) -> None:
         start, first, tokens = time.perf_counter(), 0.0, 0
         body = {"model": model, "messages": _messages(index), "max_tokens": new_tokens, "temperature": 0,
@@ -148,18 +152,30 @@ def raw_sender(base_url: str, model: str, new_tokens: int, cell: Cell, counted: 
                     if '"choices":[]' in line:  # the usage chunk
                         tokens = json.loads(line[6:])["usage"]["completion_tokens"]
         counted[0] += tokens
-        cell.ttft_s.append(first - start)
-    send.close = client.aclose  # type: ignore[attr-defined]
+        if first:
+            cell.ttft_s.append(first - start)
     return send
 
 
-async def measure(make: Callable[[Cell, list[int]], Callable[[int], Awaitable[None]]], cell: Cell, streams: int,
-                  requests: int) -> None:
+async def measure(make: MakeSender, cell: Cell, streams: int, requests: int) -> None:
     counted = [0]
-    send = make(cell, counted)
-    wall = await closed_loop(streams, requests, 0.0, TIME_LIMIT_S, send, cell.errors)
+    wall = await closed_loop(streams, requests, 0.0, TIME_LIMIT_S, make(cell, counted), cell.errors)
     cell.rates.append(counted[0] / wall)
-    await send.close()  # type: ignore[attr-defined]  # in this loop, before asyncio.run closes it
+
+
+async def rounds(doors: dict[str, MakeSender], cells: dict[str, dict[int, Cell]], levels: list[int],
+                 args: argparse.Namespace, first_round: int = 0, rotate: bool = True) -> None:
+    """Warm every door, then each round: every level, the doors back to back (each door first once per rotation)."""
+    for make in doors.values():
+        await measure(make, Cell(), 1, 1)
+    names = list(doors)
+    for round_ in range(first_round, first_round + (args.rounds if rotate else 1)):
+        for streams in levels:
+            order = names[round_ % len(names):] + names[:round_ % len(names)] if rotate else names
+            for door in order:
+                await measure(doors[door], cells[door][streams], streams, streams * args.requests)
+                print(f"  round {round_ + 1} {door:<10} {streams:>2} streams: "
+                      f"{cells[door][streams].rates[-1]:7.1f} tokens/s", flush=True)
 
 
 def _wait_http(base_url: str, process: subprocess.Popen[bytes], path: str, timeout_s: float = 600) -> None:
@@ -178,29 +194,33 @@ def _wait_http(base_url: str, process: subprocess.Popen[bytes], path: str, timeo
 
 
 def run_proctor(args: argparse.Namespace, levels: list[int], directory: Path) -> dict[str, dict[int, Cell]]:
+    """One Proctor server; both doors measured in one event loop, each with one client kept warm throughout."""
     http_port = _free_port()
     process, address = start_server(directory, ["--http-port", str(http_port)])
     base = f"http://127.0.0.1:{http_port}"
     cells: dict[str, dict[int, Cell]] = {door: {n: Cell() for n in levels}
                                          for door in ("grpc", "http", "http-raw", "http-json")}
+
+    async def measured(model: str) -> None:
+        grpc_client, oa, raw = AsyncProctorClient(address, timeout_s=600), openai_client(base), httpx.AsyncClient(
+            timeout=600)
+        doors: dict[str, MakeSender] = {
+            "grpc": lambda cell, counted: grpc_sender(grpc_client, args.new_tokens, cell, counted),
+            "http": lambda cell, counted: openai_sender(oa, model, args.new_tokens, cell, counted, json_mode=False),
+            "http-raw": lambda cell, counted: raw_sender(raw, base, model, args.new_tokens, cell, counted),
+            "http-json": lambda cell, counted: openai_sender(oa, model, args.new_tokens, cell, counted,
+                                                             json_mode=True)}
+        try:
+            await rounds(doors, cells, levels, args)
+        finally:
+            await grpc_client.close()
+            await oa.close()
+            await raw.aclose()
+
     try:
         _wait_http(base, process, "/ready")
         model = json.loads(urllib.request.urlopen(base + "/v1/models", timeout=10).read())["data"][0]["id"]
-        doors: dict[str, Callable[[Cell, list[int]], Callable[[int], Awaitable[None]]]] = {
-            "grpc": lambda cell, counted: grpc_sender(address, args.new_tokens, cell, counted),
-            "http": lambda cell, counted: openai_sender(base, model, args.new_tokens, cell, counted, json_mode=False),
-            "http-raw": lambda cell, counted: raw_sender(base, model, args.new_tokens, cell, counted),
-            "http-json": lambda cell, counted: openai_sender(base, model, args.new_tokens, cell, counted,
-                                                             json_mode=True)}
-        for door in doors:  # warm both doors (and the schema's compile) before any measurement
-            asyncio.run(measure(doors[door], Cell(), 1, 1))
-        for round_ in range(args.rounds):
-            for streams in levels:
-                order = list(doors)[round_ % len(doors):] + list(doors)[:round_ % len(doors)]  # each door first once
-                for door in order:
-                    asyncio.run(measure(doors[door], cells[door][streams], streams, streams * args.requests))
-                    print(f"  round {round_ + 1} {door:<9} {streams:>2} streams: "
-                          f"{cells[door][streams].rates[-1]:7.1f} tokens/s", flush=True)
+        asyncio.run(measured(model))
     finally:
         process.terminate()
         process.wait(60)
@@ -215,11 +235,17 @@ def run_llama(args: argparse.Namespace, levels: list[int]) -> dict[str, dict[int
     build = ensure_build()
     parallel = max(levels)
     cells: dict[str, dict[int, Cell]] = {door: {n: Cell() for n in levels} for door in ("llama", "llama-json")}
-    doors = {"llama": False, "llama-json": True}
 
-    def door_sender(base: str, json_mode: bool) -> Callable[[Cell, list[int]], Callable[[int], Awaitable[None]]]:
-        return lambda cell, counted: openai_sender(base, "default", args.new_tokens, cell, counted,
-                                                   json_mode=json_mode)
+    async def measured(base: str, round_: int) -> None:
+        oa = openai_client(base)
+        doors: dict[str, MakeSender] = {
+            door: lambda cell, counted, j=json_mode: openai_sender(oa, "default", args.new_tokens, cell, counted,
+                                                                   json_mode=j)
+            for door, json_mode in (("llama", False), ("llama-json", True))}
+        try:
+            await rounds(doors, cells, levels, args, first_round=round_, rotate=False)
+        finally:
+            await oa.close()
 
     for round_ in range(args.rounds):
         log = CACHE / f"openai_http-llama-round{round_ + 1}.log"
@@ -227,14 +253,7 @@ def run_llama(args: argparse.Namespace, levels: list[int]) -> dict[str, dict[int
                                            ctx=parallel * 1024, extra=[], log_path=log)
         try:
             _wait_http(base, process, "/health")
-            for json_mode in doors.values():  # warm up, as Proctor's doors are
-                asyncio.run(measure(door_sender(base, json_mode), Cell(), 1, 1))
-            for streams in levels:
-                for door, json_mode in doors.items():
-                    asyncio.run(measure(door_sender(base, json_mode), cells[door][streams], streams,
-                                        streams * args.requests))
-                    print(f"  round {round_ + 1} {door:<10} {streams:>2} streams: "
-                          f"{cells[door][streams].rates[-1]:7.1f} tokens/s", flush=True)
+            asyncio.run(measured(base, round_))
         finally:
             stop(process)
     return cells
