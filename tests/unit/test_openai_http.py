@@ -181,3 +181,33 @@ def test_health_follows_the_grpc_health_service_through_a_drain(door: Any) -> No
     asyncio.run(health.enter_graceful_shutdown())
     assert client.get("/ready").json() == {"status": "NOT_SERVING"} and client.get("/ready").status_code == 503
     assert client.get("/health").status_code == 503
+
+
+def test_the_listener_sends_each_chunk_at_once() -> None:
+    """Accepted connections have TCP_NODELAY: otherwise a keep-alive request's first chunk waits for the
+    client's delayed ACK (asyncio sets the option only where the listening socket's proto says TCP)."""
+    import socket
+
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from proctor.openai_http.server import HttpListener
+
+    async def main() -> list[int]:
+        app = Starlette(routes=[Route("/", lambda _: PlainTextResponse("ok"))])
+        listener = HttpListener(app, Settings.load({"host": "127.0.0.1", "http_port": 0}))
+        port = await listener.start()
+        try:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            await _reader.readuntil(b"ok")
+            options = [conn.transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+                       for conn in listener.server.server_state.connections]
+            writer.close()
+            return options
+        finally:
+            await listener.stop()
+
+    options = asyncio.run(main())
+    assert options and all(options), f"TCP_NODELAY on the accepted connections: {options}"

@@ -60,7 +60,9 @@ class HttpListener:
         if self.settings.tls_cert_file:
             files, self.config.ssl = _tls_context(self.settings)
         family = socket.AF_INET6 if ":" in self.settings.host.strip("[]") else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets whose proto says TCP, and
+        # without it every keep-alive request's first chunk waits out the client's delayed ACK (~40 ms)
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((self.settings.host.strip("[]"), self.settings.http_port))
