@@ -19,7 +19,7 @@ p50, HTTP ÷ gRPC (target ≥ 0.95) as the ratio of the medians and as the media
 run back to back in a round, so the pair shares the machine's load of the moment), Proctor ÷ llama-server,
 and JSON outputs that validate.
 
-    python bench/openai_http.py [--streams 1,16] [--rounds 2] [--requests 2] [--new-tokens 64] [--llama]
+    python bench/openai_http.py [--streams 1,16] [--rounds 2] [--requests 2] [--min-requests 6] [--new-tokens 64] [--llama]
 """
 
 from __future__ import annotations
@@ -173,7 +173,8 @@ async def rounds(doors: dict[str, MakeSender], cells: dict[str, dict[int, Cell]]
         for streams in levels:
             order = names[round_ % len(names):] + names[:round_ % len(names)] if rotate else names
             for door in order:
-                await measure(doors[door], cells[door][streams], streams, streams * args.requests)
+                await measure(doors[door], cells[door][streams], streams,
+                              max(streams * args.requests, args.min_requests))
                 print(f"  round {round_ + 1} {door:<10} {streams:>2} streams: "
                       f"{cells[door][streams].rates[-1]:7.1f} tokens/s", flush=True)
 
@@ -287,6 +288,8 @@ def main() -> None:
     parser.add_argument("--streams", default="1,16", help="closed-loop stream levels (default 1,16)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--requests", type=int, default=2, help="requests per stream per round (default 2)")
+    parser.add_argument("--min-requests", type=int, default=6,
+                        help="at least this many requests per measurement (one stream's two are too short to time)")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--llama", action="store_true", help="also llama-server through the same openai client")
     parser.add_argument("--json", help="write the figures here")

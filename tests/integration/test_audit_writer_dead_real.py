@@ -21,7 +21,7 @@ import grpc
 import pytest
 from helpers.reliability import health
 
-from proctor.audit.store import AuditStore, Row
+from proctor.audit.store import AuditStore, Build, Row
 from proctor.config import Settings
 from proctor_client.v1 import generation_pb2 as pb
 from proctor_client.v1 import generation_pb2_grpc as pb_grpc
@@ -45,7 +45,7 @@ class KillingStore:
         self._store = store
         self.killed_on: str | None = None  # the writer thread's name when the write raised
 
-    def append_chained(self, build: Callable[[int, str], list[Row]]) -> list[Row]:
+    def append_chained(self, build: Build) -> list[Row]:
         self.killed_on = threading.current_thread().name
         raise WriterKilled("the audit writer is killed by the test")
 

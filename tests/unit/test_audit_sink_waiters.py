@@ -23,7 +23,7 @@ from test_audit_store import body
 from proctor.audit.chain import load_or_create_signing_key, load_public_key
 from proctor.audit.sink import AuditSink, AuditUnavailable
 from proctor.audit.sqlite_store import SQLiteAuditStore
-from proctor.audit.store import Row
+from proctor.audit.store import Build, Row
 from proctor.audit.verify import verify_log
 
 
@@ -43,7 +43,7 @@ class LatchedStore(SQLiteAuditStore):
     def release(self) -> None:
         self._gate.set()
 
-    def append_chained(self, build: Callable[[int, str], list[Row]]) -> list[Row]:
+    def append_chained(self, build: Build) -> list[Row]:
         self.entered.set()
         assert self._gate.wait(10), "the test never released the store"
         return super().append_chained(build)
@@ -165,7 +165,7 @@ class DyingStore(LatchedStore):
         super().__init__(path)
         self.dying = False
 
-    def append_chained(self, build: Callable[[int, str], list[Row]]) -> list[Row]:
+    def append_chained(self, build: Build) -> list[Row]:
         self.entered.set()
         assert self._gate.wait(10), "the test never released the store"
         if self.dying:

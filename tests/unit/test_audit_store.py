@@ -78,7 +78,7 @@ def write_old(store: AuditStore, key: Ed25519PrivateKey, checkpoints: Path, bodi
                   else row_hash(seq, prev, kind, audit_id, time_ms, caller, request_id, finish, data))
         return Row(seq, audit_id, kind, time_ms, caller, request_id, finish, data, prev, digest)
 
-    def build(seq: int, prev: str) -> list[Row]:
+    def build(seq: int, prev: str, _tree: object) -> list[Row]:
         rows: list[Row] = []
         for number, (record, form) in enumerate(zip(bodies, formats, strict=True), 1):
             seq, data = seq + 1, canonical({**record, "format": form})

@@ -27,6 +27,7 @@ from proctor.audit.canonical import canonical
 from proctor.audit.records import finish_reason_of
 from proctor.audit.store import RawRow
 from proctor.audit.stored_body import is_compressed, record_json
+from proctor_client.tlog.note import Signer
 
 GENESIS = "0" * 64
 _HEADS = {FORMAT_V2: encode_basestring(FORMAT_V2), FORMAT_V3: encode_basestring(FORMAT_V3)}
@@ -102,6 +103,18 @@ def load_public_key(text_or_path: str) -> Ed25519PublicKey:
             raise ValueError(f"{path}: not an Ed25519 public key")
         return public
     return Ed25519PublicKey.from_public_bytes(base64.b64decode(text_or_path))
+
+
+def log_origin(key: Ed25519PublicKey) -> str:
+    """The default origin (and note key name) of the log this key signs: unique per key."""
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return f"proctor.audit/{hashlib.sha256(raw).hexdigest()[:16]}"
+
+
+def log_signer(key: Ed25519PrivateKey, origin: str = "") -> Signer:
+    """The checkpoint note signer: ``origin`` (default ``log_origin``) is both the checkpoint's origin line
+    and the key's name, as in Go's checksum database."""
+    return Signer(origin or log_origin(key.public_key()), key)
 
 
 def sign(key: Ed25519PrivateKey, message: bytes) -> str:

@@ -13,17 +13,19 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 
+from proctor.audit import tree
 from proctor.audit.chain import GENESIS
-from proctor.audit.store import COLUMNS, Filters, RawRow, Row, filter_sql
+from proctor.audit.store import COLUMNS, Build, Filters, RawRow, Row, filter_sql
 from proctor.audit.store import row_from_columns as _row
 
 log = logging.getLogger("proctor.audit")
 
+_T = TypeVar("_T")
 WRITER_LOCK = 0x70726F63  # pg_advisory_xact_lock key shared by every proctor writer ("proc")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit_log (
@@ -51,7 +53,21 @@ DROP TRIGGER IF EXISTS audit_log_no_truncate ON audit_log;
 CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
     FOR EACH STATEMENT EXECUTE FUNCTION proctor_audit_refuse();
 REVOKE ALL ON audit_log FROM PUBLIC;
+CREATE TABLE IF NOT EXISTS audit_tree (
+    level INTEGER NOT NULL,
+    idx BIGINT NOT NULL,
+    hash BYTEA NOT NULL,
+    PRIMARY KEY (level, idx)
+);
+DROP TRIGGER IF EXISTS audit_tree_no_change ON audit_tree;
+CREATE TRIGGER audit_tree_no_change BEFORE UPDATE OR DELETE ON audit_tree
+    FOR EACH ROW EXECUTE FUNCTION proctor_audit_refuse();
+DROP TRIGGER IF EXISTS audit_tree_no_truncate ON audit_tree;
+CREATE TRIGGER audit_tree_no_truncate BEFORE TRUNCATE ON audit_tree
+    FOR EACH STATEMENT EXECUTE FUNCTION proctor_audit_refuse();
+REVOKE ALL ON audit_tree FROM PUBLIC;
 """
+TABLES = ("audit_log", "audit_tree")
 
 
 def init_schema(owner_dsn: str, appender_role: str | None = None) -> None:
@@ -59,7 +75,9 @@ def init_schema(owner_dsn: str, appender_role: str | None = None) -> None:
     with psycopg.connect(owner_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
         if appender_role:
-            conn.execute(sql.SQL("GRANT SELECT, INSERT ON audit_log TO {}").format(sql.Identifier(appender_role)))
+            for table in TABLES:
+                conn.execute(sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(sql.Identifier(table),
+                                                                                 sql.Identifier(appender_role)))
 
 
 class PostgresAuditStore:
@@ -73,36 +91,59 @@ class PostgresAuditStore:
                 value = _first(cur.execute(sql.SQL("SHOW {}").format(sql.Identifier(setting))).fetchone())
                 if value == "off":
                     raise RuntimeError(f"{self.description}: {setting} is off; audit commits would not be durable")
-            exists = _first(cur.execute("SELECT to_regclass('audit_log') IS NOT NULL").fetchone())
+            exists = _first(cur.execute("SELECT to_regclass('audit_log') IS NOT NULL "
+                                        "AND to_regclass('audit_tree') IS NOT NULL").fetchone())
         self._conn.commit()
         if not exists:
             try:
                 init_schema(dsn)
             except psycopg.Error as exc:
-                raise RuntimeError(f"{self.description}: no audit_log table and this role cannot create it "
-                                   f"({exc}); create it as the owner with init_schema / `proctor audit "
+                raise RuntimeError(f"{self.description}: no audit_log or audit_tree table and this role cannot create "
+                                   f"it ({exc}); create them as the owner with init_schema / `proctor audit "
                                    "init-postgres`") from exc
         self._lock = threading.Lock()
 
-    def append_chained(self, build: Callable[[int, str], list[Row]]) -> list[Row]:
-        """Chain and insert one batch in one transaction. A connection the server dropped (a restart) is
-        reopened, and the batch tried once more, only when it failed before its COMMIT was sent: after
-        that its outcome is unknown, and a retry could write it twice."""
+    def append_chained(self, build: Build) -> list[Row]:
+        """Chain and insert one batch, with its tree nodes, in one transaction. A connection the server
+        dropped (a restart) is reopened, and the batch tried once more, only when it failed before its
+        COMMIT was sent: after that its outcome is unknown, and a retry could write it twice."""
+        def write(cur: psycopg.Cursor[Any]) -> list[Row]:
+            head = cur.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
+            head_seq, head_hash = head if head else (0, GENESIS)
+            compact = tree.open_range(_fetcher(cur), head_seq, "%s", COLUMNS)
+            rows = build(head_seq, head_hash, compact)
+            for row in rows[compact.size - head_seq:]:  # leaves the build did not append itself
+                compact.append(tree.row_leaf_hash(row))
+            cur.executemany(f"INSERT INTO audit_log ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                            [(r.seq, r.audit_id, r.kind, r.time_ms, r.caller, r.request_id, r.finish_reason,
+                              r.body, r.prev_hash, r.hash) for r in rows])
+            cur.executemany(tree.insert_sql("%s"), compact.nodes)
+            return rows
+        return self._writing(write)
+
+    def extend_tree(self, rows: int) -> tuple[int, int]:
+        """Grow the tree by up to ``rows`` leaves over rows already in the log; (leaves, rows in the log)."""
+        def write(cur: psycopg.Cursor[Any]) -> tuple[int, int]:
+            head = int(_first(cur.execute("SELECT COALESCE(max(seq), 0) FROM audit_log").fetchone()))
+            size = int(_first(cur.execute(tree.SIZE_SQL).fetchone()))
+            compact = tree.open_range(_fetcher(cur), head, "%s", COLUMNS, upto=size + rows)
+            cur.executemany(tree.insert_sql("%s"), compact.nodes)
+            return compact.size, head
+        return self._writing(write)
+
+    def _writing(self, write: Callable[[psycopg.Cursor[Any]], _T]) -> _T:
+        """``write`` in one transaction under the writers' advisory lock; retried once on a dropped connection
+        only when it failed before its COMMIT was sent."""
         with self._lock:
             for attempt in (1, 2):
                 conn, committing = self._connected(), False
                 try:
                     with conn.cursor() as cur:
                         cur.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))  # writers take turns
-                        head = cur.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
-                        rows = build(*(head if head else (0, GENESIS)))
-                        cur.executemany(
-                            f"INSERT INTO audit_log ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                            [(r.seq, r.audit_id, r.kind, r.time_ms, r.caller, r.request_id, r.finish_reason, r.body,
-                              r.prev_hash, r.hash) for r in rows])
+                        result = write(cur)
                     committing = True
                     conn.commit()
-                    return rows
+                    return result
                 except psycopg.OperationalError:
                     self._rollback(conn)
                     if committing or attempt == 2 or not (conn.broken or conn.closed):
@@ -112,6 +153,21 @@ class PostgresAuditStore:
                     self._rollback(conn)
                     raise
         raise AssertionError("unreachable")
+
+    def tree_size(self) -> int:
+        with self._reading() as conn:
+            return int(_first(conn.execute(tree.SIZE_SQL).fetchone()))
+
+    def tree_nodes(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+        with self._reading() as conn, conn.cursor() as cur:
+            return tree.fetch_nodes(_fetcher(cur), keys, "%s")
+
+    def row(self, seq: int) -> Row | None:
+        return self._one(f"SELECT {COLUMNS} FROM audit_log WHERE seq = %s", (seq,))
+
+    def last_checkpoint(self, before_seq: int | None = None) -> Row | None:
+        return self._one(f"SELECT {COLUMNS} FROM audit_log WHERE kind = 'checkpoint' AND seq < %s "
+                         "ORDER BY seq DESC LIMIT 1", (before_seq if before_seq is not None else 1 << 62,))
 
     def _connected(self) -> psycopg.Connection[Any]:
         """The connection, reopened when the server dropped it (PostgreSQL restarted): writes resume by themselves."""
@@ -182,6 +238,11 @@ class PostgresAuditStore:
                 self._rollback(conn)
                 raise
             conn.commit()
+
+
+def _fetcher(cur: psycopg.Cursor[Any]) -> tree.Fetch:
+    """A query on ``cur`` with binary results (bodies and hashes as bytes)."""
+    return lambda query, params: cur.execute(query, params, binary=True).fetchall()
 
 
 def _first(row: tuple[Any, ...] | None) -> Any:

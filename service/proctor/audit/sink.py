@@ -22,6 +22,7 @@ store and to the checkpoint file, and one at shutdown.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -37,10 +38,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from proctor.audit import FORMAT
 from proctor.audit.canonical import canonical
-from proctor.audit.chain import checkpoint_message, public_key_text, row_hash, sign
+from proctor.audit.chain import checkpoint_message, log_signer, public_key_text, row_hash, row_head, sign
 from proctor.audit.records import finish_reason_of
 from proctor.audit.store import AuditStore, Row
 from proctor.audit.stored_body import compress
+from proctor.audit.tree import CompactRange, row_leaf_hash
+from proctor_client.tlog.merkle import leaf_hash
+from proctor_client.tlog.note import Checkpoint, sign_checkpoint
 
 if TYPE_CHECKING:
     from proctor.observability.hooks import AuditObserver
@@ -57,10 +61,12 @@ class AuditUnavailable(RuntimeError):
 
 class AuditSink:
     def __init__(self, store: AuditStore, key: Ed25519PrivateKey, *, checkpoint_file: Path | None,
-                 checkpoint_every: int = 1000, checkpoint_interval_s: float = 60.0, queue_size: int = 1024) -> None:
+                 checkpoint_every: int = 1000, checkpoint_interval_s: float = 60.0, queue_size: int = 1024,
+                 origin: str = "") -> None:
         self.store = store
         self._key = key
         self.public_key = public_key_text(key.public_key())
+        self.signer = log_signer(key, origin)  # signs the checkpoints' C2SP notes; its name is the log's origin
         self._checkpoint_file = checkpoint_file
         self._every = checkpoint_every
         self._interval = checkpoint_interval_s
@@ -235,21 +241,23 @@ class AuditSink:
         if not items and not (due and self._since_checkpoint):
             return
 
-        def build(head_seq: int, head_hash: str) -> list[Row]:
+        def build(head_seq: int, head_hash: str, tree: CompactRange) -> list[Row]:
             rows: list[Row] = []
             seq, prev, pending = head_seq, head_hash, self._since_checkpoint
             for data, (audit_id, time_ms, caller, request_id, finish), _ in items:
                 seq += 1
-                digest = row_hash(seq, prev, "request", audit_id, time_ms, caller, request_id, finish, data)
+                leaf = row_head(seq, prev, "request", audit_id, time_ms, caller, request_id, finish) + data
+                digest = hashlib.sha256(leaf).hexdigest()
+                tree.append(leaf_hash(leaf))
                 rows.append(Row(seq, audit_id, "request", time_ms, caller, request_id, finish, data, prev, digest))
                 prev, pending = digest, pending + 1
                 if pending >= self._every:
                     seq += 1
-                    rows.append(self._checkpoint_row(seq, seq - 1, prev))
+                    rows.append(self._checkpoint_row(seq, seq - 1, prev, tree))
                     prev, pending = rows[-1].hash, 0
             if pending and due:
                 seq += 1
-                rows.append(self._checkpoint_row(seq, seq - 1, prev))
+                rows.append(self._checkpoint_row(seq, seq - 1, prev, tree))
             return rows
 
         start = time.perf_counter()
@@ -279,14 +287,19 @@ class AuditSink:
             if future.running():  # not cancelled by its waiter (the record is written either way)
                 future.set_result(row.seq)
 
-    def _checkpoint_row(self, seq: int, covers_seq: int, covers_hash: str) -> Row:
+    def _checkpoint_row(self, seq: int, covers_seq: int, covers_hash: str, tree: CompactRange) -> Row:
+        """A checkpoint: the chain's signature over the row before it, and the C2SP signed note of the
+        Merkle tree over every row up to it (``tree`` holds ``covers_seq`` leaves; the row is appended to it)."""
         now_ms = int(time.time() * 1000)
+        note = sign_checkpoint(Checkpoint(self.signer.name, tree.size, tree.root()), self.signer)
         body = {"format": FORMAT, "kind": "checkpoint", "checkpoint_seq": covers_seq, "checkpoint_hash": covers_hash,
-                "time_ms": now_ms, "public_key": self.public_key,
+                "time_ms": now_ms, "public_key": self.public_key, "note": note,
                 "signature": sign(self._key, checkpoint_message(covers_seq, covers_hash, now_ms))}
         data, audit_id = compress(canonical(body)), f"checkpoint-{seq}"
-        return Row(seq, audit_id, "checkpoint", now_ms, "", "", "", data, covers_hash,
-                   row_hash(seq, covers_hash, "checkpoint", audit_id, now_ms, "", "", "", data))
+        row = Row(seq, audit_id, "checkpoint", now_ms, "", "", "", data, covers_hash,
+                  row_hash(seq, covers_hash, "checkpoint", audit_id, now_ms, "", "", "", data))
+        tree.append(row_leaf_hash(row))
+        return row
 
     def _append_checkpoint_file(self, row: Row) -> None:
         if self._checkpoint_file is None:

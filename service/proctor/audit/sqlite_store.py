@@ -8,8 +8,9 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from proctor.audit import tree
 from proctor.audit.chain import GENESIS
-from proctor.audit.store import COLUMNS, Filters, RawRow, Row, filter_sql
+from proctor.audit.store import COLUMNS, Build, Filters, RawRow, Row, filter_sql
 from proctor.audit.store import row_from_columns as _row
 
 READ_MMAP_BYTES = 1 << 40  # SQLite caps it at its compile-time maximum (SQLITE_MAX_MMAP_SIZE)
@@ -34,6 +35,16 @@ CREATE TRIGGER IF NOT EXISTS audit_log_no_update BEFORE UPDATE ON audit_log
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: UPDATE refused'); END;
 CREATE TRIGGER IF NOT EXISTS audit_log_no_delete BEFORE DELETE ON audit_log
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: DELETE refused'); END;
+CREATE TABLE IF NOT EXISTS audit_tree (
+    level INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    hash BLOB NOT NULL,
+    PRIMARY KEY (level, idx)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS audit_tree_no_update BEFORE UPDATE ON audit_tree
+BEGIN SELECT RAISE(ABORT, 'the audit tree is append-only: UPDATE refused'); END;
+CREATE TRIGGER IF NOT EXISTS audit_tree_no_delete BEFORE DELETE ON audit_tree
+BEGIN SELECT RAISE(ABORT, 'the audit tree is append-only: DELETE refused'); END;
 """
 
 
@@ -62,22 +73,64 @@ class SQLiteAuditStore:
             self._db.executescript(SCHEMA)
         self._lock = threading.Lock()
 
-    def append_chained(self, build: Callable[[int, str], list[Row]]) -> list[Row]:
+    def append_chained(self, build: Build) -> list[Row]:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")  # the write lock: other processes wait
             try:
                 head = self._db.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
-                rows = build(*(head if head else (0, GENESIS)))
+                head_seq, head_hash = head if head else (0, GENESIS)
+                compact = tree.open_range(self._fetch, head_seq, "?", COLUMNS)
+                rows = build(head_seq, head_hash, compact)
+                for row in rows[compact.size - head_seq:]:  # leaves the build did not append itself
+                    compact.append(tree.row_leaf_hash(row))
                 self._db.executemany(
                     f"INSERT INTO audit_log ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [(r.seq, r.audit_id, r.kind, r.time_ms, r.caller, r.request_id, r.finish_reason, r.body,
                       r.prev_hash, r.hash) for r in rows])
+                self._db.executemany(tree.insert_sql("?"), compact.nodes)
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
         return rows
+
+    def extend_tree(self, rows: int) -> tuple[int, int]:
+        """Grow the tree by up to ``rows`` leaves over rows already in the log (a log from before the
+        tree): one write transaction. Returns (leaves, rows in the log)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                head = self._db.execute("SELECT max(seq) FROM audit_log").fetchone()[0] or 0
+                size = int(self._db.execute(tree.SIZE_SQL).fetchone()[0])
+                compact = tree.open_range(self._fetch, head, "?", COLUMNS, upto=size + rows)
+                self._db.executemany(tree.insert_sql("?"), compact.nodes)
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        return compact.size, head
+
+    def tree_size(self) -> int:
+        with self._lock:
+            return int(self._db.execute(tree.SIZE_SQL).fetchone()[0])
+
+    def tree_nodes(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+        with self._lock:
+            return tree.fetch_nodes(self._fetch, keys, "?")
+
+    def row(self, seq: int) -> Row | None:
+        return self._one(f"SELECT {COLUMNS} FROM audit_log WHERE seq = ?", (seq,))
+
+    def last_checkpoint(self, before_seq: int | None = None) -> Row | None:
+        """The latest checkpoint row (before row ``before_seq`` when given)."""
+        return self._one(f"SELECT {COLUMNS} FROM audit_log WHERE kind = 'checkpoint' AND seq < ? "
+                         "ORDER BY seq DESC LIMIT 1", (before_seq if before_seq is not None else 1 << 62,))
+
+    def _fetch(self, query: str, params: list[object]) -> list[tuple[object, ...]]:
+        """One query on this connection (the caller holds the lock)."""
+        return self._db.execute(query, params).fetchall()
 
     def last(self) -> Row | None:
         return self._one(f"SELECT {COLUMNS} FROM audit_log ORDER BY seq DESC LIMIT 1", ())

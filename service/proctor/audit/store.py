@@ -5,19 +5,24 @@ A row: ``seq`` (1, 2, …), ``audit_id``, ``kind`` ("request" or "checkpoint"), 
 since ``proctor.audit/3``: ``stored_body``), ``prev_hash`` and ``hash``. The filter columns are
 copies of record fields; the hash covers them (``proctor.audit/2`` on; for ``proctor.audit/1``
 rows ``verify`` compares them with the record).
-The stores refuse UPDATE and DELETE.
+The stores refuse UPDATE and DELETE. Beside the rows, ``audit_tree`` holds the Merkle tree over them
+(``level``, ``idx``, ``hash``: audit/tree.py), append-only in the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from proctor.audit import stored_body
 
+if TYPE_CHECKING:
+    from proctor.audit.tree import CompactRange
+
 COLUMNS = "seq, audit_id, kind, time_ms, caller, request_id, finish_reason, body, prev_hash, hash"
 RawRow = tuple[int, str, str, int, str, str, str, bytes, str, str]  # a row as selected: COLUMNS, Row's field order
+Build = Callable[[int, str, "CompactRange"], list["Row"]]  # (head seq, head hash, the tree's border) -> new rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +56,24 @@ class Filters:
 class AuditStore(Protocol):
     description: str
 
-    def append_chained(self, build: Callable[[int, str], list[Row]]) -> list[Row]:
+    def append_chained(self, build: Build) -> list[Row]:
         """In one durable write transaction: read the head (last seq and hash; 0 and GENESIS when
-        empty), insert ``build(seq, hash)``, commit; return the rows. Writers are serialised."""
+        empty) and the Merkle tree's border (``audit/tree.py``), insert ``build(seq, hash, border)``
+        and the tree nodes its rows complete (the build may append its rows' leaves to the border
+        itself, to sign a root; the store appends the rest), commit; return the rows. Writers are
+        serialised."""
+
+    def extend_tree(self, rows: int) -> tuple[int, int]:
+        """Grow the tree by up to ``rows`` leaves over rows already in the log; (leaves, rows)."""
+
+    def tree_size(self) -> int: ...
+
+    def tree_nodes(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+        """The stored nodes among ``keys`` ((level, index) pairs)."""
+
+    def row(self, seq: int) -> Row | None: ...
+
+    def last_checkpoint(self, before_seq: int | None = None) -> Row | None: ...
 
     def last(self) -> Row | None: ...
 

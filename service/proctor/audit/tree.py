@@ -1,0 +1,223 @@
+"""The Merkle tree (RFC 9162 §2.1) over the audit log: every row, in ``seq`` order, is leaf ``seq - 1``.
+
+A leaf is the row's bytes exactly as the chain hashes them (``leaf_bytes``: the row head, a
+newline, the stored body; docs/audit-format.md). The stores keep every node of a *complete*
+subtree: ``(level, index)`` is the root of leaves ``[index·2^level, (index+1)·2^level)``, level 0
+the leaf hashes. Complete subtrees never change as the log grows, so the table is append-only like
+the rows. The root of any prefix, and any range a proof needs, is a fold over O(log n) of them
+(``range_keys``), so a proof at a million records is a handful of indexed reads.
+
+The writer keeps the tree with the rows (``appended_nodes``: the border of the tree so far, the
+new leaves, out come the newly complete nodes), in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from proctor.audit.canonical import canonical
+from proctor.audit.chain import chained_format, row_hash, row_head
+from proctor.audit.store import RawRow, Row
+from proctor_client.tlog.merkle import EMPTY_ROOT, leaf_hash, node_hash
+
+Key = tuple[int, int]  # (level, index)
+Node = tuple[int, int, bytes]
+Lookup = Callable[[list[Key]], dict[Key, bytes]]
+
+
+class TreeError(RuntimeError):
+    """The stored tree is missing nodes or disagrees with the rows."""
+
+
+def leaf_bytes(row: Row | RawRow) -> bytes:
+    """The row as the chain hashes it: a ``proctor.audit/2``/``3`` row's head and body; a ``/1`` row's
+    ``canonical({"seq", "prev"})``, a newline and its body."""
+    seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, hash_ = (
+        row if isinstance(row, tuple) else (row.seq, row.audit_id, row.kind, row.time_ms, row.caller, row.request_id,
+                                            row.finish_reason, row.body, row.prev_hash, row.hash))
+    form = chained_format(body)
+    head = row_head(seq, prev, kind, audit_id, time_ms, caller, request_id, finish, form)
+    if form != "proctor.audit/3" and row_hash(seq, prev, kind, audit_id, time_ms, caller, request_id, finish,
+                                              body) != hash_:
+        head = canonical({"seq": seq, "prev": prev}) + b"\n"  # a v1 row (or a tampered one: verify names it)
+    return head + body
+
+
+def row_leaf_hash(row: Row | RawRow) -> bytes:
+    return leaf_hash(leaf_bytes(row))
+
+
+def border_keys(size: int) -> list[Key]:
+    """The complete subtrees that make up leaves ``[0, size)``, largest first (the compact range)."""
+    return range_keys(0, size)
+
+
+def range_keys(start: int, end: int) -> list[Key]:
+    """The complete subtrees making up ``[start, end)`` where ``start`` is a multiple of a power of two
+    at least ``end - start`` (every range RFC 9162's proofs hash is one), largest first."""
+    keys: list[Key] = []
+    offset, left = start, end - start
+    for level in range(left.bit_length() - 1, -1, -1):
+        if left >> level & 1:
+            keys.append((level, offset >> level))
+            offset += 1 << level
+    return keys
+
+
+def range_hash(start: int, end: int, nodes: dict[Key, bytes]) -> bytes:
+    """RFC 9162's MTH of leaves ``[start, end)``: its complete subtrees folded from the right."""
+    keys = range_keys(start, end)
+    if not keys:
+        return EMPTY_ROOT
+    try:
+        digest = nodes[keys[-1]]
+        for key in reversed(keys[:-1]):
+            digest = node_hash(nodes[key], digest)
+    except KeyError as exc:
+        raise TreeError(f"the stored tree lacks node {exc.args[0]} (level, index)") from None
+    return digest
+
+
+class CompactRange:
+    """The tree's right border (the complete subtrees of ``border_keys(size)``) as leaves are appended:
+    the writer's view of the tree inside one write transaction. ``nodes`` collects every node that
+    became complete, for the store to insert beside the rows."""
+
+    def __init__(self, size: int, border: list[bytes]) -> None:
+        self.size = size
+        self._stack = [(level, digest) for (level, _), digest in zip(border_keys(size), border, strict=True)]
+        self.nodes: list[Node] = []
+
+    def append(self, digest: bytes) -> None:
+        """Append one leaf hash."""
+        index = self.size
+        self.nodes.append((0, index, digest))
+        level, merged = 0, digest
+        while self._stack and self._stack[-1][0] == level:
+            merged = node_hash(self._stack.pop()[1], merged)
+            level += 1
+            self.nodes.append((level, index >> level, merged))
+        self._stack.append((level, merged))
+        self.size += 1
+
+    def root(self) -> bytes:
+        if not self._stack:
+            return EMPTY_ROOT
+        digest = self._stack[-1][1]
+        for _, left in reversed(self._stack[:-1]):
+            digest = node_hash(left, digest)
+        return digest
+
+
+def appended_nodes(size: int, border: list[bytes], leaves: Iterable[bytes]) -> list[Node]:
+    """The nodes that become complete as ``leaves`` (leaf hashes) are appended to a tree of ``size``
+    leaves whose compact range is ``border`` (the hashes of ``border_keys(size)``)."""
+    compact = CompactRange(size, border)
+    for digest in leaves:
+        compact.append(digest)
+    return compact.nodes
+
+
+def root(size: int, lookup: Lookup) -> bytes:
+    keys = range_keys(0, size)
+    return range_hash(0, size, lookup(keys))
+
+
+def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
+    """RFC 9162 §2.1.3.1 PATH(index, D[size]) as the leaf ranges whose hashes it lists, leaf side first."""
+    if not 0 <= index < size:
+        raise ValueError(f"leaf {index} is not in a tree of {size} leaves")
+    ranges: list[tuple[int, int]] = []
+    start, end = 0, size
+    while end - start > 1:
+        k = 1 << ((end - start - 1).bit_length() - 1)  # the largest power of two below the length
+        if index < start + k:
+            ranges.append((start + k, end))
+            end = start + k
+        else:
+            ranges.append((start, start + k))
+            start += k
+    return ranges[::-1]
+
+
+def consistency_ranges(old: int, new: int) -> list[tuple[int, int]]:
+    """RFC 9162 §2.1.4.1 PROOF(old, D[new]) as leaf ranges, in the proof's order."""
+    if not 0 < old <= new:
+        raise ValueError(f"no consistency proof from {old} leaves to {new}")
+    ranges: list[tuple[int, int]] = []
+    start, end, m, whole = 0, new, old, True  # m: the old tree's leaves inside [start, end)
+    while m != end - start:
+        k = 1 << ((end - start - 1).bit_length() - 1)
+        if m <= k:
+            ranges.append((start + k, end))
+            end = start + k
+        else:
+            ranges.append((start, start + k))
+            start, m, whole = start + k, m - k, False
+    if not whole:
+        ranges.append((start, end))
+    return ranges[::-1]
+
+
+def proof_hashes(ranges: list[tuple[int, int]], lookup: Lookup) -> list[bytes]:
+    """The hashes of ``ranges``, every node they need fetched in one ``lookup``."""
+    keys = sorted({key for start, end in ranges for key in range_keys(start, end)})
+    nodes = lookup(keys)
+    return [range_hash(start, end, nodes) for start, end in ranges]
+
+
+def inclusion_proof(index: int, size: int, lookup: Lookup) -> list[bytes]:
+    return proof_hashes(inclusion_ranges(index, size), lookup)
+
+
+def consistency_proof(old: int, new: int, lookup: Lookup) -> list[bytes]:
+    return [] if old in (0, new) else proof_hashes(consistency_ranges(old, new), lookup)
+
+
+# --- the stores' side: the same SQL on SQLite ("?") and PostgreSQL ("%s") -----------------------
+Fetch = Callable[[str, list[object]], list[tuple[object, ...]]]
+SIZE_SQL = "SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_tree WHERE level = 0"
+CATCH_UP_ROWS = 2000  # rows read per query when the tree catches up with the log
+
+
+def insert_sql(placeholder: str) -> str:
+    return f"INSERT INTO audit_tree (level, idx, hash) VALUES ({placeholder}, {placeholder}, {placeholder})"
+
+
+def fetch_nodes(fetch: Fetch, keys: list[Key], placeholder: str) -> dict[Key, bytes]:
+    """The stored nodes among ``keys``, in one query (absent ones are absent from the answer)."""
+    if not keys:
+        return {}
+    terms = " OR ".join([f"(level = {placeholder} AND idx = {placeholder})"] * len(keys))
+    found = fetch(f"SELECT level, idx, hash FROM audit_tree WHERE {terms}", [v for key in keys for v in key])
+    return {(int(str(level)), int(str(idx))): bytes(digest) for level, idx, digest in found}  # type: ignore[arg-type]
+
+
+def open_range(fetch: Fetch, head_seq: int, placeholder: str, columns: str, upto: int | None = None) -> CompactRange:
+    """The tree's compact range read inside the writer's transaction, caught up with the log's ``head_seq``
+    rows first (a log written before the tree existed, or by a server without it); only up to ``upto``
+    rows when given (the first-start build, in bounded transactions)."""
+    size = int(str(fetch(SIZE_SQL, [])[0][0]))
+    if size > head_seq:
+        raise TreeError(f"the Merkle tree has {size} leaves but the log only {head_seq} rows (rows were removed)")
+    keys = border_keys(size)
+    nodes = fetch_nodes(fetch, keys, placeholder)
+    missing = [key for key in keys if key not in nodes]
+    if missing:
+        raise TreeError(f"the stored Merkle tree lacks node {missing[0]} (level, index) of its border")
+    compact = CompactRange(size, [nodes[key] for key in keys])
+    target = head_seq if upto is None else min(head_seq, upto)
+    while compact.size < target:
+        rows = fetch(f"SELECT {columns} FROM audit_log WHERE seq > {placeholder} AND seq <= {placeholder} "
+                     "ORDER BY seq", [compact.size, min(target, compact.size + CATCH_UP_ROWS)])
+        if not rows:
+            raise TreeError(f"row {compact.size + 1} is missing from the log; the tree cannot grow past it")
+        for raw in rows:
+            if int(str(raw[0])) != compact.size + 1:
+                raise TreeError(f"row {compact.size + 1} is missing from the log; the tree cannot grow past it")
+            compact.append(row_leaf_hash(raw))  # type: ignore[arg-type]
+    return compact
+
+
+def node_rows(nodes: list[Node]) -> list[tuple[int, int, bytes]]:
+    return [(level, index, digest) for level, index, digest in nodes]
