@@ -19,7 +19,8 @@ p50, HTTP ÷ gRPC (target ≥ 0.95) as the ratio of the medians and as the media
 run back to back in a round, so the pair shares the machine's load of the moment), Proctor ÷ llama-server,
 and JSON outputs that validate.
 
-    python bench/openai_http.py [--streams 1,16] [--rounds 2] [--requests 2] [--min-requests 6] [--new-tokens 64] [--llama]
+    python bench/openai_http.py [--streams 1,16] [--rounds 2] [--requests 2] [--min-requests 6] [--new-tokens 64]
+                                [--llama] [--json FILE]
 """
 
 from __future__ import annotations

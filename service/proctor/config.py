@@ -174,6 +174,7 @@ class Settings:
     audit_hmac_key_file: str = ""
     audit_signing_key: str = ""  # Ed25519 PEM; empty: <audit db>.key (created on first start)
     audit_checkpoint_file: str = ""  # empty: <audit db>.checkpoints
+    audit_origin: str = ""  # the checkpoints' origin line and note key name; empty: proctor.audit/<key hash>
     audit_checkpoint_every: int = 1000
     audit_checkpoint_interval_s: float = 60.0
     audit_queue_size: int = 1024
@@ -197,6 +198,8 @@ class Settings:
             raise ValueError("tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file")
         if self.max_schema_depth < 1:
             raise ValueError(f"max_schema_depth must be at least 1, got {self.max_schema_depth}")
+        if any(c.isspace() or c == "+" for c in self.audit_origin):
+            raise ValueError(f"audit_origin {self.audit_origin!r}: a note key name has no spaces and no '+'")
         if self.prefill_chunk_tokens < 0:
             raise ValueError(f"prefill_chunk_tokens must be 0 (off) or more, got {self.prefill_chunk_tokens}")
         if self.speculation not in SPECULATION_MODES:

@@ -284,3 +284,43 @@ def test_with_postgresql_refusing_records_calls_fail_closed_readiness_follows_an
     assert result.ok, result
     store = PostgresAuditStore(dsn)
     assert all(store.get(audit_id) is not None for audit_id in returned)
+
+
+def test_proofs_over_grpc_check_offline(tmp_path: Path) -> None:
+    """GetCheckpoint, GetInclusionProof and GetConsistencyProof on a server that checkpoints every record:
+    the proof file verifies with nothing but the log's published key; what cannot be proved is an error."""
+    from proctor.app import BackgroundServer
+    from proctor.audit.chain import load_or_create_signing_key, log_signer
+    from proctor.config import Settings
+    from proctor_client.tlog.merkle import verify_consistency
+    from proctor_client.tlog.note import parse_checkpoint, parse_note
+    from proctor_client.tlog.proof import verify_proof
+
+    db = tmp_path / "audit.db"
+    server = BackgroundServer(Settings.load({"port": 0, "host": "127.0.0.1", "audit_db": str(db),
+                                             "audit_checkpoint_every": 1}))
+    server.start(timeout_s=300)
+    try:
+        with ProctorClient(server.address, timeout_s=120.0) as client:
+            answers = [client.generate("Decision:", choice=["approve", "reject"], max_new_tokens=4)
+                       for _ in range(3)]
+            vkey = log_signer(load_or_create_signing_key(Path(f"{db}.key"))).verifier.vkey()
+            latest = client.checkpoint()
+            assert latest.tree_size == 5 and parse_checkpoint(parse_note(latest.note).text).root == latest.root_hash
+            for answer in answers:
+                proof = client.inclusion_proof(answer.audit_id)
+                report = verify_proof(proof.tlog_proof, vkey)
+                assert report.ok, report.failed
+                assert report.record is not None and report.record["output"]["text"] == answer.text
+            first = client.checkpoint(1)
+            consistency = client.consistency_proof(1, latest.tree_size)
+            verify_consistency(1, latest.tree_size, list(consistency.hashes), first.root_hash, latest.root_hash)
+            for call, code in ((lambda: client.inclusion_proof("nope"), grpc.StatusCode.NOT_FOUND),
+                               (lambda: client.checkpoint(2), grpc.StatusCode.NOT_FOUND),
+                               (lambda: client.consistency_proof(4, 2), grpc.StatusCode.INVALID_ARGUMENT),
+                               (lambda: client.consistency_proof(1, 99), grpc.StatusCode.FAILED_PRECONDITION)):
+                with pytest.raises(ProctorError) as caught:
+                    call()
+                assert caught.value.code == code
+    finally:
+        server.stop()

@@ -11,6 +11,7 @@ the sink writes), and as a log written by the older writers and continued since:
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -124,8 +125,9 @@ def sqlite_log(tmp_path: Path, records: int, old_formats: tuple[str, ...] = ()) 
 
     def execute(statement: str, params: tuple[object, ...]) -> None:
         db = sqlite3.connect(path, isolation_level=None)
-        db.execute("DROP TRIGGER IF EXISTS audit_log_no_update")
-        db.execute("DROP TRIGGER IF EXISTS audit_log_no_delete")
+        for table in ("audit_log", "audit_tree"):
+            db.execute(f"DROP TRIGGER IF EXISTS {table}_no_update")
+            db.execute(f"DROP TRIGGER IF EXISTS {table}_no_delete")
         db.execute(statement, params)
         db.close()
 
@@ -155,6 +157,7 @@ def postgres_log(tmp_path: Path, records: int, old_formats: tuple[str, ...] = ()
     def execute(statement: str, params: tuple[object, ...]) -> None:
         with psycopg.connect(owner_dsn, autocommit=True) as conn:
             conn.execute("ALTER TABLE audit_log DISABLE TRIGGER USER")
+            conn.execute("ALTER TABLE audit_tree DISABLE TRIGGER USER")
             conn.execute(statement.replace("?", "%s"), params)
 
     def as_owner(statement: str) -> None:
@@ -339,10 +342,10 @@ def test_editing_any_filter_column_is_found(make_log: Callable[[int], Log], colu
     assert not result.ok and result.first_bad_seq == k, (column, result)
 
 
-def test_a_row_rewritten_with_a_consistent_hash_is_caught_by_the_next_checkpoint(
-        make_log: Callable[[int], Log]) -> None:
-    """An insider who edits a v3 row and recomputes the hashes from there on (the chain then holds)
-    cannot re-sign the checkpoint that covers the old hash."""
+def test_a_row_rewritten_with_a_consistent_hash_is_caught_at_that_row(make_log: Callable[[int], Log]) -> None:
+    """An insider who edits a v3 row and recomputes the hashes from there on (the chain then holds):
+    the Merkle tree's leaf for the row no longer matches it (and the next checkpoint, which they cannot
+    re-sign, covers the old hash)."""
     log = make_log(10)
     rows = list(log.reopen().iterate(None))
     k = _seq_of(log, "id-0006")
@@ -355,9 +358,8 @@ def test_a_row_rewritten_with_a_consistent_hash_is_caught_by_the_next_checkpoint
                     (caller, prev, digest, row.seq))
         prev = digest
     result = log.verify()
-    next_checkpoint = min(r.seq for r in rows if r.kind == "checkpoint" and r.seq > k)
-    assert not result.ok and result.first_bad_seq == next_checkpoint, result
-    assert "checkpoint does not cover" in result.problem
+    assert not result.ok and result.first_bad_seq == k, result
+    assert "Merkle tree's leaf" in result.problem
 
 
 def test_cutting_the_tail_past_the_last_checkpoint_is_found(make_log: Callable[[int], Log]) -> None:
@@ -410,7 +412,14 @@ def test_two_servers_writing_to_one_store_keep_one_chain(make_log: Callable[[int
         sink.close()
     result = log.verify()
     assert result.ok, result.problem
-    assert result.records == 2 + 24
+    assert result.records == 2 + 24 and result.tree_leaves > 26  # one tree grown by both, checkpoints included
+    from proctor.audit.proofs import inclusion
+    from proctor_client.tlog.proof import verify_proof
+
+    store = log.reopen()
+    for row in (r for r in store.iterate(None) if r.kind == "request"):
+        report = verify_proof(inclusion(store, row.audit_id).render(), _vkey(log))
+        assert report.ok, (row.audit_id, report.failed)
 
 
 def test_verify_in_processes_gives_the_same_verdicts(make_log: Callable[[int], Log]) -> None:
@@ -428,3 +437,136 @@ def test_verify_in_processes_gives_the_same_verdicts(make_log: Callable[[int], L
     _edit_body(log, _seq_of(log, "id-0007"))
     alone, split = both()
     assert not alone.ok and (split.first_bad_seq, split.problem) == (alone.first_bad_seq, alone.problem)
+
+
+# --- the Merkle tree over the log (issue 29) ------------------------------------------------------
+def _vkey(log: Log) -> str:
+    from proctor.audit.chain import log_signer
+
+    return log_signer(load_or_create_signing_key(log.key_path)).verifier.vkey()
+
+
+def test_every_record_has_a_proof_a_third_party_checks(make_log: Callable[[int], Log]) -> None:
+    from proctor.audit.proofs import consistency, inclusion, signed_checkpoint
+    from proctor.audit.tree import root
+    from proctor_client.tlog.proof import parse_proof, verify_proof
+
+    log = make_log(10)
+    store = log.reopen()
+    rows = list(store.iterate(None))
+    assert store.tree_size() == len(rows) == 13
+    notes = {size: note for size, note in ((r.seq - 1, json.loads(r.record_json()).get("note")) for r in rows
+                                           if r.kind == "checkpoint") if note}
+    assert sorted(notes) in ([4, 9, 12], [9, 12])  # the old-format writers signed no tree
+    latest, _ = signed_checkpoint(store)
+    assert latest.size == 12 and latest.root == root(12, store.tree_nodes)
+    for row in (r for r in rows if r.kind == "request"):
+        proof = inclusion(store, row.audit_id)
+        report = verify_proof(proof.render(), _vkey(log))
+        assert report.ok, report.failed
+        assert report.record is not None and report.record["audit_id"] == row.audit_id
+        assert parse_proof(proof.render()) == proof
+    early = inclusion(store, "id-0001", 9)
+    assert verify_proof(early.render(), _vkey(log)).ok and "\n9\n" in early.checkpoint
+    sizes = sorted(notes)
+    for old, new in itertools.pairwise(sizes):
+        proof, old_root, new_root = consistency(store, old, new)
+        assert (old_root, new_root) == (root(old, store.tree_nodes), root(new, store.tree_nodes)) and proof
+
+
+def test_a_proof_is_refused_where_it_does_not_hold(make_log: Callable[[int], Log]) -> None:
+    """Each forgery fails ``verify_proof`` naming the check that caught it."""
+    import base64
+
+    from proctor.audit.chain import log_signer
+    from proctor.audit.proofs import inclusion
+    from proctor_client.tlog.proof import TlogProof, verify_proof
+
+    log = make_log(10)
+    store = log.reopen()
+    proof, other = inclusion(store, "id-0006"), inclusion(store, "id-0007")
+    vkey = _vkey(log)
+    stranger = log_signer(Ed25519PrivateKey.generate(), log_signer(load_or_create_signing_key(log.key_path)).name)
+
+    def failed(text: str, key: str = vkey) -> str:
+        report = verify_proof(text, key)
+        assert not report.ok
+        return report.failed.name  # type: ignore[union-attr]
+
+    assert failed(proof.render(), stranger.verifier.vkey()) == "log signature"
+    assert failed(TlogProof(proof.index, proof.path, proof.checkpoint, other.extra).render()) == "leaf"
+    assert failed(TlogProof(other.index, proof.path, proof.checkpoint, other.extra).render()) == "inclusion"
+    flipped = (bytes([proof.path[0][0] ^ 1]) + proof.path[0][1:], *proof.path[1:])
+    assert failed(TlogProof(proof.index, flipped, proof.checkpoint, proof.extra).render()) == "inclusion"
+    lines = proof.checkpoint.split("\n")
+    lines[2] = base64.b64encode(bytes(32)).decode()  # another root under the log's signature
+    assert failed(TlogProof(proof.index, proof.path, "\n".join(lines), proof.extra).render()) == "log signature"
+    assert failed("c2sp.org/tlog-proof@v1\nindex x\n\n" + proof.checkpoint) == "format"
+    assert failed(TlogProof(proof.index, proof.path, proof.checkpoint).render()) == "leaf"  # no record in it
+
+
+@pytest.mark.parametrize(("statement", "seq", "problem"), [
+    ("UPDATE audit_tree SET hash = ? WHERE level = 0 AND idx = 6", 7, "leaf for this row does not match"),
+    ("UPDATE audit_tree SET hash = ? WHERE level = 2 AND idx = 1", 5, "node (level 2, index 1)"),
+    ("DELETE FROM audit_tree WHERE level = 1 AND idx = 3", 7, "node (level 1, index 3) is missing"),
+    ("DELETE FROM audit_tree WHERE level = 0 AND idx >= 11", 12, "misses the last rows"),
+])
+def test_a_tampered_tree_is_found(make_log: Callable[[int], Log], statement: str, seq: int, problem: str) -> None:
+    log = make_log(10)
+    log.execute(statement, (bytes(32),) if "?" in statement else ())
+    result = log.verify()
+    assert not result.ok and result.first_bad_seq == seq and problem in result.problem, result
+
+
+def test_rows_and_tree_rewritten_together_are_caught_by_the_signed_checkpoint(make_log: Callable[[int], Log]) -> None:
+    """An insider rewrites a row, re-chains every later row and rebuilds the whole tree: everything in the
+    store agrees again, except with the signed checkpoints, which they cannot re-sign."""
+    log = make_log(10)
+    rows = list(log.reopen().iterate(None))
+    k = _seq_of(log, "id-0006")
+    prev = next(r for r in rows if r.seq == k - 1).hash
+    for row in (r for r in rows if r.seq >= k):
+        caller = "mallory" if row.seq == k else row.caller
+        digest = row_hash(row.seq, prev, row.kind, row.audit_id, row.time_ms, caller, row.request_id,
+                          row.finish_reason, row.body)
+        log.execute("UPDATE audit_log SET caller = ?, prev_hash = ?, hash = ? WHERE seq = ?",
+                    (caller, prev, digest, row.seq))
+        prev = digest
+    log.execute("DELETE FROM audit_tree", ())
+    writer = log.reopen_writer()
+    while writer.extend_tree(1000)[0] < len(rows):
+        pass
+    result = log.verify()
+    next_checkpoint = min(r.seq for r in rows if r.kind == "checkpoint" and r.seq > k)
+    assert not result.ok and result.first_bad_seq == next_checkpoint, result
+    assert "checkpoint does not cover" in result.problem
+
+
+def test_a_missing_tree_is_found_and_rebuilt_at_start(make_log: Callable[[int], Log]) -> None:
+    """With the tree gone, the signed roots have nothing to match: verify says so; the server's start
+    (``ensure_tree``, as for a log from before the tree) rebuilds it, in resumable chunks."""
+    from proctor.audit.setup import ensure_tree
+    from proctor.audit.tree import range_hash
+
+    log = make_log(10)
+    rows = list(log.reopen().iterate(None))
+    log.execute("DELETE FROM audit_tree", ())
+    result = log.verify()
+    assert not result.ok and result.first_bad_seq == 1 and "misses" in result.problem
+    assert ensure_tree(log.reopen_writer(), chunk=3) == len(rows)
+    result = log.verify()
+    assert result.ok, result.problem
+    store = log.reopen()
+    nodes = store.tree_nodes([(0, i) for i in range(len(rows))])
+    assert range_hash(0, len(rows), store.tree_nodes([(3, 0), (2, 2), (0, 12)])) == _rfc_root(
+        [nodes[(0, i)] for i in range(len(rows))])
+
+
+def _rfc_root(leaf_hashes: list[bytes]) -> bytes:
+    """RFC 9162's MTH over leaf hashes, recursively (independent of the stored nodes)."""
+    import hashlib
+
+    if len(leaf_hashes) == 1:
+        return leaf_hashes[0]
+    k = 1 << ((len(leaf_hashes) - 1).bit_length() - 1)
+    return hashlib.sha256(b"\x01" + _rfc_root(leaf_hashes[:k]) + _rfc_root(leaf_hashes[k:])).digest()

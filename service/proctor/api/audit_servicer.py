@@ -1,4 +1,4 @@
-"""The Audit service: GetRecord, ExportRecords, VerifyLog and Replay.
+"""The Audit service: GetRecord, ExportRecords, VerifyLog, Replay, and the Merkle tree's checkpoints and proofs.
 
 Who may read (role ``audit:read``) and replay (``audit:replay``) is decided by the server gate
 (``api/gate.py``) before any method here runs.
@@ -10,21 +10,25 @@ import asyncio
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
 from proctor.api.call_runner import CallRunner
 from proctor.api.errors import abort_with
+from proctor.audit.proofs import NotFound, ProofUnavailable, consistency, inclusion, signed_checkpoint
 from proctor.audit.records import request_from_dict
 from proctor.audit.store import AuditStore, Filters, Row
 from proctor.audit.verify import verify_log
 from proctor.config import Settings
 from proctor.domain import RequestValidationError
+from proctor_client.tlog.note import parse_checkpoint, parse_note
 from proctor_client.v1 import audit_pb2 as apb
 from proctor_client.v1 import audit_pb2_grpc as apb_grpc
+
+_T = TypeVar("_T")
 
 
 def _record(row: Row) -> apb.AuditRecord:
@@ -73,6 +77,37 @@ class AuditServicer(apb_grpc.AuditServicer):
         return apb.VerifyLogResponse(ok=result.ok, records=result.records, checkpoints=result.checkpoints,
                                      first_bad_seq=result.first_bad_seq or 0, problem=result.problem,
                                      seconds=result.seconds)
+
+    async def GetCheckpoint(self, request: apb.GetCheckpointRequest, context: grpc.aio.ServicerContext
+                            ) -> apb.SignedCheckpoint:
+        checkpoint, note = await self._proof(context, signed_checkpoint, self._store, request.tree_size or "latest")
+        return apb.SignedCheckpoint(note=note, origin=checkpoint.origin, tree_size=checkpoint.size,
+                                    root_hash=checkpoint.root)
+
+    async def GetInclusionProof(self, request: apb.GetInclusionProofRequest, context: grpc.aio.ServicerContext
+                                ) -> apb.InclusionProof:
+        if not request.audit_id:
+            await abort_with(context, RequestValidationError.single("audit_id", "audit_id is required"))
+        proof = await self._proof(context, inclusion, self._store, request.audit_id, request.tree_size or "latest")
+        size = parse_checkpoint(parse_note(proof.checkpoint).text).size
+        return apb.InclusionProof(tlog_proof=proof.render(), index=proof.index, tree_size=size, path=list(proof.path))
+
+    async def GetConsistencyProof(self, request: apb.GetConsistencyProofRequest, context: grpc.aio.ServicerContext
+                                  ) -> apb.ConsistencyProof:
+        if not 0 <= request.from_size <= request.to_size:
+            await abort_with(context, RequestValidationError.single(
+                "from_size", f"from_size must be between 0 and to_size ({request.to_size})"))
+        hashes, _, _ = await self._proof(context, consistency, self._store, request.from_size, request.to_size)
+        return apb.ConsistencyProof(from_size=request.from_size, to_size=request.to_size, hashes=hashes)
+
+    async def _proof(self, context: grpc.aio.ServicerContext, build: Callable[..., _T], *args: Any) -> _T:
+        """A proof built off the event loop; what cannot be proved is NOT_FOUND / FAILED_PRECONDITION."""
+        try:
+            return await asyncio.to_thread(build, *args)
+        except ProofUnavailable as exc:
+            code = grpc.StatusCode.NOT_FOUND if isinstance(exc, NotFound) else grpc.StatusCode.FAILED_PRECONDITION
+            await context.abort(code, str(exc))
+            raise AssertionError("unreachable") from exc
 
     async def Replay(self, request: apb.ReplayRequest, context: grpc.aio.ServicerContext) -> apb.ReplayResponse:
         body = json.loads((await self._get(request.audit_id, context)).record_json())

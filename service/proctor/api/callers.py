@@ -48,6 +48,9 @@ METHOD_ROLES = {
     "/proctor.v1.Audit/GetRecord": "audit:read",
     "/proctor.v1.Audit/ExportRecords": "audit:read",
     "/proctor.v1.Audit/VerifyLog": "audit:read",
+    "/proctor.v1.Audit/GetCheckpoint": "audit:read",
+    "/proctor.v1.Audit/GetInclusionProof": "audit:read",
+    "/proctor.v1.Audit/GetConsistencyProof": "audit:read",
     "/proctor.v1.Audit/Replay": "audit:replay",
 }
 # These hold a concurrent-stream slot.

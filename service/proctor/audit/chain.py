@@ -27,7 +27,7 @@ from proctor.audit.canonical import canonical
 from proctor.audit.records import finish_reason_of
 from proctor.audit.store import RawRow
 from proctor.audit.stored_body import is_compressed, record_json
-from proctor_client.tlog.note import Signer
+from proctor_client.tlog.note import NoteError, Signer, Verifier, parse_checkpoint, parse_note, signed_by
 
 GENESIS = "0" * 64
 _HEADS = {FORMAT_V2: encode_basestring(FORMAT_V2), FORMAT_V3: encode_basestring(FORMAT_V3)}
@@ -142,6 +142,7 @@ class ChainWalk:
     records: int = 0
     checkpoints: int = 0
     checkpoint_hashes: dict[int, str] = field(default_factory=dict)
+    notes: dict[int, str] = field(default_factory=dict)  # tree size -> the checkpoint's signed note (checked)
     keys: dict[str, Ed25519PublicKey] = field(default_factory=dict)  # signer keys named by checkpoints
 
     def page(self, rows: list[RawRow], digests: list[str | None]) -> tuple[int, str] | None:
@@ -217,6 +218,23 @@ class ChainWalk:
             return "the checkpoint is malformed"
         if not signature_ok(key, message, str(record.get("signature"))):
             return "the checkpoint signature is not valid"
+        if "note" in record:
+            return self._note_problem(record, key)
+        return ""
+
+    def _note_problem(self, record: dict[str, Any], key: Ed25519PublicKey) -> str:
+        """The checkpoint's C2SP note: signed by the same key under the note's origin, for the tree of
+        every row before it (its root is checked against the tree once the tree is verified)."""
+        try:
+            note = parse_note(str(record["note"]))
+            checkpoint = parse_checkpoint(note.text)
+            if signed_by(note, Verifier(checkpoint.origin, key)) is None:
+                return "the checkpoint's signed note carries no signature of the log key"
+        except NoteError as exc:
+            return f"the checkpoint's signed note is not valid: {exc}"
+        if checkpoint.size != record["checkpoint_seq"]:
+            return "the checkpoint's signed note is for another tree size than the rows before it"
+        self.notes[checkpoint.size] = str(record["note"])
         return ""
 
 

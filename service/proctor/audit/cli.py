@@ -1,7 +1,8 @@
-"""``proctor audit show | export | verify | replay``.
+"""``proctor audit show | export | verify | prove | verify-proof | consistency | public-key | replay``.
 
-``show``, ``export`` and ``verify`` read the store directly (``--db`` SQLite file or ``--dsn``
-PostgreSQL), read-only; ``replay`` asks a running server (``--addr``), which owns the model.
+``show``, ``export``, ``verify``, ``prove`` and ``consistency`` read the store directly (``--db``
+SQLite file or ``--dsn`` PostgreSQL), read-only; ``verify-proof`` reads only a proof file and keys
+(offline, as a third party does); ``replay`` asks a running server (``--addr``), which owns the model.
 Exit status: 0 on success (for ``verify``: only when the log is intact; for ``replay``: only on an
 exact match), 1 when the check fails, 2 on usage or access errors.
 """
@@ -22,11 +23,11 @@ from proctor_client.cli import add_credential_flags
 
 
 def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    audit = subparsers.add_parser("audit", help="read, export, verify and replay the audit trail")
+    audit = subparsers.add_parser("audit", help="read, export, verify, prove and replay the audit trail")
     sub = audit.add_subparsers(dest="audit_command", required=True)
 
     show = sub.add_parser("show", help="one record as a readable table of its tokens")
-    show.add_argument("audit_id")
+    show.add_argument("audit_id", help="the record's audit id, or a .tlog-proof file (read without any store)")
     _store_flags(show)
     show.set_defaults(func=_show)
 
@@ -50,6 +51,33 @@ def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
                         help=f"processes that read and hash (default: one per core for a log of "
                              f"{PROCESSES_MIN_ROWS:,} rows or more, else this process's threads)")
     verify.set_defaults(func=_verify)
+
+    prove = sub.add_parser("prove", help="write a record's inclusion proof in a signed checkpoint "
+                                         "(c2sp.org/tlog-proof@v1), checkable offline with verify-proof")
+    prove.add_argument("audit_id")
+    _store_flags(prove)
+    prove.add_argument("--checkpoint", default="latest", help="latest (default), or a checkpoint's tree size")
+    prove.add_argument("--out", help="the proof file (default <audit id>.tlog-proof; - for stdout)")
+    prove.set_defaults(func=_prove)
+
+    from proctor_client.tlog.cli import add_verify_proof_command
+
+    add_verify_proof_command(sub)
+
+    consistency = sub.add_parser("consistency", help="the RFC 9162 proof that the log at one size is a prefix of "
+                                                     "the log at another")
+    _store_flags(consistency)
+    consistency.add_argument("--from", dest="old", type=int, required=True, help="the smaller tree size")
+    consistency.add_argument("--to", dest="new", type=int, required=True, help="the larger tree size")
+    consistency.add_argument("--verify", action="store_true",
+                             help="also check it against the signed checkpoints of both sizes")
+    consistency.add_argument("--public-key", help="the log's key for --verify (default: <db>.key)")
+    consistency.set_defaults(func=_consistency)
+
+    key = sub.add_parser("public-key", help="the log's verifier key (vkey) to publish for verify-proof")
+    _store_flags(key)
+    key.add_argument("--origin", help="the log's origin, if the server runs with --audit-origin")
+    key.set_defaults(func=_public_key)
 
     init = sub.add_parser("init-postgres", help="create the PostgreSQL audit table as its owner and grant the "
                                                 "server's role only SELECT and INSERT")
@@ -106,6 +134,8 @@ def _time(value: str | None, flag: str) -> int | None:
 
 
 def _show(args: argparse.Namespace) -> int:
+    if args.audit_id.endswith(".tlog-proof") or Path(args.audit_id).is_file():
+        return _show_proof(Path(args.audit_id))
     try:
         store = _open(args)
         row = store.get(args.audit_id)
@@ -115,6 +145,30 @@ def _show(args: argparse.Namespace) -> int:
         return _fail(f"no audit record {args.audit_id!r}", 1)
     for line in render_record(json.loads(row.record_json()), row.seq, row.hash):
         print(line)
+    return 0
+
+
+def _show_proof(path: Path) -> int:
+    """The record inside a proof file: its leaf bytes, read without any store (not a verification)."""
+    import hashlib
+
+    from proctor_client.tlog.proof import parse_leaf, parse_proof
+
+    try:
+        proof = parse_proof(path.read_text(encoding="utf-8"))
+        if proof.extra is None:
+            return _fail(f"{path}: the proof carries no record (no extra line)", 1)
+        leaf = parse_leaf(proof.extra)
+        record = leaf.record()
+    except (OSError, ValueError) as exc:
+        return _fail(f"{path}: {exc}")
+    if record.get("kind") != "request":
+        print(json.dumps(record, indent=1))
+    else:
+        for line in render_record(record, leaf.seq, hashlib.sha256(proof.extra).hexdigest()):
+            print(line)
+    print(f"\n(from {path}, index {proof.index}; `proctor audit verify-proof` checks it against the log's key)",
+          file=sys.stderr)
     return 0
 
 
@@ -212,6 +266,83 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _prove(args: argparse.Namespace) -> int:
+    from proctor.audit.proofs import ProofUnavailable, inclusion
+
+    wanted: str | int = args.checkpoint
+    if wanted != "latest":
+        if not str(wanted).isdigit():
+            return _fail(f"--checkpoint {wanted!r}: latest, or a tree size")
+        wanted = int(wanted)
+    try:
+        proof = inclusion(_open(args), args.audit_id, wanted)
+    except ProofUnavailable as exc:
+        return _fail(str(exc), 1)
+    except Exception as exc:
+        return _fail(str(exc))
+    text = proof.render()
+    if args.out == "-":
+        sys.stdout.write(text)
+        return 0
+    out = Path(args.out or f"{args.audit_id}.tlog-proof")
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out}: record index {proof.index}, {len(proof.path)} path hashes", file=sys.stderr)
+    return 0
+
+
+def _consistency(args: argparse.Namespace) -> int:
+    import base64
+
+    from proctor.audit.proofs import ProofUnavailable, consistency, signed_checkpoint
+    from proctor.audit.setup import signing_key_path
+    from proctor_client.tlog.merkle import ProofError, verify_consistency
+    from proctor_client.tlog.note import NoteError, load_verifier, parse_note, signed_by
+
+    try:
+        store = _open(args)
+        proof, _old_root, _new_root = consistency(store, args.old, args.new)
+    except (ProofUnavailable, ProofError) as exc:
+        return _fail(str(exc), 1)
+    except Exception as exc:
+        return _fail(str(exc))
+    for digest in proof:
+        print(base64.b64encode(digest).decode())
+    if not args.verify:
+        return 0
+    try:
+        (old, old_note), (new, new_note) = (signed_checkpoint(store, args.old), signed_checkpoint(store, args.new))
+        key = args.public_key or str(signing_key_path(_settings(args)))
+        for checkpoint, note in ((old, old_note), (new, new_note)):
+            if signed_by(parse_note(note), load_verifier(key, checkpoint.origin)) is None:
+                raise NoteError(f"the checkpoint for {checkpoint.size} rows is not signed by the log key")
+        verify_consistency(old.size, new.size, proof, old.root, new.root)
+    except (ProofUnavailable, ProofError, NoteError) as exc:
+        print(f"NOT CONSISTENT: {exc}", file=sys.stderr)
+        return 1
+    print(f"consistent: the signed checkpoint of {old.size} rows is a prefix of the one of {new.size} rows",
+          file=sys.stderr)
+    return 0
+
+
+def _public_key(args: argparse.Namespace) -> int:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    from proctor.audit.chain import log_signer
+    from proctor.audit.setup import signing_key_path
+
+    settings = _settings(args)
+    path = signing_key_path(settings)
+    try:
+        key = load_pem_private_key(path.read_bytes(), password=None)
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ValueError(f"{path}: not an Ed25519 key")
+    except (OSError, ValueError) as exc:
+        return _fail(str(exc))
+    print(log_signer(key, args.origin or settings.audit_origin).verifier.vkey())
+    return 0
+
+
 def _init_postgres(args: argparse.Namespace) -> int:
     from proctor.audit.postgres_store import init_schema
 
@@ -219,7 +350,7 @@ def _init_postgres(args: argparse.Namespace) -> int:
         init_schema(args.dsn, args.grant_to)
     except Exception as exc:
         return _fail(str(exc))
-    print(f"audit_log ready{f'; {args.grant_to} may SELECT and INSERT only' if args.grant_to else ''}")
+    print(f"audit_log and audit_tree ready{f'; {args.grant_to} may SELECT and INSERT only' if args.grant_to else ''}")
     return 0
 
 

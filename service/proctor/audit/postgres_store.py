@@ -154,13 +154,18 @@ class PostgresAuditStore:
                     raise
         raise AssertionError("unreachable")
 
-    def tree_size(self) -> int:
+    def tree_size(self) -> int | None:
         with self._reading() as conn:
             return int(_first(conn.execute(tree.SIZE_SQL).fetchone()))
 
     def tree_nodes(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         with self._reading() as conn, conn.cursor() as cur:
             return tree.fetch_nodes(_fetcher(cur), keys, "%s")
+
+    def tree_level(self, level: int, first: int, count: int) -> list[bytes]:
+        with self._reading() as conn:
+            return [bytes(h) for (h,) in conn.execute(tree.level_sql("%s"), (level, first, count),
+                                                       binary=True).fetchall()]
 
     def row(self, seq: int) -> Row | None:
         return self._one(f"SELECT {COLUMNS} FROM audit_log WHERE seq = %s", (seq,))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import sys
+import time
 from pathlib import Path
 
 from proctor.audit.chain import load_or_create_signing_key, public_key_text
@@ -46,6 +48,28 @@ def privacy_policy(settings: Settings) -> PrivacyPolicy:
     return PrivacyPolicy(settings.audit_prompt_policy, settings.audit_output_policy, key)
 
 
+def ensure_tree(store: AuditStore, chunk: int = 20_000) -> int:
+    """Build the Merkle tree over rows that have no leaf yet (a log from before the tree: the first start
+    after the upgrade), in transactions of ``chunk`` rows, with a progress bar; returns the leaves added."""
+    from tqdm import tqdm
+
+    size, last = store.tree_size() or 0, store.last()
+    rows = last.seq if last is not None else 0
+    if size >= rows:
+        return 0
+    log.info("audit trail: building the Merkle tree over %d rows (the first start with audit proofs)", rows - size)
+    start, began = size, time.perf_counter()
+    with tqdm(total=rows - size, unit="rec", desc="audit tree", file=sys.stderr, disable=rows - size < chunk) as bar:
+        while size < rows:
+            grown, rows = store.extend_tree(chunk)
+            bar.update(grown - size)
+            size = grown
+    seconds = time.perf_counter() - began
+    log.info("audit trail: Merkle tree built over %d rows in %.1f s (%.0f rows/s)", size - start, seconds,
+             (size - start) / seconds if seconds else 0.0)
+    return size - start
+
+
 def open_sink(settings: Settings) -> AuditSink | None:
     """The running audit sink, or None when the audit is off. Raises when the store cannot be opened."""
     if not settings.audit:
@@ -53,9 +77,11 @@ def open_sink(settings: Settings) -> AuditSink | None:
         return None
     store = open_store(settings)
     key = load_or_create_signing_key(signing_key_path(settings))
+    ensure_tree(store)
     sink = AuditSink(store, key, checkpoint_file=checkpoint_path(settings),
                      checkpoint_every=settings.audit_checkpoint_every,
-                     checkpoint_interval_s=settings.audit_checkpoint_interval_s, queue_size=settings.audit_queue_size)
+                     checkpoint_interval_s=settings.audit_checkpoint_interval_s, queue_size=settings.audit_queue_size,
+                     origin=settings.audit_origin)
     log.info("audit trail: %s (%d rows), checkpoints signed with Ed25519 key %s, compliance mode %s",
              store.description, store.count(), public_key_text(key.public_key()),
              "on" if settings.audit_compliance else "off")

@@ -40,9 +40,9 @@ from proctor.audit import FORMAT
 from proctor.audit.canonical import canonical
 from proctor.audit.chain import checkpoint_message, log_signer, public_key_text, row_hash, row_head, sign
 from proctor.audit.records import finish_reason_of
-from proctor.audit.store import AuditStore, Row
+from proctor.audit.store import AuditStore, Row, TreeBorder
 from proctor.audit.stored_body import compress
-from proctor.audit.tree import CompactRange, row_leaf_hash
+from proctor.audit.tree import row_leaf_hash
 from proctor_client.tlog.merkle import leaf_hash
 from proctor_client.tlog.note import Checkpoint, sign_checkpoint
 
@@ -241,7 +241,7 @@ class AuditSink:
         if not items and not (due and self._since_checkpoint):
             return
 
-        def build(head_seq: int, head_hash: str, tree: CompactRange) -> list[Row]:
+        def build(head_seq: int, head_hash: str, tree: TreeBorder) -> list[Row]:
             rows: list[Row] = []
             seq, prev, pending = head_seq, head_hash, self._since_checkpoint
             for data, (audit_id, time_ms, caller, request_id, finish), _ in items:
@@ -287,7 +287,7 @@ class AuditSink:
             if future.running():  # not cancelled by its waiter (the record is written either way)
                 future.set_result(row.seq)
 
-    def _checkpoint_row(self, seq: int, covers_seq: int, covers_hash: str, tree: CompactRange) -> Row:
+    def _checkpoint_row(self, seq: int, covers_seq: int, covers_hash: str, tree: TreeBorder) -> Row:
         """A checkpoint: the chain's signature over the row before it, and the C2SP signed note of the
         Merkle tree over every row up to it (``tree`` holds ``covers_seq`` leaves; the row is appended to it)."""
         now_ms = int(time.time() * 1000)

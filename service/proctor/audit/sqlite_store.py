@@ -112,13 +112,24 @@ class SQLiteAuditStore:
                 raise
         return compact.size, head
 
-    def tree_size(self) -> int:
+    def tree_size(self) -> int | None:
         with self._lock:
-            return int(self._db.execute(tree.SIZE_SQL).fetchone()[0])
+            try:
+                return int(self._db.execute(tree.SIZE_SQL).fetchone()[0])
+            except sqlite3.OperationalError:  # opened read-only, from before the tree: no audit_tree table
+                if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'audit_tree'").fetchone():
+                    raise
+                return None
 
     def tree_nodes(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         with self._lock:
             return tree.fetch_nodes(self._fetch, keys, "?")
+
+    def tree_level(self, level: int, first: int, count: int) -> list[bytes]:
+        """Up to ``count`` nodes of ``level`` from index ``first``, in order (a gap ends the answer early
+        only by being absent: callers compare positions)."""
+        with self._lock:
+            return [bytes(h) for (h,) in self._db.execute(tree.level_sql("?"), (level, first, count)).fetchall()]
 
     def row(self, seq: int) -> Row | None:
         return self._one(f"SELECT {COLUMNS} FROM audit_log WHERE seq = ?", (seq,))

@@ -13,16 +13,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from proctor.audit import stored_body
 
-if TYPE_CHECKING:
-    from proctor.audit.tree import CompactRange
-
 COLUMNS = "seq, audit_id, kind, time_ms, caller, request_id, finish_reason, body, prev_hash, hash"
 RawRow = tuple[int, str, str, int, str, str, str, bytes, str, str]  # a row as selected: COLUMNS, Row's field order
-Build = Callable[[int, str, "CompactRange"], list["Row"]]  # (head seq, head hash, the tree's border) -> new rows
+
+
+class TreeBorder(Protocol):
+    """The Merkle tree's right border as a write transaction sees it (``tree.CompactRange``)."""
+
+    size: int
+
+    def append(self, digest: bytes) -> None: ...
+
+    def root(self) -> bytes: ...
+
+
+Build = Callable[[int, str, TreeBorder], list["Row"]]  # (head seq, head hash, the tree's border) -> new rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +75,14 @@ class AuditStore(Protocol):
     def extend_tree(self, rows: int) -> tuple[int, int]:
         """Grow the tree by up to ``rows`` leaves over rows already in the log; (leaves, rows)."""
 
-    def tree_size(self) -> int: ...
+    def tree_size(self) -> int | None:
+        """Leaves in the tree; None when the store has no tree table (a log from before it, opened read-only)."""
 
     def tree_nodes(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         """The stored nodes among ``keys`` ((level, index) pairs)."""
+
+    def tree_level(self, level: int, first: int, count: int) -> list[bytes]:
+        """Up to ``count`` stored nodes of ``level`` from index ``first`` on, in index order."""
 
     def row(self, seq: int) -> Row | None: ...
 

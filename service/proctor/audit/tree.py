@@ -13,8 +13,11 @@ new leaves, out come the newly complete nodes), in the same transaction.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
+from typing import cast
 
+from proctor.audit import FORMAT_V3
 from proctor.audit.canonical import canonical
 from proctor.audit.chain import chained_format, row_hash, row_head
 from proctor.audit.store import RawRow, Row
@@ -37,7 +40,7 @@ def leaf_bytes(row: Row | RawRow) -> bytes:
                                             row.finish_reason, row.body, row.prev_hash, row.hash))
     form = chained_format(body)
     head = row_head(seq, prev, kind, audit_id, time_ms, caller, request_id, finish, form)
-    if form != "proctor.audit/3" and row_hash(seq, prev, kind, audit_id, time_ms, caller, request_id, finish,
+    if form != FORMAT_V3 and row_hash(seq, prev, kind, audit_id, time_ms, caller, request_id, finish,
                                               body) != hash_:
         head = canonical({"seq": seq, "prev": prev}) + b"\n"  # a v1 row (or a tampered one: verify names it)
     return head + body
@@ -45,6 +48,46 @@ def leaf_bytes(row: Row | RawRow) -> bytes:
 
 def row_leaf_hash(row: Row | RawRow) -> bytes:
     return leaf_hash(leaf_bytes(row))
+
+
+def hashed_page(rows: list[RawRow]) -> tuple[list[str | None], list[bytes]]:
+    """Each row's v2/v3 chain hash (None for a column of a type no honest row has) and its leaf hash, the
+    row head built once for both (verify's inner loop)."""
+    digests: list[str | None] = []
+    leaves: list[bytes] = []
+    for row in rows:
+        seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, hash_ = row
+        try:
+            head = row_head(seq, prev, kind, audit_id, time_ms, caller, request_id, finish, chained_format(body))
+        except (TypeError, ValueError):
+            digests.append(None)
+            leaves.append(b"")
+            continue
+        chain = hashlib.sha256(head)
+        chain.update(body)
+        digest = chain.hexdigest()
+        digests.append(digest)
+        if digest != hash_ and chained_format(body) != FORMAT_V3:
+            head = canonical({"seq": seq, "prev": prev}) + b"\n"  # a v1 row
+        leaf = hashlib.sha256(b"\x00" + head)
+        leaf.update(body)
+        leaves.append(leaf.digest())
+    return digests, leaves
+
+
+def first_problem(*problems: tuple[int, str] | None) -> tuple[int, str] | None:
+    """The problem at the lowest row (the chain's and the tree's checks of one page)."""
+    found = [p for p in problems if p is not None]
+    return min(found, key=lambda p: p[0]) if found else None
+
+
+def leaf_problem(rows: list[RawRow], leaves: list[bytes], stored: list[bytes]) -> tuple[int, str] | None:
+    """The first row whose leaf hash is not the stored tree's (``stored``: level 0 from the page's first row
+    on; rows past its end are the size check's, ``verify_tree``)."""
+    for row, leaf, node in zip(rows, leaves, stored, strict=False):
+        if node != leaf:
+            return row[0], "the Merkle tree's leaf for this row does not match the row (a tree node was modified)"
+    return None
 
 
 def border_keys(size: int) -> list[Key]:
@@ -180,6 +223,12 @@ SIZE_SQL = "SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_tree WHERE level = 0"
 CATCH_UP_ROWS = 2000  # rows read per query when the tree catches up with the log
 
 
+def level_sql(placeholder: str) -> str:
+    """One level's nodes from an index on, in order (``LIMIT``: how many)."""
+    return (f"SELECT hash FROM audit_tree WHERE level = {placeholder} AND idx >= {placeholder} ORDER BY idx "
+            f"LIMIT {placeholder}")
+
+
 def insert_sql(placeholder: str) -> str:
     return f"INSERT INTO audit_tree (level, idx, hash) VALUES ({placeholder}, {placeholder}, {placeholder})"
 
@@ -190,7 +239,7 @@ def fetch_nodes(fetch: Fetch, keys: list[Key], placeholder: str) -> dict[Key, by
         return {}
     terms = " OR ".join([f"(level = {placeholder} AND idx = {placeholder})"] * len(keys))
     found = fetch(f"SELECT level, idx, hash FROM audit_tree WHERE {terms}", [v for key in keys for v in key])
-    return {(int(str(level)), int(str(idx))): bytes(digest) for level, idx, digest in found}  # type: ignore[arg-type]
+    return {(int(str(level)), int(str(idx))): bytes(cast(bytes, digest)) for level, idx, digest in found}
 
 
 def open_range(fetch: Fetch, head_seq: int, placeholder: str, columns: str, upto: int | None = None) -> CompactRange:

@@ -29,8 +29,9 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from proctor.audit.chain import ChainWalk, chained_digest, public_key_text
+from proctor.audit.chain import ChainWalk, public_key_text
 from proctor.audit.store import AuditStore, RawRow
+from proctor.audit.tree import first_problem, hashed_page, leaf_problem
 from proctor.audit.verify_parallel import (
     PAGE_ROWS,
     PROCESSES_MIN_ROWS,
@@ -39,6 +40,7 @@ from proctor.audit.verify_parallel import (
     process_count,
     verify_in_processes,
 )
+from proctor.audit.verify_tree import tree_problem
 
 WORKERS = 2  # threads reading and hashing pages
 
@@ -51,21 +53,28 @@ class VerifyResult:
     first_bad_seq: int | None = None
     problem: str = ""
     seconds: float = 0.0
+    tree_leaves: int = 0  # leaves of the Merkle tree checked (0: the log has no tree yet)
 
     def summary(self) -> str:
         rate = self.records / self.seconds if self.seconds > 0 else 0.0
         if self.ok:
-            return (f"intact: {self.records} records, {self.checkpoints} checkpoints verified "
+            tree = (f", Merkle tree of {self.tree_leaves} leaves" if self.tree_leaves
+                    else "; no Merkle tree yet (the server builds it at its next start)")
+            return (f"intact: {self.records} records, {self.checkpoints} checkpoints verified{tree} "
                     f"({rate:,.0f} records/s)")
         return f"TAMPERED: record {self.first_bad_seq}: {self.problem}"
 
 
-def _read_and_hash(store: AuditStore, first_seq: int) -> tuple[list[RawRow], list[str | None]]:
+Page = tuple[list[RawRow], list[str | None], list[bytes], list[bytes]]  # rows, chain hashes, leaf hashes, stored
+
+
+def _read_and_hash(store: AuditStore, first_seq: int) -> Page:
     rows = store.read_page(first_seq, PAGE_ROWS)
-    return rows, [chained_digest(row) for row in rows]
+    digests, leaves = hashed_page(rows)
+    return rows, digests, leaves, store.tree_level(0, rows[0][0] - 1, len(rows)) if rows else []
 
 
-def _hashed_pages(store: AuditStore, pool: ThreadPoolExecutor) -> Iterator[tuple[list[RawRow], list[str | None]]]:
+def _hashed_pages(store: AuditStore, pool: ThreadPoolExecutor) -> Iterator[Page]:
     """The log's rows in pages, in order, each with its rows' v2/v3 hashes, read ahead by ``pool``.
 
     Page k asks for the rows from seq ``1 + k * PAGE_ROWS``: in an intact log exactly the next
@@ -73,26 +82,27 @@ def _hashed_pages(store: AuditStore, pool: ThreadPoolExecutor) -> Iterator[tuple
     the log as it was when read; rows appended since are read after it, one page at a time, so a
     page read ahead too early cannot leave a hole.
     """
-    pending: deque[Future[tuple[list[RawRow], list[str | None]]]] = deque()
+    pending: deque[Future[Page]] = deque()
     next_seq = 1
     while True:
         while len(pending) <= WORKERS:
             pending.append(pool.submit(_read_and_hash, store, next_seq))
             next_seq += PAGE_ROWS
-        rows, digests = pending.popleft().result()
+        page = pending.popleft().result()
+        rows = page[0]
         if rows:
-            yield rows, digests
+            yield page
         if len(rows) < PAGE_ROWS:
             break
     for future in pending:
         future.cancel()
     after = rows[-1][0] + 1 if rows else next_seq - (len(pending) + 1) * PAGE_ROWS
     while True:
-        rows, digests = pool.submit(_read_and_hash, store, after).result()
-        if not rows:
+        page = pool.submit(_read_and_hash, store, after).result()
+        if not page[0]:
             return
-        yield rows, digests
-        after = rows[-1][0] + 1
+        yield page
+        after = page[0][-1][0] + 1
 
 
 def verify_log(store: AuditStore, *, public_key: Ed25519PublicKey | None = None, checkpoint_file: Path | None = None,
@@ -115,12 +125,12 @@ def verify_log(store: AuditStore, *, public_key: Ed25519PublicKey | None = None,
         if last is not None:
             merged = verify_in_processes(opener, last.seq, processes,
                                          public_key_text(public_key) if public_key else None, progress)
-            return _finish(merged, merged.bad, checkpoint_file, start)
+            return _finish(merged, merged.bad, checkpoint_file, start, store)
     chain = ChainWalk(public_key)
     pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="proctor-audit-verify")
     try:
-        for rows, digests in _hashed_pages(store, pool):
-            bad = chain.page(rows, digests)
+        for rows, digests, leaves, stored in _hashed_pages(store, pool):
+            bad = first_problem(chain.page(rows, digests), leaf_problem(rows, leaves, stored))
             if bad is not None:
                 return VerifyResult(False, chain.records, chain.checkpoints, bad[0], bad[1],
                                     time.perf_counter() - start)
@@ -128,17 +138,20 @@ def verify_log(store: AuditStore, *, public_key: Ed25519PublicKey | None = None,
                 progress(len(rows))
     finally:  # the pages read ahead are dropped; a read in progress ends before the caller may close the store
         pool.shutdown(wait=True, cancel_futures=True)
-    return _finish(chain, None, checkpoint_file, start)
+    return _finish(chain, None, checkpoint_file, start, store)
 
 
 def _finish(chain: ChainWalk | Merged, bad: tuple[int, str] | None, checkpoint_file: Path | None,
-            start: float) -> VerifyResult:
-    """The result, once the rows are checked: ``bad``, else the checkpoint file's verdict."""
-    problem = bad or _checkpoint_file_problem(chain, checkpoint_file)
+            start: float, store: AuditStore) -> VerifyResult:
+    """The result, once the rows are checked: ``bad``, else the checkpoint file's verdict, else the tree's."""
+    problem = (bad or _checkpoint_file_problem(chain, checkpoint_file)
+               or tree_problem(store, chain.expected - 1, chain.notes))
     if problem is not None:
         return VerifyResult(False, chain.records, chain.checkpoints, problem[0], problem[1],
                             time.perf_counter() - start)
-    return VerifyResult(True, chain.records, chain.checkpoints, seconds=time.perf_counter() - start)
+    leaves = chain.expected - 1 if store.tree_size() else 0
+    return VerifyResult(True, chain.records, chain.checkpoints, seconds=time.perf_counter() - start,
+                        tree_leaves=leaves)
 
 
 def _checkpoint_file_problem(chain: ChainWalk | Merged, checkpoint_file: Path | None) -> tuple[int, str] | None:

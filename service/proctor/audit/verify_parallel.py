@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.sharedctypes import Synchronized
 
-from proctor.audit.chain import GENESIS, ChainWalk, chained_digest, gap_problem, link_problem, load_public_key
+from proctor.audit.chain import GENESIS, ChainWalk, gap_problem, link_problem, load_public_key
 from proctor.audit.store import AuditStore
+from proctor.audit.tree import first_problem, hashed_page, leaf_problem
 
 PROCESSES_MIN_ROWS = 100_000  # ~2 s of the threaded walk: the processes' start-up is then < 15% of it
 MAX_PROCESSES = 8  # each holds a store connection; past this the disk, not the hashing, is the limit
@@ -48,6 +49,7 @@ class RangeResult:
     records: int = 0
     checkpoints: int = 0
     checkpoint_hashes: dict[int, str] = field(default_factory=dict)
+    notes: dict[int, str] = field(default_factory=dict)
     bad: tuple[int, str] | None = None
 
 
@@ -58,6 +60,7 @@ class Merged:
     records: int = 0
     checkpoints: int = 0
     checkpoint_hashes: dict[int, str] = field(default_factory=dict)
+    notes: dict[int, str] = field(default_factory=dict)
     expected: int = 1
     bad: tuple[int, str] | None = None
 
@@ -79,7 +82,9 @@ def verify_range(open_store: StoreOpener, first_seq: int, last_seq: int | None, 
                 result.first = (rows[0][0], rows[0][8])
                 if first_seq > 1:  # taken as given here; the parent checks the boundary
                     chain.expected, chain.prev_hash = result.first
-            result.bad = chain.page(rows, [chained_digest(row) for row in rows])
+            digests, leaves = hashed_page(rows)
+            result.bad = first_problem(chain.page(rows, digests),
+                                       leaf_problem(rows, leaves, store.tree_level(0, rows[0][0] - 1, len(rows))))
             if done is not None:
                 with done.get_lock():
                     done.value += len(rows)
@@ -88,6 +93,7 @@ def verify_range(open_store: StoreOpener, first_seq: int, last_seq: int | None, 
             result.last, seq = (rows[-1][0], rows[-1][9]), rows[-1][0] + 1
         result.records, result.checkpoints, result.checkpoint_hashes = (chain.records, chain.checkpoints,
                                                                          chain.checkpoint_hashes)
+        result.notes = chain.notes
         return result
     finally:
         store.close()
@@ -167,6 +173,7 @@ def merge(results: list[RangeResult]) -> Merged:
         merged.records += result.records
         merged.checkpoints += result.checkpoints
         merged.checkpoint_hashes.update(result.checkpoint_hashes)
+        merged.notes.update(result.notes)
         if result.bad is not None:
             merged.bad = result.bad
             return merged

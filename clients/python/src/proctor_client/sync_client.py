@@ -153,6 +153,23 @@ class ProctorClient:
         request = audit_pb2.ReplayRequest(audit_id=audit_id)
         return self._unary(self._audit.Replay, request, resolve_timeout(timeout_s, self.timeout_s))
 
+    def checkpoint(self, tree_size: int = 0, *, timeout_s: TimeoutArg = UNSET) -> audit_pb2.SignedCheckpoint:
+        """A signed checkpoint of the audit log's Merkle tree (0: the latest)."""
+        request = audit_pb2.GetCheckpointRequest(tree_size=tree_size)
+        return self._unary(self._audit.GetCheckpoint, request, resolve_timeout(timeout_s, self.timeout_s))
+
+    def inclusion_proof(self, audit_id: str, tree_size: int = 0, *,
+                        timeout_s: TimeoutArg = UNSET) -> audit_pb2.InclusionProof:
+        """A record's ``tlog-proof`` in a signed checkpoint (0: the latest); ``verify_proof`` checks it offline."""
+        request = audit_pb2.GetInclusionProofRequest(audit_id=audit_id, tree_size=tree_size)
+        return self._unary(self._audit.GetInclusionProof, request, resolve_timeout(timeout_s, self.timeout_s))
+
+    def consistency_proof(self, from_size: int, to_size: int, *,
+                          timeout_s: TimeoutArg = UNSET) -> audit_pb2.ConsistencyProof:
+        """The RFC 9162 proof that the log of ``from_size`` records is a prefix of the log of ``to_size``."""
+        request = audit_pb2.GetConsistencyProofRequest(from_size=from_size, to_size=to_size)
+        return self._unary(self._audit.GetConsistencyProof, request, resolve_timeout(timeout_s, self.timeout_s))
+
     def wait_ready(self, timeout_s: float) -> generation_pb2.ModelInfo:
         """Poll GetModelInfo until it succeeds (server up and model loaded) or ``timeout_s`` passes.
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from proctor_client.tlog.merkle import HASH_SIZE
 ED25519 = 0x01
 COSIGNATURE_V1 = 0x04
 DASH = "\u2014 "
+VKEY = re.compile(r"^[^+\s]+\+[0-9a-fA-F]{8}\+[A-Za-z0-9+/]+=*$")  # name+keyid+base64(type || key)
 
 
 class NoteError(ValueError):
@@ -82,7 +84,7 @@ def cosigned_message(text: str, timestamp: int) -> bytes:
 def parse_vkey(vkey: str) -> Verifier:
     """A verifier key ``name+hash+base64(type || key)``; its key ID must match."""
     try:
-        name, ident, encoded = vkey.strip().split("+")
+        name, ident, encoded = vkey.strip().split("+", 2)  # the base64 may hold "+" too
         raw = base64.b64decode(encoded, validate=True)
     except (ValueError, binascii.Error) as exc:
         raise NoteError(f"not a verifier key (name+hash+base64): {vkey!r}") from exc
@@ -96,13 +98,13 @@ def parse_vkey(vkey: str) -> Verifier:
 
 def load_verifier(text_or_path: str, name: str, type_: int = ED25519) -> Verifier:
     """A vkey (its own name), or else a raw Ed25519 key as base64 or a PEM public/private key file named ``name``."""
-    if text_or_path.count("+") == 2 and not Path(text_or_path).is_file():
+    if VKEY.match(text_or_path.strip()) and not Path(text_or_path).is_file():
         return parse_vkey(text_or_path)
     path = Path(text_or_path)
     try:
         if path.is_file():
             data = path.read_bytes()
-            if data.strip().count(b"+") == 2 and b"-----" not in data:
+            if VKEY.match(data.decode(errors="replace").strip()):
                 return parse_vkey(data.decode())
             loaded = (serialization.load_pem_private_key(data, password=None) if b"PRIVATE KEY" in data
                       else serialization.load_pem_public_key(data))

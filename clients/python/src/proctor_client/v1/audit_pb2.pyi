@@ -1,8 +1,66 @@
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable
 from typing import ClassVar as _ClassVar, Optional as _Optional
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetCheckpointRequest(_message.Message):
+    __slots__ = ("tree_size",)
+    TREE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    tree_size: int
+    def __init__(self, tree_size: _Optional[int] = ...) -> None: ...
+
+class SignedCheckpoint(_message.Message):
+    __slots__ = ("note", "origin", "tree_size", "root_hash")
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    TREE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ROOT_HASH_FIELD_NUMBER: _ClassVar[int]
+    note: str
+    origin: str
+    tree_size: int
+    root_hash: bytes
+    def __init__(self, note: _Optional[str] = ..., origin: _Optional[str] = ..., tree_size: _Optional[int] = ..., root_hash: _Optional[bytes] = ...) -> None: ...
+
+class GetInclusionProofRequest(_message.Message):
+    __slots__ = ("audit_id", "tree_size")
+    AUDIT_ID_FIELD_NUMBER: _ClassVar[int]
+    TREE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    audit_id: str
+    tree_size: int
+    def __init__(self, audit_id: _Optional[str] = ..., tree_size: _Optional[int] = ...) -> None: ...
+
+class InclusionProof(_message.Message):
+    __slots__ = ("tlog_proof", "index", "tree_size", "path")
+    TLOG_PROOF_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TREE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    tlog_proof: str
+    index: int
+    tree_size: int
+    path: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, tlog_proof: _Optional[str] = ..., index: _Optional[int] = ..., tree_size: _Optional[int] = ..., path: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class GetConsistencyProofRequest(_message.Message):
+    __slots__ = ("from_size", "to_size")
+    FROM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TO_SIZE_FIELD_NUMBER: _ClassVar[int]
+    from_size: int
+    to_size: int
+    def __init__(self, from_size: _Optional[int] = ..., to_size: _Optional[int] = ...) -> None: ...
+
+class ConsistencyProof(_message.Message):
+    __slots__ = ("from_size", "to_size", "hashes")
+    FROM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TO_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HASHES_FIELD_NUMBER: _ClassVar[int]
+    from_size: int
+    to_size: int
+    hashes: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, from_size: _Optional[int] = ..., to_size: _Optional[int] = ..., hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class GetRecordRequest(_message.Message):
     __slots__ = ("audit_id",)

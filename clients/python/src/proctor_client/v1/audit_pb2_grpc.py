@@ -54,6 +54,21 @@ class AuditStub:
                 request_serializer=proctor_dot_v1_dot_audit__pb2.ReplayRequest.SerializeToString,
                 response_deserializer=proctor_dot_v1_dot_audit__pb2.ReplayResponse.FromString,
                 _registered_method=True)
+        self.GetCheckpoint = channel.unary_unary(
+                '/proctor.v1.Audit/GetCheckpoint',
+                request_serializer=proctor_dot_v1_dot_audit__pb2.GetCheckpointRequest.SerializeToString,
+                response_deserializer=proctor_dot_v1_dot_audit__pb2.SignedCheckpoint.FromString,
+                _registered_method=True)
+        self.GetInclusionProof = channel.unary_unary(
+                '/proctor.v1.Audit/GetInclusionProof',
+                request_serializer=proctor_dot_v1_dot_audit__pb2.GetInclusionProofRequest.SerializeToString,
+                response_deserializer=proctor_dot_v1_dot_audit__pb2.InclusionProof.FromString,
+                _registered_method=True)
+        self.GetConsistencyProof = channel.unary_unary(
+                '/proctor.v1.Audit/GetConsistencyProof',
+                request_serializer=proctor_dot_v1_dot_audit__pb2.GetConsistencyProofRequest.SerializeToString,
+                response_deserializer=proctor_dot_v1_dot_audit__pb2.ConsistencyProof.FromString,
+                _registered_method=True)
 
 
 class AuditServicer:
@@ -87,6 +102,27 @@ class AuditServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetCheckpoint(self, request, context):
+        """A signed checkpoint of the log's Merkle tree (docs/audit-format.md "Merkle tree and proofs").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetInclusionProof(self, request, context):
+        """A record's inclusion proof in a signed checkpoint, as a c2sp.org/tlog-proof@v1 file.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConsistencyProof(self, request, context):
+        """The RFC 9162 proof that the log at one tree size is a prefix of the log at a larger one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +145,21 @@ def add_AuditServicer_to_server(servicer, server):
                     servicer.Replay,
                     request_deserializer=proctor_dot_v1_dot_audit__pb2.ReplayRequest.FromString,
                     response_serializer=proctor_dot_v1_dot_audit__pb2.ReplayResponse.SerializeToString,
+            ),
+            'GetCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCheckpoint,
+                    request_deserializer=proctor_dot_v1_dot_audit__pb2.GetCheckpointRequest.FromString,
+                    response_serializer=proctor_dot_v1_dot_audit__pb2.SignedCheckpoint.SerializeToString,
+            ),
+            'GetInclusionProof': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetInclusionProof,
+                    request_deserializer=proctor_dot_v1_dot_audit__pb2.GetInclusionProofRequest.FromString,
+                    response_serializer=proctor_dot_v1_dot_audit__pb2.InclusionProof.SerializeToString,
+            ),
+            'GetConsistencyProof': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsistencyProof,
+                    request_deserializer=proctor_dot_v1_dot_audit__pb2.GetConsistencyProofRequest.FromString,
+                    response_serializer=proctor_dot_v1_dot_audit__pb2.ConsistencyProof.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +270,87 @@ class Audit:
             '/proctor.v1.Audit/Replay',
             proctor_dot_v1_dot_audit__pb2.ReplayRequest.SerializeToString,
             proctor_dot_v1_dot_audit__pb2.ReplayResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/proctor.v1.Audit/GetCheckpoint',
+            proctor_dot_v1_dot_audit__pb2.GetCheckpointRequest.SerializeToString,
+            proctor_dot_v1_dot_audit__pb2.SignedCheckpoint.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetInclusionProof(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/proctor.v1.Audit/GetInclusionProof',
+            proctor_dot_v1_dot_audit__pb2.GetInclusionProofRequest.SerializeToString,
+            proctor_dot_v1_dot_audit__pb2.InclusionProof.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsistencyProof(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/proctor.v1.Audit/GetConsistencyProof',
+            proctor_dot_v1_dot_audit__pb2.GetConsistencyProofRequest.SerializeToString,
+            proctor_dot_v1_dot_audit__pb2.ConsistencyProof.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,43 @@
+"""``verify-proof``: a ``.tlog-proof`` file checked offline, for ``proctor-client`` and ``proctor audit``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from proctor_client.tlog.proof import verify_proof
+
+
+def add_verify_proof_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "verify-proof", help="check a .tlog-proof file offline against the log's public key",
+        description="Check a c2sp.org/tlog-proof@v1 file with no store and no server: the log's signature on "
+                    "its checkpoint, each witness's cosignature, the record against its leaf, and the inclusion "
+                    "path against the signed root. Exit 0 when every check holds, 1 naming the one that failed.")
+    parser.add_argument("proof", help="the .tlog-proof file (- reads stdin)")
+    parser.add_argument("--public-key", required=True,
+                        help="the log's key: its vkey (name+hash+base64, `proctor audit public-key`), or a raw "
+                             "Ed25519 key (base64, PEM file) taken as the key of the checkpoint's origin")
+    parser.add_argument("--witness-key", action="append", default=[], metavar="VKEY",
+                        help="a witness's vkey that must have cosigned the checkpoint (repeatable)")
+    parser.set_defaults(func=run_verify_proof)
+    return parser
+
+
+def run_verify_proof(args: argparse.Namespace) -> int:
+    try:
+        text = sys.stdin.read() if args.proof == "-" else Path(args.proof).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    report = verify_proof(text, args.public_key, args.witness_key)
+    for check in report.checks:
+        print(f"{'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
+    failed = report.failed
+    if failed is not None:
+        print(f"NOT VERIFIED: the {failed.name} check failed")
+        return 1
+    record = report.record or {}
+    print(f"VERIFIED: {record.get('kind', 'record')} {record.get('audit_id', '')} is in the log".replace("  ", " "))
+    return 0

@@ -1,0 +1,77 @@
+"""Inclusion and consistency proofs from the stored tree, against the log's signed checkpoints.
+
+A proof is only handed out once it checks (``proctor_client.tlog``, as a third party would check
+it): a tree that no longer matches its signed roots gives an error here, never a proof that fails
+later in someone else's hands.
+"""
+
+from __future__ import annotations
+
+import json
+
+from proctor.audit import tree
+from proctor.audit.store import AuditStore, Row
+from proctor_client.tlog.merkle import leaf_hash, verify_consistency, verify_inclusion
+from proctor_client.tlog.note import Checkpoint, parse_checkpoint, parse_note
+from proctor_client.tlog.proof import TlogProof
+
+
+class ProofUnavailable(LookupError):
+    """No proof can be given for what was asked (no checkpoint covering the record yet, a size past the tree...)."""
+
+
+class NotFound(ProofUnavailable):
+    """No record has the audit id asked for, or no checkpoint the tree size."""
+
+
+def checkpoint_note(row: Row) -> str | None:
+    """The signed note of a checkpoint row (None for one written before the tree)."""
+    if row.kind != "checkpoint":
+        return None
+    note = json.loads(row.record_json()).get("note")
+    return str(note) if note else None
+
+
+def signed_checkpoint(store: AuditStore, wanted: str | int = "latest") -> tuple[Checkpoint, str]:
+    """A checkpoint with its signed note: the latest, or the one for tree size ``wanted``."""
+    if wanted == "latest":
+        row = store.last_checkpoint()
+        while row is not None and checkpoint_note(row) is None:
+            row = store.last_checkpoint(row.seq)
+        if row is None:
+            raise ProofUnavailable("the log has no checkpoint with a signed tree root yet (one is written every "
+                                   "--audit-checkpoint-every records or interval, and at shutdown)")
+    else:
+        row = store.row(int(wanted) + 1)  # the checkpoint for size N is row N + 1
+        if row is None or checkpoint_note(row) is None:
+            raise NotFound(f"there is no signed checkpoint for tree size {wanted}")
+    note = checkpoint_note(row)
+    assert note is not None
+    return parse_checkpoint(parse_note(note).text), note
+
+
+def inclusion(store: AuditStore, audit_id: str, wanted: str | int = "latest") -> TlogProof:
+    """The ``tlog-proof`` of record ``audit_id`` in a signed checkpoint (the latest, or tree size ``wanted``)."""
+    row = store.get(audit_id)
+    if row is None:
+        raise NotFound(f"no audit record {audit_id!r}")
+    checkpoint, note = signed_checkpoint(store, wanted)
+    index = row.seq - 1
+    if checkpoint.size <= index:
+        raise ProofUnavailable(f"record {audit_id} is row {row.seq}; the {'latest ' if wanted == 'latest' else ''}"
+                               f"checkpoint covers {checkpoint.size} rows. A later checkpoint will cover it")
+    leaf = tree.leaf_bytes(row)
+    path = tree.inclusion_proof(index, checkpoint.size, store.tree_nodes)
+    verify_inclusion(index, checkpoint.size, leaf_hash(leaf), path, checkpoint.root)
+    return TlogProof(index, tuple(path), note, leaf)
+
+
+def consistency(store: AuditStore, old: int, new: int) -> tuple[list[bytes], bytes, bytes]:
+    """The RFC 9162 consistency proof from tree size ``old`` to ``new``, and both roots (checked)."""
+    size = store.tree_size() or 0
+    if not 0 <= old <= new <= size:
+        raise ProofUnavailable(f"sizes must satisfy 0 <= from <= to <= {size} (the tree's size)")
+    proof = tree.consistency_proof(old, new, store.tree_nodes)
+    old_root, new_root = tree.root(old, store.tree_nodes), tree.root(new, store.tree_nodes)
+    verify_consistency(old, new, proof, old_root, new_root)
+    return proof, old_root, new_root
