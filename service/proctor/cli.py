@@ -83,6 +83,8 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     audit.add_argument("--audit-signing-key", help="Ed25519 PEM key for checkpoints (default <audit db>.key)")
     audit.add_argument("--audit-origin", help="the log's name in its signed checkpoints (default "
                                               "proctor.audit/<key hash>; PROCTOR_AUDIT_ORIGIN)")
+    audit.add_argument("--audit-witnesses", help="witness vkeys (comma-separated) whose cosignatures are kept "
+                                                 "(default: any that verifies; PROCTOR_AUDIT_WITNESSES)")
     sec = p.add_argument_group("security (README: Security)")
     sec.add_argument("--tls-cert", dest="tls_cert_file", help="PEM certificate chain: serve TLS (with --tls-key)")
     sec.add_argument("--tls-key", dest="tls_key_file", help="PEM private key of --tls-cert")
@@ -121,7 +123,8 @@ def _serve(args: argparse.Namespace) -> int:
             "fallback_temperature", "schema_dir", "template_dir", "forbidden_file", "plugins", "input_screens",
             "output_moderators", "audit",
             "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",
-            "audit_hmac_key_file", "audit_signing_key", "audit_origin", "tls_cert_file", "tls_key_file",
+            "audit_hmac_key_file", "audit_signing_key", "audit_origin", "audit_witnesses", "tls_cert_file",
+            "tls_key_file",
             "tls_client_ca_file",
             "callers_file", "insecure", "reflection_needs_auth",
             "log_format", "metrics_port", "metrics_host", "tracing")

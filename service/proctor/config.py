@@ -175,6 +175,7 @@ class Settings:
     audit_signing_key: str = ""  # Ed25519 PEM; empty: <audit db>.key (created on first start)
     audit_checkpoint_file: str = ""  # empty: <audit db>.checkpoints
     audit_origin: str = ""  # the checkpoints' origin line and note key name; empty: proctor.audit/<key hash>
+    audit_witnesses: str = ""  # witnesses' vkeys (comma-separated) whose cosignatures are kept; empty: any valid one
     audit_checkpoint_every: int = 1000
     audit_checkpoint_interval_s: float = 60.0
     audit_queue_size: int = 1024
@@ -198,6 +199,12 @@ class Settings:
             raise ValueError("tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file")
         if self.max_schema_depth < 1:
             raise ValueError(f"max_schema_depth must be at least 1, got {self.max_schema_depth}")
+        if self.audit_witnesses:
+            from proctor_client.tlog.note import NoteError, parse_vkey
+            try:
+                [parse_vkey(vkey) for vkey in self.witness_vkeys]
+            except NoteError as exc:
+                raise ValueError(f"audit_witnesses: {exc}") from None
         if any(c.isspace() or c == "+" for c in self.audit_origin):
             raise ValueError(f"audit_origin {self.audit_origin!r}: a note key name has no spaces and no '+'")
         if self.prefill_chunk_tokens < 0:
@@ -226,6 +233,11 @@ class Settings:
             return ipaddress.ip_address(self.host.strip("[]")).is_loopback
         except ValueError:
             return False
+
+    @property
+    def witness_vkeys(self) -> tuple[str, ...]:
+        """``audit_witnesses`` as a tuple of vkeys (the witnesses whose cosignatures the log keeps)."""
+        return tuple(v.strip() for v in self.audit_witnesses.split(",") if v.strip())
 
     @property
     def reflection_enabled(self) -> bool:

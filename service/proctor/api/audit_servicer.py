@@ -18,7 +18,15 @@ import grpc
 
 from proctor.api.call_runner import CallRunner
 from proctor.api.errors import abort_with
-from proctor.audit.proofs import NotFound, ProofUnavailable, consistency, inclusion, signed_checkpoint
+from proctor.audit.proofs import (
+    CosignatureRefused,
+    NotFound,
+    ProofUnavailable,
+    add_cosignature,
+    consistency,
+    inclusion,
+    signed_checkpoint,
+)
 from proctor.audit.records import request_from_dict
 from proctor.audit.store import AuditStore, Filters, Row
 from proctor.audit.verify import verify_log
@@ -99,6 +107,19 @@ class AuditServicer(apb_grpc.AuditServicer):
                 "from_size", f"from_size must be between 0 and to_size ({request.to_size})"))
         hashes, _, _ = await self._proof(context, consistency, self._store, request.from_size, request.to_size)
         return apb.ConsistencyProof(from_size=request.from_size, to_size=request.to_size, hashes=hashes)
+
+    async def AddCosignature(self, request: apb.AddCosignatureRequest, context: grpc.aio.ServicerContext
+                             ) -> apb.AddCosignatureResponse:
+        try:
+            stored = await self._proof(context, add_cosignature, self._store, request.tree_size, request.witness_vkey,
+                                       request.signature_line, self._settings.witness_vkeys)
+        except PermissionError as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+            raise AssertionError("unreachable") from exc
+        except CosignatureRefused as exc:
+            await abort_with(context, RequestValidationError.single(exc.field, str(exc)))
+            raise AssertionError("unreachable") from exc
+        return apb.AddCosignatureResponse(stored=stored)
 
     async def _proof(self, context: grpc.aio.ServicerContext, build: Callable[..., _T], *args: Any) -> _T:
         """A proof built off the event loop; what cannot be proved is NOT_FOUND / FAILED_PRECONDITION."""

@@ -37,7 +37,7 @@ import yaml
 
 log = logging.getLogger("proctor.auth")
 
-ROLES = ("generate", "audit:read", "audit:replay", "admin")  # admin holds every role
+ROLES = ("generate", "audit:read", "audit:replay", "audit:witness", "admin")  # admin holds every role
 METHOD_ROLES = {
     "/proctor.v1.Generation/Generate": "generate",
     "/proctor.v1.Generation/StreamGenerate": "generate",
@@ -51,6 +51,7 @@ METHOD_ROLES = {
     "/proctor.v1.Audit/GetCheckpoint": "audit:read",
     "/proctor.v1.Audit/GetInclusionProof": "audit:read",
     "/proctor.v1.Audit/GetConsistencyProof": "audit:read",
+    "/proctor.v1.Audit/AddCosignature": "audit:witness",
     "/proctor.v1.Audit/Replay": "audit:replay",
 }
 # These hold a concurrent-stream slot.

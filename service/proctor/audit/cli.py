@@ -1,4 +1,4 @@
-"""``proctor audit show | export | verify | prove | verify-proof | consistency | public-key | replay``.
+"""``proctor audit show | export | verify | prove | verify-proof | consistency | public-key | replay | witness``.
 
 ``show``, ``export``, ``verify``, ``prove`` and ``consistency`` read the store directly (``--db``
 SQLite file or ``--dsn`` PostgreSQL), read-only; ``verify-proof`` reads only a proof file and keys
@@ -78,6 +78,26 @@ def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     _store_flags(key)
     key.add_argument("--origin", help="the log's origin, if the server runs with --audit-origin")
     key.set_defaults(func=_public_key)
+
+    witness = sub.add_parser("witness", help="watch a log, check that it only grows, and cosign its checkpoints "
+                                             "(a separate process: a CronJob or a sidecar)")
+    witness.add_argument("--log", dest="logs", action="append", required=True, metavar="ADDR",
+                         help="the log server's gRPC address (repeat for replicas of one log)")
+    witness.add_argument("--log-key", required=True, help="the log's vkey (`proctor audit public-key` prints it)")
+    witness.add_argument("--key", required=True, help="this witness's Ed25519 PEM key (created when missing)")
+    witness.add_argument("--name", default="", help="this witness's name (default proctor.witness/<key hash>)")
+    witness.add_argument("--state", required=True, help="directory keeping the last checkpoint cosigned")
+    witness.add_argument("--interval", type=float, default=0.0,
+                         help="seconds between rounds (default 0: one round, then exit, for a CronJob)")
+    witness.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics here (0: off)")
+    witness.add_argument("--timeout", type=float, default=30.0, help="seconds per call to the log (default 30)")
+    add_credential_flags(witness)
+    witness.set_defaults(func=_witness)
+
+    wkey = sub.add_parser("witness-key", help="a witness's vkey, for the log's --audit-witnesses and verifiers")
+    wkey.add_argument("--key", required=True, help="the witness's Ed25519 PEM key (created when missing)")
+    wkey.add_argument("--name", default="", help="its name (default proctor.witness/<key hash>)")
+    wkey.set_defaults(func=_witness_key)
 
     init = sub.add_parser("init-postgres", help="create the PostgreSQL audit table as its owner and grant the "
                                                 "server's role only SELECT and INSERT")
@@ -341,6 +361,71 @@ def _public_key(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     print(log_signer(key, args.origin or settings.audit_origin).verifier.vkey())
     return 0
+
+
+def _witness_key(args: argparse.Namespace) -> int:
+    from proctor.audit.chain import load_or_create_signing_key
+    from proctor.audit.witness import witness_signer
+
+    try:
+        print(witness_signer(load_or_create_signing_key(Path(args.key)), args.name).verifier.vkey())
+    except (OSError, ValueError) as exc:
+        return _fail(str(exc))
+    return 0
+
+
+def _witness(args: argparse.Namespace) -> int:
+    """Rounds over the log's addresses; exit status of a single round (--interval 0): 0 cosigned or unchanged,
+    1 refused (an inconsistent log), 2 the log could not be reached or asked."""
+    import time
+
+    from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+    from proctor.audit.chain import load_or_create_signing_key
+    from proctor.audit.witness import Refused, witness_round, witness_signer
+    from proctor_client import ProctorError
+    from proctor_client.cli import client_from_args
+    from proctor_client.tlog.note import NoteError, parse_vkey
+
+    try:
+        log_key = parse_vkey(args.log_key)
+        signer = witness_signer(load_or_create_signing_key(Path(args.key)), args.name)
+    except (OSError, ValueError, NoteError) as exc:
+        return _fail(str(exc))
+    registry = CollectorRegistry()
+    rounds = Counter("proctor_witness_rounds", "Witness rounds by outcome (cosigned, unchanged, refused, error)",
+                     ["outcome"], registry=registry)
+    refusals = Counter("proctor_witness_refusals", "Checkpoints refused, by reason (fork, shrank, signature, ...)",
+                       ["reason"], registry=registry)
+    inconsistent = Gauge("proctor_witness_inconsistent", "1 once the log showed a checkpoint inconsistent with one "
+                         "this witness cosigned (a forked or rewritten log): alert", registry=registry)
+    size = Gauge("proctor_witness_tree_size", "The tree size this witness last cosigned", registry=registry)
+    if args.metrics_port:
+        start_http_server(args.metrics_port, registry=registry)
+    print(f"witness {signer.verifier.vkey()} watching {log_key.name} at {', '.join(args.logs)}", file=sys.stderr)
+    status = 0
+    while True:
+        status = 0
+        for address in args.logs:
+            args.addr = address
+            try:
+                with client_from_args(args, args.timeout) as client:
+                    result = witness_round(client, log_key, signer, Path(args.state))
+                outcome = "cosigned" if result.cosigned else "unchanged"
+                size.set(result.size)
+                print(f"{address}: {outcome} at {result.size} records", file=sys.stderr)
+            except Refused as exc:
+                outcome, status = "refused", 1
+                refusals.labels(exc.reason).inc()
+                inconsistent.set(1)
+                print(f"REFUSED {address}: {exc}", file=sys.stderr)
+            except (ProctorError, OSError, ValueError) as exc:
+                outcome, status = "error", 1 if status == 1 else 2  # a refusal outranks an error
+                print(f"error: {address}: {exc}", file=sys.stderr)
+            rounds.labels(outcome).inc()
+        if args.interval <= 0:
+            return status
+        time.sleep(args.interval)
 
 
 def _init_postgres(args: argparse.Namespace) -> int:

@@ -66,8 +66,22 @@ DROP TRIGGER IF EXISTS audit_tree_no_truncate ON audit_tree;
 CREATE TRIGGER audit_tree_no_truncate BEFORE TRUNCATE ON audit_tree
     FOR EACH STATEMENT EXECUTE FUNCTION proctor_audit_refuse();
 REVOKE ALL ON audit_tree FROM PUBLIC;
+CREATE TABLE IF NOT EXISTS audit_cosignatures (
+    tree_size BIGINT NOT NULL,
+    witness TEXT NOT NULL,
+    line TEXT NOT NULL,
+    time_ms BIGINT NOT NULL,
+    PRIMARY KEY (tree_size, witness)
+);
+DROP TRIGGER IF EXISTS audit_cosignatures_no_change ON audit_cosignatures;
+CREATE TRIGGER audit_cosignatures_no_change BEFORE UPDATE OR DELETE ON audit_cosignatures
+    FOR EACH ROW EXECUTE FUNCTION proctor_audit_refuse();
+DROP TRIGGER IF EXISTS audit_cosignatures_no_truncate ON audit_cosignatures;
+CREATE TRIGGER audit_cosignatures_no_truncate BEFORE TRUNCATE ON audit_cosignatures
+    FOR EACH STATEMENT EXECUTE FUNCTION proctor_audit_refuse();
+REVOKE ALL ON audit_cosignatures FROM PUBLIC;
 """
-TABLES = ("audit_log", "audit_tree")
+TABLES = ("audit_log", "audit_tree", "audit_cosignatures")
 
 
 def init_schema(owner_dsn: str, appender_role: str | None = None) -> None:
@@ -91,16 +105,16 @@ class PostgresAuditStore:
                 value = _first(cur.execute(sql.SQL("SHOW {}").format(sql.Identifier(setting))).fetchone())
                 if value == "off":
                     raise RuntimeError(f"{self.description}: {setting} is off; audit commits would not be durable")
-            exists = _first(cur.execute("SELECT to_regclass('audit_log') IS NOT NULL "
-                                        "AND to_regclass('audit_tree') IS NOT NULL").fetchone())
+            every_table = " AND ".join(f"to_regclass('{table}') IS NOT NULL" for table in TABLES)
+            exists = _first(cur.execute(f"SELECT {every_table}").fetchone())
         self._conn.commit()
         if not exists:
             try:
                 init_schema(dsn)
             except psycopg.Error as exc:
-                raise RuntimeError(f"{self.description}: no audit_log or audit_tree table and this role cannot create "
-                                   f"it ({exc}); create them as the owner with init_schema / `proctor audit "
-                                   "init-postgres`") from exc
+                raise RuntimeError(f"{self.description}: the audit tables ({', '.join(TABLES)}) are missing and "
+                                   f"this role cannot create them ({exc}); create them as the owner with init_schema "
+                                   "/ `proctor audit init-postgres`") from exc
         self._lock = threading.Lock()
 
     def append_chained(self, build: Build) -> list[Row]:
@@ -166,6 +180,19 @@ class PostgresAuditStore:
         with self._reading() as conn:
             return [bytes(h) for (h,) in conn.execute(tree.level_sql("%s"), (level, first, count),
                                                        binary=True).fetchall()]
+
+    def add_cosignature(self, tree_size: int, witness: str, line: str, time_ms: int) -> bool:
+        def write(cur: psycopg.Cursor[Any]) -> bool:
+            cur.execute("INSERT INTO audit_cosignatures (tree_size, witness, line, time_ms) VALUES (%s, %s, %s, %s) "
+                        "ON CONFLICT DO NOTHING", (tree_size, witness, line, time_ms))
+            return cur.rowcount == 1
+        return self._writing(write)
+
+    def cosignatures(self, tree_size: int) -> list[str]:
+        with self._reading() as conn:
+            found = conn.execute("SELECT line FROM audit_cosignatures WHERE tree_size = %s ORDER BY witness",
+                                 (tree_size,)).fetchall()
+        return [str(line) for (line,) in found]
 
     def row(self, seq: int) -> Row | None:
         return self._one(f"SELECT {COLUMNS} FROM audit_log WHERE seq = %s", (seq,))

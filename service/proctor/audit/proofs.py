@@ -8,12 +8,24 @@ later in someone else's hands.
 from __future__ import annotations
 
 import json
+import time
 
 from proctor.audit import tree
 from proctor.audit.store import AuditStore, Row
 from proctor_client.tlog.merkle import leaf_hash, verify_consistency, verify_inclusion
-from proctor_client.tlog.note import Checkpoint, parse_checkpoint, parse_note
+from proctor_client.tlog.note import (
+    COSIGNATURE_V1,
+    Checkpoint,
+    NoteError,
+    add_signature_lines,
+    parse_checkpoint,
+    parse_note,
+    parse_vkey,
+    signed_by,
+)
 from proctor_client.tlog.proof import TlogProof
+
+CLOCK_SKEW_S = 300  # a cosignature dated this far ahead of the server's clock is refused
 
 
 class ProofUnavailable(LookupError):
@@ -47,7 +59,47 @@ def signed_checkpoint(store: AuditStore, wanted: str | int = "latest") -> tuple[
             raise NotFound(f"there is no signed checkpoint for tree size {wanted}")
     note = checkpoint_note(row)
     assert note is not None
-    return parse_checkpoint(parse_note(note).text), note
+    checkpoint = parse_checkpoint(parse_note(note).text)
+    cosigned = store.cosignatures(checkpoint.size)
+    return checkpoint, add_signature_lines(note, cosigned) if cosigned else note
+
+
+class CosignatureRefused(ValueError):
+    """A cosignature the log does not keep: ``field`` names the request field at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def add_cosignature(store: AuditStore, tree_size: int, witness_vkey: str, line: str, allowed: tuple[str, ...] = (),
+                    now_s: float | None = None) -> bool:
+    """Keep a witness's cosignature of the checkpoint of ``tree_size`` once it verifies on that checkpoint's note
+    (``allowed``: the witnesses' vkeys this log accepts; empty: any whose cosignature verifies). ``PermissionError``
+    for a witness not allowed."""
+    try:
+        witness = parse_vkey(witness_vkey)
+    except NoteError as exc:
+        raise CosignatureRefused("witness_vkey", str(exc)) from None
+    if witness.type != COSIGNATURE_V1:
+        raise CosignatureRefused("witness_vkey", "the witness key is not a cosignature key (vkey type 0x04)")
+    if allowed and witness.vkey() not in allowed:
+        raise PermissionError(f"witness {witness.name} is not one of this log's witnesses (--audit-witnesses)")
+    _, note = signed_checkpoint(store, tree_size)
+    try:
+        signed = parse_note(parse_note(note).text + "\n" + line.rstrip("\n") + "\n")
+        if len(signed.signatures) != 1:
+            raise NoteError("send one signature line")
+        when = signed_by(signed, witness)
+    except NoteError as exc:
+        raise CosignatureRefused("signature_line", str(exc)) from None
+    if when is None:
+        raise CosignatureRefused("signature_line", f"the line is not a signature of witness {witness.name} "
+                                                   "(its name and key ID)")
+    now = time.time() if now_s is None else now_s
+    if when > now + CLOCK_SKEW_S:
+        raise CosignatureRefused("signature_line", f"the cosignature is dated {when}, in the future")
+    return store.add_cosignature(tree_size, witness.name, signed.signatures[0].line, int(now * 1000))
 
 
 def inclusion(store: AuditStore, audit_id: str, wanted: str | int = "latest") -> TlogProof:

@@ -45,6 +45,17 @@ CREATE TRIGGER IF NOT EXISTS audit_tree_no_update BEFORE UPDATE ON audit_tree
 BEGIN SELECT RAISE(ABORT, 'the audit tree is append-only: UPDATE refused'); END;
 CREATE TRIGGER IF NOT EXISTS audit_tree_no_delete BEFORE DELETE ON audit_tree
 BEGIN SELECT RAISE(ABORT, 'the audit tree is append-only: DELETE refused'); END;
+CREATE TABLE IF NOT EXISTS audit_cosignatures (
+    tree_size INTEGER NOT NULL,
+    witness TEXT NOT NULL,
+    line TEXT NOT NULL,
+    time_ms INTEGER NOT NULL,
+    PRIMARY KEY (tree_size, witness)
+);
+CREATE TRIGGER IF NOT EXISTS audit_cosignatures_no_update BEFORE UPDATE ON audit_cosignatures
+BEGIN SELECT RAISE(ABORT, 'the audit cosignatures are append-only: UPDATE refused'); END;
+CREATE TRIGGER IF NOT EXISTS audit_cosignatures_no_delete BEFORE DELETE ON audit_cosignatures
+BEGIN SELECT RAISE(ABORT, 'the audit cosignatures are append-only: DELETE refused'); END;
 """
 
 
@@ -130,6 +141,22 @@ class SQLiteAuditStore:
         only by being absent: callers compare positions)."""
         with self._lock:
             return [bytes(h) for (h,) in self._db.execute(tree.level_sql("?"), (level, first, count)).fetchall()]
+
+    def add_cosignature(self, tree_size: int, witness: str, line: str, time_ms: int) -> bool:
+        """Keep a witness's cosignature of the checkpoint of ``tree_size`` (False: it had one already)."""
+        with self._lock:
+            cursor = self._db.execute("INSERT OR IGNORE INTO audit_cosignatures (tree_size, witness, line, time_ms) "
+                                      "VALUES (?, ?, ?, ?)", (tree_size, witness, line, time_ms))
+            return cursor.rowcount == 1
+
+    def cosignatures(self, tree_size: int) -> list[str]:
+        with self._lock:
+            try:
+                found = self._db.execute("SELECT line FROM audit_cosignatures WHERE tree_size = ? ORDER BY witness",
+                                         (tree_size,)).fetchall()
+            except sqlite3.OperationalError:  # read-only, from before cosignatures: none
+                return []
+        return [str(line) for (line,) in found]
 
     def row(self, seq: int) -> Row | None:
         return self._one(f"SELECT {COLUMNS} FROM audit_log WHERE seq = ?", (seq,))

@@ -6,7 +6,8 @@ since ``proctor.audit/3``: ``stored_body``), ``prev_hash`` and ``hash``. The fil
 copies of record fields; the hash covers them (``proctor.audit/2`` on; for ``proctor.audit/1``
 rows ``verify`` compares them with the record).
 The stores refuse UPDATE and DELETE. Beside the rows, ``audit_tree`` holds the Merkle tree over them
-(``level``, ``idx``, ``hash``: audit/tree.py), append-only in the same way.
+(``level``, ``idx``, ``hash``: audit/tree.py) and ``audit_cosignatures`` the witnesses' cosignatures of
+its checkpoints, append-only in the same way.
 """
 
 from __future__ import annotations
@@ -83,6 +84,12 @@ class AuditStore(Protocol):
 
     def tree_level(self, level: int, first: int, count: int) -> list[bytes]:
         """Up to ``count`` stored nodes of ``level`` from index ``first`` on, in index order."""
+
+    def add_cosignature(self, tree_size: int, witness: str, line: str, time_ms: int) -> bool:
+        """Keep a witness's (checked) cosignature line of the checkpoint of ``tree_size``; False if it had one."""
+
+    def cosignatures(self, tree_size: int) -> list[str]:
+        """The cosignature lines kept for the checkpoint of ``tree_size``."""
 
     def row(self, seq: int) -> Row | None: ...
 

@@ -170,6 +170,14 @@ class ProctorClient:
         request = audit_pb2.GetConsistencyProofRequest(from_size=from_size, to_size=to_size)
         return self._unary(self._audit.GetConsistencyProof, request, resolve_timeout(timeout_s, self.timeout_s))
 
+    def add_cosignature(self, tree_size: int, witness_vkey: str, signature_line: str, *,
+                        timeout_s: TimeoutArg = UNSET) -> bool:
+        """Hand a witness's cosignature of the checkpoint of ``tree_size`` to the log (False: it had one)."""
+        request = audit_pb2.AddCosignatureRequest(tree_size=tree_size, witness_vkey=witness_vkey,
+                                                  signature_line=signature_line)
+        response = self._unary(self._audit.AddCosignature, request, resolve_timeout(timeout_s, self.timeout_s))
+        return bool(response.stored)
+
     def wait_ready(self, timeout_s: float) -> generation_pb2.ModelInfo:
         """Poll GetModelInfo until it succeeds (server up and model loaded) or ``timeout_s`` passes.
 

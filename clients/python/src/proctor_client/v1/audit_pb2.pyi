@@ -149,3 +149,19 @@ class ReplayResponse(_message.Message):
     message: str
     replay_audit_id: str
     def __init__(self, exact_match: _Optional[bool] = ..., steps_compared: _Optional[int] = ..., first_divergent_step: _Optional[int] = ..., recorded_token_id: _Optional[int] = ..., replayed_token_id: _Optional[int] = ..., recorded_token_text: _Optional[str] = ..., replayed_token_text: _Optional[str] = ..., max_logprob_drift: _Optional[float] = ..., recorded_finish_reason: _Optional[str] = ..., replayed_finish_reason: _Optional[str] = ..., message: _Optional[str] = ..., replay_audit_id: _Optional[str] = ...) -> None: ...
+
+class AddCosignatureRequest(_message.Message):
+    __slots__ = ("tree_size", "witness_vkey", "signature_line")
+    TREE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    WITNESS_VKEY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_LINE_FIELD_NUMBER: _ClassVar[int]
+    tree_size: int
+    witness_vkey: str
+    signature_line: str
+    def __init__(self, tree_size: _Optional[int] = ..., witness_vkey: _Optional[str] = ..., signature_line: _Optional[str] = ...) -> None: ...
+
+class AddCosignatureResponse(_message.Message):
+    __slots__ = ("stored",)
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    stored: bool
+    def __init__(self, stored: _Optional[bool] = ...) -> None: ...

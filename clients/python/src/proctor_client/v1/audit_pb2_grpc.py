@@ -69,6 +69,11 @@ class AuditStub:
                 request_serializer=proctor_dot_v1_dot_audit__pb2.GetConsistencyProofRequest.SerializeToString,
                 response_deserializer=proctor_dot_v1_dot_audit__pb2.ConsistencyProof.FromString,
                 _registered_method=True)
+        self.AddCosignature = channel.unary_unary(
+                '/proctor.v1.Audit/AddCosignature',
+                request_serializer=proctor_dot_v1_dot_audit__pb2.AddCosignatureRequest.SerializeToString,
+                response_deserializer=proctor_dot_v1_dot_audit__pb2.AddCosignatureResponse.FromString,
+                _registered_method=True)
 
 
 class AuditServicer:
@@ -123,6 +128,14 @@ class AuditServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddCosignature(self, request, context):
+        """A witness hands back its cosignature (c2sp.org/tlog-cosignature) of a checkpoint; the server checks it
+        and attaches it to that checkpoint and to every proof in it from then on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -160,6 +173,11 @@ def add_AuditServicer_to_server(servicer, server):
                     servicer.GetConsistencyProof,
                     request_deserializer=proctor_dot_v1_dot_audit__pb2.GetConsistencyProofRequest.FromString,
                     response_serializer=proctor_dot_v1_dot_audit__pb2.ConsistencyProof.SerializeToString,
+            ),
+            'AddCosignature': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddCosignature,
+                    request_deserializer=proctor_dot_v1_dot_audit__pb2.AddCosignatureRequest.FromString,
+                    response_serializer=proctor_dot_v1_dot_audit__pb2.AddCosignatureResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -351,6 +369,33 @@ class Audit:
             '/proctor.v1.Audit/GetConsistencyProof',
             proctor_dot_v1_dot_audit__pb2.GetConsistencyProofRequest.SerializeToString,
             proctor_dot_v1_dot_audit__pb2.ConsistencyProof.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddCosignature(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/proctor.v1.Audit/AddCosignature',
+            proctor_dot_v1_dot_audit__pb2.AddCosignatureRequest.SerializeToString,
+            proctor_dot_v1_dot_audit__pb2.AddCosignatureResponse.FromString,
             options,
             channel_credentials,
             insecure,
