@@ -5,6 +5,9 @@
 #   client.token, callers.yaml      a bearer token for the operator and the callers file that names its sha256
 #   audit-signing.key               the Ed25519 key both replicas sign audit checkpoints with
 #   audit-hmac.key                  the key for hmac prompt/output policies (32 random bytes, hex)
+#   audit-log.pub                   its public half, for the witness
+#   witness.key, witness.token      the witness's Ed25519 cosigning key and its bearer token (roles
+#                                   audit:read and audit:witness in callers.yaml)
 #   pg-owner-password, pg-appender-password, pg-owner.pgpass, pg-appender.pgpass
 #                                   PostgreSQL: the table owner (init-postgres) and the server's
 #                                   INSERT/SELECT-only role; the DSNs name passfiles, never a password
@@ -33,13 +36,20 @@ rm -f tls.csr san.ext ca.srl ca.key   # the CA signs once; nothing else may be i
 
 token="$(rand 32)"
 printf '%s\n' "$token" > client.token
+witness_token="$(rand 32)"
+printf '%s\n' "$witness_token" > witness.token
 cat > callers.yaml <<YAML
 callers:
   - name: operator
     token_sha256: $(printf '%s' "$token" | sha256sum | cut -d' ' -f1)
     roles: [admin]
+  - name: witness
+    token_sha256: $(printf '%s' "$witness_token" | sha256sum | cut -d' ' -f1)
+    roles: [audit:read, audit:witness]
 YAML
 openssl genpkey -algorithm ed25519 -out audit-signing.key
+openssl pkey -in audit-signing.key -pubout -out audit-log.pub
+openssl genpkey -algorithm ed25519 -out witness.key
 rand 32 > audit-hmac.key
 rand > pg-owner-password
 rand > pg-appender-password
@@ -48,10 +58,12 @@ printf 'postgres:5432:proctor:proctor_appender:%s\n' "$(cat pg-appender-password
 rand > grafana-admin-password
 
 # Read by the proctor containers (uid 10001): theirs alone. Read by PostgreSQL and Grafana: readable.
-chmod 0400 tls.key callers.yaml audit-signing.key audit-hmac.key pg-owner.pgpass pg-appender.pgpass
+chmod 0400 tls.key callers.yaml audit-signing.key audit-hmac.key pg-owner.pgpass pg-appender.pgpass witness.key \
+    witness.token
 chown "$PROCTOR_UID:$PROCTOR_UID" tls.key callers.yaml audit-signing.key audit-hmac.key pg-owner.pgpass \
-    pg-appender.pgpass 2>/dev/null || echo "make-secrets: could not chown to $PROCTOR_UID (not root?)" >&2
-chmod 0444 ca.crt tls.crt pg-owner-password pg-appender-password grafana-admin-password
+    pg-appender.pgpass witness.key witness.token 2>/dev/null \
+    || echo "make-secrets: could not chown to $PROCTOR_UID (not root?)" >&2
+chmod 0444 ca.crt tls.crt audit-log.pub pg-owner-password pg-appender-password grafana-admin-password
 chmod 0400 client.token
 chmod 0755 "$out"
 echo "make-secrets: wrote $(ls | wc -l) files to $out"

@@ -145,3 +145,30 @@ def test_the_audit_dsn_comes_from_a_secret_and_no_value_holds_a_password(
     dsn = {item["name"]: item for item in container["env"]}["PROCTOR_AUDIT_DSN"]
     assert "secretKeyRef" in dsn["valueFrom"]
     assert not any("postgresql://" in str(value) for value in settings_env(docs).values())
+
+
+def test_the_witness_cronjob_runs_a_real_witness_command(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    """Production runs the audit witness: its command parses as `proctor audit witness`, every file it names
+    is mounted, it reaches the servers past their NetworkPolicy, and it never mounts the log's signing key."""
+    from proctor.cli import build_parser
+
+    name, docs = rendered
+    jobs = [doc for doc in docs if doc["kind"] == "CronJob"]
+    if name != "production":
+        assert not jobs
+        return
+    job = one(docs, "CronJob")["spec"]
+    pod = job["jobTemplate"]["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    args = build_parser().parse_args(container["command"][1:])
+    assert (args.audit_command, args.logs, args.interval) == ("witness", ["proctor:50051"], 0.0)
+    mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+    for path in (args.log_key, args.key, args.tls_ca, args.token_file):
+        assert str(Path(path).parent) in mounts, path
+    assert args.state in mounts and job["concurrencyPolicy"] == "Forbid"
+    claim = next(v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v)["persistentVolumeClaim"]
+    assert claim["claimName"] in {doc["metadata"]["name"] for doc in docs if doc["kind"] == "PersistentVolumeClaim"}
+    admitted = one(docs, "NetworkPolicy")["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
+    assert all(pod["metadata"]["labels"].get(k) == v for k, v in admitted.items())
+    secrets = {v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v}
+    assert secrets == {"proctor-witness"}  # not proctor-audit-keys: a witness holds no log key

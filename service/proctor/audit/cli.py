@@ -83,7 +83,12 @@ def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
                                              "(a separate process: a CronJob or a sidecar)")
     witness.add_argument("--log", dest="logs", action="append", required=True, metavar="ADDR",
                          help="the log server's gRPC address (repeat for replicas of one log)")
-    witness.add_argument("--log-key", required=True, help="the log's vkey (`proctor audit public-key` prints it)")
+    witness.add_argument("--log-key", required=True,
+                         help="the log's vkey (`proctor audit public-key` prints it), or its Ed25519 public key "
+                              "(PEM file or base64), named --log-origin")
+    witness.add_argument("--log-origin", default="",
+                         help="the log's origin with a bare --log-key (default proctor.audit/<key hash>, the "
+                              "server's own default)")
     witness.add_argument("--key", required=True, help="this witness's Ed25519 PEM key (created when missing)")
     witness.add_argument("--name", default="", help="this witness's name (default proctor.witness/<key hash>)")
     witness.add_argument("--state", required=True, help="directory keeping the last checkpoint cosigned")
@@ -381,14 +386,16 @@ def _witness(args: argparse.Namespace) -> int:
 
     from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-    from proctor.audit.chain import load_or_create_signing_key
+    from proctor.audit.chain import load_or_create_signing_key, log_origin
     from proctor.audit.witness import Refused, witness_round, witness_signer
     from proctor_client import ProctorError
     from proctor_client.cli import client_from_args
-    from proctor_client.tlog.note import NoteError, parse_vkey
+    from proctor_client.tlog.note import NoteError, Verifier, load_verifier
 
     try:
-        log_key = parse_vkey(args.log_key)
+        log_key = load_verifier(args.log_key, "")
+        if not log_key.name:  # a bare key: the server's default origin for it, unless told
+            log_key = Verifier(args.log_origin or log_origin(log_key.key), log_key.key)
         signer = witness_signer(load_or_create_signing_key(Path(args.key)), args.name)
     except (OSError, ValueError, NoteError) as exc:
         return _fail(str(exc))
