@@ -305,7 +305,8 @@ async def start_server(settings: Settings) -> RunningServer:
              reflection.SERVICE_NAME]
     if sink is not None:
         audit_pb2_grpc.add_AuditServicer_to_server(
-            AuditServicer(settings, sink.store, servicer.runner, checkpoint_path(settings)), server)
+            AuditServicer(settings, sink.store, servicer.runner, checkpoint_path(settings), sink.request_checkpoint),
+            server)
         names.append(AUDIT_SERVICE_NAME)
     if settings.reflection_enabled:
         reflection.enable_server_reflection(names, server)

@@ -122,3 +122,30 @@ def test_list_templates_describes_what_a_caller_may_fill_in(client: ProctorClien
     assert list(nda.roles) == ["disclosing", "receiving", "both"] and list(nda.languages) == ["en", "zh"]
     assert {f.name for f in nda.facts} == {"effective_date", "term_months", "governing_law"}
     assert ("4.2", "Return of Materials") in [(c.id, c.title) for c in nda.clauses] and nda.max_clauses == 4
+
+
+def test_a_contract_bundle_is_checked_offline_by_a_counterparty(server, audit_db, tmp_path,  # type: ignore[no-untyped-def]
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`proctor contract draft --out C --proof-out P --checkpoint-now`, then, with only the two files and the
+    log's published key, `proctor-client verify-proof P --contract C`; an edited contract is refused."""
+    from pathlib import Path
+
+    from proctor.audit.chain import load_or_create_signing_key, log_signer
+    from proctor.cli import main
+    from proctor_client.cli import main as client_main
+
+    contract, proof = tmp_path / "nda.json", tmp_path / "nda.tlog-proof"
+    status = main(["contract", "draft", "--template", "contract/nda", "--party", "Acme Corp:disclosing",
+                   "--party", "Beta LLC:receiving", "--fact", "term_months=12", "--addr", server.address,
+                   "--out", str(contract), "--proof-out", str(proof), "--checkpoint-now"])
+    assert status == 0 and proof.exists(), capsys.readouterr().err
+    vkey = log_signer(load_or_create_signing_key(Path(f"{audit_db}.key"))).verifier.vkey()
+    capsys.readouterr()
+    assert client_main(["verify-proof", str(proof), "--public-key", vkey, "--contract", str(contract)]) == 0
+    out = capsys.readouterr().out
+    assert "ok    contract:" in out and "VERIFIED" in out
+    edited = json.loads(contract.read_text())
+    edited["term_months"] = 36
+    contract.write_text(json.dumps(edited))
+    assert client_main(["verify-proof", str(proof), "--public-key", vkey, "--contract", str(contract)]) == 1
+    assert "NOT VERIFIED: the contract check failed" in capsys.readouterr().out

@@ -570,3 +570,27 @@ def _rfc_root(leaf_hashes: list[bytes]) -> bytes:
         return leaf_hashes[0]
     k = 1 << ((len(leaf_hashes) - 1).bit_length() - 1)
     return hashlib.sha256(b"\x01" + _rfc_root(leaf_hashes[:k]) + _rfc_root(leaf_hashes[k:])).digest()
+
+
+def test_a_checkpoint_asked_for_is_written_at_once(tmp_path: Path) -> None:
+    """``request_checkpoint``: a caller who wants a proof now need not wait for the cadence."""
+    from proctor.audit.proofs import inclusion
+    from proctor.audit.sqlite_store import SQLiteAuditStore
+    from proctor_client.tlog.proof import verify_proof
+
+    store = SQLiteAuditStore(tmp_path / "audit.db")
+    key = load_or_create_signing_key(tmp_path / "audit.key")
+    sink = AuditSink(store, key, checkpoint_file=None, checkpoint_every=1000, checkpoint_interval_s=3600)
+    try:
+        for number in range(3):
+            sink.submit(body(number)).result(10)
+        assert store.last_checkpoint() is None
+        seq = sink.request_checkpoint().result(10)
+        assert seq == 4 and store.last().kind == "checkpoint"  # type: ignore[union-attr]
+        assert sink.request_checkpoint().result(10) == 0  # nothing new: the last row is the checkpoint
+        from proctor.audit.chain import log_signer
+
+        proof = inclusion(store, "id-0002")
+        assert verify_proof(proof.render(), log_signer(key).verifier.vkey()).ok
+    finally:
+        sink.close()

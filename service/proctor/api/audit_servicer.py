@@ -11,6 +11,7 @@ import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,6 +29,7 @@ from proctor.audit.proofs import (
     signed_checkpoint,
 )
 from proctor.audit.records import request_from_dict
+from proctor.audit.sink import AuditUnavailable
 from proctor.audit.store import AuditStore, Filters, Row
 from proctor.audit.verify import verify_log
 from proctor.config import Settings
@@ -46,9 +48,10 @@ def _record(row: Row) -> apb.AuditRecord:
 
 class AuditServicer(apb_grpc.AuditServicer):
     def __init__(self, settings: Settings, store: AuditStore, generation: CallRunner[Any],
-                 checkpoint_file: Path | None) -> None:
+                 checkpoint_file: Path | None, checkpoint_now: Callable[[], Future[int]] | None = None) -> None:
         self._settings = settings
         self._store = store
+        self._checkpoint_now = checkpoint_now  # the sink's request_checkpoint
         self._generation = generation
         self._checkpoint_file = checkpoint_file
 
@@ -120,6 +123,17 @@ class AuditServicer(apb_grpc.AuditServicer):
             await abort_with(context, RequestValidationError.single(exc.field, str(exc)))
             raise AssertionError("unreachable") from exc
         return apb.AddCosignatureResponse(stored=stored)
+
+    async def CreateCheckpoint(self, request: apb.CreateCheckpointRequest, context: grpc.aio.ServicerContext
+                               ) -> apb.SignedCheckpoint:
+        if self._checkpoint_now is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this server does not write the audit log")
+            raise AssertionError("unreachable")
+        try:
+            await asyncio.wrap_future(self._checkpoint_now())
+        except AuditUnavailable as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        return await self.GetCheckpoint(apb.GetCheckpointRequest(), context)
 
     async def _proof(self, context: grpc.aio.ServicerContext, build: Callable[..., _T], *args: Any) -> _T:
         """A proof built off the event loop; what cannot be proved is NOT_FOUND / FAILED_PRECONDITION."""

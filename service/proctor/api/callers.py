@@ -52,6 +52,7 @@ METHOD_ROLES = {
     "/proctor.v1.Audit/GetInclusionProof": "audit:read",
     "/proctor.v1.Audit/GetConsistencyProof": "audit:read",
     "/proctor.v1.Audit/AddCosignature": "audit:witness",
+    "/proctor.v1.Audit/CreateCheckpoint": "audit:read",
     "/proctor.v1.Audit/Replay": "audit:replay",
 }
 # These hold a concurrent-stream slot.

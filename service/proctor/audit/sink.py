@@ -53,6 +53,7 @@ log = logging.getLogger("proctor.audit")
 BATCH_MAX = 256
 STORE_PROBE_S = 1.0  # while the store is down and no record waits: how often the writer asks it again
 _Item = tuple[bytes, tuple[str, int, str, str, str], Future[int]]  # stored body, filter columns, its future
+CHECKPOINT_NOW: dict[str, Any] = {}  # queued in place of a record: a checkpoint is asked for (request_checkpoint)
 
 
 class AuditUnavailable(RuntimeError):
@@ -124,6 +125,15 @@ class AuditSink:
         if self._dead:
             self._fail_queued([])
 
+    def request_checkpoint(self) -> Future[int]:
+        """Ask the writer for a checkpoint now (after what is queued), not at the next cadence: the future
+        resolves once it is committed (to its ``seq``; 0 when the last row already was one)."""
+        self._check_open()
+        future: Future[int] = Future()
+        self._queue.put((CHECKPOINT_NOW, future))
+        self._after_put()
+        return future
+
     def depth(self) -> int:
         """Records waiting for the writer (approximate, for the metrics scrape)."""
         return self._queue.qsize()
@@ -143,15 +153,18 @@ class AuditSink:
         stopping = False
         while not stopping:
             batch: list[tuple[dict[str, Any], Future[int]]] = []
+            asked: list[Future[int]] = []
             try:
                 batch, stopping = self._next_batch()
                 self._progress = time.monotonic()
-                self._commit(self._serialise(batch), final=stopping)
+                asked = [future for body, future in batch if body is CHECKPOINT_NOW]
+                batch = [item for item in batch if item[0] is not CHECKPOINT_NOW]
+                self._commit(self._serialise(batch), final=stopping or bool(asked), waiting=asked)
                 if not batch and not self.store_healthy:
                     self._probe_store()
             except Exception as exc:  # a bug here must not leave every later call waiting on a dead writer
                 log.exception("audit writer: a batch of %d records failed unexpectedly", len(batch))
-                for _, future in batch:
+                for future in [future for _, future in batch] + asked:
                     _reject(future, AuditUnavailable(f"the audit record could not be written: {exc}"))
             except BaseException as exc:  # the thread ends (SystemExit, KeyboardInterrupt...): no waiter may hang
                 log.critical("audit writer: stopping on %s; no record can be written any more", type(exc).__name__)
@@ -231,7 +244,7 @@ class AuditSink:
                 _reject(future, AuditUnavailable(f"the audit record cannot be serialised: {exc}"))
         return items
 
-    def _commit(self, items: list[_Item], final: bool) -> None:
+    def _commit(self, items: list[_Item], final: bool, waiting: list[Future[int]] | None = None) -> None:
         """Chain, checkpoint and commit one batch in one transaction; then resolve its futures.
 
         The chain continues from the head the store reads *inside* the write transaction, so
@@ -239,6 +252,9 @@ class AuditSink:
         """
         due = final or time.monotonic() - self._last_checkpoint >= self._interval
         if not items and not (due and self._since_checkpoint):
+            for future in waiting or []:  # nothing new since the last checkpoint: it is the one asked for
+                if future.running():
+                    future.set_result(0)
             return
 
         def build(head_seq: int, head_hash: str, tree: TreeBorder) -> list[Row]:
@@ -267,7 +283,7 @@ class AuditSink:
             log.exception("audit write failed (%d records)", len(items))
             if self.observer is not None:
                 self.observer.audit_written(time.perf_counter() - start, len(items), False)
-            for _, _, future in items:
+            for future in [future for _, _, future in items] + (waiting or []):
                 _reject(future, AuditUnavailable(f"the audit record could not be written: {exc}"))
             self._set_store_health(False, f"{type(exc).__name__}: {exc}")
             return
@@ -286,6 +302,10 @@ class AuditSink:
         for (_, _, future), row in zip(items, records, strict=True):
             if future.running():  # not cancelled by its waiter (the record is written either way)
                 future.set_result(row.seq)
+        checkpoint = max((row.seq for row in rows if row.kind == "checkpoint"), default=0)
+        for future in waiting or []:
+            if future.running():
+                future.set_result(checkpoint)
 
     def _checkpoint_row(self, seq: int, covers_seq: int, covers_hash: str, tree: TreeBorder) -> Row:
         """A checkpoint: the chain's signature over the row before it, and the C2SP signed note of the

@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
+
+import grpc
 
 from proctor_client import cli
 from proctor_client.contracts import build_contract_request, parse_fact
 from proctor_client.errors import ProctorError
 from proctor_client.formatting import to_json
+from proctor_client.sync_client import ProctorClient
 from proctor_client.v1 import contracts_pb2, generation_pb2
 
 
@@ -34,6 +38,13 @@ def add_contract_commands(subparsers: argparse._SubParsersAction) -> argparse.Ar
     draft.add_argument("--temperature", type=float, help="first attempt's temperature (default: greedy)")
     draft.add_argument("--forbid", action="append", default=[], metavar="PHRASE", help="a forbidden phrase (repeat)")
     draft.add_argument("--out", type=Path, help="write the contract JSON here (pretty-printed)")
+    draft.add_argument("--proof-out", type=Path, metavar="FILE.tlog-proof",
+                       help="also write the draft's audit proof once a signed checkpoint covers it: with the log's "
+                            "public key anyone checks the contract offline (verify-proof PROOF --contract FILE)")
+    draft.add_argument("--checkpoint-now", action="store_true",
+                       help="with --proof-out: have the server write a checkpoint at once instead of waiting")
+    draft.add_argument("--proof-wait", type=float, default=120.0, metavar="S",
+                       help="with --proof-out: seconds to wait for a checkpoint covering the draft (default 120)")
     cli._add_common(draft, timeout_s=600.0)
     draft.set_defaults(func=run_draft)
     templates = sub.add_parser("templates", help="list the server's contract templates")
@@ -56,6 +67,8 @@ def run_draft(args: argparse.Namespace) -> int:
     try:
         with cli.client_from_args(args, args.timeout or None) as client:
             response = client.draft_contract(request)
+            if args.proof_out is not None:
+                write_proof(client, response.audit_id, args.proof_out, args.checkpoint_now, args.proof_wait)
     except ProctorError as error:
         cli.print_error(error)
         return cli.EXIT_FAILED
@@ -74,6 +87,24 @@ def run_draft(args: argparse.Namespace) -> int:
     for line in summary(response):
         print(line, file=sys.stderr)
     return cli.EXIT_OK if response.valid else cli.EXIT_FAILED
+
+
+def write_proof(client: ProctorClient, audit_id: str, path: Path, checkpoint_now: bool, wait_s: float) -> None:
+    """The record's ``tlog-proof`` in the first signed checkpoint that covers it (asked for at once, or waited for)."""
+    if checkpoint_now:
+        client.create_checkpoint()
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            proof = client.inclusion_proof(audit_id)
+            break
+        except ProctorError as error:
+            if error.code != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
+                raise
+            print(f"waiting for a checkpoint to cover {audit_id}: {error.message}", file=sys.stderr)
+            time.sleep(2.0)
+    path.write_text(proof.tlog_proof, encoding="utf-8")
+    print(f"proof: {path} (record {proof.index} in the checkpoint of {proof.tree_size} records)", file=sys.stderr)
 
 
 def summary(response: contracts_pb2.DraftContractResponse) -> list[str]:

@@ -158,6 +158,11 @@ class ProctorClient:
         request = audit_pb2.GetCheckpointRequest(tree_size=tree_size)
         return self._unary(self._audit.GetCheckpoint, request, resolve_timeout(timeout_s, self.timeout_s))
 
+    def create_checkpoint(self, *, timeout_s: TimeoutArg = UNSET) -> audit_pb2.SignedCheckpoint:
+        """Have the server write a checkpoint over every record committed so far, and return it."""
+        request = audit_pb2.CreateCheckpointRequest()
+        return self._unary(self._audit.CreateCheckpoint, request, resolve_timeout(timeout_s, self.timeout_s))
+
     def inclusion_proof(self, audit_id: str, tree_size: int = 0, *,
                         timeout_s: TimeoutArg = UNSET) -> audit_pb2.InclusionProof:
         """A record's ``tlog-proof`` in a signed checkpoint (0: the latest); ``verify_proof`` checks it offline."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -21,8 +22,23 @@ def add_verify_proof_command(subparsers: argparse._SubParsersAction) -> argparse
                              "Ed25519 key (base64, PEM file) taken as the key of the checkpoint's origin")
     parser.add_argument("--witness-key", action="append", default=[], metavar="VKEY",
                         help="a witness's vkey that must have cosigned the checkpoint (repeatable)")
+    parser.add_argument("--contract", metavar="FILE",
+                        help="also check that this contract JSON is the output the proved record holds")
     parser.set_defaults(func=run_verify_proof)
     return parser
+
+
+def contract_check(record: dict[str, object], path: Path) -> tuple[bool, str]:
+    """Whether the contract file is the record's output (as JSON: formatting aside)."""
+    output = record.get("output")
+    if not isinstance(output, dict) or "text" not in output:
+        return False, "the record keeps no output text (an hmac output policy): the contract cannot be compared"
+    try:
+        same = json.loads(str(output["text"])) == json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return False, f"cannot compare {path}: {exc}"
+    return same, (f"{path} is the output of record {record.get('audit_id')}" if same
+                  else f"{path} is not the output of record {record.get('audit_id')}")
 
 
 def run_verify_proof(args: argparse.Namespace) -> int:
@@ -32,6 +48,8 @@ def run_verify_proof(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     report = verify_proof(text, args.public_key, args.witness_key)
+    if report.ok and args.contract:
+        report.add("contract", *contract_check(report.record or {}, Path(args.contract)))
     for check in report.checks:
         print(f"{'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
     failed = report.failed

@@ -24,43 +24,45 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16proctor/v1/audit.proto\x12\nproctor.v1\")\n\x14GetCheckpointRequest\x12\x11\n\ttree_size\x18\x01 \x01(\x03\"V\n\x10SignedCheckpoint\x12\x0c\n\x04note\x18\x01 \x01(\t\x12\x0e\n\x06origin\x18\x02 \x01(\t\x12\x11\n\ttree_size\x18\x03 \x01(\x03\x12\x11\n\troot_hash\x18\x04 \x01(\x0c\"?\n\x18GetInclusionProofRequest\x12\x10\n\x08\x61udit_id\x18\x01 \x01(\t\x12\x11\n\ttree_size\x18\x02 \x01(\x03\"T\n\x0eInclusionProof\x12\x12\n\ntlog_proof\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x03\x12\x11\n\ttree_size\x18\x03 \x01(\x03\x12\x0c\n\x04path\x18\x04 \x03(\x0c\"@\n\x1aGetConsistencyProofRequest\x12\x11\n\tfrom_size\x18\x01 \x01(\x03\x12\x0f\n\x07to_size\x18\x02 \x01(\x03\"F\n\x10\x43onsistencyProof\x12\x11\n\tfrom_size\x18\x01 \x01(\x03\x12\x0f\n\x07to_size\x18\x02 \x01(\x03\x12\x0e\n\x06hashes\x18\x03 \x03(\x0c\"$\n\x10GetRecordRequest\x12\x10\n\x08\x61udit_id\x18\x01 \x01(\t\"b\n\x0b\x41uditRecord\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x10\n\x08\x61udit_id\x18\x02 \x01(\t\x12\x13\n\x0brecord_json\x18\x03 \x01(\t\x12\x0c\n\x04hash\x18\x04 \x01(\t\x12\x11\n\tprev_hash\x18\x05 \x01(\t\"u\n\x14\x45xportRecordsRequest\x12\x10\n\x08since_ms\x18\x01 \x01(\x03\x12\x10\n\x08until_ms\x18\x02 \x01(\x03\x12\x0e\n\x06\x63\x61ller\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\"\x12\n\x10VerifyLogRequest\"~\n\x11VerifyLogResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07records\x18\x02 \x01(\x03\x12\x13\n\x0b\x63heckpoints\x18\x03 \x01(\x03\x12\x15\n\rfirst_bad_seq\x18\x04 \x01(\x03\x12\x0f\n\x07problem\x18\x05 \x01(\t\x12\x0f\n\x07seconds\x18\x06 \x01(\x01\"!\n\rReplayRequest\x12\x10\n\x08\x61udit_id\x18\x01 \x01(\t\"\xd0\x02\n\x0eReplayResponse\x12\x13\n\x0b\x65xact_match\x18\x01 \x01(\x08\x12\x16\n\x0esteps_compared\x18\x02 \x01(\x05\x12\x1c\n\x14\x66irst_divergent_step\x18\x03 \x01(\x05\x12\x19\n\x11recorded_token_id\x18\x04 \x01(\x05\x12\x19\n\x11replayed_token_id\x18\x05 \x01(\x05\x12\x1b\n\x13recorded_token_text\x18\x06 \x01(\t\x12\x1b\n\x13replayed_token_text\x18\x07 \x01(\t\x12\x19\n\x11max_logprob_drift\x18\x08 \x01(\x01\x12\x1e\n\x16recorded_finish_reason\x18\t \x01(\t\x12\x1e\n\x16replayed_finish_reason\x18\n \x01(\t\x12\x0f\n\x07message\x18\x0b \x01(\t\x12\x17\n\x0freplay_audit_id\x18\x0c \x01(\t\"X\n\x15\x41\x64\x64\x43osignatureRequest\x12\x11\n\ttree_size\x18\x01 \x01(\x03\x12\x14\n\x0cwitness_vkey\x18\x02 \x01(\t\x12\x16\n\x0esignature_line\x18\x03 \x01(\t\"(\n\x16\x41\x64\x64\x43osignatureResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x08\x32\x82\x05\n\x05\x41udit\x12\x42\n\tGetRecord\x12\x1c.proctor.v1.GetRecordRequest\x1a\x17.proctor.v1.AuditRecord\x12L\n\rExportRecords\x12 .proctor.v1.ExportRecordsRequest\x1a\x17.proctor.v1.AuditRecord0\x01\x12H\n\tVerifyLog\x12\x1c.proctor.v1.VerifyLogRequest\x1a\x1d.proctor.v1.VerifyLogResponse\x12?\n\x06Replay\x12\x19.proctor.v1.ReplayRequest\x1a\x1a.proctor.v1.ReplayResponse\x12O\n\rGetCheckpoint\x12 .proctor.v1.GetCheckpointRequest\x1a\x1c.proctor.v1.SignedCheckpoint\x12U\n\x11GetInclusionProof\x12$.proctor.v1.GetInclusionProofRequest\x1a\x1a.proctor.v1.InclusionProof\x12[\n\x13GetConsistencyProof\x12&.proctor.v1.GetConsistencyProofRequest\x1a\x1c.proctor.v1.ConsistencyProof\x12W\n\x0e\x41\x64\x64\x43osignature\x12!.proctor.v1.AddCosignatureRequest\x1a\".proctor.v1.AddCosignatureResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16proctor/v1/audit.proto\x12\nproctor.v1\"\x19\n\x17\x43reateCheckpointRequest\")\n\x14GetCheckpointRequest\x12\x11\n\ttree_size\x18\x01 \x01(\x03\"V\n\x10SignedCheckpoint\x12\x0c\n\x04note\x18\x01 \x01(\t\x12\x0e\n\x06origin\x18\x02 \x01(\t\x12\x11\n\ttree_size\x18\x03 \x01(\x03\x12\x11\n\troot_hash\x18\x04 \x01(\x0c\"?\n\x18GetInclusionProofRequest\x12\x10\n\x08\x61udit_id\x18\x01 \x01(\t\x12\x11\n\ttree_size\x18\x02 \x01(\x03\"T\n\x0eInclusionProof\x12\x12\n\ntlog_proof\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x03\x12\x11\n\ttree_size\x18\x03 \x01(\x03\x12\x0c\n\x04path\x18\x04 \x03(\x0c\"@\n\x1aGetConsistencyProofRequest\x12\x11\n\tfrom_size\x18\x01 \x01(\x03\x12\x0f\n\x07to_size\x18\x02 \x01(\x03\"F\n\x10\x43onsistencyProof\x12\x11\n\tfrom_size\x18\x01 \x01(\x03\x12\x0f\n\x07to_size\x18\x02 \x01(\x03\x12\x0e\n\x06hashes\x18\x03 \x03(\x0c\"$\n\x10GetRecordRequest\x12\x10\n\x08\x61udit_id\x18\x01 \x01(\t\"b\n\x0b\x41uditRecord\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x10\n\x08\x61udit_id\x18\x02 \x01(\t\x12\x13\n\x0brecord_json\x18\x03 \x01(\t\x12\x0c\n\x04hash\x18\x04 \x01(\t\x12\x11\n\tprev_hash\x18\x05 \x01(\t\"u\n\x14\x45xportRecordsRequest\x12\x10\n\x08since_ms\x18\x01 \x01(\x03\x12\x10\n\x08until_ms\x18\x02 \x01(\x03\x12\x0e\n\x06\x63\x61ller\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\"\x12\n\x10VerifyLogRequest\"~\n\x11VerifyLogResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07records\x18\x02 \x01(\x03\x12\x13\n\x0b\x63heckpoints\x18\x03 \x01(\x03\x12\x15\n\rfirst_bad_seq\x18\x04 \x01(\x03\x12\x0f\n\x07problem\x18\x05 \x01(\t\x12\x0f\n\x07seconds\x18\x06 \x01(\x01\"!\n\rReplayRequest\x12\x10\n\x08\x61udit_id\x18\x01 \x01(\t\"\xd0\x02\n\x0eReplayResponse\x12\x13\n\x0b\x65xact_match\x18\x01 \x01(\x08\x12\x16\n\x0esteps_compared\x18\x02 \x01(\x05\x12\x1c\n\x14\x66irst_divergent_step\x18\x03 \x01(\x05\x12\x19\n\x11recorded_token_id\x18\x04 \x01(\x05\x12\x19\n\x11replayed_token_id\x18\x05 \x01(\x05\x12\x1b\n\x13recorded_token_text\x18\x06 \x01(\t\x12\x1b\n\x13replayed_token_text\x18\x07 \x01(\t\x12\x19\n\x11max_logprob_drift\x18\x08 \x01(\x01\x12\x1e\n\x16recorded_finish_reason\x18\t \x01(\t\x12\x1e\n\x16replayed_finish_reason\x18\n \x01(\t\x12\x0f\n\x07message\x18\x0b \x01(\t\x12\x17\n\x0freplay_audit_id\x18\x0c \x01(\t\"X\n\x15\x41\x64\x64\x43osignatureRequest\x12\x11\n\ttree_size\x18\x01 \x01(\x03\x12\x14\n\x0cwitness_vkey\x18\x02 \x01(\t\x12\x16\n\x0esignature_line\x18\x03 \x01(\t\"(\n\x16\x41\x64\x64\x43osignatureResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x08\x32\xd9\x05\n\x05\x41udit\x12\x42\n\tGetRecord\x12\x1c.proctor.v1.GetRecordRequest\x1a\x17.proctor.v1.AuditRecord\x12L\n\rExportRecords\x12 .proctor.v1.ExportRecordsRequest\x1a\x17.proctor.v1.AuditRecord0\x01\x12H\n\tVerifyLog\x12\x1c.proctor.v1.VerifyLogRequest\x1a\x1d.proctor.v1.VerifyLogResponse\x12?\n\x06Replay\x12\x19.proctor.v1.ReplayRequest\x1a\x1a.proctor.v1.ReplayResponse\x12O\n\rGetCheckpoint\x12 .proctor.v1.GetCheckpointRequest\x1a\x1c.proctor.v1.SignedCheckpoint\x12U\n\x11GetInclusionProof\x12$.proctor.v1.GetInclusionProofRequest\x1a\x1a.proctor.v1.InclusionProof\x12[\n\x13GetConsistencyProof\x12&.proctor.v1.GetConsistencyProofRequest\x1a\x1c.proctor.v1.ConsistencyProof\x12W\n\x0e\x41\x64\x64\x43osignature\x12!.proctor.v1.AddCosignatureRequest\x1a\".proctor.v1.AddCosignatureResponse\x12U\n\x10\x43reateCheckpoint\x12#.proctor.v1.CreateCheckpointRequest\x1a\x1c.proctor.v1.SignedCheckpointb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proctor.v1.audit_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GETCHECKPOINTREQUEST']._serialized_start=38
-  _globals['_GETCHECKPOINTREQUEST']._serialized_end=79
-  _globals['_SIGNEDCHECKPOINT']._serialized_start=81
-  _globals['_SIGNEDCHECKPOINT']._serialized_end=167
-  _globals['_GETINCLUSIONPROOFREQUEST']._serialized_start=169
-  _globals['_GETINCLUSIONPROOFREQUEST']._serialized_end=232
-  _globals['_INCLUSIONPROOF']._serialized_start=234
-  _globals['_INCLUSIONPROOF']._serialized_end=318
-  _globals['_GETCONSISTENCYPROOFREQUEST']._serialized_start=320
-  _globals['_GETCONSISTENCYPROOFREQUEST']._serialized_end=384
-  _globals['_CONSISTENCYPROOF']._serialized_start=386
-  _globals['_CONSISTENCYPROOF']._serialized_end=456
-  _globals['_GETRECORDREQUEST']._serialized_start=458
-  _globals['_GETRECORDREQUEST']._serialized_end=494
-  _globals['_AUDITRECORD']._serialized_start=496
-  _globals['_AUDITRECORD']._serialized_end=594
-  _globals['_EXPORTRECORDSREQUEST']._serialized_start=596
-  _globals['_EXPORTRECORDSREQUEST']._serialized_end=713
-  _globals['_VERIFYLOGREQUEST']._serialized_start=715
-  _globals['_VERIFYLOGREQUEST']._serialized_end=733
-  _globals['_VERIFYLOGRESPONSE']._serialized_start=735
-  _globals['_VERIFYLOGRESPONSE']._serialized_end=861
-  _globals['_REPLAYREQUEST']._serialized_start=863
-  _globals['_REPLAYREQUEST']._serialized_end=896
-  _globals['_REPLAYRESPONSE']._serialized_start=899
-  _globals['_REPLAYRESPONSE']._serialized_end=1235
-  _globals['_ADDCOSIGNATUREREQUEST']._serialized_start=1237
-  _globals['_ADDCOSIGNATUREREQUEST']._serialized_end=1325
-  _globals['_ADDCOSIGNATURERESPONSE']._serialized_start=1327
-  _globals['_ADDCOSIGNATURERESPONSE']._serialized_end=1367
-  _globals['_AUDIT']._serialized_start=1370
-  _globals['_AUDIT']._serialized_end=2012
+  _globals['_CREATECHECKPOINTREQUEST']._serialized_start=38
+  _globals['_CREATECHECKPOINTREQUEST']._serialized_end=63
+  _globals['_GETCHECKPOINTREQUEST']._serialized_start=65
+  _globals['_GETCHECKPOINTREQUEST']._serialized_end=106
+  _globals['_SIGNEDCHECKPOINT']._serialized_start=108
+  _globals['_SIGNEDCHECKPOINT']._serialized_end=194
+  _globals['_GETINCLUSIONPROOFREQUEST']._serialized_start=196
+  _globals['_GETINCLUSIONPROOFREQUEST']._serialized_end=259
+  _globals['_INCLUSIONPROOF']._serialized_start=261
+  _globals['_INCLUSIONPROOF']._serialized_end=345
+  _globals['_GETCONSISTENCYPROOFREQUEST']._serialized_start=347
+  _globals['_GETCONSISTENCYPROOFREQUEST']._serialized_end=411
+  _globals['_CONSISTENCYPROOF']._serialized_start=413
+  _globals['_CONSISTENCYPROOF']._serialized_end=483
+  _globals['_GETRECORDREQUEST']._serialized_start=485
+  _globals['_GETRECORDREQUEST']._serialized_end=521
+  _globals['_AUDITRECORD']._serialized_start=523
+  _globals['_AUDITRECORD']._serialized_end=621
+  _globals['_EXPORTRECORDSREQUEST']._serialized_start=623
+  _globals['_EXPORTRECORDSREQUEST']._serialized_end=740
+  _globals['_VERIFYLOGREQUEST']._serialized_start=742
+  _globals['_VERIFYLOGREQUEST']._serialized_end=760
+  _globals['_VERIFYLOGRESPONSE']._serialized_start=762
+  _globals['_VERIFYLOGRESPONSE']._serialized_end=888
+  _globals['_REPLAYREQUEST']._serialized_start=890
+  _globals['_REPLAYREQUEST']._serialized_end=923
+  _globals['_REPLAYRESPONSE']._serialized_start=926
+  _globals['_REPLAYRESPONSE']._serialized_end=1262
+  _globals['_ADDCOSIGNATUREREQUEST']._serialized_start=1264
+  _globals['_ADDCOSIGNATUREREQUEST']._serialized_end=1352
+  _globals['_ADDCOSIGNATURERESPONSE']._serialized_start=1354
+  _globals['_ADDCOSIGNATURERESPONSE']._serialized_end=1394
+  _globals['_AUDIT']._serialized_start=1397
+  _globals['_AUDIT']._serialized_end=2126
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,10 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CreateCheckpointRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class GetCheckpointRequest(_message.Message):
     __slots__ = ("tree_size",)
     TREE_SIZE_FIELD_NUMBER: _ClassVar[int]

@@ -74,6 +74,11 @@ class AuditStub:
                 request_serializer=proctor_dot_v1_dot_audit__pb2.AddCosignatureRequest.SerializeToString,
                 response_deserializer=proctor_dot_v1_dot_audit__pb2.AddCosignatureResponse.FromString,
                 _registered_method=True)
+        self.CreateCheckpoint = channel.unary_unary(
+                '/proctor.v1.Audit/CreateCheckpoint',
+                request_serializer=proctor_dot_v1_dot_audit__pb2.CreateCheckpointRequest.SerializeToString,
+                response_deserializer=proctor_dot_v1_dot_audit__pb2.SignedCheckpoint.FromString,
+                _registered_method=True)
 
 
 class AuditServicer:
@@ -136,6 +141,14 @@ class AuditServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateCheckpoint(self, request, context):
+        """Write a checkpoint now over the records committed so far (not at the next cadence) and return it:
+        what a caller who wants a proof of its record at once asks for.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -178,6 +191,11 @@ def add_AuditServicer_to_server(servicer, server):
                     servicer.AddCosignature,
                     request_deserializer=proctor_dot_v1_dot_audit__pb2.AddCosignatureRequest.FromString,
                     response_serializer=proctor_dot_v1_dot_audit__pb2.AddCosignatureResponse.SerializeToString,
+            ),
+            'CreateCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateCheckpoint,
+                    request_deserializer=proctor_dot_v1_dot_audit__pb2.CreateCheckpointRequest.FromString,
+                    response_serializer=proctor_dot_v1_dot_audit__pb2.SignedCheckpoint.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -396,6 +414,33 @@ class Audit:
             '/proctor.v1.Audit/AddCosignature',
             proctor_dot_v1_dot_audit__pb2.AddCosignatureRequest.SerializeToString,
             proctor_dot_v1_dot_audit__pb2.AddCosignatureResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/proctor.v1.Audit/CreateCheckpoint',
+            proctor_dot_v1_dot_audit__pb2.CreateCheckpointRequest.SerializeToString,
+            proctor_dot_v1_dot_audit__pb2.SignedCheckpoint.FromString,
             options,
             channel_credentials,
             insecure,
