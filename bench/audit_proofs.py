@@ -5,13 +5,15 @@ build, and inclusion proofs and their offline check at a million records.
    100-token records (bench/audit.py's: real vocabulary texts, 5 alternatives a token) submitted at
    once, alternating rounds with the tree and without it (the store as before issue 29: no leaf hashes,
    no nodes, no signed note; bench-only baseline). Median records/s and the ratio (target ≥ 0.95).
-2. **First-start build** — that log's tree dropped and rebuilt by ``ensure_tree``, as at the first
-   start after the upgrade: records/s (target ≥ 100,000).
+2. **First-start build** — a log of ``--build-records`` records written without the tree (the store as before
+   issue 29), then ``ensure_tree`` as at the first start after the upgrade (a process per core from 100,000
+   rows): records/s (target ≥ 100,000), for 100-token records (~13 KB stored) and for 20-token ones (~3 KB).
 3. **Proofs at scale** — a log of ``--proof-records`` small rows (1,000,000) built straight into SQLite
    (valid chain, tree and a signed checkpoint; a few seconds), then ``proofs.inclusion`` for random
    records (target ≤ 5 ms) and ``verify_proof`` of each file (target ≤ 10 ms): median and p99.
 
-    python bench/audit_proofs.py [--records 5000] [--rounds 3] [--proof-records 1000000] [--proofs 300]
+    python bench/audit_proofs.py [--records 5000] [--rounds 3] [--build-records 100000] [--proof-records 1000000]
+                                 [--proofs 300]
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import random
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -36,12 +37,12 @@ from proctor.audit import FORMAT  # noqa: E402
 from proctor.audit.canonical import canonical  # noqa: E402
 from proctor.audit.chain import GENESIS, log_signer, row_hash, row_head  # noqa: E402
 from proctor.audit.proofs import inclusion  # noqa: E402
-from proctor.audit.setup import ensure_tree  # noqa: E402
 from proctor.audit.sink import AuditSink  # noqa: E402
 from proctor.audit.sqlite_store import SQLiteAuditStore  # noqa: E402
 from proctor.audit.store import COLUMNS, Build, Row  # noqa: E402
 from proctor.audit.stored_body import compress  # noqa: E402
 from proctor.audit.tree import CompactRange, insert_sql  # noqa: E402
+from proctor.audit.tree_build import build_tree  # noqa: E402
 from proctor_client.tlog.merkle import leaf_hash  # noqa: E402
 from proctor_client.tlog.note import Checkpoint, sign_checkpoint  # noqa: E402
 from proctor_client.tlog.proof import verify_proof  # noqa: E402
@@ -95,7 +96,7 @@ def write_rate(store: SQLiteAuditStore, batch: list[dict[str, object]]) -> float
     return len(batch) / seconds
 
 
-def writer(args: argparse.Namespace, directory: Path) -> tuple[dict[str, list[float]], Path]:
+def writer(args: argparse.Namespace, directory: Path) -> dict[str, list[float]]:
     lists = token_lists(256, 100)
     rates: dict[str, list[float]] = {"tree": [], "no tree": []}
     for round_ in range(args.rounds):
@@ -104,20 +105,29 @@ def writer(args: argparse.Namespace, directory: Path) -> tuple[dict[str, list[fl
             store = SQLiteAuditStore(path) if kind == "tree" else TreelessStore(path)
             rates[kind].append(write_rate(store, records(args.records, lists, 0)))
             store.close()
+            path.unlink()
             print(f"  round {round_ + 1} writer {kind:<8} {rates[kind][-1]:8,.0f} records/s", flush=True)
-    return rates, directory / "tree-0.db"
+    return rates
 
 
-def build_rate(path: Path) -> tuple[float, int]:
-    db = sqlite3.connect(path)
-    db.executescript("DROP TABLE audit_tree;")
-    db.close()
-    store = SQLiteAuditStore(path)  # recreates the empty table, as a server upgraded in place would
+def build_rate(directory: Path, count: int, tokens: int) -> tuple[float, float]:
+    """``ensure_tree``'s records/s over ``count`` records of ``tokens`` tokens written without the tree: overall
+    (the processes' start included), and once the first chunk is in (the rate a long build runs at)."""
+    lists = token_lists(256, tokens)
+    path = directory / f"build-{tokens}.db"
+    store = TreelessStore(path)
+    for first in range(0, count, 20_000):
+        write_rate(store, records(min(20_000, count - first), lists, first))
+    store.close()
+    store = SQLiteAuditStore(path)  # creates the empty tree table, as a server upgraded in place does
+    marks: list[tuple[float, int]] = []
     start = time.perf_counter()
-    built = ensure_tree(store)
+    built = build_tree(store, lambda n: marks.append((time.perf_counter(), n)))
     seconds = time.perf_counter() - start
     store.close()
-    return built / seconds, built
+    path.unlink()
+    steady = sum(n for _, n in marks[1:]) / (marks[-1][0] - marks[0][0]) if len(marks) > 2 else 0.0
+    return built / seconds, steady
 
 
 def big_log(path: Path, rows: int) -> tuple[SQLiteAuditStore, str, list[str]]:
@@ -161,19 +171,22 @@ def _p(values: list[float], q: float) -> float:
     return sorted(values)[min(len(values) - 1, int(q * len(values)))]
 
 
-def main() -> None:
+def main() -> None:  # spawned build processes import this module: everything runs under __main__
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=5000, help="records per writer round (default 5000)")
     parser.add_argument("--rounds", type=int, default=3, help="writer rounds of each kind (default 3)")
+    parser.add_argument("--build-records", type=int, default=100_000)
     parser.add_argument("--proof-records", type=int, default=1_000_000)
     parser.add_argument("--proofs", type=int, default=300)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         print(f"writer: {args.records:,} records of 100 tokens a round, {args.rounds} rounds each way")
-        rates, written = writer(args, directory)
-        build, built = build_rate(written)
-        print(f"first-start build over {built:,} rows: {build:,.0f} records/s")
+        rates = writer(args, directory)
+        builds = {tokens: build_rate(directory, args.build_records, tokens) for tokens in (100, 20)}
+        for tokens, (rate, steady) in builds.items():
+            print(f"first-start build over {args.build_records:,} {tokens}-token records: {rate:,.0f} records/s "
+                  f"({steady:,.0f} once the processes run)")
         start = time.perf_counter()
         store, vkey, ids = big_log(directory / "big.db", args.proof_records)
         print(f"built a {args.proof_records:,}-row log in {time.perf_counter() - start:.0f} s")
@@ -193,7 +206,9 @@ def main() -> None:
     print(f"| writer with the tree, records/s (median of {args.rounds}) | {tree:,.0f} | |")
     print(f"| writer without the tree, records/s | {flat:,.0f} | |")
     print(f"| writer with ÷ without | {tree / flat:.3f} | ≥ 0.95 |")
-    print(f"| first-start tree build, records/s ({built:,} rows) | {build:,.0f} | ≥ 100,000 |")
+    for tokens, (rate, steady) in builds.items():
+        print(f"| first-start tree build, records/s ({args.build_records:,} records of {tokens} tokens): overall / "
+              f"once the processes run | {rate:,.0f} / {steady:,.0f} | ≥ 100,000 |")
     print(f"| inclusion proof at {args.proof_records:,} records, ms (median / p99 of {args.proofs}) | "
           f"{statistics.median(prove_ms):.2f} / {_p(prove_ms, 0.99):.2f} | ≤ 5 |")
     print(f"| verify-proof, ms (median / p99) | {statistics.median(check_ms):.2f} / {_p(check_ms, 0.99):.2f} | "

@@ -65,3 +65,20 @@ def test_modules_stay_small() -> None:
     assert len(sizes) > 10
     offenders = {name: n for name, n in sizes.items() if n >= MAX_LINES}
     assert not offenders, f"modules of {MAX_LINES}+ lines (split them): {offenders}"
+
+
+def test_proofs_are_checked_with_the_client_package_alone() -> None:
+    """A counterparty installs proctor-client only: verify-proof must not need the server, torch or a store."""
+    code = ("import sys\n"
+            "from proctor_client.tlog.proof import verify_proof\n"
+            "from proctor_client.tlog.cli import run_verify_proof\n"
+            "from proctor_client.cli import main\n"
+            "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('proctor', 'torch', 'transformers', "
+            "'sqlite3', 'psycopg'))\n"
+            "print(','.join(loaded))\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "clients" / "python" / "src"), env.get("PYTHONPATH", "")])
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"checking a proof loads {result.stdout.strip()}"

@@ -342,13 +342,8 @@ def test_editing_any_filter_column_is_found(make_log: Callable[[int], Log], colu
     assert not result.ok and result.first_bad_seq == k, (column, result)
 
 
-def test_a_row_rewritten_with_a_consistent_hash_is_caught_at_that_row(make_log: Callable[[int], Log]) -> None:
-    """An insider who edits a v3 row and recomputes the hashes from there on (the chain then holds):
-    the Merkle tree's leaf for the row no longer matches it (and the next checkpoint, which they cannot
-    re-sign, covers the old hash)."""
-    log = make_log(10)
-    rows = list(log.reopen().iterate(None))
-    k = _seq_of(log, "id-0006")
+def _rewrite_and_rechain(log: Log, rows: list[Row], k: int) -> None:
+    """Row ``k``'s caller edited, and every hash from there on recomputed: the chain holds again."""
     prev = next(r for r in rows if r.seq == k - 1).hash
     for row in (r for r in rows if r.seq >= k):
         caller = "mallory" if row.seq == k else row.caller
@@ -357,6 +352,16 @@ def test_a_row_rewritten_with_a_consistent_hash_is_caught_at_that_row(make_log: 
         log.execute("UPDATE audit_log SET caller = ?, prev_hash = ?, hash = ? WHERE seq = ?",
                     (caller, prev, digest, row.seq))
         prev = digest
+
+
+def test_a_row_rewritten_with_a_consistent_hash_is_caught_at_that_row(make_log: Callable[[int], Log]) -> None:
+    """An insider who edits a v3 row and recomputes the hashes from there on (the chain then holds):
+    the Merkle tree's leaf for the row no longer matches it (and the next checkpoint, which they cannot
+    re-sign, covers the old hash)."""
+    log = make_log(10)
+    rows = list(log.reopen().iterate(None))
+    k = _seq_of(log, "id-0006")
+    _rewrite_and_rechain(log, rows, k)
     result = log.verify()
     assert not result.ok and result.first_bad_seq == k, result
     assert "Merkle tree's leaf" in result.problem
@@ -524,25 +529,19 @@ def test_rows_and_tree_rewritten_together_are_caught_by_the_signed_checkpoint(ma
     log = make_log(10)
     rows = list(log.reopen().iterate(None))
     k = _seq_of(log, "id-0006")
-    prev = next(r for r in rows if r.seq == k - 1).hash
-    for row in (r for r in rows if r.seq >= k):
-        caller = "mallory" if row.seq == k else row.caller
-        digest = row_hash(row.seq, prev, row.kind, row.audit_id, row.time_ms, caller, row.request_id,
-                          row.finish_reason, row.body)
-        log.execute("UPDATE audit_log SET caller = ?, prev_hash = ?, hash = ? WHERE seq = ?",
-                    (caller, prev, digest, row.seq))
-        prev = digest
+    _rewrite_and_rechain(log, rows, k)
     log.execute("DELETE FROM audit_tree", ())
-    writer = log.reopen_writer()
-    while writer.extend_tree(1000)[0] < len(rows):
-        pass
+    from proctor.audit.setup import ensure_tree
+
+    assert ensure_tree(log.reopen_writer()) == len(rows)
     result = log.verify()
     next_checkpoint = min(r.seq for r in rows if r.kind == "checkpoint" and r.seq > k)
     assert not result.ok and result.first_bad_seq == next_checkpoint, result
     assert "checkpoint does not cover" in result.problem
 
 
-def test_a_missing_tree_is_found_and_rebuilt_at_start(make_log: Callable[[int], Log]) -> None:
+def test_a_missing_tree_is_found_and_rebuilt_at_start(make_log: Callable[[int], Log],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """With the tree gone, the signed roots have nothing to match: verify says so; the server's start
     (``ensure_tree``, as for a log from before the tree) rebuilds it, in resumable chunks."""
     from proctor.audit.setup import ensure_tree
@@ -553,7 +552,8 @@ def test_a_missing_tree_is_found_and_rebuilt_at_start(make_log: Callable[[int], 
     log.execute("DELETE FROM audit_tree", ())
     result = log.verify()
     assert not result.ok and result.first_bad_seq == 1 and "misses" in result.problem
-    assert ensure_tree(log.reopen_writer(), chunk=3) == len(rows)
+    monkeypatch.setattr("proctor.audit.tree_build.CHUNK_ROWS", 3)  # resumable chunks, a transaction each
+    assert ensure_tree(log.reopen_writer(), processes=2) == len(rows)  # hashed in processes
     result = log.verify()
     assert result.ok, result.problem
     store = log.reopen()

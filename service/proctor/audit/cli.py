@@ -16,9 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from proctor.audit.store import AuditStore, Filters
+from proctor.audit.cli_common import fail, open_readonly, settings_of, store_flags
+from proctor.audit.proof_cli import add_proof_commands
+from proctor.audit.store import Filters
 from proctor.audit.verify_parallel import PROCESSES_MIN_ROWS
-from proctor.config import Settings
 from proctor_client.cli import add_credential_flags
 
 
@@ -28,11 +29,11 @@ def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 
     show = sub.add_parser("show", help="one record as a readable table of its tokens")
     show.add_argument("audit_id", help="the record's audit id, or a .tlog-proof file (read without any store)")
-    _store_flags(show)
+    store_flags(show)
     show.set_defaults(func=_show)
 
     export = sub.add_parser("export", help="records as JSON Lines or CSV")
-    _store_flags(export)
+    store_flags(export)
     export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     export.add_argument("--out", required=True, help="output file (- for stdout)")
     export.add_argument("--since", help="server time, ISO 8601 (2026-11-30T08:00:00Z) or epoch ms; inclusive")
@@ -43,7 +44,7 @@ def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     export.set_defaults(func=_export)
 
     verify = sub.add_parser("verify", help="check the hash chain, checkpoint signatures and checkpoint file")
-    _store_flags(verify)
+    store_flags(verify)
     verify.add_argument("--public-key", help="expected signer: base64 key, or a PEM public/private key file "
                                              "(default: <db>.key next to the database)")
     verify.add_argument("--checkpoint-file", help="checkpoint file (default: <db>.checkpoints next to the database)")
@@ -52,57 +53,7 @@ def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
                              f"{PROCESSES_MIN_ROWS:,} rows or more, else this process's threads)")
     verify.set_defaults(func=_verify)
 
-    prove = sub.add_parser("prove", help="write a record's inclusion proof in a signed checkpoint "
-                                         "(c2sp.org/tlog-proof@v1), checkable offline with verify-proof")
-    prove.add_argument("audit_id")
-    _store_flags(prove)
-    prove.add_argument("--checkpoint", default="latest", help="latest (default), or a checkpoint's tree size")
-    prove.add_argument("--out", help="the proof file (default <audit id>.tlog-proof; - for stdout)")
-    prove.set_defaults(func=_prove)
-
-    from proctor_client.tlog.cli import add_verify_proof_command
-
-    add_verify_proof_command(sub)
-
-    consistency = sub.add_parser("consistency", help="the RFC 9162 proof that the log at one size is a prefix of "
-                                                     "the log at another")
-    _store_flags(consistency)
-    consistency.add_argument("--from", dest="old", type=int, required=True, help="the smaller tree size")
-    consistency.add_argument("--to", dest="new", type=int, required=True, help="the larger tree size")
-    consistency.add_argument("--verify", action="store_true",
-                             help="also check it against the signed checkpoints of both sizes")
-    consistency.add_argument("--public-key", help="the log's key for --verify (default: <db>.key)")
-    consistency.set_defaults(func=_consistency)
-
-    key = sub.add_parser("public-key", help="the log's verifier key (vkey) to publish for verify-proof")
-    _store_flags(key)
-    key.add_argument("--origin", help="the log's origin, if the server runs with --audit-origin")
-    key.set_defaults(func=_public_key)
-
-    witness = sub.add_parser("witness", help="watch a log, check that it only grows, and cosign its checkpoints "
-                                             "(a separate process: a CronJob or a sidecar)")
-    witness.add_argument("--log", dest="logs", action="append", required=True, metavar="ADDR",
-                         help="the log server's gRPC address (repeat for replicas of one log)")
-    witness.add_argument("--log-key", required=True,
-                         help="the log's vkey (`proctor audit public-key` prints it), or its Ed25519 public key "
-                              "(PEM file or base64), named --log-origin")
-    witness.add_argument("--log-origin", default="",
-                         help="the log's origin with a bare --log-key (default proctor.audit/<key hash>, the "
-                              "server's own default)")
-    witness.add_argument("--key", required=True, help="this witness's Ed25519 PEM key (created when missing)")
-    witness.add_argument("--name", default="", help="this witness's name (default proctor.witness/<key hash>)")
-    witness.add_argument("--state", required=True, help="directory keeping the last checkpoint cosigned")
-    witness.add_argument("--interval", type=float, default=0.0,
-                         help="seconds between rounds (default 0: one round, then exit, for a CronJob)")
-    witness.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics here (0: off)")
-    witness.add_argument("--timeout", type=float, default=30.0, help="seconds per call to the log (default 30)")
-    add_credential_flags(witness)
-    witness.set_defaults(func=_witness)
-
-    wkey = sub.add_parser("witness-key", help="a witness's vkey, for the log's --audit-witnesses and verifiers")
-    wkey.add_argument("--key", required=True, help="the witness's Ed25519 PEM key (created when missing)")
-    wkey.add_argument("--name", default="", help="its name (default proctor.witness/<key hash>)")
-    wkey.set_defaults(func=_witness_key)
+    add_proof_commands(sub)
 
     init = sub.add_parser("init-postgres", help="create the PostgreSQL audit table as its owner and grant the "
                                                 "server's role only SELECT and INSERT")
@@ -116,28 +67,6 @@ def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     replay.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
     add_credential_flags(replay)
     replay.set_defaults(func=_replay)
-
-
-def _store_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--db", help="SQLite audit database (default: PROCTOR_AUDIT_DB or .proctor/audit/audit.db)")
-    group.add_argument("--dsn", help="PostgreSQL audit store, postgresql://…")
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    """The server's conventions for where the store, key and checkpoint file are (one home: audit/setup.py)."""
-    return Settings.load({"audit_db": args.db, "audit_dsn": args.dsn})
-
-
-def _open(args: argparse.Namespace) -> AuditStore:
-    from proctor.audit.setup import open_store
-
-    return open_store(_settings(args), readonly=True)
-
-
-def _fail(message: str, status: int = 2) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return status
 
 
 def _positive(value: str) -> int:
@@ -162,12 +91,12 @@ def _show(args: argparse.Namespace) -> int:
     if args.audit_id.endswith(".tlog-proof") or Path(args.audit_id).is_file():
         return _show_proof(Path(args.audit_id))
     try:
-        store = _open(args)
+        store = open_readonly(args)
         row = store.get(args.audit_id)
     except Exception as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     if row is None:
-        return _fail(f"no audit record {args.audit_id!r}", 1)
+        return fail(f"no audit record {args.audit_id!r}", 1)
     for line in render_record(json.loads(row.record_json()), row.seq, row.hash):
         print(line)
     return 0
@@ -182,11 +111,11 @@ def _show_proof(path: Path) -> int:
     try:
         proof = parse_proof(path.read_text(encoding="utf-8"))
         if proof.extra is None:
-            return _fail(f"{path}: the proof carries no record (no extra line)", 1)
+            return fail(f"{path}: the proof carries no record (no extra line)", 1)
         leaf = parse_leaf(proof.extra)
         record = leaf.record()
     except (OSError, ValueError) as exc:
-        return _fail(f"{path}: {exc}")
+        return fail(f"{path}: {exc}")
     if record.get("kind") != "request":
         print(json.dumps(record, indent=1))
     else:
@@ -251,9 +180,9 @@ def _export(args: argparse.Namespace) -> int:
     try:
         filters = Filters(since_ms=_time(args.since, "--since"), until_ms=_time(args.until, "--until"),
                           caller=args.caller, request_id=args.request_id, finish_reason=args.finish_reason)
-        store = _open(args)
+        store = open_readonly(args)
     except Exception as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8", newline="")  # noqa: SIM115
     try:
         with tqdm(total=store.count(), unit="rec", desc="export", file=sys.stderr, disable=args.out == "-") as bar:
@@ -272,167 +201,23 @@ def _verify(args: argparse.Namespace) -> int:
     from proctor.audit.setup import checkpoint_path, signing_key_path
     from proctor.audit.verify import verify_log
 
-    settings = _settings(args)
+    settings = settings_of(args)
     key_file = signing_key_path(settings)
     key_source = args.public_key or (str(key_file) if key_file.exists() else None)
     checkpoints = Path(args.checkpoint_file) if args.checkpoint_file else checkpoint_path(settings)
     try:
         key = load_public_key(key_source) if key_source else None
-        store = _open(args)
+        store = open_readonly(args)
         with tqdm(total=store.count(), unit="rec", desc="verify", file=sys.stderr) as bar:
             result = verify_log(store, public_key=key, checkpoint_file=checkpoints, progress=bar.update,
                                 processes=args.processes)
     except Exception as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     print(result.summary())
     if key is None:
         print("note: no --public-key given: checkpoint signatures were checked against the keys they name",
               file=sys.stderr)
     return 0 if result.ok else 1
-
-
-def _prove(args: argparse.Namespace) -> int:
-    from proctor.audit.proofs import ProofUnavailable, inclusion
-
-    wanted: str | int = args.checkpoint
-    if wanted != "latest":
-        if not str(wanted).isdigit():
-            return _fail(f"--checkpoint {wanted!r}: latest, or a tree size")
-        wanted = int(wanted)
-    try:
-        proof = inclusion(_open(args), args.audit_id, wanted)
-    except ProofUnavailable as exc:
-        return _fail(str(exc), 1)
-    except Exception as exc:
-        return _fail(str(exc))
-    text = proof.render()
-    if args.out == "-":
-        sys.stdout.write(text)
-        return 0
-    out = Path(args.out or f"{args.audit_id}.tlog-proof")
-    out.write_text(text, encoding="utf-8")
-    print(f"wrote {out}: record index {proof.index}, {len(proof.path)} path hashes", file=sys.stderr)
-    return 0
-
-
-def _consistency(args: argparse.Namespace) -> int:
-    import base64
-
-    from proctor.audit.proofs import ProofUnavailable, consistency, signed_checkpoint
-    from proctor.audit.setup import signing_key_path
-    from proctor_client.tlog.merkle import ProofError, verify_consistency
-    from proctor_client.tlog.note import NoteError, load_verifier, parse_note, signed_by
-
-    try:
-        store = _open(args)
-        proof, _old_root, _new_root = consistency(store, args.old, args.new)
-    except (ProofUnavailable, ProofError) as exc:
-        return _fail(str(exc), 1)
-    except Exception as exc:
-        return _fail(str(exc))
-    for digest in proof:
-        print(base64.b64encode(digest).decode())
-    if not args.verify:
-        return 0
-    try:
-        (old, old_note), (new, new_note) = (signed_checkpoint(store, args.old), signed_checkpoint(store, args.new))
-        key = args.public_key or str(signing_key_path(_settings(args)))
-        for checkpoint, note in ((old, old_note), (new, new_note)):
-            if signed_by(parse_note(note), load_verifier(key, checkpoint.origin)) is None:
-                raise NoteError(f"the checkpoint for {checkpoint.size} rows is not signed by the log key")
-        verify_consistency(old.size, new.size, proof, old.root, new.root)
-    except (ProofUnavailable, ProofError, NoteError) as exc:
-        print(f"NOT CONSISTENT: {exc}", file=sys.stderr)
-        return 1
-    print(f"consistent: the signed checkpoint of {old.size} rows is a prefix of the one of {new.size} rows",
-          file=sys.stderr)
-    return 0
-
-
-def _public_key(args: argparse.Namespace) -> int:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
-
-    from proctor.audit.chain import log_signer
-    from proctor.audit.setup import signing_key_path
-
-    settings = _settings(args)
-    path = signing_key_path(settings)
-    try:
-        key = load_pem_private_key(path.read_bytes(), password=None)
-        if not isinstance(key, Ed25519PrivateKey):
-            raise ValueError(f"{path}: not an Ed25519 key")
-    except (OSError, ValueError) as exc:
-        return _fail(str(exc))
-    print(log_signer(key, args.origin or settings.audit_origin).verifier.vkey())
-    return 0
-
-
-def _witness_key(args: argparse.Namespace) -> int:
-    from proctor.audit.chain import load_or_create_signing_key
-    from proctor.audit.witness import witness_signer
-
-    try:
-        print(witness_signer(load_or_create_signing_key(Path(args.key)), args.name).verifier.vkey())
-    except (OSError, ValueError) as exc:
-        return _fail(str(exc))
-    return 0
-
-
-def _witness(args: argparse.Namespace) -> int:
-    """Rounds over the log's addresses; exit status of a single round (--interval 0): 0 cosigned or unchanged,
-    1 refused (an inconsistent log), 2 the log could not be reached or asked."""
-    import time
-
-    from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
-
-    from proctor.audit.chain import load_or_create_signing_key, log_origin
-    from proctor.audit.witness import Refused, witness_round, witness_signer
-    from proctor_client import ProctorError
-    from proctor_client.cli import client_from_args
-    from proctor_client.tlog.note import NoteError, Verifier, load_verifier
-
-    try:
-        log_key = load_verifier(args.log_key, "")
-        if not log_key.name:  # a bare key: the server's default origin for it, unless told
-            log_key = Verifier(args.log_origin or log_origin(log_key.key), log_key.key)
-        signer = witness_signer(load_or_create_signing_key(Path(args.key)), args.name)
-    except (OSError, ValueError, NoteError) as exc:
-        return _fail(str(exc))
-    registry = CollectorRegistry()
-    rounds = Counter("proctor_witness_rounds", "Witness rounds by outcome (cosigned, unchanged, refused, error)",
-                     ["outcome"], registry=registry)
-    refusals = Counter("proctor_witness_refusals", "Checkpoints refused, by reason (fork, shrank, signature, ...)",
-                       ["reason"], registry=registry)
-    inconsistent = Gauge("proctor_witness_inconsistent", "1 once the log showed a checkpoint inconsistent with one "
-                         "this witness cosigned (a forked or rewritten log): alert", registry=registry)
-    size = Gauge("proctor_witness_tree_size", "The tree size this witness last cosigned", registry=registry)
-    if args.metrics_port:
-        start_http_server(args.metrics_port, registry=registry)
-    print(f"witness {signer.verifier.vkey()} watching {log_key.name} at {', '.join(args.logs)}", file=sys.stderr)
-    status = 0
-    while True:
-        status = 0
-        for address in args.logs:
-            args.addr = address
-            try:
-                with client_from_args(args, args.timeout) as client:
-                    result = witness_round(client, log_key, signer, Path(args.state))
-                outcome = "cosigned" if result.cosigned else "unchanged"
-                size.set(result.size)
-                print(f"{address}: {outcome} at {result.size} records", file=sys.stderr)
-            except Refused as exc:
-                outcome, status = "refused", 1
-                refusals.labels(exc.reason).inc()
-                inconsistent.set(1)
-                print(f"REFUSED {address}: {exc}", file=sys.stderr)
-            except (ProctorError, OSError, ValueError) as exc:
-                outcome, status = "error", 1 if status == 1 else 2  # a refusal outranks an error
-                print(f"error: {address}: {exc}", file=sys.stderr)
-            rounds.labels(outcome).inc()
-        if args.interval <= 0:
-            return status
-        time.sleep(args.interval)
 
 
 def _init_postgres(args: argparse.Namespace) -> int:
@@ -441,7 +226,7 @@ def _init_postgres(args: argparse.Namespace) -> int:
     try:
         init_schema(args.dsn, args.grant_to)
     except Exception as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     print(f"audit_log and audit_tree ready{f'; {args.grant_to} may SELECT and INSERT only' if args.grant_to else ''}")
     return 0
 
@@ -454,7 +239,7 @@ def _replay(args: argparse.Namespace) -> int:
         with client_from_args(args, args.timeout) as client:
             result = client.replay(args.audit_id)
     except ProctorError as exc:
-        return _fail(f"{exc.code.name}: {exc.message}")
+        return fail(f"{exc.code.name}: {exc.message}")
     print(result.message)
     print(f"steps compared {result.steps_compared}, finish recorded {result.recorded_finish_reason} / replayed "
           f"{result.replayed_finish_reason}, max logprob drift {result.max_logprob_drift:.3g}, "

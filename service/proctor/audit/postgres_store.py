@@ -135,14 +135,17 @@ class PostgresAuditStore:
             return rows
         return self._writing(write)
 
-    def extend_tree(self, rows: int) -> tuple[int, int]:
-        """Grow the tree by up to ``rows`` leaves over rows already in the log; (leaves, rows in the log)."""
-        def write(cur: psycopg.Cursor[Any]) -> tuple[int, int]:
-            head = int(_first(cur.execute("SELECT COALESCE(max(seq), 0) FROM audit_log").fetchone()))
+    def append_leaves(self, start: int, leaves: list[bytes]) -> int:
+        """Append leaf hashes for rows already in the log, only if the tree has exactly ``start`` leaves."""
+        def write(cur: psycopg.Cursor[Any]) -> int:
             size = int(_first(cur.execute(tree.SIZE_SQL).fetchone()))
-            compact = tree.open_range(_fetcher(cur), head, "%s", COLUMNS, upto=size + rows)
+            if size != start:
+                return size
+            compact = tree.open_range(_fetcher(cur), start, "%s", COLUMNS)
+            for leaf in leaves:
+                compact.append(leaf)
             cur.executemany(tree.insert_sql("%s"), compact.nodes)
-            return compact.size, head
+            return compact.size
         return self._writing(write)
 
     def _writing(self, write: Callable[[psycopg.Cursor[Any]], _T]) -> _T:

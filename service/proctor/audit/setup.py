@@ -48,26 +48,25 @@ def privacy_policy(settings: Settings) -> PrivacyPolicy:
     return PrivacyPolicy(settings.audit_prompt_policy, settings.audit_output_policy, key)
 
 
-def ensure_tree(store: AuditStore, chunk: int = 20_000) -> int:
+def ensure_tree(store: AuditStore, processes: int | None = None) -> int:
     """Build the Merkle tree over rows that have no leaf yet (a log from before the tree: the first start
-    after the upgrade), in transactions of ``chunk`` rows, with a progress bar; returns the leaves added."""
+    after the upgrade), with a progress bar; returns the leaves added (``audit/tree_build.py``)."""
     from tqdm import tqdm
 
+    from proctor.audit.tree_build import CHUNK_ROWS, build_tree
+
     size, last = store.tree_size() or 0, store.last()
-    rows = last.seq if last is not None else 0
-    if size >= rows:
+    missing = (last.seq if last is not None else 0) - size
+    if missing <= 0:
         return 0
-    log.info("audit trail: building the Merkle tree over %d rows (the first start with audit proofs)", rows - size)
-    start, began = size, time.perf_counter()
-    with tqdm(total=rows - size, unit="rec", desc="audit tree", file=sys.stderr, disable=rows - size < chunk) as bar:
-        while size < rows:
-            grown, rows = store.extend_tree(chunk)
-            bar.update(grown - size)
-            size = grown
+    log.info("audit trail: building the Merkle tree over %d rows (the first start with audit proofs)", missing)
+    began = time.perf_counter()
+    with tqdm(total=missing, unit="rec", desc="audit tree", file=sys.stderr, disable=missing < CHUNK_ROWS) as bar:
+        added = build_tree(store, bar.update, processes)
     seconds = time.perf_counter() - began
-    log.info("audit trail: Merkle tree built over %d rows in %.1f s (%.0f rows/s)", size - start, seconds,
-             (size - start) / seconds if seconds else 0.0)
-    return size - start
+    log.info("audit trail: Merkle tree built over %d rows in %.1f s (%.0f rows/s)", added, seconds,
+             added / seconds if seconds else 0.0)
+    return added
 
 
 def open_sink(settings: Settings) -> AuditSink | None:

@@ -106,22 +106,25 @@ class SQLiteAuditStore:
                 raise
         return rows
 
-    def extend_tree(self, rows: int) -> tuple[int, int]:
-        """Grow the tree by up to ``rows`` leaves over rows already in the log (a log from before the
-        tree): one write transaction. Returns (leaves, rows in the log)."""
+    def append_leaves(self, start: int, leaves: list[bytes]) -> int:
+        """Append leaf hashes for rows already in the log (the first-start build, ``audit/tree_build.py``), in
+        one write transaction, only if the tree has exactly ``start`` leaves; returns its size after."""
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                head = self._db.execute("SELECT max(seq) FROM audit_log").fetchone()[0] or 0
                 size = int(self._db.execute(tree.SIZE_SQL).fetchone()[0])
-                compact = tree.open_range(self._fetch, head, "?", COLUMNS, upto=size + rows)
-                self._db.executemany(tree.insert_sql("?"), compact.nodes)
+                if size == start:
+                    compact = tree.open_range(self._fetch, start, "?", COLUMNS)
+                    for leaf in leaves:
+                        compact.append(leaf)
+                    self._db.executemany(tree.insert_sql("?"), compact.nodes)
+                    size = compact.size
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
-        return compact.size, head
+        return size
 
     def tree_size(self) -> int | None:
         with self._lock:

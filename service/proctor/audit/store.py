@@ -73,8 +73,9 @@ class AuditStore(Protocol):
         itself, to sign a root; the store appends the rest), commit; return the rows. Writers are
         serialised."""
 
-    def extend_tree(self, rows: int) -> tuple[int, int]:
-        """Grow the tree by up to ``rows`` leaves over rows already in the log; (leaves, rows)."""
+    def append_leaves(self, start: int, leaves: list[bytes]) -> int:
+        """Append leaf hashes of rows already in the log if the tree has exactly ``start`` leaves (the
+        first-start build); the tree's size after."""
 
     def tree_size(self) -> int | None:
         """Leaves in the tree; None when the store has no tree table (a log from before it, opened read-only)."""

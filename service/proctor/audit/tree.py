@@ -21,7 +21,7 @@ from proctor.audit import FORMAT_V3
 from proctor.audit.canonical import canonical
 from proctor.audit.chain import chained_format, row_hash, row_head
 from proctor.audit.store import RawRow, Row
-from proctor_client.tlog.merkle import EMPTY_ROOT, leaf_hash, node_hash
+from proctor_client.tlog.merkle import EMPTY_ROOT, node_hash
 
 Key = tuple[int, int]  # (level, index)
 Node = tuple[int, int, bytes]
@@ -32,22 +32,32 @@ class TreeError(RuntimeError):
     """The stored tree is missing nodes or disagrees with the rows."""
 
 
-def leaf_bytes(row: Row | RawRow) -> bytes:
-    """The row as the chain hashes it: a ``proctor.audit/2``/``3`` row's head and body; a ``/1`` row's
-    ``canonical({"seq", "prev"})``, a newline and its body."""
+def _leaf_head(row: Row | RawRow) -> tuple[bytes, bytes]:
+    """The head the chain hashes before a row's body, and the body."""
     seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, hash_ = (
         row if isinstance(row, tuple) else (row.seq, row.audit_id, row.kind, row.time_ms, row.caller, row.request_id,
                                             row.finish_reason, row.body, row.prev_hash, row.hash))
     form = chained_format(body)
     head = row_head(seq, prev, kind, audit_id, time_ms, caller, request_id, finish, form)
     if form != FORMAT_V3 and row_hash(seq, prev, kind, audit_id, time_ms, caller, request_id, finish,
-                                              body) != hash_:
+                                      body) != hash_:
         head = canonical({"seq": seq, "prev": prev}) + b"\n"  # a v1 row (or a tampered one: verify names it)
+    return head, body
+
+
+def leaf_bytes(row: Row | RawRow) -> bytes:
+    """The row as the chain hashes it: a ``proctor.audit/2``/``3`` row's head and body; a ``/1`` row's
+    ``canonical({"seq", "prev"})``, a newline and its body."""
+    head, body = _leaf_head(row)
     return head + body
 
 
 def row_leaf_hash(row: Row | RawRow) -> bytes:
-    return leaf_hash(leaf_bytes(row))
+    """``sha256(0x00 || leaf_bytes(row))``, without copying the body behind the head."""
+    head, body = _leaf_head(row)
+    digest = hashlib.sha256(b"\x00" + head)
+    digest.update(body)
+    return digest.digest()
 
 
 def hashed_page(rows: list[RawRow]) -> tuple[list[str | None], list[bytes]]:
@@ -266,7 +276,3 @@ def open_range(fetch: Fetch, head_seq: int, placeholder: str, columns: str, upto
                 raise TreeError(f"row {compact.size + 1} is missing from the log; the tree cannot grow past it")
             compact.append(row_leaf_hash(raw))  # type: ignore[arg-type]
     return compact
-
-
-def node_rows(nodes: list[Node]) -> list[tuple[int, int, bytes]]:
-    return [(level, index, digest) for level, index, digest in nodes]

@@ -14,10 +14,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import zstandard
+
 from proctor_client.tlog.merkle import HASH_SIZE, ProofError, leaf_hash, verify_inclusion
 from proctor_client.tlog.note import NoteError, Verifier, parse_checkpoint, parse_note, signed_by
 
 HEADER = "c2sp.org/tlog-proof@v1"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+MAX_RECORD_BYTES = 256 * 1024 * 1024  # a (forged) frame claiming more is refused, not inflated
 SUFFIX = ".tlog-proof"
 
 
@@ -79,10 +83,11 @@ class Leaf:
     def record(self) -> dict[str, Any]:
         """The record's JSON (the stored body inflated when it is a zstd frame)."""
         body = self.body
-        if body[:4] == b"\x28\xb5\x2f\xfd":
-            import zstandard
-
-            body = zstandard.ZstdDecompressor().decompress(body, max_output_size=256 * 1024 * 1024)
+        if body[:4] == ZSTD_MAGIC:
+            try:
+                body = zstandard.ZstdDecompressor().decompress(body, max_output_size=MAX_RECORD_BYTES)
+            except zstandard.ZstdError as exc:
+                raise ValueError(f"the stored body is not a zstd frame of a record: {exc}") from None
         record = json.loads(body)
         if not isinstance(record, dict):
             raise ValueError("the record is not a JSON object")

@@ -1,0 +1,31 @@
+"""What the ``proctor audit`` commands share: where the store is, how it is opened, how they fail."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from proctor.audit.store import AuditStore
+from proctor.config import Settings
+
+
+def store_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--db", help="SQLite audit database (default: PROCTOR_AUDIT_DB or .proctor/audit/audit.db)")
+    group.add_argument("--dsn", help="PostgreSQL audit store, postgresql://…")
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The server's conventions for where the store, key and checkpoint file are (one home: audit/setup.py)."""
+    return Settings.load({"audit_db": args.db, "audit_dsn": args.dsn})
+
+
+def open_readonly(args: argparse.Namespace) -> AuditStore:
+    from proctor.audit.setup import open_store
+
+    return open_store(settings_of(args), readonly=True)
+
+
+def fail(message: str, status: int = 2) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return status
