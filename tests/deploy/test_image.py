@@ -518,9 +518,18 @@ def test_compose_prometheus_scrapes_both_replicas_and_grafana_mounts_exist() -> 
 
     compose = _compose()
     prometheus = yaml.safe_load((COMPOSE_DIR / "prometheus" / "prometheus.yml").read_text())
-    targets = {t for job in prometheus["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
-    assert targets == {f"{name}:{svc['environment']['PROCTOR_METRICS_PORT']}"
-                       for name, svc in _replicas(compose).items()}
+    targets = {job["job_name"]: {t for sc in job["static_configs"] for t in sc["targets"]}
+               for job in prometheus["scrape_configs"]}
+    assert targets["proctor"] == {f"{name}:{svc['environment']['PROCTOR_METRICS_PORT']}"
+                                  for name, svc in _replicas(compose).items()}
+    witness = compose["services"]["witness"]["entrypoint"]
+    from proctor.cli import build_parser
+
+    args = build_parser().parse_args(witness[1:])  # the real command line of `proctor audit witness`
+    assert args.audit_command == "witness" and len(args.logs) == len(_replicas(compose)) and args.interval > 0
+    secrets = {f"/run/secrets/{name}" for name in compose["services"]["witness"]["secrets"]}
+    assert {args.log_key, args.key, args.tls_ca, args.token_file} <= secrets
+    assert targets["proctor-witness"] == {f"witness:{witness[witness.index('--metrics-port') + 1]}"}
     for name in ("prometheus", "grafana", "postgres"):
         for volume in compose["services"][name]["volumes"]:
             source = volume.split(":")[0]
