@@ -12,8 +12,8 @@ build, and inclusion proofs and their offline check at a million records.
    (valid chain, tree and a signed checkpoint; a few seconds), then ``proofs.inclusion`` for random
    records (target ≤ 5 ms) and ``verify_proof`` of each file (target ≤ 10 ms): median and p99.
 
-    python bench/audit_proofs.py [--records 5000] [--rounds 3] [--build-records 100000] [--proof-records 1000000]
-                                 [--proofs 300]
+    python bench/audit_proofs.py [--records 5000] [--rounds 3] [--build-records 100000] [--build-tokens 100,20]
+                                 [--proof-records 1000000] [--proofs 300]
 """
 
 from __future__ import annotations
@@ -176,6 +176,7 @@ def main() -> None:  # spawned build processes import this module: everything ru
     parser.add_argument("--records", type=int, default=5000, help="records per writer round (default 5000)")
     parser.add_argument("--rounds", type=int, default=3, help="writer rounds of each kind (default 3)")
     parser.add_argument("--build-records", type=int, default=100_000)
+    parser.add_argument("--build-tokens", default="100,20", help="tokens a record in the build's logs (default 100,20)")
     parser.add_argument("--proof-records", type=int, default=1_000_000)
     parser.add_argument("--proofs", type=int, default=300)
     args = parser.parse_args()
@@ -183,7 +184,8 @@ def main() -> None:  # spawned build processes import this module: everything ru
         directory = Path(tmp)
         print(f"writer: {args.records:,} records of 100 tokens a round, {args.rounds} rounds each way")
         rates = writer(args, directory)
-        builds = {tokens: build_rate(directory, args.build_records, tokens) for tokens in (100, 20)}
+        builds = {int(tokens): build_rate(directory, args.build_records, int(tokens))
+                  for tokens in args.build_tokens.split(",")}
         for tokens, (rate, steady) in builds.items():
             print(f"first-start build over {args.build_records:,} {tokens}-token records: {rate:,.0f} records/s "
                   f"({steady:,.0f} once the processes run)")
