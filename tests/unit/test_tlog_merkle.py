@@ -203,3 +203,25 @@ def test_random_logs_match_the_rfc_text(size: int, data: st.DataObject) -> None:
     if old < new:
         with pytest.raises(ProofError):
             verify_consistency(old, new, proof, root_old, rfc_mth(leaves[:new - 1]) if new - 1 > old else EMPTY_ROOT)
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=st.integers(0, 300), batches=st.lists(st.integers(0, 70), min_size=1, max_size=4))
+def test_appending_many_leaves_at_once_gives_the_same_tree(before: int, batches: list[int]) -> None:
+    """``CompactRange.extend`` (the first-start build's bulk path) against ``append`` leaf by leaf."""
+    from proctor.audit.tree import CompactRange
+
+    leaves = [leaf_hash(i.to_bytes(4, "big")) for i in range(before + sum(batches))]
+    one, bulk = CompactRange(0, []), CompactRange(0, [])
+    for digest in leaves[:before]:
+        one.append(digest)
+        bulk.append(digest)
+    done = before
+    for count in batches:
+        for digest in leaves[done:done + count]:
+            one.append(digest)
+        bulk.extend(leaves[done:done + count])
+        done += count
+        assert (bulk.size, bulk.root()) == (one.size, one.root())
+    assert sorted(bulk.nodes) == sorted(one.nodes)
+    assert bulk.root() == rfc_mth([i.to_bytes(4, "big") for i in range(done)])

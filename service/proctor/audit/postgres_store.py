@@ -142,8 +142,7 @@ class PostgresAuditStore:
             if size != start:
                 return size
             compact = tree.open_range(_fetcher(cur), start, "%s", COLUMNS)
-            for leaf in leaves:
-                compact.append(leaf)
+            compact.extend(leaves)
             cur.executemany(tree.insert_sql("%s"), compact.nodes)
             return compact.size
         return self._writing(write)

@@ -115,8 +115,7 @@ class SQLiteAuditStore:
                 size = int(self._db.execute(tree.SIZE_SQL).fetchone()[0])
                 if size == start:
                     compact = tree.open_range(self._fetch, start, "?", COLUMNS)
-                    for leaf in leaves:
-                        compact.append(leaf)
+                    compact.extend(leaves)
                     self._db.executemany(tree.insert_sql("?"), compact.nodes)
                     size = compact.size
                 self._db.execute("COMMIT")

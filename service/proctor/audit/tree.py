@@ -153,6 +153,25 @@ class CompactRange:
         self._stack.append((level, merged))
         self.size += 1
 
+    def extend(self, leaves: list[bytes]) -> None:
+        """Append many leaf hashes at once, level by level (the first-start build: the same nodes as ``append``
+        leaf by leaf, a third of the Python work)."""
+        border = dict(self._stack)
+        level, start, items = 0, self.size, list(leaves)
+        unpaired: dict[int, bytes] = {}
+        while items:
+            self.nodes.extend((level, start + i, digest) for i, digest in enumerate(items))
+            if start & 1:  # the first node's left sibling is this level's border node (stored already)
+                items.insert(0, border.pop(level))
+                start -= 1
+            if len(items) & 1:  # the last node waits for its right sibling: this level's new border
+                unpaired[level] = items.pop()
+            items = [node_hash(items[i], items[i + 1]) for i in range(0, len(items), 2)]
+            level, start = level + 1, start >> 1
+        kept = {lvl: digest for lvl, digest in border.items() if lvl >= level}  # nothing reached them
+        self._stack = sorted({**kept, **unpaired}.items(), reverse=True)
+        self.size += len(leaves)
+
     def root(self) -> bytes:
         if not self._stack:
             return EMPTY_ROOT
