@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 from test_audit_store import body
 
-from proctor.audit.chain import load_or_create_signing_key, load_public_key
+from proctor.audit.chain import load_or_create_signing_key
 from proctor.audit.sink import AuditSink, AuditUnavailable
 from proctor.audit.sqlite_store import SQLiteAuditStore
 from proctor.audit.store import Build, Row
 from proctor.audit.verify import verify_log
+from proctor_client.tlog.note import load_public_key
 
 
 class LatchedStore(SQLiteAuditStore):

@@ -62,7 +62,7 @@ class Log:
     reopen_writer: Callable[[], AuditStore]
 
     def verify(self) -> Any:
-        from proctor.audit.chain import load_public_key
+        from proctor_client.tlog.note import load_public_key
 
         return verify_log(self.reopen(), public_key=load_public_key(str(self.key_path)),
                           checkpoint_file=self.checkpoints)
@@ -211,7 +211,7 @@ def test_verify_reads_the_log_in_pages(make_log: Callable[[int], Log], monkeypat
     """Pages of 3 rows (read and hashed ahead on two threads): all are checked, progress counts every
     row, a problem in a later page is found, and stopping there leaves the store usable."""
     from proctor.audit import verify
-    from proctor.audit.chain import load_public_key
+    from proctor_client.tlog.note import load_public_key
 
     monkeypatch.setattr(verify, "PAGE_ROWS", 3)
     log = make_log(10)
@@ -429,7 +429,7 @@ def test_two_servers_writing_to_one_store_keep_one_chain(make_log: Callable[[int
 
 def test_verify_in_processes_gives_the_same_verdicts(make_log: Callable[[int], Log]) -> None:
     """Each process opens the store again (``reader()``: the SQLite file, the PostgreSQL DSN)."""
-    from proctor.audit.chain import load_public_key
+    from proctor_client.tlog.note import load_public_key
 
     log = make_log(10)
 

@@ -16,10 +16,11 @@ from helpers.postgres import audit_schema, postgres_dsn
 from helpers.requirements import missing, require_module
 from test_audit_store import body
 
-from proctor.audit.chain import load_or_create_signing_key, load_public_key
+from proctor.audit.chain import load_or_create_signing_key
 from proctor.audit.postgres_store import PostgresAuditStore
 from proctor.audit.sink import STORE_PROBE_S, AuditSink, AuditUnavailable
 from proctor.audit.verify import verify_log
+from proctor_client.tlog.note import load_public_key
 
 psycopg = require_module("psycopg")
 

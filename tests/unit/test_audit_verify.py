@@ -16,12 +16,13 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from proctor.audit import FORMAT, verify
-from proctor.audit.chain import GENESIS, load_public_key, row_hash
+from proctor.audit.chain import GENESIS, row_hash
 from proctor.audit.sink import AuditSink
 from proctor.audit.sqlite_store import SQLiteAuditStore
 from proctor.audit.store import COLUMNS, RawRow
 from proctor.audit.stored_body import is_compressed
 from proctor.audit.verify import verify_log
+from proctor_client.tlog.note import load_public_key
 
 
 def _rows(count: int) -> list[RawRow]:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proctor.audit.tree import appended_nodes, border_keys, consistency_proof, inclusion_proof, root
+from proctor.audit.tree import CompactRange, border_keys, consistency_proof, inclusion_proof, root
 from proctor_client.tlog.merkle import (
     EMPTY_ROOT,
     ProofError,
@@ -106,8 +106,9 @@ def stored_tree(leaves: list[bytes]) -> dict[tuple[int, int], bytes]:
     nodes: dict[tuple[int, int], bytes] = {}
     for size, leaf in enumerate(leaves):
         border = [nodes[key] for key in border_keys(size)]
-        nodes.update({(level, index): digest for level, index, digest in appended_nodes(size, border,
-                                                                                        [leaf_hash(leaf)])})
+        compact = CompactRange(size, border)
+        compact.append(leaf_hash(leaf))
+        nodes.update({(level, index): digest for level, index, digest in compact.nodes})
     return nodes
 
 
@@ -209,8 +210,6 @@ def test_random_logs_match_the_rfc_text(size: int, data: st.DataObject) -> None:
 @given(before=st.integers(0, 300), batches=st.lists(st.integers(0, 70), min_size=1, max_size=4))
 def test_appending_many_leaves_at_once_gives_the_same_tree(before: int, batches: list[int]) -> None:
     """``CompactRange.extend`` (the first-start build's bulk path) against ``append`` leaf by leaf."""
-    from proctor.audit.tree import CompactRange
-
     leaves = [leaf_hash(i.to_bytes(4, "big")) for i in range(before + sum(batches))]
     one, bulk = CompactRange(0, []), CompactRange(0, [])
     for digest in leaves[:before]:

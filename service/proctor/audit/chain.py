@@ -27,7 +27,15 @@ from proctor.audit.canonical import canonical
 from proctor.audit.records import finish_reason_of
 from proctor.audit.store import RawRow
 from proctor.audit.stored_body import is_compressed, record_json
-from proctor_client.tlog.note import NoteError, Signer, Verifier, parse_checkpoint, parse_note, signed_by
+from proctor_client.tlog.note import (
+    NoteError,
+    Signer,
+    Verifier,
+    load_public_key,
+    parse_checkpoint,
+    parse_note,
+    signed_by,
+)
 
 GENESIS = "0" * 64
 _HEADS = {FORMAT_V2: encode_basestring(FORMAT_V2), FORMAT_V3: encode_basestring(FORMAT_V3)}
@@ -89,26 +97,11 @@ def public_key_text(key: Ed25519PublicKey) -> str:
     return base64.b64encode(raw).decode()
 
 
-def load_public_key(text_or_path: str) -> Ed25519PublicKey:
-    """A base64 raw key, a PEM public key file, or a PEM private key file (its public half)."""
-    path = Path(text_or_path)
-    if path.is_file():
-        data = path.read_bytes()
-        if b"PRIVATE KEY" in data:
-            private = serialization.load_pem_private_key(data, password=None)
-            assert isinstance(private, Ed25519PrivateKey)
-            return private.public_key()
-        public = serialization.load_pem_public_key(data)
-        if not isinstance(public, Ed25519PublicKey):
-            raise ValueError(f"{path}: not an Ed25519 public key")
-        return public
-    return Ed25519PublicKey.from_public_bytes(base64.b64decode(text_or_path))
-
-
-def log_origin(key: Ed25519PublicKey) -> str:
-    """The default origin (and note key name) of the log this key signs: unique per key."""
+def log_origin(key: Ed25519PublicKey, prefix: str = "proctor.audit") -> str:
+    """The default origin (and note key name) of the log this key signs, unique per key (a witness's name
+    with ``prefix`` ``proctor.witness``)."""
     raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return f"proctor.audit/{hashlib.sha256(raw).hexdigest()[:16]}"
+    return f"{prefix}/{hashlib.sha256(raw).hexdigest()[:16]}"
 
 
 def log_signer(key: Ed25519PrivateKey, origin: str = "") -> Signer:
@@ -265,12 +258,3 @@ def _unknown_format(body: bytes) -> str:
     if not isinstance(named, str) or named in FORMATS:
         return ""
     return f"unknown record format {named!r} (this verifier reads {', '.join(FORMATS)})"
-
-
-def chained_digest(row: RawRow) -> str | None:
-    """The row's v2 or v3 hash (which one, the stored body tells: ``chain.row_hash``)."""
-    seq, audit_id, kind, time_ms, caller, request_id, finish, body, prev, _ = row
-    try:
-        return row_hash(seq, prev, kind, audit_id, time_ms, caller, request_id, finish, body)
-    except (TypeError, ValueError):  # a column of the wrong type: only a tampered row has one
-        return None

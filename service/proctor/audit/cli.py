@@ -197,9 +197,9 @@ def _export(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from proctor.audit.chain import load_public_key
     from proctor.audit.setup import checkpoint_path, signing_key_path
     from proctor.audit.verify import verify_log
+    from proctor_client.tlog.note import load_public_key
 
     settings = settings_of(args)
     key_file = signing_key_path(settings)

@@ -22,7 +22,6 @@ store and to the checkpoint file, and one at shutdown.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -42,8 +41,7 @@ from proctor.audit.chain import checkpoint_message, log_signer, public_key_text,
 from proctor.audit.records import finish_reason_of
 from proctor.audit.store import AuditStore, Row, TreeBorder
 from proctor.audit.stored_body import compress
-from proctor.audit.tree import row_leaf_hash
-from proctor_client.tlog.merkle import leaf_hash
+from proctor.audit.tree import head_digests, row_leaf_hash
 from proctor_client.tlog.note import Checkpoint, sign_checkpoint
 
 if TYPE_CHECKING:
@@ -262,9 +260,9 @@ class AuditSink:
             seq, prev, pending = head_seq, head_hash, self._since_checkpoint
             for data, (audit_id, time_ms, caller, request_id, finish), _ in items:
                 seq += 1
-                leaf = row_head(seq, prev, "request", audit_id, time_ms, caller, request_id, finish) + data
-                digest = hashlib.sha256(leaf).hexdigest()
-                tree.append(leaf_hash(leaf))
+                head = row_head(seq, prev, "request", audit_id, time_ms, caller, request_id, finish)
+                digest, leaf = head_digests(head, data)
+                tree.append(leaf)
                 rows.append(Row(seq, audit_id, "request", time_ms, caller, request_id, finish, data, prev, digest))
                 prev, pending = digest, pending + 1
                 if pending >= self._every:

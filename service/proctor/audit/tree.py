@@ -7,14 +7,14 @@ the leaf hashes. Complete subtrees never change as the log grows, so the table i
 the rows. The root of any prefix, and any range a proof needs, is a fold over O(log n) of them
 (``range_keys``), so a proof at a million records is a handful of indexed reads.
 
-The writer keeps the tree with the rows (``appended_nodes``: the border of the tree so far, the
-new leaves, out come the newly complete nodes), in the same transaction.
+The writer keeps the tree with the rows (``CompactRange``: the border of the tree so far, the new
+leaves, out come the newly complete nodes), in the same transaction.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import cast
 
 from proctor.audit import FORMAT_V3
@@ -60,6 +60,16 @@ def row_leaf_hash(row: Row | RawRow) -> bytes:
     return digest.digest()
 
 
+def head_digests(head: bytes, body: bytes) -> tuple[str, bytes]:
+    """A v2/v3 row's chain hash (hex) and leaf hash from its head and stored body, the body hashed in place
+    (the writer's and verify's inner loops)."""
+    chain = hashlib.sha256(head)
+    chain.update(body)
+    leaf = hashlib.sha256(b"\x00" + head)
+    leaf.update(body)
+    return chain.hexdigest(), leaf.digest()
+
+
 def hashed_page(rows: list[RawRow]) -> tuple[list[str | None], list[bytes]]:
     """Each row's v2/v3 chain hash (None for a column of a type no honest row has) and its leaf hash, the
     row head built once for both (verify's inner loop)."""
@@ -73,15 +83,11 @@ def hashed_page(rows: list[RawRow]) -> tuple[list[str | None], list[bytes]]:
             digests.append(None)
             leaves.append(b"")
             continue
-        chain = hashlib.sha256(head)
-        chain.update(body)
-        digest = chain.hexdigest()
+        digest, leaf = head_digests(head, body)
         digests.append(digest)
-        if digest != hash_ and chained_format(body) != FORMAT_V3:
-            head = canonical({"seq": seq, "prev": prev}) + b"\n"  # a v1 row
-        leaf = hashlib.sha256(b"\x00" + head)
-        leaf.update(body)
-        leaves.append(leaf.digest())
+        if digest != hash_ and chained_format(body) != FORMAT_V3:  # a v1 row: its leaf is its v1 input
+            leaf = hashlib.sha256(b"\x00" + canonical({"seq": seq, "prev": prev}) + b"\n" + body).digest()
+        leaves.append(leaf)
     return digests, leaves
 
 
@@ -181,15 +187,6 @@ class CompactRange:
         return digest
 
 
-def appended_nodes(size: int, border: list[bytes], leaves: Iterable[bytes]) -> list[Node]:
-    """The nodes that become complete as ``leaves`` (leaf hashes) are appended to a tree of ``size``
-    leaves whose compact range is ``border`` (the hashes of ``border_keys(size)``)."""
-    compact = CompactRange(size, border)
-    for digest in leaves:
-        compact.append(digest)
-    return compact.nodes
-
-
 def root(size: int, lookup: Lookup) -> bytes:
     keys = range_keys(0, size)
     return range_hash(0, size, lookup(keys))
@@ -271,10 +268,9 @@ def fetch_nodes(fetch: Fetch, keys: list[Key], placeholder: str) -> dict[Key, by
     return {(int(str(level)), int(str(idx))): bytes(cast(bytes, digest)) for level, idx, digest in found}
 
 
-def open_range(fetch: Fetch, head_seq: int, placeholder: str, columns: str, upto: int | None = None) -> CompactRange:
+def open_range(fetch: Fetch, head_seq: int, placeholder: str, columns: str) -> CompactRange:
     """The tree's compact range read inside the writer's transaction, caught up with the log's ``head_seq``
-    rows first (a log written before the tree existed, or by a server without it); only up to ``upto``
-    rows when given (the first-start build, in bounded transactions)."""
+    rows first (a log written before the tree existed, or by a server without it)."""
     size = int(str(fetch(SIZE_SQL, [])[0][0]))
     if size > head_seq:
         raise TreeError(f"the Merkle tree has {size} leaves but the log only {head_seq} rows (rows were removed)")
@@ -284,10 +280,9 @@ def open_range(fetch: Fetch, head_seq: int, placeholder: str, columns: str, upto
     if missing:
         raise TreeError(f"the stored Merkle tree lacks node {missing[0]} (level, index) of its border")
     compact = CompactRange(size, [nodes[key] for key in keys])
-    target = head_seq if upto is None else min(head_seq, upto)
-    while compact.size < target:
+    while compact.size < head_seq:
         rows = fetch(f"SELECT {columns} FROM audit_log WHERE seq > {placeholder} AND seq <= {placeholder} "
-                     "ORDER BY seq", [compact.size, min(target, compact.size + CATCH_UP_ROWS)])
+                     "ORDER BY seq", [compact.size, min(head_seq, compact.size + CATCH_UP_ROWS)])
         if not rows:
             raise TreeError(f"row {compact.size + 1} is missing from the log; the tree cannot grow past it")
         for raw in rows:

@@ -15,16 +15,12 @@ import multiprocessing
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 
-from proctor.audit.store import AuditStore, RawRow
+from proctor.audit.store import AuditStore
 from proctor.audit.tree import row_leaf_hash
 from proctor.audit.verify_parallel import PROCESSES_MIN_ROWS, StoreOpener, process_count
 
 CHUNK_ROWS = 20_000  # rows hashed per task and appended per write transaction
 PAGE_ROWS = 500
-
-
-def leaf_hashes(rows: list[RawRow]) -> list[bytes]:
-    return [row_leaf_hash(row) for row in rows]
 
 
 def chunk_leaves(open_store: StoreOpener, first_seq: int, last_seq: int) -> list[bytes]:
@@ -43,7 +39,7 @@ def _read_leaves(store: AuditStore, first_seq: int, last_seq: int) -> list[bytes
         rows = [row for row in store.read_page(seq, min(PAGE_ROWS, last_seq - seq + 1)) if row[0] <= last_seq]
         if not rows or rows[0][0] != seq:
             raise RuntimeError(f"row {seq} is missing from the log; the tree cannot grow past it")
-        leaves += leaf_hashes(rows)
+        leaves += [row_leaf_hash(row) for row in rows]
         seq = rows[-1][0] + 1
     return leaves
 

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.sharedctypes import Synchronized
 
-from proctor.audit.chain import GENESIS, ChainWalk, gap_problem, link_problem, load_public_key
+from proctor.audit.chain import GENESIS, ChainWalk, gap_problem, link_problem
 from proctor.audit.store import AuditStore
 from proctor.audit.tree import first_problem, hashed_page, leaf_problem
+from proctor_client.tlog.note import load_public_key
 
 PROCESSES_MIN_ROWS = 100_000  # ~2 s of the threaded walk: the processes' start-up is then < 15% of it
 MAX_PROCESSES = 8  # each holds a store connection; past this the disk, not the hashing, is the limit

@@ -63,8 +63,7 @@ class Round:
 def witness_signer(key: Ed25519PrivateKey, name: str = "") -> Signer:
     from proctor.audit.chain import log_origin
 
-    return Signer(name or log_origin(key.public_key()).replace("proctor.audit/", "proctor.witness/"), key,
-                  COSIGNATURE_V1)
+    return Signer(name or log_origin(key.public_key(), "proctor.witness"), key, COSIGNATURE_V1)
 
 
 def state_file(state: Path, origin: str) -> Path:

@@ -96,26 +96,32 @@ def parse_vkey(vkey: str) -> Verifier:
     return verifier
 
 
-def load_verifier(text_or_path: str, name: str, type_: int = ED25519) -> Verifier:
-    """A vkey (its own name), or else a raw Ed25519 key as base64 or a PEM public/private key file named ``name``."""
-    if VKEY.match(text_or_path.strip()) and not Path(text_or_path).is_file():
-        return parse_vkey(text_or_path)
+def load_public_key(text_or_path: str) -> Ed25519PublicKey:
+    """A raw Ed25519 key in base64, a PEM public key file, or a PEM private key file (its public half)."""
     path = Path(text_or_path)
     try:
         if path.is_file():
             data = path.read_bytes()
-            if VKEY.match(data.decode(errors="replace").strip()):
-                return parse_vkey(data.decode())
             loaded = (serialization.load_pem_private_key(data, password=None) if b"PRIVATE KEY" in data
                       else serialization.load_pem_public_key(data))
             key = loaded.public_key() if isinstance(loaded, Ed25519PrivateKey) else loaded
             if not isinstance(key, Ed25519PublicKey):
                 raise NoteError(f"{path}: not an Ed25519 key")
-            return Verifier(name, key, type_)
-        return Verifier(name, Ed25519PublicKey.from_public_bytes(base64.b64decode(text_or_path, validate=True)),
-                        type_)
+            return key
+        return Ed25519PublicKey.from_public_bytes(base64.b64decode(text_or_path, validate=True))
     except (ValueError, binascii.Error) as exc:
+        if isinstance(exc, NoteError):
+            raise
         raise NoteError(f"cannot read a public key from {text_or_path!r}: {exc}") from exc
+
+
+def load_verifier(text_or_path: str, name: str, type_: int = ED25519) -> Verifier:
+    """A vkey (its own name), or else a raw Ed25519 key (``load_public_key``) named ``name``."""
+    path = Path(text_or_path)
+    text = path.read_text(errors="replace") if path.is_file() else text_or_path
+    if VKEY.match(text.strip()):
+        return parse_vkey(text)
+    return Verifier(name, load_public_key(text_or_path), type_)
 
 
 def _raw(key: Ed25519PublicKey) -> bytes:
