@@ -4,21 +4,50 @@
 # The model files cannot travel to that machine (its working-tree limit is 64 MiB) and it has no
 # network, so this runs the slot forward on a random-weight model of the default model's exact
 # shape (speed does not depend on the weights), in bf16 and fp32, with model.generate() as the
-# baseline in the same run, plus the bit-identical-in-a-batch check on CUDA. It needs only torch and
-# transformers, which that machine's image has. Figures land in $OUT (or bench/gpu-out locally).
+# baseline in the same run, plus the bit-identical-in-a-batch check on CUDA; then the engine's own
+# decode loop (bench/gpu_engine.py: scheduler thread, sampling, stop rules; 1/16/64 streams, bf16)
+# on the same shape with the real tokenizer. It needs only torch, transformers, tokenizers and numpy,
+# which that machine's image has. Figures land in $OUT (or bench/gpu-out locally): env.txt,
+# step-{bfloat16,float32}.{txt,json}, engine-bfloat16.{txt,json} (7 files).
 #
-#   bash bench/gpu.sh            # from the repository root
+# The tokenizer files (3.4 MiB, no weights) are git-ignored, so make them here first and carry them:
+#
+#   .venv/bin/python bench/gpu_engine.py --prepare   # copies 5 files to .proctor/gpu-tokenizer
+#   run: command "bash bench/gpu.sh", carry [".proctor/gpu-tokenizer"], timeout_s 600
+#
+#   bash bench/gpu.sh            # from the repository root (PYTHON=... to pick the interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench/gpu-out}"
+py="${PYTHON:-python3}"
 mkdir -p "$out"
-python3 - <<'PY' | tee "$out/env.txt"
+{
+  "$py" - <<'PY'
 import torch, transformers
 print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.cuda.is_available(),
       torch.cuda.get_device_name() if torch.cuda.is_available() else "")
 PY
+  nvidia-smi || echo "nvidia-smi: not available"
+  "$py" -m pip list 2>/dev/null | grep -iE '^(torch|transformers|tokenizers|numpy) ' || echo "pip list: not available"
+} 2>&1 | tee "$out/env.txt"
 export PYTHONUNBUFFERED=1
+failed=()
+check() {  # check NAME COMMAND...: output teed to $out/NAME.txt; a failure is noted and the next check runs
+  local name=$1 rc
+  shift
+  "$@" 2>&1 | tee "$out/$name.txt" && rc=0 || rc=$?
+  if ((rc == 124)); then failed+=("$name (timed out)"); elif ((rc)); then failed+=("$name (exit $rc)"); fi
+}
+tokenizer=.proctor/gpu-tokenizer
+[[ -f $tokenizer/tokenizer.json ]] || echo "WARNING: no $tokenizer (not carried?): the engine check will fail" \
+  | tee -a "$out/env.txt"
 for dtype in bfloat16 float32; do
-  timeout 240 python3 bench/step.py --device cuda --dtype "$dtype" --random --batches 1,4,16,32,64 \
-    --new-tokens 128 --json "$out/step-$dtype.json" 2>&1 | tee "$out/step-$dtype.txt"
+  check "step-$dtype" timeout 150 "$py" bench/step.py --device cuda --dtype "$dtype" --random \
+    --batches 1,4,16,32,64 --new-tokens 128 --json "$out/step-$dtype.json"
 done
+check engine-bfloat16 timeout 150 "$py" bench/gpu_engine.py --device cuda --dtype bfloat16 --tokenizer "$tokenizer" \
+  --streams 1,16,64 --new-tokens 128 --json "$out/engine-bfloat16.json"
+if ((${#failed[@]})); then
+  echo "FAILED: ${failed[*]}" | tee -a "$out/env.txt"
+  exit 1
+fi
