@@ -217,3 +217,14 @@ def test_a_request_without_controls_keeps_a_fixed_row(engine) -> None:  # type: 
     controlled = _state(engine, request(4, sampling=SamplingParams(temperature=1.0, greedy_first_tokens=1),
                                         stopping=StoppingParams(max_new_tokens=4, must_include=("x",))))
     assert controlled.step_sampling.greedy and [name for name, _ in controlled.processors] == ["must_include"]
+
+
+def test_a_sampled_request_draws_from_a_cpu_generator_whatever_the_device(engine) -> None:  # type: ignore[no-untyped-def]
+    """The draw (decoding/sampler.py) takes its uniform on the CPU and moves it to the logits' device: a CUDA
+    generator failed every sampled request on a GPU (bench/gpu.sh found it). The same seed, the same stream."""
+    loaded = engine.loaded
+    state = SequenceState(engine.prepare(request(4, sampling=SamplingParams(temperature=0.7, seed=9))),
+                          tokenizer=loaded.tokenizer, eos_token_ids=frozenset(loaded.eos_token_ids),
+                          vocab_size=loaded.vocab_size, device=torch.device("cuda"), seed=9, sink=lambda event: None)
+    assert state.generator is not None and state.generator.device.type == "cpu"
+    assert torch.rand((), generator=state.generator) == torch.rand((), generator=torch.Generator().manual_seed(9))

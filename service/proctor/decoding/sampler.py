@@ -11,11 +11,12 @@ def draw(final_logits: torch.Tensor, generator: torch.Generator | None) -> int:
     """One token from a row's distribution (config.SAMPLER_REVISION 2): the inverse of its cumulative
     distribution over the tokens left (logits above -inf, in token order, summed in float64) at one uniform
     from the request's generator. One draw a step whatever the vocabulary (torch.multinomial, revision 1,
-    drew an exponential per token: ~3 ms a row at 152k)."""
+    drew an exponential per token: ~3 ms a row at 152k). The generator is the request's CPU one on every
+    device (engine/sequence.py), so a seed draws the same uniforms on CPU and CUDA."""
     left = (final_logits > float("-inf")).nonzero().flatten()
     values = final_logits[left]
     cumulative = (values - values.max()).double().exp().cumsum(dim=0)
-    uniform = torch.rand((), generator=generator, dtype=torch.float64)
+    uniform = torch.rand((), generator=generator, dtype=torch.float64).to(cumulative.device)  # a CPU generator
     index = int(torch.searchsorted(cumulative, uniform * cumulative[-1], right=True))
     return int(left[min(index, left.numel() - 1)])
 

@@ -66,7 +66,9 @@ class SequenceState:
         self.confidence = ConfidenceStats() if request.confidence else None
         self.generator: torch.Generator | None = None
         if not request.sampling.greedy:
-            self.generator = torch.Generator(device=device)
+            # On the CPU whatever the device: one uniform a step (decoding/sampler.py), the same stream on CPU
+            # and CUDA for a seed (and the CPU draw refuses a CUDA generator).
+            self.generator = torch.Generator()
             self.generator.manual_seed(seed)
         self.penalties = PenaltyState(request.sampling, self.prompt_ids, vocab_size) \
             if request.sampling.has_penalties else None
