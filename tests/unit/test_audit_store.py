@@ -36,6 +36,7 @@ from proctor.audit.chain import (
 from proctor.audit.sink import AuditSink, AuditUnavailable
 from proctor.audit.store import AuditStore, Filters, Row
 from proctor.audit.stored_body import compress, is_compressed
+from proctor.audit.tree import node_id
 from proctor.audit.verify import verify_log
 
 CHECKPOINT_EVERY = 4
@@ -125,7 +126,7 @@ def sqlite_log(tmp_path: Path, records: int, old_formats: tuple[str, ...] = ()) 
 
     def execute(statement: str, params: tuple[object, ...]) -> None:
         db = sqlite3.connect(path, isolation_level=None)
-        for table in ("audit_log", "audit_tree"):
+        for table in ("audit_log", "audit_tree_nodes"):
             db.execute(f"DROP TRIGGER IF EXISTS {table}_no_update")
             db.execute(f"DROP TRIGGER IF EXISTS {table}_no_delete")
         db.execute(statement, params)
@@ -157,7 +158,7 @@ def postgres_log(tmp_path: Path, records: int, old_formats: tuple[str, ...] = ()
     def execute(statement: str, params: tuple[object, ...]) -> None:
         with psycopg.connect(owner_dsn, autocommit=True) as conn:
             conn.execute("ALTER TABLE audit_log DISABLE TRIGGER USER")
-            conn.execute("ALTER TABLE audit_tree DISABLE TRIGGER USER")
+            conn.execute("ALTER TABLE audit_tree_nodes DISABLE TRIGGER USER")
             conn.execute(statement.replace("?", "%s"), params)
 
     def as_owner(statement: str) -> None:
@@ -510,11 +511,12 @@ def test_a_proof_is_refused_where_it_does_not_hold(make_log: Callable[[int], Log
     assert failed(TlogProof(proof.index, proof.path, proof.checkpoint).render()) == "leaf"  # no record in it
 
 
-@pytest.mark.parametrize(("statement", "seq", "problem"), [
-    ("UPDATE audit_tree SET hash = ? WHERE level = 0 AND idx = 6", 7, "leaf for this row does not match"),
-    ("UPDATE audit_tree SET hash = ? WHERE level = 2 AND idx = 1", 5, "node (level 2, index 1)"),
-    ("DELETE FROM audit_tree WHERE level = 1 AND idx = 3", 7, "node (level 1, index 3) is missing"),
-    ("DELETE FROM audit_tree WHERE level = 0 AND idx >= 11", 12, "misses the last rows"),
+@pytest.mark.parametrize(("statement", "seq", "problem"), [  # nodes named by (level, index): tree.node_id
+    (f"UPDATE audit_tree_nodes SET hash = ? WHERE id = {node_id(0, 6)}", 7, "leaf for this row does not match"),
+    (f"UPDATE audit_tree_nodes SET hash = ? WHERE id = {node_id(2, 1)}", 5, "node (level 2, index 1) is not the hash"),
+    (f"DELETE FROM audit_tree_nodes WHERE id = {node_id(1, 3)}", 7, "node (level 1, index 3) is missing"),
+    (f"DELETE FROM audit_tree_nodes WHERE id = {node_id(0, 3)}", 4, "leaf for this row does not match"),
+    (f"DELETE FROM audit_tree_nodes WHERE id >= {node_id(0, 11)}", 12, "misses the last rows"),
 ])
 def test_a_tampered_tree_is_found(make_log: Callable[[int], Log], statement: str, seq: int, problem: str) -> None:
     log = make_log(10)
@@ -530,7 +532,7 @@ def test_rows_and_tree_rewritten_together_are_caught_by_the_signed_checkpoint(ma
     rows = list(log.reopen().iterate(None))
     k = _seq_of(log, "id-0006")
     _rewrite_and_rechain(log, rows, k)
-    log.execute("DELETE FROM audit_tree", ())
+    log.execute("DELETE FROM audit_tree_nodes", ())
     from proctor.audit.setup import ensure_tree
 
     assert ensure_tree(log.reopen_writer()) == len(rows)
@@ -549,7 +551,7 @@ def test_a_missing_tree_is_found_and_rebuilt_at_start(make_log: Callable[[int], 
 
     log = make_log(10)
     rows = list(log.reopen().iterate(None))
-    log.execute("DELETE FROM audit_tree", ())
+    log.execute("DELETE FROM audit_tree_nodes", ())
     result = log.verify()
     assert not result.ok and result.first_bad_seq == 1 and "misses" in result.problem
     monkeypatch.setattr("proctor.audit.tree_build.CHUNK_ROWS", 3)  # resumable chunks, a transaction each

@@ -48,7 +48,7 @@ class PagedStore:
     def tree_size(self) -> None:  # a log from before the Merkle tree (its checks are test_audit_store's)
         return None
 
-    def tree_level(self, level: int, first: int, count: int) -> list[bytes]:
+    def tree_leaves(self, first: int, count: int) -> list[bytes]:
         return []
 
     def read_page(self, first_seq: int, limit: int) -> list[RawRow]:

@@ -15,7 +15,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proctor.audit.tree import CompactRange, border_keys, consistency_proof, inclusion_proof, root
+from proctor.audit.tree import (
+    CompactRange,
+    TreeError,
+    border_keys,
+    consistency_proof,
+    inclusion_proof,
+    leaves_for,
+    node_id,
+    nodes_for,
+    post_order,
+    root,
+    stored,
+    tree_size,
+)
 from proctor_client.tlog.merkle import (
     EMPTY_ROOT,
     ProofError,
@@ -224,3 +237,29 @@ def test_appending_many_leaves_at_once_gives_the_same_tree(before: int, batches:
         assert (bulk.size, bulk.root()) == (one.size, one.root())
     assert sorted(bulk.nodes) == sorted(one.nodes)
     assert bulk.root() == rfc_mth([i.to_bytes(4, "big") for i in range(done)])
+
+
+# --- where the stores keep each node: its post-order number --------------------------------------
+@given(size=st.integers(0, 2000))
+def test_nodes_are_numbered_in_the_order_leaves_complete_them(size: int) -> None:
+    """``node_id`` of the nodes ``append`` completes, leaf after leaf, is 0, 1, 2, … (every insert appends), and
+    ``post_order`` lists them in that order; the node count of a size gives the size back."""
+    compact = CompactRange(0, [])
+    for i in range(size):
+        compact.append(leaf_hash(i.to_bytes(4, "big")))
+    assert [node_id(level, index) for level, index, _ in compact.nodes] == list(range(len(compact.nodes)))
+    assert [(level, index) for level, index, _ in compact.nodes] == list(post_order(0, size))
+    assert len(compact.nodes) == nodes_for(size) and leaves_for(nodes_for(size)) == size == tree_size(nodes_for(size))
+    if size:  # a tree that ends inside a leaf's nodes (its last parent removed) is refused, and counted short
+        cut = nodes_for(size) - 1
+        assert leaves_for(cut) == size - 1
+        if cut != nodes_for(size - 1):
+            with pytest.raises(TreeError, match="ends inside the nodes of leaf"):
+                tree_size(cut)
+
+
+def test_bulk_nodes_are_stored_in_id_order() -> None:
+    """``stored`` puts ``extend``'s level-by-level nodes in id order (the build's inserts append too)."""
+    bulk = CompactRange(0, [])
+    bulk.extend([leaf_hash(bytes([i])) for i in range(37)])
+    assert [id_ for id_, _ in stored(bulk.nodes)] == list(range(nodes_for(37)))

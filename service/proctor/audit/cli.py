@@ -221,13 +221,14 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _init_postgres(args: argparse.Namespace) -> int:
-    from proctor.audit.postgres_store import init_schema
+    from proctor.audit.postgres_store import TABLES, init_schema
 
     try:
         init_schema(args.dsn, args.grant_to)
     except Exception as exc:
         return fail(str(exc))
-    print(f"audit_log and audit_tree ready{f'; {args.grant_to} may SELECT and INSERT only' if args.grant_to else ''}")
+    granted = f"; {args.grant_to} may SELECT and INSERT only" if args.grant_to else ""
+    print(f"{', '.join(TABLES)} ready{granted}")
     return 0
 
 

@@ -53,19 +53,17 @@ DROP TRIGGER IF EXISTS audit_log_no_truncate ON audit_log;
 CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
     FOR EACH STATEMENT EXECUTE FUNCTION proctor_audit_refuse();
 REVOKE ALL ON audit_log FROM PUBLIC;
-CREATE TABLE IF NOT EXISTS audit_tree (
-    level INTEGER NOT NULL,
-    idx BIGINT NOT NULL,
-    hash BYTEA NOT NULL,
-    PRIMARY KEY (level, idx)
+CREATE TABLE IF NOT EXISTS audit_tree_nodes (
+    id BIGINT PRIMARY KEY,
+    hash BYTEA NOT NULL
 );
-DROP TRIGGER IF EXISTS audit_tree_no_change ON audit_tree;
-CREATE TRIGGER audit_tree_no_change BEFORE UPDATE OR DELETE ON audit_tree
+DROP TRIGGER IF EXISTS audit_tree_nodes_no_change ON audit_tree_nodes;
+CREATE TRIGGER audit_tree_nodes_no_change BEFORE UPDATE OR DELETE ON audit_tree_nodes
     FOR EACH ROW EXECUTE FUNCTION proctor_audit_refuse();
-DROP TRIGGER IF EXISTS audit_tree_no_truncate ON audit_tree;
-CREATE TRIGGER audit_tree_no_truncate BEFORE TRUNCATE ON audit_tree
+DROP TRIGGER IF EXISTS audit_tree_nodes_no_truncate ON audit_tree_nodes;
+CREATE TRIGGER audit_tree_nodes_no_truncate BEFORE TRUNCATE ON audit_tree_nodes
     FOR EACH STATEMENT EXECUTE FUNCTION proctor_audit_refuse();
-REVOKE ALL ON audit_tree FROM PUBLIC;
+REVOKE ALL ON audit_tree_nodes FROM PUBLIC;
 CREATE TABLE IF NOT EXISTS audit_cosignatures (
     tree_size BIGINT NOT NULL,
     witness TEXT NOT NULL,
@@ -81,7 +79,7 @@ CREATE TRIGGER audit_cosignatures_no_truncate BEFORE TRUNCATE ON audit_cosignatu
     FOR EACH STATEMENT EXECUTE FUNCTION proctor_audit_refuse();
 REVOKE ALL ON audit_cosignatures FROM PUBLIC;
 """
-TABLES = ("audit_log", "audit_tree", "audit_cosignatures")
+TABLES = ("audit_log", "audit_tree_nodes", "audit_cosignatures")
 
 
 def init_schema(owner_dsn: str, appender_role: str | None = None) -> None:
@@ -131,19 +129,19 @@ class PostgresAuditStore:
             cur.executemany(f"INSERT INTO audit_log ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                             [(r.seq, r.audit_id, r.kind, r.time_ms, r.caller, r.request_id, r.finish_reason,
                               r.body, r.prev_hash, r.hash) for r in rows])
-            cur.executemany(tree.insert_sql("%s"), compact.nodes)
+            cur.executemany(tree.insert_sql("%s"), tree.stored(compact.nodes))
             return rows
         return self._writing(write)
 
     def append_leaves(self, start: int, leaves: list[bytes]) -> int:
         """Append leaf hashes for rows already in the log, only if the tree has exactly ``start`` leaves."""
         def write(cur: psycopg.Cursor[Any]) -> int:
-            size = int(_first(cur.execute(tree.SIZE_SQL).fetchone()))
+            size = tree.leaves_for(int(_first(cur.execute(tree.SIZE_SQL).fetchone())))
             if size != start:
                 return size
             compact = tree.open_range(_fetcher(cur), start, "%s", COLUMNS)
             compact.extend(leaves)
-            cur.executemany(tree.insert_sql("%s"), compact.nodes)
+            cur.executemany(tree.insert_sql("%s"), tree.stored(compact.nodes))
             return compact.size
         return self._writing(write)
 
@@ -172,16 +170,20 @@ class PostgresAuditStore:
 
     def tree_size(self) -> int | None:
         with self._reading() as conn:
-            return int(_first(conn.execute(tree.SIZE_SQL).fetchone()))
+            return tree.leaves_for(int(_first(conn.execute(tree.SIZE_SQL).fetchone())))
 
     def tree_nodes(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         with self._reading() as conn, conn.cursor() as cur:
             return tree.fetch_nodes(_fetcher(cur), keys, "%s")
 
-    def tree_level(self, level: int, first: int, count: int) -> list[bytes]:
+    def tree_leaves(self, first: int, count: int) -> list[bytes]:
+        with self._reading() as conn, conn.cursor() as cur:
+            return tree.fetch_leaves(_fetcher(cur), first, count, "%s")
+
+    def tree_span(self, first_id: int, last_id: int) -> list[tuple[int, bytes]]:
         with self._reading() as conn:
-            return [bytes(h) for (h,) in conn.execute(tree.level_sql("%s"), (level, first, count),
-                                                       binary=True).fetchall()]
+            return [(int(i), bytes(h)) for i, h in conn.execute(tree.span_sql("%s"), (first_id, last_id),
+                                                                 binary=True).fetchall()]
 
     def add_cosignature(self, tree_size: int, witness: str, line: str, time_ms: int) -> bool:
         def write(cur: psycopg.Cursor[Any]) -> bool:
@@ -250,6 +252,9 @@ class PostgresAuditStore:
             page = conn.execute(f"SELECT {COLUMNS} FROM audit_log WHERE seq >= %s ORDER BY seq LIMIT %s",
                                 (first_seq, limit), binary=True).fetchall()
         return page
+
+    def local_file(self) -> None:
+        return None  # the server reads its own files
 
     def close(self) -> None:
         with self._lock:

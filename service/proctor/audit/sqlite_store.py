@@ -35,15 +35,13 @@ CREATE TRIGGER IF NOT EXISTS audit_log_no_update BEFORE UPDATE ON audit_log
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: UPDATE refused'); END;
 CREATE TRIGGER IF NOT EXISTS audit_log_no_delete BEFORE DELETE ON audit_log
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: DELETE refused'); END;
-CREATE TABLE IF NOT EXISTS audit_tree (
-    level INTEGER NOT NULL,
-    idx INTEGER NOT NULL,
-    hash BLOB NOT NULL,
-    PRIMARY KEY (level, idx)
-) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS audit_tree_no_update BEFORE UPDATE ON audit_tree
+CREATE TABLE IF NOT EXISTS audit_tree_nodes (
+    id INTEGER PRIMARY KEY,
+    hash BLOB NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS audit_tree_nodes_no_update BEFORE UPDATE ON audit_tree_nodes
 BEGIN SELECT RAISE(ABORT, 'the audit tree is append-only: UPDATE refused'); END;
-CREATE TRIGGER IF NOT EXISTS audit_tree_no_delete BEFORE DELETE ON audit_tree
+CREATE TRIGGER IF NOT EXISTS audit_tree_nodes_no_delete BEFORE DELETE ON audit_tree_nodes
 BEGIN SELECT RAISE(ABORT, 'the audit tree is append-only: DELETE refused'); END;
 CREATE TABLE IF NOT EXISTS audit_cosignatures (
     tree_size INTEGER NOT NULL,
@@ -98,7 +96,7 @@ class SQLiteAuditStore:
                     f"INSERT INTO audit_log ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [(r.seq, r.audit_id, r.kind, r.time_ms, r.caller, r.request_id, r.finish_reason, r.body,
                       r.prev_hash, r.hash) for r in rows])
-                self._db.executemany(tree.insert_sql("?"), compact.nodes)
+                self._db.executemany(tree.insert_sql("?"), tree.stored(compact.nodes))
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
@@ -112,11 +110,11 @@ class SQLiteAuditStore:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                size = int(self._db.execute(tree.SIZE_SQL).fetchone()[0])
+                size = tree.leaves_for(int(self._db.execute(tree.SIZE_SQL).fetchone()[0]))
                 if size == start:
                     compact = tree.open_range(self._fetch, start, "?", COLUMNS)
                     compact.extend(leaves)
-                    self._db.executemany(tree.insert_sql("?"), compact.nodes)
+                    self._db.executemany(tree.insert_sql("?"), tree.stored(compact.nodes))
                     size = compact.size
                 self._db.execute("COMMIT")
             except BaseException:
@@ -128,9 +126,9 @@ class SQLiteAuditStore:
     def tree_size(self) -> int | None:
         with self._lock:
             try:
-                return int(self._db.execute(tree.SIZE_SQL).fetchone()[0])
-            except sqlite3.OperationalError:  # opened read-only, from before the tree: no audit_tree table
-                if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'audit_tree'").fetchone():
+                return tree.leaves_for(int(self._db.execute(tree.SIZE_SQL).fetchone()[0]))
+            except sqlite3.OperationalError:  # opened read-only, from before the tree: no tree table
+                if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (tree.TABLE,)).fetchone():
                     raise
                 return None
 
@@ -138,11 +136,13 @@ class SQLiteAuditStore:
         with self._lock:
             return tree.fetch_nodes(self._fetch, keys, "?")
 
-    def tree_level(self, level: int, first: int, count: int) -> list[bytes]:
-        """Up to ``count`` nodes of ``level`` from index ``first``, in order (a gap ends the answer early
-        only by being absent: callers compare positions)."""
+    def tree_leaves(self, first: int, count: int) -> list[bytes]:
         with self._lock:
-            return [bytes(h) for (h,) in self._db.execute(tree.level_sql("?"), (level, first, count)).fetchall()]
+            return tree.fetch_leaves(self._fetch, first, count, "?")
+
+    def tree_span(self, first_id: int, last_id: int) -> list[tuple[int, bytes]]:
+        with self._lock:
+            return [(int(i), bytes(h)) for i, h in self._db.execute(tree.span_sql("?"), (first_id, last_id))]
 
     def add_cosignature(self, tree_size: int, witness: str, line: str, time_ms: int) -> bool:
         """Keep a witness's cosignature of the checkpoint of ``tree_size`` (False: it had one already)."""
@@ -205,6 +205,9 @@ class SQLiteAuditStore:
     def reader(self) -> Callable[[], SQLiteAuditStore]:
         """Opens a read-only connection to this file (picklable: verify's processes open their own)."""
         return functools.partial(SQLiteAuditStore, self.path, readonly=True)
+
+    def local_file(self) -> Path:
+        return self.path
 
     def close(self) -> None:
         with self._lock:

@@ -5,15 +5,16 @@ A row: ``seq`` (1, 2, …), ``audit_id``, ``kind`` ("request" or "checkpoint"), 
 since ``proctor.audit/3``: ``stored_body``), ``prev_hash`` and ``hash``. The filter columns are
 copies of record fields; the hash covers them (``proctor.audit/2`` on; for ``proctor.audit/1``
 rows ``verify`` compares them with the record).
-The stores refuse UPDATE and DELETE. Beside the rows, ``audit_tree`` holds the Merkle tree over them
-(``level``, ``idx``, ``hash``: audit/tree.py) and ``audit_cosignatures`` the witnesses' cosignatures of
-its checkpoints, append-only in the same way.
+The stores refuse UPDATE and DELETE. Beside the rows, ``audit_tree_nodes`` holds the Merkle tree over
+them (``id``, ``hash``: each node under its post-order number, audit/tree.py) and ``audit_cosignatures``
+the witnesses' cosignatures of its checkpoints, append-only in the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from proctor.audit import stored_body
@@ -83,8 +84,12 @@ class AuditStore(Protocol):
     def tree_nodes(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         """The stored nodes among ``keys`` ((level, index) pairs)."""
 
-    def tree_level(self, level: int, first: int, count: int) -> list[bytes]:
-        """Up to ``count`` stored nodes of ``level`` from index ``first`` on, in index order."""
+    def tree_leaves(self, first: int, count: int) -> list[bytes]:
+        """The stored leaf hashes among leaves ``first``..``first + count - 1``, in order; a missing one is
+        absent (the ones after it move up: callers compare positions with rows)."""
+
+    def tree_span(self, first_id: int, last_id: int) -> list[tuple[int, bytes]]:
+        """The stored nodes with post-order ids ``first_id``..``last_id`` (``tree.node_id``), in id order."""
 
     def add_cosignature(self, tree_size: int, witness: str, line: str, time_ms: int) -> bool:
         """Keep a witness's (checked) cosignature line of the checkpoint of ``tree_size``; False if it had one."""
@@ -112,6 +117,10 @@ class AuditStore(Protocol):
     def reader(self) -> Callable[[], AuditStore]:
         """A picklable callable that opens another reading connection to the same store (verify's
         processes each open one)."""
+
+    def local_file(self) -> Path | None:
+        """The database file when this process reads it directly (SQLite), for reading it ahead
+        (``audit/readahead.py``); None for a server's store (PostgreSQL)."""
 
     def close(self) -> None: ...
 

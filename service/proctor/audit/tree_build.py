@@ -12,9 +12,12 @@ may be building too), so an interrupted or concurrent build resumes where the tr
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from collections import deque
+from collections.abc import Callable, Generator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import closing
 
+from proctor.audit.readahead import Readahead
 from proctor.audit.store import AuditStore
 from proctor.audit.tree import row_leaf_hash
 from proctor.audit.verify_parallel import PROCESSES_MIN_ROWS, StoreOpener, process_count
@@ -53,25 +56,44 @@ def build_tree(store: AuditStore, progress: Callable[[int], None] | None = None,
     if processes is None:
         processes = process_count() if rows - size >= PROCESSES_MIN_ROWS and hasattr(store, "reader") else 1
     added = 0
-    for (first, _), leaves in zip(chunks, _hashed(store, chunks, processes), strict=True):
-        grown = store.append_leaves(first - 1, leaves)
-        if grown != first - 1 + len(leaves):  # the tree was elsewhere (another server builds too): catch up
-            break
-        added += len(leaves)
-        if progress is not None:
-            progress(len(leaves))
+    with Readahead(store.local_file(), rows) as readahead, \
+            closing(_hashed(store, chunks, processes, readahead)) as hashed:
+        for (first, _), leaves in zip(chunks, hashed, strict=True):
+            grown = store.append_leaves(first - 1, leaves)
+            if grown != first - 1 + len(leaves):  # the tree was elsewhere (another server builds too): catch up
+                break
+            added += len(leaves)
+            if progress is not None:
+                progress(len(leaves))
     return added + _catch_up(store, progress)
 
 
-def _hashed(store: AuditStore, chunks: list[tuple[int, int]], processes: int) -> Iterator[list[bytes]]:
+def _hashed(store: AuditStore, chunks: list[tuple[int, int]], processes: int,
+            readahead: Readahead) -> Generator[list[bytes], None, None]:
+    """Each chunk's leaves, in order. In processes, ``processes + 1`` chunks are out at a time: the file is
+    read ahead of them, and the leaves waiting for this process stay few."""
     if processes <= 1:
         for first, last in chunks:
+            readahead.through(last)
             yield _read_leaves(store, first, last)
         return
     context = multiprocessing.get_context("spawn")  # no fork: the caller may be a threaded server
     with ProcessPoolExecutor(processes, mp_context=context) as pool:
-        opener = store.reader()
-        yield from pool.map(chunk_leaves, [opener] * len(chunks), [a for a, _ in chunks], [b for _, b in chunks])
+        opener, upcoming = store.reader(), iter(chunks)
+        out: deque[Future[list[bytes]]] = deque()
+
+        def hand_out() -> None:
+            chunk = next(upcoming, None)
+            if chunk is not None:
+                readahead.through(chunk[1])
+                out.append(pool.submit(chunk_leaves, opener, *chunk))
+
+        for _ in range(processes + 1):
+            hand_out()
+        while out:
+            leaves = out.popleft().result()
+            hand_out()
+            yield leaves
 
 
 def _catch_up(store: AuditStore, progress: Callable[[int], None] | None) -> int:

@@ -71,7 +71,7 @@ Page = tuple[list[RawRow], list[str | None], list[bytes], list[bytes]]  # rows, 
 def _read_and_hash(store: AuditStore, first_seq: int) -> Page:
     rows = store.read_page(first_seq, PAGE_ROWS)
     digests, leaves = hashed_page(rows)
-    return rows, digests, leaves, store.tree_level(0, rows[0][0] - 1, len(rows)) if rows else []
+    return rows, digests, leaves, store.tree_leaves(rows[0][0] - 1, len(rows)) if rows else []
 
 
 def _hashed_pages(store: AuditStore, pool: ThreadPoolExecutor) -> Iterator[Page]:

@@ -85,7 +85,7 @@ def verify_range(open_store: StoreOpener, first_seq: int, last_seq: int | None, 
                     chain.expected, chain.prev_hash = result.first
             digests, leaves = hashed_page(rows)
             result.bad = first_problem(chain.page(rows, digests),
-                                       leaf_problem(rows, leaves, store.tree_level(0, rows[0][0] - 1, len(rows))))
+                                       leaf_problem(rows, leaves, store.tree_leaves(rows[0][0] - 1, len(rows))))
             if done is not None:
                 with done.get_lock():
                     done.value += len(rows)

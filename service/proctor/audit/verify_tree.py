@@ -2,7 +2,7 @@
 every leaf against its row (audit/verify.py, audit/verify_parallel.py).
 
 - The tree has exactly one leaf per row: none missing, none past the log's end.
-- Every stored interior node is the hash of its two children, level by level.
+- Every interior node is stored and is the hash of its two children (one pass in stored order).
 - Every checkpoint's signed note (its signature already checked in the walk) names the root of the
   tree of the rows before it, and each is consistent with the next (an RFC 9162 consistency proof
   built from the stored nodes and checked as a third party would, with ``proctor_client.tlog``).
@@ -15,7 +15,7 @@ from proctor.audit.store import AuditStore
 from proctor_client.tlog.merkle import ProofError, node_hash, verify_consistency
 from proctor_client.tlog.note import parse_checkpoint, parse_note
 
-LEVEL_PAGE = 8192  # parent nodes read per query
+SPAN_NODES = 16384  # nodes read per query
 
 
 def tree_problem(store: AuditStore, rows: int, notes: dict[int, str]) -> tuple[int, str] | None:
@@ -33,21 +33,26 @@ def tree_problem(store: AuditStore, rows: int, notes: dict[int, str]) -> tuple[i
 
 
 def _interior_problem(store: AuditStore, size: int) -> tuple[int, str] | None:
-    """Every node complete within the first ``size`` leaves is the hash of its two children."""
-    level = 1
-    while size >> level:
-        count = size >> level
-        for first in range(0, count, LEVEL_PAGE):
-            n = min(LEVEL_PAGE, count - first)
-            parents = store.tree_level(level, first, n)
-            children = store.tree_level(level - 1, 2 * first, 2 * n)
-            for k in range(n):
-                if k >= len(parents) or 2 * k + 1 >= len(children) \
-                        or parents[k] != node_hash(children[2 * k], children[2 * k + 1]):
-                    index = first + k
-                    return (index << level) + 1, (f"Merkle tree node (level {level}, index {index}) is missing or "
-                                                  "not the hash of its children (the tree was modified)")
-        level += 1
+    """Every node complete within the first ``size`` leaves is stored and is the hash of its two children: the
+    nodes read in stored (post-order) order, each parent checked against the two border nodes before it."""
+    border: list[bytes] = []
+    expected = tree.post_order(0, size)
+    total = tree.nodes_for(size)
+    for first in range(0, total, SPAN_NODES):
+        last = min(total, first + SPAN_NODES) - 1
+        span = store.tree_span(first, last)
+        for position, (level, index) in zip(range(first, last + 1), expected, strict=False):
+            at = position - first
+            if at >= len(span) or span[at][0] != position:
+                return (index << level) + 1, (f"Merkle tree node (level {level}, index {index}) is missing "
+                                              "(the tree was modified)")
+            digest = span[at][1]
+            if level:
+                right, left = border.pop(), border.pop()
+                if digest != node_hash(left, right):
+                    return (index << level) + 1, (f"Merkle tree node (level {level}, index {index}) is not the hash "
+                                                  "of its children (the tree was modified)")
+            border.append(digest)
     return None
 
 
