@@ -14,7 +14,7 @@ from __future__ import annotations
 import multiprocessing
 from collections import deque
 from collections.abc import Callable, Generator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import closing
 
 from proctor.audit.readahead import Readahead
@@ -24,6 +24,7 @@ from proctor.audit.verify_parallel import PROCESSES_MIN_ROWS, StoreOpener, proce
 
 CHUNK_ROWS = 20_000  # rows hashed per task and appended per write transaction
 PAGE_ROWS = 500
+AHEAD_CHUNKS = 4  # chunks out (hashed, being hashed, queued) per process, at most: memory and read-ahead bound
 
 
 def chunk_leaves(open_store: StoreOpener, first_seq: int, last_seq: int) -> list[bytes]:
@@ -70,8 +71,9 @@ def build_tree(store: AuditStore, progress: Callable[[int], None] | None = None,
 
 def _hashed(store: AuditStore, chunks: list[tuple[int, int]], processes: int,
             readahead: Readahead) -> Generator[list[bytes], None, None]:
-    """Each chunk's leaves, in order. In processes, ``processes + 1`` chunks are out at a time: the file is
-    read ahead of them, and the leaves waiting for this process stay few."""
+    """Each chunk's leaves, in order. In processes: ``processes + 1`` chunks are being hashed or queued at any
+    time (a process that finishes one takes the next, even while an earlier one is still out), at most
+    ``AHEAD_CHUNKS`` beyond the one appended next; the file is read ahead of the last one handed out."""
     if processes <= 1:
         for first, last in chunks:
             readahead.through(last)
@@ -83,14 +85,19 @@ def _hashed(store: AuditStore, chunks: list[tuple[int, int]], processes: int,
         out: deque[Future[list[bytes]]] = deque()
 
         def hand_out() -> None:
-            chunk = next(upcoming, None)
-            if chunk is not None:
+            while len(out) < AHEAD_CHUNKS * processes and sum(not f.done() for f in out) <= processes:
+                chunk = next(upcoming, None)
+                if chunk is None:
+                    return
                 readahead.through(chunk[1])
                 out.append(pool.submit(chunk_leaves, opener, *chunk))
 
-        for _ in range(processes + 1):
-            hand_out()
+        hand_out()
         while out:
+            if not out[0].done():
+                wait([f for f in out if not f.done()], return_when=FIRST_COMPLETED)
+                hand_out()
+                continue
             leaves = out.popleft().result()
             hand_out()
             yield leaves
