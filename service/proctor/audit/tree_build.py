@@ -73,7 +73,8 @@ def _hashed(store: AuditStore, chunks: list[tuple[int, int]], processes: int,
             readahead: Readahead) -> Generator[list[bytes], None, None]:
     """Each chunk's leaves, in order. In processes: ``processes + 1`` chunks are being hashed or queued at any
     time (a process that finishes one takes the next, even while an earlier one is still out), at most
-    ``AHEAD_CHUNKS`` beyond the one appended next; the file is read ahead of the last one handed out."""
+    ``AHEAD_CHUNKS`` a process counted from the one appended next; the file is read ahead of the last one handed
+    out."""
     if processes <= 1:
         for first, last in chunks:
             readahead.through(last)
