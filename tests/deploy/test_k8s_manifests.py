@@ -138,6 +138,17 @@ def test_services_policies_and_autoscaling_select_the_server_pods(rendered: tupl
         assert "PROCTOR_INSECURE" not in env
 
 
+def test_the_network_policy_peers_are_rendered_as_written(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    """The base's labels go on Proctor's own selectors only: the policy's peers stay as networkpolicy.yaml writes
+    them (with the selector labels added to them, the PostgreSQL egress rule selected pods named proctor and the
+    gRPC rule admitted only clients that also carried Proctor's own labels)."""
+    _, docs = rendered
+    written = yaml.safe_load((K8S / "base" / "networkpolicy.yaml").read_text())["spec"]
+    policy = one(docs, "NetworkPolicy")["spec"]
+    assert (policy["ingress"], policy["egress"]) == (written["ingress"], written["egress"])
+    assert policy["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == {"proctor-client": "true"}
+
+
 def test_the_audit_dsn_comes_from_a_secret_and_no_value_holds_a_password(
         rendered: tuple[str, list[dict[str, Any]]]) -> None:
     _, docs = rendered
