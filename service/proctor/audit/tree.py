@@ -8,9 +8,10 @@ the rows. The root of any prefix, and any range a proof needs, is a fold over O(
 (``range_keys``), so a proof at a million records is a handful of indexed reads.
 
 A node is stored under its post-order number (``node_id``): the count of nodes completed before it, so
-each leaf and the nodes it completes take the next numbers and every insert appends to the table's
-B-tree (keyed ``(level, index)`` the inserts landed in the middle of ~20 levels: a quarter more of the
-first-start build's time). The stores still take and answer ``(level, index)`` keys.
+each leaf and the nodes it completes take the next numbers, every insert appends to the table's B-tree
+(keyed ``(level, index)``, every level was an insertion point: 3.0 against 2.2 µs a leaf in SQLite), and
+verify reads the whole tree in one pass in stored order. The stores still take and answer ``(level, index)``
+keys.
 
 The writer keeps the tree with the rows (``CompactRange``: the border of the tree so far, the new
 leaves, out come the newly complete nodes), in the same transaction.
