@@ -136,7 +136,7 @@ class PostgresAuditStore:
     def append_leaves(self, start: int, leaves: list[bytes]) -> int:
         """Append leaf hashes for rows already in the log, only if the tree has exactly ``start`` leaves."""
         def write(cur: psycopg.Cursor[Any]) -> int:
-            size = tree.leaves_for(int(_first(cur.execute(tree.SIZE_SQL).fetchone())))
+            size = tree.leaves_for(tree.node_count(_fetcher(cur)))
             if size != start:
                 return size
             compact = tree.open_range(_fetcher(cur), start, "%s", COLUMNS)
@@ -169,8 +169,8 @@ class PostgresAuditStore:
         raise AssertionError("unreachable")
 
     def tree_size(self) -> int | None:
-        with self._reading() as conn:
-            return tree.leaves_for(int(_first(conn.execute(tree.SIZE_SQL).fetchone())))
+        with self._reading() as conn, conn.cursor() as cur:
+            return tree.leaves_for(tree.node_count(_fetcher(cur)))
 
     def tree_nodes(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         with self._reading() as conn, conn.cursor() as cur:
@@ -181,9 +181,8 @@ class PostgresAuditStore:
             return tree.fetch_leaves(_fetcher(cur), first, count, "%s")
 
     def tree_span(self, first_id: int, last_id: int) -> list[tuple[int, bytes]]:
-        with self._reading() as conn:
-            return [(int(i), bytes(h)) for i, h in conn.execute(tree.span_sql("%s"), (first_id, last_id),
-                                                                 binary=True).fetchall()]
+        with self._reading() as conn, conn.cursor() as cur:
+            return tree.fetch_span(_fetcher(cur), first_id, last_id, "%s")
 
     def add_cosignature(self, tree_size: int, witness: str, line: str, time_ms: int) -> bool:
         def write(cur: psycopg.Cursor[Any]) -> bool:

@@ -110,7 +110,7 @@ class SQLiteAuditStore:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                size = tree.leaves_for(int(self._db.execute(tree.SIZE_SQL).fetchone()[0]))
+                size = tree.leaves_for(tree.node_count(self._fetch))
                 if size == start:
                     compact = tree.open_range(self._fetch, start, "?", COLUMNS)
                     compact.extend(leaves)
@@ -126,7 +126,7 @@ class SQLiteAuditStore:
     def tree_size(self) -> int | None:
         with self._lock:
             try:
-                return tree.leaves_for(int(self._db.execute(tree.SIZE_SQL).fetchone()[0]))
+                return tree.leaves_for(tree.node_count(self._fetch))
             except sqlite3.OperationalError:  # opened read-only, from before the tree: no tree table
                 if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (tree.TABLE,)).fetchone():
                     raise
@@ -142,7 +142,7 @@ class SQLiteAuditStore:
 
     def tree_span(self, first_id: int, last_id: int) -> list[tuple[int, bytes]]:
         with self._lock:
-            return [(int(i), bytes(h)) for i, h in self._db.execute(tree.span_sql("?"), (first_id, last_id))]
+            return tree.fetch_span(self._fetch, first_id, last_id, "?")
 
     def add_cosignature(self, tree_size: int, witness: str, line: str, time_ms: int) -> bool:
         """Keep a witness's cosignature of the checkpoint of ``tree_size`` (False: it had one already)."""

@@ -296,23 +296,12 @@ def tree_size(nodes: int) -> int:
 
 
 def stored(nodes: list[Node]) -> list[tuple[int, bytes]]:
-    """``CompactRange.nodes`` as the table's rows, in id order (the insert appends); ``node_id`` inlined, as the
-    first-start build numbers ~2 nodes a row."""
-    rows = []
-    for level, index, digest in nodes:
-        m = (index + 1) << level
-        rows.append((2 * m - m.bit_count() - (m & -m).bit_length() + level, digest))
-    rows.sort()
-    return rows
+    """``CompactRange.nodes`` as the table's rows, in id order (the insert appends)."""
+    return sorted((node_id(level, index), digest) for level, index, digest in nodes)
 
 
 def insert_sql(placeholder: str) -> str:
     return f"INSERT INTO {TABLE} (id, hash) VALUES ({placeholder}, {placeholder})"
-
-
-def span_sql(placeholder: str) -> str:
-    """Stored nodes with ids in ``[first, last]``, in order."""
-    return f"SELECT id, hash FROM {TABLE} WHERE id >= {placeholder} AND id <= {placeholder} ORDER BY id"
 
 
 def fetch_nodes(fetch: Fetch, keys: list[Key], placeholder: str) -> dict[Key, bytes]:
@@ -328,21 +317,32 @@ def fetch_nodes(fetch: Fetch, keys: list[Key], placeholder: str) -> dict[Key, by
     return found
 
 
+def node_count(fetch: Fetch) -> int:
+    """The nodes stored (``leaves_for`` of it: the tree's size)."""
+    return int(str(fetch(SIZE_SQL, [])[0][0]))
+
+
+def fetch_span(fetch: Fetch, first_id: int, last_id: int, placeholder: str) -> list[tuple[int, bytes]]:
+    """The stored nodes with ids ``first_id``..``last_id``, in id order."""
+    return [(int(str(id_)), bytes(cast(bytes, digest)))
+            for id_, digest in fetch(f"SELECT id, hash FROM {TABLE} WHERE id >= {placeholder} AND id <= {placeholder} "
+                                     "ORDER BY id", [first_id, last_id])]
+
+
 def fetch_leaves(fetch: Fetch, first: int, count: int, placeholder: str) -> list[bytes]:
     """The stored leaves among ``first``..``first + count - 1`` in order, from one range read of the ids between
     them; a missing one is absent, so the ones after it move up (callers compare positions with rows)."""
     if count <= 0:
         return []
     wanted = [node_id(0, leaf) for leaf in range(first, first + count)]
-    found = {int(str(id_)): bytes(cast(bytes, digest))
-             for id_, digest in fetch(span_sql(placeholder), [wanted[0], wanted[-1]])}
+    found = dict(fetch_span(fetch, wanted[0], wanted[-1], placeholder))
     return [found[id_] for id_ in wanted if id_ in found]
 
 
 def open_range(fetch: Fetch, head_seq: int, placeholder: str, columns: str) -> CompactRange:
     """The tree's compact range read inside the writer's transaction, caught up with the log's ``head_seq``
     rows first (a log written before the tree existed, or by a server without it)."""
-    size = tree_size(int(str(fetch(SIZE_SQL, [])[0][0])))
+    size = tree_size(node_count(fetch))
     if size > head_seq:
         raise TreeError(f"the Merkle tree has {size} leaves but the log only {head_seq} rows (rows were removed)")
     keys = border_keys(size)
