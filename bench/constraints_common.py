@@ -134,7 +134,7 @@ class RawLLGuidance:
         import llguidance
 
         from proctor.constraints.backend import ConstraintError
-        from proctor.constraints.backends.llguidance_backend import json_options
+        from proctor.constraints.llguidance_json import json_options
 
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(spec.text,

@@ -85,34 +85,71 @@ def test_bad_bodies_name_their_key(body: Any, param: str) -> None:
     assert refused.value.param == param and refused.value.status == 400
 
 
-def test_strict_false_checks_without_constraining() -> None:
-    schema = {"type": "object"}
+def test_every_json_schema_is_enforced_and_strict_refuses_the_fallback() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     loose = parse_body(chat(response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}),
                        CHAT)
-    assert loose.message.WhichOneof("constraint") is None and loose.validate_schema == schema
+    assert json.loads(loose.message.json_schema) == {**schema, "additionalProperties": False}
+    assert not loose.message.constraint_exact_only and loose.schema is not None and loose.schema.closed == ("#",)
     strict = parse_body(chat(response_format={"type": "json_schema",
                                               "json_schema": {"name": "s", "schema": schema, "strict": True}}), CHAT)
-    assert json.loads(strict.message.json_schema) == schema and strict.validate_schema is None
-    with pytest.raises(BodyError) as bad:
-        parse_body(chat(response_format={"type": "json_schema", "json_schema": {
-            "name": "s", "schema": {"type": "object", "minProperties": -1}}}), CHAT)
-    assert "minProperties" in str(bad.value) and "/minProperties" in str(bad.value)
+    assert strict.message.constraint_exact_only and strict.params["json_schema"] == "response_format.json_schema.schema"
+    kept_open = {**schema, "additionalProperties": True}
+    as_sent = parse_body(chat(response_format={"type": "json_schema", "json_schema": {"name": "s",
+                                                                                     "schema": kept_open}}), CHAT)
+    assert json.loads(as_sent.message.json_schema) == kept_open and as_sent.schema.closed == ()  # type: ignore[union-attr]
 
 
 def test_tools_constrain_the_call_by_choice() -> None:
-    required = parse_body(chat(tools=[TOOL], tool_choice="required"), CHAT)
+    required = parse_body(chat(tools=[TOOL], tool_choice="required", parallel_tool_calls=False), CHAT)
     schema = json.loads(required.message.json_schema)
     assert schema["properties"]["name"] == {"const": "lookup"} and schema["properties"]["arguments"] == \
-        TOOL["function"]["parameters"]
-    assert json.loads(required.message.messages.tools_json) == [TOOL]
+        {**TOOL["function"]["parameters"], "additionalProperties": False}  # type: ignore[dict-item]
+    assert json.loads(required.message.messages.tools_json) == [TOOL] and not required.message.constraint_exact_only
+    several = parse_body(chat(tools=[TOOL], tool_choice="required"), CHAT)  # parallel calls: OpenAI's default
+    assert several.message.grammar.text.startswith('start: "<tool_call>" call "</tool_call>" ("\\n" "<tool_call>"')
     auto = parse_body(chat(tools=[TOOL]), CHAT)
     assert auto.message.WhichOneof("constraint") == "grammar" and "%json" in auto.message.grammar.text
+    assert '"whitespace_flexible": false' in auto.message.grammar.text
+    one = parse_body(chat(tools=[TOOL], parallel_tool_calls=False), CHAT)
+    assert one.message.grammar.text.startswith('start: TEXT | "<tool_call>" call "</tool_call>"\n')
     free = parse_body(chat(tools=[TOOL], tool_choice="none"), CHAT)
     assert free.message.WhichOneof("constraint") is None
+    strict_tool = {"type": "function", "function": {**TOOL["function"], "strict": True}}  # type: ignore[dict-item]
+    strict = parse_body(chat(tools=[strict_tool], tool_choice="required"), CHAT)
+    assert strict.message.constraint_exact_only and strict.schema.strict  # type: ignore[union-attr]
+    assert strict.schema.closed == ("tools/lookup#",)  # type: ignore[union-attr]
+
+
+def test_a_call_cut_short_is_returned_as_far_as_it_goes() -> None:
+    tools = [TOOL, {"type": "function", "function": {"name": "list", "parameters": {"type": "object"}}}]
+    plan = tool_plan({"tools": tools, "tool_choice": "required", "parallel_tool_calls": False})
+    assert plan is not None
+    _, calls = parse_output('{"name":"lookup","arguments":{"q":"Par', plan, cut=True)
+    assert calls[0]["function"] == {"name": "lookup", "arguments": '{"q":"Par'}
+    assert parse_output('{"name":"loo', plan, cut=True)[1][0]["function"] == {"name": "lookup", "arguments": ""}
+    assert parse_output('{"name":"l', plan, cut=True) == ('{"name":"l', [])  # lookup or list: not known yet
+    assert parse_output('{"name":"loo', plan) == ('{"name":"loo', [])  # not cut: not a call
+
+
+def test_parallel_calls_are_parsed_and_streamed_each_with_its_index() -> None:
+    plan = tool_plan({"tools": [TOOL], "tool_choice": "required"})
+    assert plan is not None and plan.blocks
+    output = ('<tool_call>{"name":"lookup","arguments":{"q":"a"}}</tool_call>\n'
+              '<tool_call>{"name":"lookup","arguments":{"q":"b}"}}</tool_call>')
+    content, calls = parse_output(output, plan)
+    assert content is None and [json.loads(c["function"]["arguments"]) for c in calls] == [{"q": "a"}, {"q": "b}"}]
+    stream = CallStream(plan)
+    deltas = [d for piece in output for d in stream.feed(piece)[1]] + stream.finish()[1]
+    by_index: dict[int, str] = {}
+    for delta in deltas:
+        by_index[delta["index"]] = by_index.get(delta["index"], "") + delta["function"]["arguments"]
+    assert {i: json.loads(a) for i, a in by_index.items()} == {0: {"q": "a"}, 1: {"q": "b}"}}
+    assert len({d["id"] for d in deltas if "id" in d}) == 2
 
 
 def test_a_call_is_parsed_and_streamed_as_deltas() -> None:
-    plan = tool_plan({"tools": [TOOL], "tool_choice": "required"})
+    plan = tool_plan({"tools": [TOOL], "tool_choice": "required", "parallel_tool_calls": False})
     assert plan is not None
     output = '{"name": "lookup", "arguments": {"q": "a}b"}}'
     content, calls = parse_output(output, plan)

@@ -193,7 +193,8 @@ def details_to_proto(details: Iterable[TokenDetail], request: GenerationRequest 
     ]
 
 
-def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEvent, audit_id: str = "") -> None:
+def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEvent, audit_id: str = "",
+                request: GenerationRequest | None = None) -> None:
     assert event.finish_reason is not None
     target.finish_reason = FINISH_TO_PROTO[event.finish_reason]
     target.finish_detail = event.finish_detail
@@ -229,7 +230,8 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
             min_top2_gap=confidence.min_top2_gap))
     target.sequences.extend(
         pb.ReturnedSequence(token_ids=s.token_ids, text=s.text, score=s.score, audit_id=s.audit_id or audit_id,
-                            finish_reason=FINISH_TO_PROTO[s.finish_reason])
+                            finish_reason=FINISH_TO_PROTO[s.finish_reason],
+                            tokens=details_to_proto(s.details, request) if request is not None else [])
         for s in event.sequences)
     if event.prompt_truncation is not None:
         t = event.prompt_truncation
@@ -251,7 +253,7 @@ def chunk_from_event(event: TokenEvent, request: GenerationRequest | None = None
     chunk = pb.GenerateChunk(request_id=event.request_id, token_ids=event.token_ids, text=event.text,
                              tokens=details_to_proto(event.details, request))
     if event.finished:
-        _fill_final(chunk, event, audit_id)
+        _fill_final(chunk, event, audit_id, request)
         chunk.audit_id = audit_id
     return chunk
 
@@ -267,5 +269,5 @@ def response_from_events(events: list[TokenEvent], request: GenerationRequest | 
         tokens=details_to_proto((d for e in events for d in e.details), request),
         audit_id=audit_id,
     )
-    _fill_final(response, final, audit_id)
+    _fill_final(response, final, audit_id, request)
     return response

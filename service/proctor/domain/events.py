@@ -146,7 +146,7 @@ class ReturnedSequence:
     score: float  # beams: sum(logprob) / generated ** length_penalty (generate()'s); samples: sum(logprob)
     finish_reason: FinishReason
     audit_id: str = ""  # samples: each completion's own record ("": the call's)
-    details: tuple[TokenDetail, ...] = ()  # beams: each token's details, for the audit record (when it keeps them)
+    details: tuple[TokenDetail, ...] = ()  # each token's details (beams: for the audit record, when it keeps them)
 
 
 @dataclass(frozen=True, slots=True)

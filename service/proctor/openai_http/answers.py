@@ -13,7 +13,6 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
-from proctor.constraints.json_validation import validate_json_output
 from proctor.openai_http.body import CHAT, ParsedCall
 from proctor.openai_http.tools import CallStream, parse_output
 from proctor_client.v1 import generation_pb2 as pb
@@ -41,19 +40,19 @@ def usage(response: pb.GenerateResponse | pb.GenerateChunk) -> dict[str, Any]:
 
 
 def proctor_facts(response: pb.GenerateResponse | pb.GenerateChunk, call: ParsedCall) -> dict[str, Any]:
-    """The response's own facts (everything but the text and tokens), plus a strict: false schema check."""
+    """The response's own facts (everything but the text and tokens), and how the door served a schema."""
     facts: dict[str, Any] = MessageToDict(response, preserving_proto_field_name=True)
     for name in OWN_FIELDS:
         facts.pop(name, None)
+    if call.schema is not None:
+        facts["schema"] = call.schema.facts()
     return facts
 
 
-def schema_check(call: ParsedCall, text: str, reason: int) -> dict[str, Any] | None:
-    """``response_format`` with ``strict: false``: the output checked against the schema, not constrained."""
-    if call.validate_schema is None:
-        return None
-    result = validate_json_output(text, call.validate_schema, truncated=reason == pb.FINISH_REASON_LENGTH)
-    return {"valid": result.valid, "errors": list(result.errors)}
+def choice_finish(reason: int, called: bool) -> str:
+    """OpenAI's finish reason of a choice: ``tool_calls`` when it called and ended of itself."""
+    ending = finish_reason(reason)
+    return "tool_calls" if called and ending == STOPPED else ending
 
 
 def chat_logprobs(tokens: Iterable[pb.TokenDetail]) -> dict[str, Any]:
@@ -76,8 +75,7 @@ def completion_logprobs(tokens: Iterable[pb.TokenDetail], offset: int = 0) -> di
 def _choices(response: pb.GenerateResponse) -> list[tuple[str, int, list[pb.TokenDetail]]]:
     """(text, finish reason, token details) per choice: n completions arrive as the response's sequences."""
     if len(response.sequences) > 1:
-        return [(s.text, s.finish_reason, list(response.tokens) if i == 0 else [])
-                for i, s in enumerate(response.sequences)]
+        return [(s.text, s.finish_reason, list(s.tokens)) for s in response.sequences]
     return [(response.text, response.finish_reason, list(response.tokens))]
 
 
@@ -85,26 +83,24 @@ def unary_answer(call: ParsedCall, response: pb.GenerateResponse, created: int,
                  fingerprint: str) -> dict[str, Any]:
     """The whole answer of a unary chat or completions call."""
     choices = []
-    facts = proctor_facts(response, call)
     for index, (text, reason, tokens) in enumerate(_choices(response)):
-        check = schema_check(call, text, reason)
-        if check is not None:
-            facts.setdefault("schema_checks", []).append(check)
         if call.kind == CHAT:
-            content, calls = parse_output(text, call.tools) if call.tools is not None else (text, [])
+            content, calls = (parse_output(text, call.tools, cut=reason == pb.FINISH_REASON_LENGTH)
+                              if call.tools is not None else (text, []))
             message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
             if calls:
                 message["tool_calls"] = calls
             choices.append({"index": index, "message": message,
                             "logprobs": chat_logprobs(tokens) if call.logprobs else None,
-                            "finish_reason": "tool_calls" if calls else finish_reason(reason)})
+                            "finish_reason": choice_finish(reason, bool(calls))})
         else:
             choices.append({"index": index, "text": text,
                             "logprobs": completion_logprobs(tokens) if call.logprobs else None,
                             "finish_reason": finish_reason(reason)})
     prefix, kind = ("chatcmpl", "chat.completion") if call.kind == CHAT else ("cmpl", "text_completion")
     return {"id": f"{prefix}-{response.request_id}", "object": kind, "created": created, "model": call.model,
-            "system_fingerprint": fingerprint, "choices": choices, "usage": usage(response), "proctor": facts}
+            "system_fingerprint": fingerprint, "choices": choices, "usage": usage(response),
+            "proctor": proctor_facts(response, call)}
 
 
 @dataclass
@@ -117,7 +113,7 @@ class ChunkWriter:
     request_id: str = ""
     text: str = ""
     calls: CallStream | None = None
-    _started: bool = field(default=False, init=False)
+    _started: set[int] = field(default_factory=set, init=False)  # the choices whose role went out
 
     def __post_init__(self) -> None:
         if self.call.tools is not None:
@@ -129,7 +125,8 @@ class ChunkWriter:
         final = chunk.finish_reason != pb.FINISH_REASON_UNSPECIFIED
         if self.call.message.num_return_sequences > 1:  # n completions arrive whole at the end, each a choice
             for index, sequence in enumerate(chunk.sequences if final else ()):
-                yield from self._choice_chunks(index, sequence.text, [], sequence.finish_reason, chunk)
+                yield from self._choice_chunks(index, sequence.text, list(sequence.tokens), sequence.finish_reason,
+                                               chunk)
             return
         if chunk.text or chunk.tokens:
             self.text += chunk.text
@@ -153,9 +150,9 @@ class ChunkWriter:
                                     "logprobs": completion_logprobs(tokens) if self.call.logprobs else None}])
             return
         delta: dict[str, Any] = {}
-        if not self._started:
+        if index not in self._started:
             delta["role"] = "assistant"
-            self._started = True
+            self._started.add(index)
         content, calls = self.calls.feed(text) if self.calls is not None else (text, [])
         if content:
             delta["content"] = content
@@ -175,14 +172,9 @@ class ChunkWriter:
             if calls:
                 delta["tool_calls"] = calls
             called = self.calls.called
-        facts = proctor_facts(chunk, self.call)
-        check = schema_check(self.call, self.text, reason)
-        if check is not None:
-            facts["schema_checks"] = [check]
-        ending = "tool_calls" if called else finish_reason(reason)
-        body = {"index": index, "finish_reason": ending, "logprobs": None}
+        body = {"index": index, "finish_reason": choice_finish(reason, called), "logprobs": None}
         body.update({"delta": delta} if self.call.kind == CHAT else {"text": delta.get("content", "")})
-        yield {**self._frame([body]), "proctor": facts}
+        yield {**self._frame([body]), "proctor": proctor_facts(chunk, self.call)}
 
     def _frame(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         prefix, kind = ("chatcmpl", "chat.completion.chunk") if self.call.kind == CHAT else ("cmpl", "text_completion")

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from proctor.constraints.json_validation import InvalidSchemaError, check_json_schema
 from proctor.openai_http.errors import BodyError
-from proctor.openai_http.fields import CONSTRAINT_KEYS, EXTENSIONS, apply_extensions
+from proctor.openai_http.fields import CONSTRAINT_KEYS, EXTENSIONS, VLLM_KEYS, apply_extensions
+from proctor.openai_http.structured import Constraint, SchemaUse, response_format, vllm_constraint
 from proctor.openai_http.tools import CALL_CLOSE, CALL_OPEN, ToolPlan, tool_plan
 from proctor_client.v1 import generation_pb2 as pb
 
@@ -21,11 +21,11 @@ CHAT, COMPLETION = "chat", "completion"
 COMMON_KEYS = frozenset({"model", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "presence_penalty",
                          "frequency_penalty", "logit_bias", "logprobs", "user", "stream", "stream_options",
                          "response_format"})
-KEYS = {CHAT: COMMON_KEYS | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice"},
+KEYS = {CHAT: COMMON_KEYS | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                             "parallel_tool_calls"},
         COMPLETION: COMMON_KEYS | {"prompt", "echo", "suffix", "best_of"}}
-# Accepted and without effect here: storage and routing hints for OpenAI's own platform, and parallel tool
-# calls (a response holds at most one call).
-IGNORED_KEYS = frozenset({"store", "metadata", "service_tier", "parallel_tool_calls"})
+# Accepted and without effect here: storage and routing hints for OpenAI's own platform.
+IGNORED_KEYS = frozenset({"store", "metadata", "service_tier"})
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "user"}
 MAX_COMPLETION_LOGPROBS = 5  # the completions API's own limit on its ``logprobs`` count
 
@@ -41,9 +41,10 @@ class ParsedCall:
     include_usage: bool = False
     logprobs: bool = False
     tools: ToolPlan | None = None
-    validate_schema: dict[str, Any] | None = None  # response_format strict: false: checked, not constrained
+    schema: SchemaUse | None = None  # a caller's JSON schema: strict or not, the objects closed
     user: str = ""
     params: dict[str, str] = field(default_factory=dict)  # proto path → body key, where the usual one differs
+    responses_echo: dict[str, Any] | None = None  # a Responses API call: the fields its response repeats back
 
 
 def parse_body(raw: object, kind: str) -> ParsedCall:
@@ -51,7 +52,7 @@ def parse_body(raw: object, kind: str) -> ParsedCall:
     if not isinstance(raw, dict):
         raise BodyError("the request body must be a JSON object", "body")
     body: dict[str, Any] = raw
-    known = KEYS[kind] | EXTENSIONS.keys() | IGNORED_KEYS
+    known = KEYS[kind] | EXTENSIONS.keys() | IGNORED_KEYS | VLLM_KEYS
     for key in body:
         if key not in known:
             raise BodyError(f"Unrecognized request argument supplied: {key}", key)
@@ -74,19 +75,27 @@ def parse_body(raw: object, kind: str) -> ParsedCall:
     user = _optional(body, "user", str) or ""
     stream = bool(_optional(body, "stream", bool))
     include_usage = _stream_options(body, stream)
-    sources = [key for key in CONSTRAINT_KEYS if body.get(key) is not None]
-    validate_schema = _response_format(body.get("response_format"), message, sources)
-    if plan is not None and plan.mode != "none":
-        sources.append("tools")
-        params["json_schema"] = params["grammar"] = "tools"
-    if len(sources) > 1:
-        raise BodyError(f"{sources[1]} and {sources[0]} both constrain the output; send one", sources[1])
-    if plan is not None:
-        if message.num_return_sequences > 1:
-            raise BodyError("n > 1 with tools is not supported: one choice per tool-calling request", "n")
-        plan.constrain(message)
+    constraint = _constraint(body, message, plan)
+    if constraint is not None and constraint.source not in CONSTRAINT_KEYS:  # named by the key that set it
+        params[message.WhichOneof("constraint") or "json_schema"] = constraint.source
+    if plan is not None and message.num_return_sequences > 1:
+        raise BodyError("n > 1 with tools is not supported: one choice per tool-calling request", "n")
     apply_extensions(body, message)
-    return ParsedCall(kind, message, model, stream, include_usage, logprobs, plan, validate_schema, user, params)
+    schema = constraint.schema if constraint is not None else None
+    return ParsedCall(kind, message, model, stream, include_usage, logprobs, plan, schema, user, params)
+
+
+def _constraint(body: dict[str, Any], message: pb.GenerateRequest, plan: ToolPlan | None) -> Constraint | None:
+    """The one constraint the body sets (an extension key, vLLM's keys, response_format or tools), if any."""
+    found = [c for c in (response_format(body.get("response_format"), message, "response_format"),
+                         vllm_constraint(body, message)) if c is not None]
+    found += [Constraint(key) for key in CONSTRAINT_KEYS if body.get(key) is not None]
+    if plan is not None and plan.constrain(message):
+        found.append(Constraint("tools", SchemaUse(plan.strict, plan.closed())))
+    if len(found) > 1:
+        raise BodyError(f"{found[1].source} and {found[0].source} both constrain the output; send one",
+                        found[1].source)
+    return found[0] if found else None
 
 
 def _optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -240,38 +249,3 @@ def _stream_options(body: dict[str, Any], stream: bool) -> bool:
     if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
         raise BodyError("stream_options must be {\"include_usage\": true|false}", "stream_options")
     return bool(options.get("include_usage", False))
-
-
-def _response_format(raw: object, message: pb.GenerateRequest, sources: list[str]) -> dict[str, Any] | None:
-    """Constrain the output to JSON (or only check it, for ``strict: false``); the schema to check, if any."""
-    if raw is None:
-        return None
-    kind = raw.get("type") if isinstance(raw, dict) else None
-    if kind == "text":
-        return None
-    if kind == "json_object":  # any JSON object, as OpenAI's JSON mode gives
-        message.json_schema = '{"type": "object"}'
-        sources.insert(0, "response_format")
-        return None
-    if kind != "json_schema" or not isinstance(raw, dict):
-        raise BodyError('response_format.type must be "text", "json_object" or "json_schema"', "response_format.type")
-    spec = raw.get("json_schema")
-    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-        raise BodyError("response_format.json_schema must hold a name and a schema", "response_format.json_schema")
-    schema = spec.get("schema", {})
-    if not isinstance(schema, dict):
-        raise BodyError("response_format.json_schema.schema must be a JSON schema object",
-                        "response_format.json_schema.schema")
-    strict = spec.get("strict", False)
-    if not isinstance(strict, bool):
-        raise BodyError("response_format.json_schema.strict must be a boolean", "response_format.json_schema.strict")
-    if not strict:  # checked against the schema after generation, not constrained
-        try:
-            check_json_schema(schema)
-        except InvalidSchemaError as exc:
-            raise BodyError(f"response_format.json_schema.schema: {exc}", "response_format.json_schema.schema") \
-                from exc
-        return schema
-    message.json_schema = json.dumps(schema)
-    sources.insert(0, "response_format")
-    return None

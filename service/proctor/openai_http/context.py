@@ -35,7 +35,7 @@ class HttpCallContext:
     """The ``grpc.aio.ServicerContext`` surface the call's code uses, for one HTTP request."""
 
     def __init__(self, headers: Mapping[str, str], client: tuple[str, int] | None,
-                 timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, client_cert_pem: str | None = None) -> None:
         self._metadata = tuple((name, headers[name]) for name in FORWARDED_HEADERS if name in headers)
         self._peer = f"ipv4:{client[0]}:{client[1]}" if client is not None else ""
         self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -43,6 +43,14 @@ class HttpCallContext:
         self._details = ""
         self.params: dict[str, str] = {}  # proto path → body key, where a call's body named a field otherwise
         self.audit_id = ""  # the call's audit id, once its record is open (a stream's header)
+        self._auth = {"x509_pem_cert": [client_cert_pem.encode()]} if client_cert_pem else {}
+
+    @classmethod
+    def of(cls, request: Any) -> HttpCallContext:
+        """The context of a Starlette request: its headers, its peer and its verified client certificate."""
+        tls = (request.scope.get("extensions") or {}).get("tls") or {}
+        chain = tls.get("client_cert_chain") or []
+        return cls(request.headers, request.client, client_cert_pem=chain[0] if chain else None)
 
     def assert_caller(self, name: str) -> None:
         """Record ``name`` (the body's ``user``) as the caller the client asserts, unless a header did."""
@@ -53,7 +61,8 @@ class HttpCallContext:
         return self._metadata
 
     def auth_context(self) -> dict[str, list[bytes]]:
-        return {}  # the HTTP door authenticates by bearer token only (README: OpenAI-compatible HTTP API)
+        """As gRPC's: the client certificate the TLS handshake verified (``--tls-client-ca``), if any."""
+        return self._auth
 
     def peer(self) -> str:
         return self._peer

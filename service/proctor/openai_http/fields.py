@@ -46,8 +46,26 @@ EXTENSIONS: dict[str, str] = {name: path for path in (
     "stopping.min_new_tokens", "stopping.stop_token_ids", "stopping.ignore_eos", "stopping.repetition",
     "stopping.must_include",
 ) for name in (path.rpartition(".")[2],)}
-# The constraint fields: at most one of them, or of response_format and tools, per request.
+# The constraint fields: at most one of them, or of response_format, tools and vLLM's keys, per request.
 CONSTRAINT_KEYS = ("regex", "choice", "grammar", "schema_ref")
+# vLLM's spellings of a constraint (its structured_outputs object, and the older top-level guided_* keys) → the
+# kind they set (openai_http/structured.py applies them), and its options → the field they set.
+VLLM_CONSTRAINTS: dict[str, str] = {
+    "guided_json": "json", "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "grammar",
+    "structured_outputs.json": "json", "structured_outputs.regex": "regex", "structured_outputs.choice": "choice",
+    "structured_outputs.grammar": "grammar", "structured_outputs.json_object": "json_object",
+}
+VLLM_OPTIONS: dict[str, str] = {
+    "structured_outputs.disable_fallback": "constraint_exact_only",
+    "structured_outputs.disable_any_whitespace": "json_whitespace",
+    "structured_outputs.disable_additional_properties": "",  # objects are closed here whatever it says
+    "guided_decoding_backend": "constraint_backend",
+}
+VLLM_BACKENDS: dict[str, Any] = {  # the ConstraintBackend values
+    "auto": pb.CONSTRAINT_BACKEND_AUTO, "xgrammar": pb.CONSTRAINT_BACKEND_XGRAMMAR,
+    "guidance": pb.CONSTRAINT_BACKEND_LLGUIDANCE, "outlines": pb.CONSTRAINT_BACKEND_OUTLINES}
+# The body keys vLLM's extensions take (each a 400 naming it when its value is wrong).
+VLLM_KEYS = frozenset({"structured_outputs", *(k.partition(".")[0] for k in (*VLLM_CONSTRAINTS, *VLLM_OPTIONS))})
 # How a violation's proto path reads when the table alone does not say (repeated messages' inner list).
 PATH_ALIASES = {"messages.messages": "messages"}
 

@@ -37,6 +37,7 @@ from proctor.openai_http.body import CHAT, COMPLETION, ParsedCall, parse_body
 from proctor.openai_http.context import HttpAbort, HttpCallContext
 from proctor.openai_http.errors import BodyError, abort_response, body_error_response, error_response
 from proctor.openai_http.fields import param_of
+from proctor.openai_http.responses import ResponseEvents, parse_responses, response_object
 from proctor_client.v1 import generation_pb2 as pb
 
 SERVICE = "openai"  # the metrics' and traces' service label of the HTTP routes
@@ -44,6 +45,7 @@ GENERATE_METHOD = "/proctor.v1.Generation/Generate"  # the role and generation s
 MODELS_METHOD = "/proctor.v1.Generation/GetModelInfo"
 AUDIT_HEADER = "x-proctor-audit-id"
 OFF_LOOP_PARSE_BYTES = 256 * 1024  # a larger body is parsed in a worker thread, not on the event loop
+RESPONSES = "responses"  # the Responses API: a chat call in its own shapes (openai_http/responses.py)
 HEALTH_NAMES = {"/health": "", "/ready": pb.DESCRIPTOR.services_by_name["Generation"].full_name}
 
 
@@ -60,6 +62,7 @@ class HttpDoor:
     def app(self) -> Starlette:
         routes = [Route("/v1/chat/completions", self.chat, methods=["POST"]),
                   Route("/v1/completions", self.completions, methods=["POST"]),
+                  Route("/v1/responses", self.responses, methods=["POST"]),
                   Route("/v1/models", self.models, methods=["GET"]),
                   Route("/v1/models/{model:path}", self.model, methods=["GET"]),
                   Route("/health", self.health_check, methods=["GET"]),
@@ -71,6 +74,9 @@ class HttpDoor:
 
     async def completions(self, request: Request) -> Response:
         return await self._generate(request, COMPLETION)
+
+    async def responses(self, request: Request) -> Response:
+        return await self._generate(request, RESPONSES)
 
     async def health_check(self, request: Request) -> Response:
         """Liveness (/health) and readiness (/ready), as the gRPC health service answers them (drain included)."""
@@ -102,7 +108,7 @@ class HttpDoor:
 
     async def _observed(self, request: Request, method: str, answer: Callable[[], Response]) -> Response:
         """A call that generates nothing, observed and gated as the gRPC method ``method`` is."""
-        context = HttpCallContext(request.headers, request.client)
+        context = HttpCallContext.of(request)
 
         async def behaviour(_: object, ctx: HttpCallContext) -> Response:
             await self._admit(method, ctx)
@@ -126,7 +132,7 @@ class HttpDoor:
         return await self.gate.admission(method)(context)
 
     async def _generate(self, request: Request, kind: str) -> Response:
-        context = HttpCallContext(request.headers, request.client)
+        context = HttpCallContext.of(request)
         try:
             raw = await self._read_json(request)
         except BodyError as error:
@@ -146,10 +152,14 @@ class HttpDoor:
         if not call.stream:
             with contextlib.suppress(StopAsyncIteration):
                 await anext(stream)  # the observation ends: metrics, span, log line
-            return JSONResponse(unary_answer(call, first, created, fingerprint),
-                                headers={AUDIT_HEADER: first.audit_id})
+            answer = unary_answer(call, first, created, fingerprint)
+            if call.responses_echo is not None:
+                answer = response_object(answer, call)
+            return JSONResponse(answer, headers={AUDIT_HEADER: first.audit_id})
         writer = ChunkWriter(call, created, fingerprint)
-        return StreamingResponse(_events(writer, first, stream), media_type="text/event-stream",
+        events = _events(writer, first, stream) if call.responses_echo is None else \
+            _response_events(writer, ResponseEvents(call, created), first, stream)
+        return StreamingResponse(events, media_type="text/event-stream",
                                  headers={AUDIT_HEADER: context.audit_id, "Cache-Control": "no-cache"})
 
     async def _generation(self, args: tuple[object, str, str], context: HttpCallContext) -> AsyncGenerator[Any, None]:
@@ -157,7 +167,7 @@ class HttpDoor:
         raw, kind, route = args
         identity = await self._admit(GENERATE_METHOD, context)
         try:
-            call = parse_body(raw, kind)
+            call = parse_responses(raw) if kind == RESPONSES else parse_body(raw, kind)
             if call.model not in self._model_ids():
                 raise BodyError(f"The model {call.model!r} does not exist; GET /v1/models lists this server's",
                                 "model", 404, "model_not_found")
@@ -223,6 +233,34 @@ async def _events(writer: ChunkWriter, first: pb.GenerateChunk,
                 yield b"data: " + bytes(answer.body) + b"\n\n"
                 chunk = None
     yield b"data: [DONE]\n\n"
+
+
+async def _response_events(writer: ChunkWriter, events: ResponseEvents, first: pb.GenerateChunk,
+                           rest: AsyncGenerator[Any, None]) -> AsyncIterator[bytes]:
+    """The Responses API's server-sent events (``event:`` and ``data:`` lines), from the chat stream's chunks."""
+    async with contextlib.aclosing(rest):  # a client that leaves closes the call (record, engine abort)
+        for name, payload in events.start(first.request_id):
+            yield _event(name, payload)
+        chunk: pb.GenerateChunk | None = first
+        while chunk is not None:
+            for out in writer.chunks(chunk):
+                for name, payload in events.feed(out):
+                    yield _event(name, payload)
+                if "proctor" in out:  # the final chunk
+                    for name, payload in events.finish(out, writer.usage_chunk(chunk)["usage"]):
+                        yield _event(name, payload)
+            try:
+                chunk = await anext(rest)
+            except StopAsyncIteration:
+                chunk = None
+            except HttpAbort as abort:  # after the first event the status is sent: the error goes in the stream
+                error = json.loads(bytes(abort_response(abort, param_of).body))["error"]
+                yield _event("error", {"type": "error", "sequence_number": events.sequence, **error})
+                chunk = None
+
+
+def _event(name: str, payload: dict[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
 def _json(data: bytes) -> object:

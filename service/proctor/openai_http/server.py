@@ -22,6 +22,7 @@ from pathlib import Path
 import uvicorn
 from grpc_health.v1._async import HealthServicer
 from starlette.applications import Starlette
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from proctor.api.gate import ServerGate
 from proctor.api.servicer import GenerationServicer
@@ -41,12 +42,32 @@ class _Server(uvicorn.Server):
         yield
 
 
+class _TlsScopeProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol that also puts the verified client certificate in the scope, as the ASGI TLS
+    extension spells it (``scope["extensions"]["tls"]["client_cert_chain"]``: PEM), so the gate maps it to a
+    caller exactly as it does a gRPC call's (api/gate.py)."""
+
+    client_pem: str | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        self.client_pem = ssl.DER_cert_to_PEM_cert(der) if der else None
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self.client_pem is not None:
+            self.scope["extensions"] = {"tls": {"client_cert_chain": [self.client_pem]}}
+
+
 class HttpListener:
     """One HTTP(S) port serving ``app``; ``start`` binds it (port 0: a free one), ``stop`` drains it."""
 
     def __init__(self, app: Starlette, settings: Settings) -> None:
         self.settings = settings
         self.config = uvicorn.Config(app, host=settings.host, port=settings.http_port, log_config=None,
+                                     http=_TlsScopeProtocol,
                                      access_log=False, lifespan="off", server_header=False,
                                      timeout_graceful_shutdown=max(1, round(settings.grace_period_s)))
         self.server = _Server(self.config)

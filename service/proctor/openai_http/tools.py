@@ -1,12 +1,17 @@
 """Tool calls: the ``tools`` and ``tool_choice`` of a chat request as a constraint, and the output as calls.
 
-- ``required`` or a named function: the output is constrained by a JSON schema to
-  ``{"name": <one of the tools>, "arguments": <that tool's parameters>}``, through the same constraint service
-  as any ``json_schema`` (coverage, validated fallback, the server's own validation), so every call parses
-  and validates by construction.
-- ``auto``: a grammar lets the model choose: text that does not begin with ``<``, or ``<tool_call>`` and
-  that same constrained JSON call.
+- A named function, or ``required`` with ``parallel_tool_calls: false``: the output is one call, constrained by
+  a JSON schema to ``{"name": <one of the tools>, "arguments": <that tool's parameters>}``, through the same
+  constraint service as any ``json_schema`` (coverage, validated fallback, the server's own validation).
+- ``required`` with parallel calls allowed (OpenAI's default): a grammar of one or more
+  ``<tool_call>`` call ``</tool_call>`` blocks, a newline apart; the model decides how many.
+- ``auto``: a grammar lets the model choose: text that does not begin with ``<``, or those call blocks (one
+  block when parallel calls are off). The arguments of a call it starts are held to that tool's schema.
 - ``none``: no constraint; the tools are still shown to the model.
+
+Every tool's parameters are served with their objects closed (constraints/schema_closing.py); a ``strict``
+tool is also served exactly or refused (no validated fallback). A call cut short by ``max_tokens`` is
+returned as it stands, with ``finish_reason: "length"``, as OpenAI does.
 
 The tools reach the model through its chat template when the template takes ``tools``, else as the system
 message of engine/preprocess.py (README: OpenAI-compatible HTTP API).
@@ -20,13 +25,17 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from proctor.constraints.llguidance_json import json_options
+from proctor.constraints.schema_closing import close_objects
 from proctor.openai_http.errors import BodyError
 from proctor_client.v1 import generation_pb2 as pb
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
-CALL_TAIL = re.compile(r"\s*\}?\s*$")
+NAME_SO_FAR = re.compile(r'\s*\{\s*"name"\s*:\s*"([A-Za-z0-9_-]*)"?\s*(,\s*("[a-z]*"?\s*:?\s*)?)?$')
+CALL_START = '{"name":"'
+CALL_END = re.compile(r"\s*\}\s*$")
 CHOICES = ("none", "auto", "required")
 TAIL_CHARS = 32  # the longest end of the arguments that is held back: whitespace, "}", "</tool_call>"
 
@@ -34,7 +43,9 @@ TAIL_CHARS = 32  # the longest end of the arguments that is held back: whitespac
 @dataclass(frozen=True, slots=True)
 class Tool:
     name: str
-    parameters: dict[str, Any]
+    parameters: dict[str, Any]  # objects closed
+    strict: bool = False
+    closed: tuple[str, ...] = ()  # the JSON pointers of the objects closed in its parameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,28 +56,54 @@ class ToolPlan:
     mode: str
     named: str = ""
     definitions: str = ""  # the tools as sent (canonical JSON), for the chat template
+    parallel: bool = True
+
+    @property
+    def blocks(self) -> bool:
+        """Whether calls come in ``<tool_call>`` blocks (auto, or required with parallel calls), not bare JSON."""
+        return self.mode == "auto" or (self.mode == "required" and self.parallel)
+
+    @property
+    def callable(self) -> tuple[Tool, ...]:
+        return tuple(t for t in self.tools if self.mode != "named" or t.name == self.named)
+
+    @property
+    def strict(self) -> bool:
+        return any(t.strict for t in self.callable)
 
     def call_schema(self) -> dict[str, Any]:
         """The JSON schema every call satisfies: one object per callable tool, told apart by its name."""
         options = [{"type": "object", "properties": {"name": {"const": t.name}, "arguments": t.parameters},
-                    "required": ["name", "arguments"], "additionalProperties": False}
-                   for t in self.tools if self.mode != "named" or t.name == self.named]
+                    "required": ["name", "arguments"], "additionalProperties": False} for t in self.callable]
         return options[0] if len(options) == 1 else {"anyOf": options}
+
+    def closed(self) -> tuple[str, ...]:
+        """The objects closed in the callable tools' parameters, as ``tools/<name>#/pointer``."""
+        return tuple(f"tools/{t.name}{path}" for t in self.callable for path in t.closed)
 
     def constrain(self, message: pb.GenerateRequest) -> bool:
         """Set this plan's constraint on ``message``; False when the output stays free (``none``)."""
-        if self.mode in ("required", "named"):
+        if self.mode == "none":
+            return False
+        message.constraint_exact_only = self.strict
+        if not self.blocks:
             message.json_schema = json.dumps(self.call_schema())
-        elif self.mode == "auto":
-            message.grammar.syntax = pb.GRAMMAR_SYNTAX_LARK
-            message.grammar.text = (f"start: TEXT | \"{CALL_OPEN}\" call \"{CALL_CLOSE}\"\n"
-                                    f"TEXT: /[^<](?s:.)*/\ncall: %json {json.dumps(self.call_schema())}\n")
-        return self.mode != "none"
+            return True
+        block = f'"{CALL_OPEN}" call "{CALL_CLOSE}"'
+        calls = f'{block} ("\\n" {block})*' if self.parallel else block
+        start = f"TEXT | {calls}" if self.mode == "auto" else calls
+        message.grammar.syntax = pb.GRAMMAR_SYNTAX_LARK
+        schema = {**self.call_schema(), "x-guidance": json_options(flexible=False)}  # as a json_schema's
+        message.grammar.text = f"start: {start}\nTEXT: /[^<](?s:.)*/\ncall: %json {json.dumps(schema)}\n"
+        return True
 
 
 def tool_plan(body: dict[str, Any]) -> ToolPlan | None:
     """The request's tools and tool_choice, checked (BodyError names the key); None without tools."""
     raw, choice = body.get("tools"), body.get("tool_choice")
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool | None):
+        raise BodyError("parallel_tool_calls must be a boolean", "parallel_tool_calls")
     if raw is None:
         if choice not in (None, "none"):
             raise BodyError("tool_choice needs tools", "tool_choice")
@@ -75,22 +112,29 @@ def tool_plan(body: dict[str, Any]) -> ToolPlan | None:
         raise BodyError("tools must be a non-empty array of function tools", "tools")
     tools: list[Tool] = []
     for index, entry in enumerate(raw):
-        where = f"tools[{index}]"
-        function = entry.get("function") if isinstance(entry, dict) else None
-        if not isinstance(entry, dict) or entry.get("type") != "function" or not isinstance(function, dict):
-            raise BodyError(f'{where} must be {{"type": "function", "function": {{...}}}}', where)
-        name = function.get("name")
-        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
-            raise BodyError(f"{where}.function.name must be 1-64 letters, digits, _ or -", f"{where}.function.name")
-        if any(t.name == name for t in tools):
-            raise BodyError(f"{where}.function.name {name!r} is used twice", f"{where}.function.name")
-        parameters = function.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(parameters, dict):
-            raise BodyError(f"{where}.function.parameters must be a JSON schema object",
-                            f"{where}.function.parameters")
-        tools.append(Tool(name, parameters))
+        tools.append(_tool(entry, f"tools[{index}]", tools))
     mode, named = _choice(choice, tools)
-    return ToolPlan(tuple(tools), mode, named, json.dumps(raw, separators=(",", ":"), sort_keys=True))
+    return ToolPlan(tuple(tools), mode, named, json.dumps(raw, separators=(",", ":"), sort_keys=True),
+                    parallel is not False)
+
+
+def _tool(entry: object, where: str, earlier: list[Tool]) -> Tool:
+    function = entry.get("function") if isinstance(entry, dict) else None
+    if not isinstance(entry, dict) or entry.get("type") != "function" or not isinstance(function, dict):
+        raise BodyError(f'{where} must be {{"type": "function", "function": {{...}}}}', where)
+    name = function.get("name")
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+        raise BodyError(f"{where}.function.name must be 1-64 letters, digits, _ or -", f"{where}.function.name")
+    if any(t.name == name for t in earlier):
+        raise BodyError(f"{where}.function.name {name!r} is used twice", f"{where}.function.name")
+    parameters = function.get("parameters", {"type": "object", "properties": {}})
+    if not isinstance(parameters, dict):
+        raise BodyError(f"{where}.function.parameters must be a JSON schema object", f"{where}.function.parameters")
+    strict = function.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise BodyError(f"{where}.function.strict must be a boolean", f"{where}.function.strict")
+    closed = close_objects(parameters)
+    return Tool(name, closed.schema, bool(strict), closed.closed)
 
 
 def _choice(choice: object, tools: list[Tool]) -> tuple[str, str]:
@@ -114,36 +158,69 @@ def new_call_id() -> str:
     return f"call_{secrets.token_hex(12)}"
 
 
-def parse_output(text: str, plan: ToolPlan) -> tuple[str | None, list[dict[str, Any]]]:
-    """The answer's content and tool calls: a constrained call is JSON, or ``<tool_call>`` JSON under auto."""
-    body = text
-    if plan.mode == "auto":
-        if not text.startswith(CALL_OPEN):
-            return text, []
-        body = text[len(CALL_OPEN):].removesuffix(CALL_CLOSE)
-    elif plan.mode == "none":
-        return text, []
+def call_bodies(text: str, plan: ToolPlan) -> list[tuple[str, bool]] | None:
+    """Each call's JSON text and whether its block was closed; None when the output is text, not calls."""
+    if plan.mode == "none":
+        return None
+    if not plan.blocks:
+        return [(text, False)]
+    if not text.startswith(CALL_OPEN):
+        return None
+    bodies = []
+    for piece in text.split(CALL_OPEN)[1:]:
+        body, closed, _ = piece.partition(CALL_CLOSE)
+        bodies.append((body, bool(closed)))
+    return bodies
+
+
+def call_arguments(body: str) -> tuple[str, str] | None:
+    """A call's name and the text of its arguments (as far as it goes); None before the name is known."""
+    head = CALL_HEAD.match(body)
+    if head is None:
+        return None
+    name = json.loads(f'"{head.group(1)}"')
+    rest = body[head.end():]
     try:
-        call = json.loads(body)
-        name, arguments = call["name"], call["arguments"]
-    except (ValueError, KeyError, TypeError):  # cut short (max_tokens): what there is, as text
-        return text, []
-    return None, [{"id": new_call_id(), "type": "function",
-                   "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}]
+        json.loads(body)
+    except ValueError:  # cut short: the arguments as far as they go
+        return name, rest.rstrip()
+    return name, rest[:CALL_END.search(rest).start()]  # type: ignore[union-attr]
+
+
+def cut_call(body: str, plan: ToolPlan) -> tuple[str, str] | None:
+    """A call cut short before its arguments: the one tool its name so far can be, with no arguments yet."""
+    named = NAME_SO_FAR.match(body)
+    if named is None and not CALL_START.startswith(re.sub(r"\s", "", body)):
+        return None
+    prefix = named.group(1) if named is not None else ""
+    names = [t.name for t in plan.callable if t.name.startswith(prefix)]
+    return (names[0], "") if len(names) == 1 else None
+
+
+def parse_output(text: str, plan: ToolPlan, cut: bool = False) -> tuple[str | None, list[dict[str, Any]]]:
+    """The answer's content and tool calls; a call ``cut`` short (max_tokens) is returned as far as it goes."""
+    bodies = call_bodies(text, plan)
+    calls = []
+    for body, _ in bodies or ():
+        found = call_arguments(body) or (cut_call(body, plan) if cut else None)
+        if found is not None:
+            calls.append({"id": new_call_id(), "type": "function",
+                          "function": {"name": found[0], "arguments": found[1]}})
+    return (None, calls) if calls else (text, [])
 
 
 class CallStream:
-    """A streamed tool call: the name once it is known, then the arguments' text as it comes.
+    """Streamed tool calls: each call's name once it is known, then its arguments' text as it comes.
 
-    The arguments are the text after ``"arguments":`` up to the call object's closing brace, which (with a
-    ``</tool_call>`` under auto) is held back until the output ends."""
+    A call's arguments are the text after ``"arguments":`` up to the call object's closing brace, which (with a
+    ``</tool_call>``) is held back until the call's block closes or the output ends."""
 
     def __init__(self, plan: ToolPlan) -> None:
         self.plan = plan
         self.text = ""
         self.state = "undecided" if plan.mode == "auto" else ("text" if plan.mode == "none" else "call")
-        self.call_id = ""
-        self._sent = 0  # how many characters of the arguments went out
+        self.call_ids: list[str] = []
+        self._sent: list[int] = []  # per call: how many characters of its arguments went out
 
     def feed(self, piece: str) -> tuple[str, list[dict[str, Any]]]:
         """The content and tool-call deltas this piece of output releases."""
@@ -161,7 +238,7 @@ class CallStream:
         return "", self._call_deltas(final=False)
 
     def finish(self) -> tuple[str, list[dict[str, Any]]]:
-        """What is left at the end: held-back text, or the call's last arguments."""
+        """What is left at the end: held-back text, or the calls' last arguments."""
         if self.state == "undecided":
             self.state = "text"
             return self.text, []
@@ -171,34 +248,38 @@ class CallStream:
 
     @property
     def called(self) -> bool:
-        return bool(self.call_id)
+        return bool(self.call_ids)
 
     def _call_deltas(self, *, final: bool) -> list[dict[str, Any]]:
-        body = self.text[len(CALL_OPEN):] if self.plan.mode == "auto" else self.text
-        if final and self.plan.mode == "auto":
-            body = body.removesuffix(CALL_CLOSE)
-        head = CALL_HEAD.match(body)
-        if head is None:
-            return []
         deltas: list[dict[str, Any]] = []
-        if not self.call_id:
-            self.call_id = new_call_id()
-            deltas.append({"index": 0, "id": self.call_id, "type": "function",
-                           "function": {"name": json.loads(f'"{head.group(1)}"'), "arguments": ""}})
-        arguments = body[head.end():]
-        if not final:
-            arguments = arguments[:len(arguments) - len(_tail(arguments))]  # the object's end may be next
-        else:
-            arguments = arguments[:len(arguments) - len(CALL_TAIL.search(arguments).group(0))]  # type: ignore[union-attr]
-        new = arguments[self._sent:]
-        if new:
-            self._sent = len(arguments)
-            deltas.append({"index": 0, "function": {"arguments": new}})
+        for index, (body, closed) in enumerate(call_bodies(self.text, self.plan) or ()):
+            done = final or closed
+            found = call_arguments(body) if done else _open_arguments(body)
+            if found is None:
+                continue
+            if index == len(self.call_ids):
+                self.call_ids.append(new_call_id())
+                self._sent.append(0)
+                deltas.append({"index": index, "id": self.call_ids[index], "type": "function",
+                               "function": {"name": found[0], "arguments": ""}})
+            new = found[1][self._sent[index]:]
+            if new:
+                self._sent[index] = len(found[1])
+                deltas.append({"index": index, "function": {"arguments": new}})
         return deltas
 
 
+def _open_arguments(body: str) -> tuple[str, str] | None:
+    """A call still coming: its name and its arguments so far, less an end that may be the object's closing."""
+    head = CALL_HEAD.match(body)
+    if head is None:
+        return None
+    arguments = body[head.end():]
+    return json.loads(f'"{head.group(1)}"'), arguments[:len(arguments) - len(_tail(arguments))]
+
+
 def _tail(text: str) -> str:
-    """The end of ``text`` that could still be the call object's closing (and ``</tool_call>`` under auto)."""
+    """The end of ``text`` that could still be the call object's closing (and ``</tool_call>``)."""
     for cut in range(max(0, len(text) - TAIL_CHARS), len(text)):
         rest = text[cut:]
         if re.fullmatch(r"\s*(\}\s*)?(<(/(t(o(o(l(_(c(a(l(l(>)?)?)?)?)?)?)?)?)?)?)?)?", rest):

@@ -28,16 +28,11 @@ import torch
 from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends.common import check_row, checked_schema, reason
 from proctor.constraints.engines import LLGUIDANCE
+from proctor.constraints.llguidance_json import json_options
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax, choice_regex
 
 NAME = LLGUIDANCE
-JSON_ESCAPES = 'nrbtf\\"'
 MATCHER_OVERHEAD_BYTES = 64 * 1024  # rough size of a built lexer/parser beyond the grammar text
-
-
-def json_options(flexible: bool) -> dict[str, Any]:
-    return {"whitespace_flexible": flexible, "lenient": False, "coerce_one_of": False,
-            "item_separator": ",", "key_separator": ":", "json_allowed_escapes": JSON_ESCAPES}
 
 
 @functools.cache

@@ -183,18 +183,20 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., no_repeat_ngram_size: _Optional[int] = ..., seed: _Optional[int] = ..., typical_p: _Optional[float] = ..., greedy_first_tokens: _Optional[int] = ..., forced_tokens: _Optional[_Mapping[int, int]] = ..., num_beams: _Optional[int] = ..., length_penalty: _Optional[float] = ..., early_stopping: _Optional[_Union[BeamEarlyStopping, str]] = ..., first_tokens_temperature: _Optional[float] = ...) -> None: ...
 
 class ReturnedSequence(_message.Message):
-    __slots__ = ("token_ids", "text", "score", "finish_reason", "audit_id")
+    __slots__ = ("token_ids", "text", "score", "finish_reason", "audit_id", "tokens")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     AUDIT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
     score: float
     finish_reason: FinishReason
     audit_id: str
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., audit_id: _Optional[str] = ...) -> None: ...
+    tokens: _containers.RepeatedCompositeFieldContainer[TokenDetail]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., audit_id: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ...) -> None: ...
 
 class StoppingParams(_message.Message):
     __slots__ = ("max_new_tokens", "min_new_tokens", "stop", "stop_token_ids", "ignore_eos", "repetition", "must_include")

@@ -1,0 +1,137 @@
+"""Structured output over HTTP without a model: closing a schema's objects only narrows it (checked on real
+schemas), compositions stay open, vLLM's extension names land on the same constraint as ours, and a bad
+spelling is a 400 naming its key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from helpers.requirements import BENCHDATA, missing, require_module
+
+from proctor.constraints.schema_closing import close_objects
+from proctor.openai_http.body import CHAT, parse_body
+from proctor.openai_http.errors import BodyError
+from proctor_client.v1 import generation_pb2 as pb
+
+jsonschema = require_module("jsonschema")
+MASKBENCH = BENCHDATA / "maskbench"
+SAMPLE = 600  # schemas, the same ones every run (ordered by a hash of the name)
+
+
+def chat(**fields: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}
+
+
+def _valid(schema: Any, instance: Any) -> bool:
+    validator = jsonschema.validators.validator_for(schema)(schema, format_checker=None)
+    return bool(validator.is_valid(instance))
+
+
+def test_closing_only_narrows_on_real_schemas() -> None:
+    """Whatever the closed schema accepts, the original accepts; and most valid instances stay valid."""
+    if not MASKBENCH.is_dir():
+        missing(f"MaskBench is not at {MASKBENCH}")
+    paths = sorted(MASKBENCH.glob("*.json"), key=lambda p: hashlib.sha256(p.name.encode()).hexdigest())[:SAMPLE]
+    widened, kept, valid, closed_any = [], 0, 0, 0
+    for path in paths:
+        item = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            jsonschema.validators.validator_for(item["schema"]).check_schema(item["schema"])
+            closed = close_objects(item["schema"])
+        except (jsonschema.SchemaError, RecursionError):
+            continue
+        closed_any += bool(closed.closed)
+        for test in item["tests"]:
+            try:
+                under_closed = _valid(closed.schema, test["data"])
+                under_original = _valid(item["schema"], test["data"])
+            except (jsonschema.exceptions._WrappedReferencingError, RecursionError):  # type: ignore[attr-defined]
+                continue
+            if under_closed and not under_original:
+                widened.append(f"{path.name}: {test['description']}")
+            if test["valid"]:
+                valid += 1
+                kept += under_closed
+    assert not widened, widened[:10]
+    assert closed_any > SAMPLE // 3, "closing should reach most real schemas"
+    print(f"closed {closed_any} of {SAMPLE} schemas; {kept} of {valid} valid instances still valid")
+    assert kept > valid // 2, (kept, valid)
+
+
+def test_compositions_and_maps_stay_open() -> None:
+    base = {"properties": {"a": {}}}
+    composed = {"type": "object", "properties": {"b": {}}, "allOf": [base]}
+    assert close_objects(composed).closed == ()  # closing either would refuse the other's key
+    union = {"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]}
+    assert close_objects(union).closed == ("#/anyOf/0", "#/anyOf/1")  # each branch stands alone
+    shared = {"properties": {"kind": {}}, "anyOf": [{"properties": {"a": {}}}]}
+    assert close_objects(shared).closed == ()
+    referenced = {"$defs": {"A": {"properties": {"a": {}}}}, "allOf": [{"$ref": "#/$defs/A"}, {"required": ["a"]}]}
+    assert close_objects(referenced).closed == ()
+    described = {"$defs": {"A": {"properties": {"a": {}}}},
+                 "properties": {"x": {"allOf": [{"$ref": "#/$defs/A"}], "description": "pydantic's wrapper"}}}
+    assert close_objects(described).closed == ("#/$defs/A", "#")
+    negated = {"not": {"properties": {"a": {}}}}
+    assert close_objects(negated).schema == negated
+    free_map = {"type": "object", "additionalProperties": {"type": "integer"}}
+    assert close_objects(free_map).schema == free_map
+    original = {"properties": {"a": {"properties": {"b": {}}}}}
+    close_objects(original)
+    assert original == {"properties": {"a": {"properties": {"b": {}}}}}, "the caller's schema is not changed"
+
+
+@pytest.mark.parametrize(("fields", "check"), [
+    ({"guided_json": {"type": "object", "properties": {"a": {}}}},
+     lambda m: json.loads(m.json_schema)["additionalProperties"] is False),
+    ({"guided_json": '{"type": "integer"}'}, lambda m: json.loads(m.json_schema) == {"type": "integer"}),
+    ({"guided_regex": "[0-9]+"}, lambda m: m.regex == "[0-9]+"),
+    ({"guided_choice": ["yes", "no"]}, lambda m: list(m.choice.options) == ["yes", "no"]),
+    ({"guided_grammar": 'root ::= "a"'}, lambda m: m.grammar.syntax == pb.GRAMMAR_SYNTAX_EBNF),
+    ({"guided_grammar": 'start: "a"'}, lambda m: m.grammar.syntax == pb.GRAMMAR_SYNTAX_LARK),
+    ({"structured_outputs": {"json": {"type": "string"}, "disable_fallback": True}},
+     lambda m: m.constraint_exact_only and json.loads(m.json_schema) == {"type": "string"}),
+    ({"structured_outputs": {"regex": "a+", "disable_any_whitespace": False}},
+     lambda m: m.regex == "a+" and m.json_whitespace == pb.JSON_WHITESPACE_FLEXIBLE),
+    ({"structured_outputs": {"choice": ["x"]}}, lambda m: list(m.choice.options) == ["x"]),
+    ({"structured_outputs": {"json_object": True}}, lambda m: json.loads(m.json_schema) == {"type": "object"}),
+    ({"guided_regex": "a", "guided_decoding_backend": "guidance"},
+     lambda m: m.constraint_backend == pb.CONSTRAINT_BACKEND_LLGUIDANCE),
+])
+def test_vllm_names_set_the_same_constraint(fields: dict[str, Any], check: Any) -> None:
+    call = parse_body(chat(**fields), CHAT)
+    assert check(call.message)
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice"),
+    ({"guided_regex": "a", "response_format": {"type": "json_object"}}, "guided_regex"),
+    ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs.choice"),
+    ({"structured_outputs": {"structural_tag": "x"}}, "structured_outputs.structural_tag"),
+    ({"structured_outputs": "json"}, "structured_outputs"),
+    ({"guided_choice": []}, "guided_choice"),
+    ({"guided_json": "{not json"}, "guided_json"),
+    ({"guided_json": [1]}, "guided_json"),
+    ({"guided_decoding_backend": "lm-format-enforcer"}, "guided_decoding_backend"),
+    ({"guided_whitespace_pattern": " "}, "guided_whitespace_pattern"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "strict": "yes"}}},
+     "response_format.json_schema.strict"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": [1]}}},
+     "response_format.json_schema.schema"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "strict": 1}}]}, "tools[0].function.strict"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "parallel_tool_calls": "yes"},
+     "parallel_tool_calls"),
+])
+def test_bad_spellings_name_their_key(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(BodyError) as refused:
+        parse_body(chat(**fields), CHAT)
+    assert refused.value.param == param and refused.value.status == 400
+
+
+def test_a_vllm_constraint_is_named_by_its_key_in_later_errors() -> None:
+    call = parse_body(chat(guided_json={"type": "object"}), CHAT)
+    assert call.params == {"json_schema": "guided_json"}
+    nested = parse_body(chat(structured_outputs={"regex": "a"}), CHAT)
+    assert nested.params == {"regex": "structured_outputs.regex"}
