@@ -172,7 +172,7 @@ def _replayed(http_server: Any, audit_id: str) -> Any:
 
 def test_a_required_tool_call_parses_and_validates(client: Any, model_id: str, http_server: Any) -> None:
     response = _chat(client, model_id, "What is the weather in Paris?", max_tokens=60, tools=[WEATHER],
-                     tool_choice="required", seed=1)
+                     tool_choice="required", parallel_tool_calls=False, seed=1)
     choice = response.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     (call,) = choice.message.tool_calls

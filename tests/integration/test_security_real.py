@@ -332,6 +332,33 @@ def test_mutual_tls_identifies_the_caller_by_its_certificate(mtls_server: Secure
         _refused(lambda: client.model_info(), grpc.StatusCode.UNAVAILABLE)
 
 
+def test_mutual_tls_over_http_names_the_same_caller(mtls_server: Secured) -> None:
+    """The HTTP door maps a client certificate to its caller exactly as gRPC does: no token needed."""
+    auditor = mtls_server.ca.issue("tls-auditor", server=False, file_stem="http-auditor")
+    unknown = mtls_server.ca.issue("unlisted-service", server=False, file_stem="http-unlisted")
+    port = mtls_server.server.settings.http_port  # type: ignore[attr-defined]
+    context = ssl.create_default_context(cafile=str(mtls_server.ca.cert))
+
+    def post(issued: Issued, path: str = "/v1/chat/completions") -> Any:
+        tls = ssl.create_default_context(cafile=str(mtls_server.ca.cert))
+        tls.load_cert_chain(str(issued.cert), str(issued.key))
+        with httpx.Client(verify=tls, timeout=60) as client:
+            if path != "/v1/chat/completions":
+                return client.get(f"https://localhost:{port}{path}")
+            return client.post(f"https://localhost:{port}{path}", json={
+                "model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+    model = post(auditor, "/v1/models").json()["data"][0]["id"]
+    answered = post(auditor)
+    assert answered.status_code == 200, answered.text
+    with mtls_server.client(cert=auditor) as client:
+        record = json.loads(client.audit_record(answered.json()["proctor"]["audit_id"]).record_json)
+    assert record["caller"]["identity"] == "tls-auditor" and record["caller"]["source"] == "authenticated (tls)"
+    refused = post(unknown)
+    assert refused.status_code == 401 and "not a known caller" in refused.json()["error"]["message"]
+    with pytest.raises(httpx.HTTPError), httpx.Client(verify=context, timeout=10) as bare:  # no certificate
+        bare.get(f"https://localhost:{port}/v1/models")
+
+
 def test_an_exposed_address_is_refused_without_tls_and_callers(tmp_path: Path) -> None:
     from proctor.api.security import ExposureRefused
     from proctor.app import start_server

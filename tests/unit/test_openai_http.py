@@ -148,6 +148,21 @@ def test_parallel_calls_are_parsed_and_streamed_each_with_its_index() -> None:
     assert len({d["id"] for d in deltas if "id" in d}) == 2
 
 
+def test_a_repeated_call_is_left_out_unary_and_streamed() -> None:
+    plan = tool_plan({"tools": [TOOL], "tool_choice": "required"})
+    assert plan is not None
+    block = '<tool_call>{"name":"lookup","arguments":{"q":"a"}}</tool_call>'
+    output = f'{block}\n{block.replace(":", ": ")}\n<tool_call>{{"name":"lookup","arguments":{{"q":"b"}}}}</tool_'
+    _, calls = parse_output(output, plan, cut=True)
+    assert [c["function"]["arguments"] for c in calls] == ['{"q":"a"}', '{"q":"b"}']  # the tag cut short is dropped
+    stream = CallStream(plan)
+    deltas = [d for piece in output for d in stream.feed(piece)[1]] + stream.finish()[1]
+    streamed: dict[int, str] = {}
+    for delta in deltas:
+        streamed[delta["index"]] = streamed.get(delta["index"], "") + delta["function"]["arguments"]
+    assert streamed == {0: '{"q":"a"}', 1: '{"q":"b"}'}
+
+
 def test_a_call_is_parsed_and_streamed_as_deltas() -> None:
     plan = tool_plan({"tools": [TOOL], "tool_choice": "required", "parallel_tool_calls": False})
     assert plan is not None

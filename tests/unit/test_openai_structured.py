@@ -132,6 +132,28 @@ def test_bad_spellings_name_their_key(fields: dict[str, Any], param: str) -> Non
 
 def test_a_vllm_constraint_is_named_by_its_key_in_later_errors() -> None:
     call = parse_body(chat(guided_json={"type": "object"}), CHAT)
-    assert call.params == {"json_schema": "guided_json"}
+    assert call.params["json_schema"] == "guided_json"
     nested = parse_body(chat(structured_outputs={"regex": "a"}), CHAT)
-    assert nested.params == {"regex": "structured_outputs.regex"}
+    assert nested.params["regex"] == "structured_outputs.regex"
+
+
+def test_a_tools_references_still_resolve_inside_the_call_schema() -> None:
+    """pydantic puts nested models in $defs: each tool's $refs are rebased to where its parameters sit."""
+    from proctor.constraints.schema_keywords import resolve_pointer
+    from proctor.openai_http.tools import tool_plan
+
+    nested = {"type": "object", "$defs": {"Address": {"type": "object", "properties": {"city": {"type": "string"}}}},
+              "properties": {"home": {"$ref": "#/$defs/Address"}}}
+    tools = [{"type": "function", "function": {"name": n, "parameters": nested}} for n in ("a", "b")]
+    for choice in ("required", {"type": "function", "function": {"name": "b"}}):
+        plan = tool_plan({"tools": tools, "tool_choice": choice})
+        assert plan is not None
+        schema = plan.call_schema()
+        refs = [ref for ref in json.dumps(schema).split('"$ref": "')[1:]]
+        assert refs and all(resolve_pointer(schema, ref.split('"')[0]) == {
+            "type": "object", "properties": {"city": {"type": "string"}}, "additionalProperties": False}
+            for ref in refs)
+    with pytest.raises(BodyError) as dangling:
+        tool_plan({"tools": [{"type": "function", "function": {"name": "c", "parameters": {
+            "properties": {"x": {"$ref": "#/$defs/gone"}}}}}]})
+    assert dangling.value.param == "tools[0].function.parameters" and "#/$defs/gone" in dangling.value.message

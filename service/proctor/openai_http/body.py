@@ -78,6 +78,7 @@ def parse_body(raw: object, kind: str) -> ParsedCall:
     constraint = _constraint(body, message, plan)
     if constraint is not None and constraint.source not in CONSTRAINT_KEYS:  # named by the key that set it
         params[message.WhichOneof("constraint") or "json_schema"] = constraint.source
+        params["grammar.text"] = constraint.source  # a grammar's violations name its text
     if plan is not None and message.num_return_sequences > 1:
         raise BodyError("n > 1 with tools is not supported: one choice per tool-calling request", "n")
     apply_extensions(body, message)

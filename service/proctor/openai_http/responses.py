@@ -13,6 +13,7 @@ Nothing is stored but the audit record: ``store`` is accepted either way, ``prev
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,7 @@ def _no_reasoning(value: object) -> bool:
 
 
 def _rename(param: str) -> str:
+    param = re.sub(r"^tools\[(\d+)\]\.function", r"tools[\1]", param)  # flat function tools here
     for chat_name, own in PARAM_NAMES.items():
         if param == chat_name or param.startswith((f"{chat_name}.", f"{chat_name}[")):
             rest = param[len(chat_name):]

@@ -25,8 +25,10 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from proctor.constraints.json_validation import InvalidSchemaError, check_json_schema
 from proctor.constraints.llguidance_json import json_options
 from proctor.constraints.schema_closing import close_objects
+from proctor.constraints.schema_keywords import DATA_KEYWORDS, resolve_pointer
 from proctor.openai_http.errors import BodyError
 from proctor_client.v1 import generation_pb2 as pb
 
@@ -36,6 +38,7 @@ CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"argumen
 NAME_SO_FAR = re.compile(r'\s*\{\s*"name"\s*:\s*"([A-Za-z0-9_-]*)"?\s*(,\s*("[a-z]*"?\s*:?\s*)?)?$')
 CALL_START = '{"name":"'
 CALL_END = re.compile(r"\s*\}\s*$")
+PARTIAL_CLOSE = re.compile(r"\s*<(/(t(o(o(l(_(c(a(l(l(>)?)?)?)?)?)?)?)?)?)?)?$")
 CHOICES = ("none", "auto", "required")
 TAIL_CHARS = 32  # the longest end of the arguments that is held back: whitespace, "}", "</tool_call>"
 
@@ -72,9 +75,15 @@ class ToolPlan:
         return any(t.strict for t in self.callable)
 
     def call_schema(self) -> dict[str, Any]:
-        """The JSON schema every call satisfies: one object per callable tool, told apart by its name."""
-        options = [{"type": "object", "properties": {"name": {"const": t.name}, "arguments": t.parameters},
-                    "required": ["name", "arguments"], "additionalProperties": False} for t in self.callable]
+        """The JSON schema every call satisfies: one object per callable tool, told apart by its name (each
+        tool's local ``$ref``s rebased to where its parameters sit in it)."""
+        tools = self.callable
+        places = ["#/properties/arguments"] if len(tools) == 1 else [f"#/anyOf/{i}/properties/arguments"
+                                                                     for i in range(len(tools))]
+        options = [{"type": "object", "properties": {"name": {"const": t.name},
+                                                     "arguments": rebased(t.parameters, place)},
+                    "required": ["name", "arguments"], "additionalProperties": False}
+                   for t, place in zip(tools, places, strict=True)]
         return options[0] if len(options) == 1 else {"anyOf": options}
 
     def closed(self) -> tuple[str, ...]:
@@ -133,8 +142,42 @@ def _tool(entry: object, where: str, earlier: list[Tool]) -> Tool:
     strict = function.get("strict")
     if strict is not None and not isinstance(strict, bool):
         raise BodyError(f"{where}.function.strict must be a boolean", f"{where}.function.strict")
+    _check_parameters(parameters, f"{where}.function.parameters")
     closed = close_objects(parameters)
     return Tool(name, closed.schema, bool(strict), closed.closed)
+
+
+def _check_parameters(parameters: dict[str, Any], where: str) -> None:
+    """A tool's parameters: a valid schema whose local ``$ref``s all point somewhere in it."""
+    try:
+        check_json_schema(parameters)
+    except InvalidSchemaError as exc:
+        raise BodyError(f"{where}: {exc}", where) from None
+    for path, ref in _refs(parameters, "#"):
+        if ref.startswith("#") and resolve_pointer(parameters, ref) is None:
+            raise BodyError(f"{where}: '$ref' at {path} points to {ref!r}, which does not exist in the schema", where)
+
+
+def _refs(node: Any, path: str) -> list[tuple[str, str]]:
+    if isinstance(node, list):
+        return [found for i, item in enumerate(node) for found in _refs(item, f"{path}/{i}")]
+    if not isinstance(node, dict):
+        return []
+    found = [(path, node["$ref"])] if isinstance(node.get("$ref"), str) else []
+    return found + [f for key, value in node.items() if key not in DATA_KEYWORDS
+                    for f in _refs(value, f"{path}/{key}")]
+
+
+def rebased(schema: Any, place: str) -> Any:
+    """``schema`` with its local ``$ref``s pointing into ``place`` (a JSON pointer), where it is embedded."""
+    if isinstance(schema, list):
+        return [rebased(item, place) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: value if key in DATA_KEYWORDS else rebased(value, place) for key, value in schema.items()}
+    if isinstance(schema.get("$ref"), str) and schema["$ref"].startswith("#"):
+        out["$ref"] = place + schema["$ref"][1:]
+    return out
 
 
 def _choice(choice: object, tools: list[Tool]) -> tuple[str, str]:
@@ -179,9 +222,9 @@ def call_arguments(body: str) -> tuple[str, str] | None:
     if head is None:
         return None
     name = json.loads(f'"{head.group(1)}"')
-    rest = body[head.end():]
+    rest = PARTIAL_CLOSE.sub("", body[head.end():])  # a </tool_call> cut short is not part of the call
     try:
-        json.loads(body)
+        json.loads(body[:head.end()] + rest)
     except ValueError:  # cut short: the arguments as far as they go
         return name, rest.rstrip()
     return name, rest[:CALL_END.search(rest).start()]  # type: ignore[union-attr]
@@ -200,13 +243,27 @@ def cut_call(body: str, plan: ToolPlan) -> tuple[str, str] | None:
 def parse_output(text: str, plan: ToolPlan, cut: bool = False) -> tuple[str | None, list[dict[str, Any]]]:
     """The answer's content and tool calls; a call ``cut`` short (max_tokens) is returned as far as it goes."""
     bodies = call_bodies(text, plan)
-    calls = []
+    calls: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
     for body, _ in bodies or ():
         found = call_arguments(body) or (cut_call(body, plan) if cut else None)
-        if found is not None:
+        if found is not None and not repeated(found, seen):
             calls.append({"id": new_call_id(), "type": "function",
                           "function": {"name": found[0], "arguments": found[1]}})
     return (None, calls) if calls else (text, [])
+
+
+def repeated(call: tuple[str, str], seen: set[tuple[str, str]]) -> bool:
+    """Whether a complete call is the same as an earlier one of the answer (a weak model's loop: it would do the
+    same work twice, so it is left out); ``seen`` gains it otherwise."""
+    try:
+        key = (call[0], json.dumps(json.loads(call[1]), sort_keys=True))
+    except ValueError:
+        return False  # cut short: not comparable, kept
+    if key in seen:
+        return True
+    seen.add(key)
+    return False
 
 
 class CallStream:
@@ -221,6 +278,9 @@ class CallStream:
         self.state = "undecided" if plan.mode == "auto" else ("text" if plan.mode == "none" else "call")
         self.call_ids: list[str] = []
         self._sent: list[int] = []  # per call: how many characters of its arguments went out
+        self._index: dict[int, int] = {}  # output block → the call index it went out as
+        self._dropped: set[int] = set()  # blocks left out as repeats of an earlier call
+        self._seen: set[tuple[str, str]] = set()
 
     def feed(self, piece: str) -> tuple[str, list[dict[str, Any]]]:
         """The content and tool-call deltas this piece of output releases."""
@@ -251,17 +311,28 @@ class CallStream:
         return bool(self.call_ids)
 
     def _call_deltas(self, *, final: bool) -> list[dict[str, Any]]:
+        """Deltas of each call: the first as it comes, later ones whole once their block closes (a repeat of an
+        earlier call is then left out, as in the unary answer)."""
         deltas: list[dict[str, Any]] = []
-        for index, (body, closed) in enumerate(call_bodies(self.text, self.plan) or ()):
+        for block, (body, closed) in enumerate(call_bodies(self.text, self.plan) or ()):
             done = final or closed
+            if block in self._dropped or (block > 0 and not done):
+                continue
             found = call_arguments(body) if done else _open_arguments(body)
             if found is None:
                 continue
-            if index == len(self.call_ids):
+            if block not in self._index:
+                if done and block > 0 and repeated(found, self._seen):
+                    self._dropped.add(block)
+                    continue
+                self._index[block] = index = len(self.call_ids)
                 self.call_ids.append(new_call_id())
                 self._sent.append(0)
                 deltas.append({"index": index, "id": self.call_ids[index], "type": "function",
                                "function": {"name": found[0], "arguments": ""}})
+            index = self._index[block]
+            if done and block == 0:
+                repeated(found, self._seen)
             new = found[1][self._sent[index]:]
             if new:
                 self._sent[index] = len(found[1])
