@@ -248,6 +248,30 @@ def test_unknown_token_wrong_role_and_overload(base_url: str, model_id: str) -> 
     assert limited.value.status_code == 429 and int(limited.value.response.headers["retry-after"]) >= 1
 
 
+def test_the_responses_route_keeps_the_doors_guarantees(base_url: str, model_id: str, http_server: Any) -> None:
+    """Callers, roles, the audit record (its method is the route), the metrics by route and a trace id."""
+    def respond(token: str, **options: Any) -> Any:
+        other = openai.OpenAI(base_url=f"{base_url}/v1", api_key=token, max_retries=0, timeout=120)
+        return other.responses.create(model=model_id, input="Hi", max_output_tokens=3, **options)
+
+    with pytest.raises(openai.AuthenticationError):
+        respond("no-such-token")
+    with pytest.raises(openai.PermissionDeniedError):
+        respond(READER)
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    answered = respond(WRITER, extra_headers={"traceparent": f"00-{trace}-00f067aa0ba902b7-01"},
+                       text={"format": {"type": "json_schema", "name": "s", "schema": schema, "strict": True}})
+    record = _record(http_server, answered.model_extra["proctor"]["audit_id"])
+    assert record["method"] == "POST /v1/responses" and record["caller"]["identity"] == "writer"
+    in_force = record["request"]["constraint"]  # the schema served (closed) and how: strict, so exact only
+    assert json.loads(in_force["text"]) == {**schema, "additionalProperties": False} and in_force["exact_only"]
+    assert record["constraint"]["exact"] is True
+    assert record.get("trace_id") == trace, record.get("trace_id")
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_server.settings.metrics_port}/metrics", timeout=10) as got:
+        assert 'method="/v1/responses"' in got.read().decode()
+
+
 def test_a_bad_schema_is_a_400_naming_the_keyword(client: Any, model_id: str) -> None:
     bad = {"type": "object", "properties": {"age": {"type": "integer", "minimum": "zero"}}}
     with pytest.raises(openai.BadRequestError) as refused:
