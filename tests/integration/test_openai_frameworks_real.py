@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.reliability import free_port
 from helpers.requirements import require_module
 from pydantic import BaseModel, Field
 
@@ -54,7 +54,7 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     from proctor.app import BackgroundServer
 
     tmp = tmp_path_factory.mktemp("frameworks")
-    settings = Settings.load({"port": 0, "host": "127.0.0.1", "http_port": _free_port(),
+    settings = Settings.load({"port": 0, "host": "127.0.0.1", "http_port": free_port(),
                               "audit_db": str(tmp / "audit.db")}, environ={})
     background = BackgroundServer(settings).start(timeout_s=300)
     yield background
@@ -80,12 +80,6 @@ def model_id(client: Any) -> str:
 def chat_model(base_url: str, model_id: str) -> Any:
     return langchain_openai.ChatOpenAI(model=model_id, base_url=base_url, api_key="unused", max_retries=0,
                                        temperature=0, max_tokens=MAX_TOKENS, timeout=120)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _valid(schema: dict[str, Any], value: object) -> bool:
@@ -226,10 +220,11 @@ def test_parallel_calls_follow_the_callers_choice(client: Any, model_id: str) ->
     several = client.chat.completions.create(**ask).choices[0]
     one = client.chat.completions.create(**ask, parallel_tool_calls=False).choices[0]
     assert len(one.message.tool_calls) == 1 and one.finish_reason == "tool_calls"
-    assert several.message.tool_calls and all(_valid(WEATHER, json.loads(c.function.arguments))
-                                               for c in several.message.tool_calls
-                                               if several.finish_reason == "tool_calls")
-    assert len({c.id for c in several.message.tool_calls}) == len(several.message.tool_calls)
+    calls = several.message.tool_calls
+    complete = calls if several.finish_reason == "tool_calls" else calls[:-1]  # at the limit the last may be cut
+    assert calls and complete and all(_valid(WEATHER, json.loads(c.function.arguments)) for c in complete)
+    assert len({c.id for c in calls}) == len(calls)
+    assert len({c.function.arguments for c in complete}) == len(complete)  # a repeated call is left out
 
 
 def test_logprobs_come_with_every_choice(client: Any, model_id: str) -> None:

@@ -194,3 +194,11 @@ def test_validators_are_cached_by_canonical_schema() -> None:
     assert not validate_json_output('{"a": "x"}', same_but_reordered, truncated=False).valid
     info = json_validation._validator.cache_info()
     assert (info.misses, info.hits) == (1, 1)
+
+
+def test_a_local_ref_that_points_nowhere_is_refused_naming_it() -> None:
+    with pytest.raises(json_validation.InvalidSchemaError) as refused:
+        json_validation.check_json_schema({"properties": {"a": {"$ref": "#/$defs/missing"}}})
+    assert "'$ref' at #/properties/a points to '#/$defs/missing'" in str(refused.value)
+    json_validation.check_json_schema({"$defs": {"x": {}}, "properties": {"a": {"$ref": "#/$defs/x"}}})
+    json_validation.check_json_schema({"properties": {"a": {"$ref": "#"}}})

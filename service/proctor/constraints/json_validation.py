@@ -36,6 +36,7 @@ from jsonschema import Draft7Validator, Draft202012Validator, ValidationError, v
 from jsonschema.exceptions import SchemaError
 
 from proctor.constraints.schema_dialect import validator_class
+from proctor.constraints.schema_keywords import resolve_pointer
 from proctor.constraints.spec import canonical_json
 
 TRUNCATED_ERROR = "output truncated at max_new_tokens before the JSON was complete; it is not a valid instance"
@@ -86,7 +87,8 @@ def validate_json_output(text: str, schema: dict[str, Any] | bool, *, truncated:
 
 
 def check_json_schema(schema: object) -> None:
-    """Raise InvalidSchemaError unless ``schema`` is a usable schema of its draft with local ``$ref``s only.
+    """Raise InvalidSchemaError unless ``schema`` is a usable schema of its draft whose ``$ref``s are local and
+    point somewhere in it (an anchor ``#name`` is left to the engines).
 
     For request schemas (before compiling them) and the registry (at load), so both reject the same things.
     """
@@ -103,6 +105,9 @@ def check_json_schema(schema: object) -> None:
         if not ref.startswith("#"):
             raise InvalidSchemaError(f"at {json_path(where)}: only local $ref ('#/$defs/...') is supported, "
                                      f"got {ref!r}")
+        if (ref == "#" or ref.startswith("#/")) and resolve_pointer(schema, ref) is None:
+            raise InvalidSchemaError(f"'$ref' at #{json_pointer(where[:-1])} points to {ref!r}, which does not "
+                                     "exist in the schema")
 
 
 def parse_json_strict(text: str) -> Any:

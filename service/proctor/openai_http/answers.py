@@ -111,7 +111,6 @@ class ChunkWriter:
     created: int
     fingerprint: str
     request_id: str = ""
-    text: str = ""
     calls: CallStream | None = None
     _started: set[int] = field(default_factory=set, init=False)  # the choices whose role went out
 
@@ -129,7 +128,6 @@ class ChunkWriter:
                                                chunk)
             return
         if chunk.text or chunk.tokens:
-            self.text += chunk.text
             yield from self._deltas(0, chunk.text, list(chunk.tokens))
         if final:
             yield from self._end(0, chunk.finish_reason, chunk)
@@ -139,7 +137,6 @@ class ChunkWriter:
 
     def _choice_chunks(self, index: int, text: str, tokens: list[pb.TokenDetail], reason: int,
                        chunk: pb.GenerateChunk) -> Iterator[dict[str, Any]]:
-        self.text = text
         yield from self._deltas(index, text, tokens)
         yield from self._end(index, reason, chunk)
 

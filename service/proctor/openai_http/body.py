@@ -77,8 +77,10 @@ def parse_body(raw: object, kind: str) -> ParsedCall:
     include_usage = _stream_options(body, stream)
     constraint = _constraint(body, message, plan)
     if constraint is not None and constraint.source not in CONSTRAINT_KEYS:  # named by the key that set it
-        params[message.WhichOneof("constraint") or "json_schema"] = constraint.source
-        params["grammar.text"] = constraint.source  # a grammar's violations name its text
+        field = message.WhichOneof("constraint") or "json_schema"
+        params[field] = constraint.source
+        if field == "grammar":  # a grammar's violations name its text
+            params["grammar.text"] = constraint.source
     if plan is not None and message.num_return_sequences > 1:
         raise BodyError("n > 1 with tools is not supported: one choice per tool-calling request", "n")
     apply_extensions(body, message)

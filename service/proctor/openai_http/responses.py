@@ -37,8 +37,8 @@ LOGPROBS_INCLUDE = "message.output_text.logprobs"
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 # Body keys as the chat route names them → as this route's caller sent them (errors' ``param``).
 PARAM_NAMES = {"max_tokens": "max_output_tokens", "messages": "input", "response_format": "text.format"}
-PROTO_PARAMS = {"stopping.max_new_tokens": "max_output_tokens", "messages.messages": "input",
-                "messages": "input", "top_logprobs": "top_logprobs", "token_details": "include"}
+PROTO_PARAMS = {"stopping.max_new_tokens": "max_output_tokens", "messages.messages": "input", "messages": "input",
+                "token_details": "include"}
 
 
 def parse_responses(raw: object) -> ParsedCall:
@@ -97,8 +97,7 @@ def _renamed(error: BodyError) -> BodyError:
     if error.param is None:
         return error
     own = _rename(error.param)
-    message = error.message.replace(error.param, own) if error.param in error.message else error.message
-    return dataclasses.replace(error, message=message, param=own)
+    return dataclasses.replace(error, message=error.message.replace(error.param, own), param=own)
 
 
 def _instructions(value: object) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from typing import Any
 from proctor.constraints.json_validation import InvalidSchemaError, check_json_schema
 from proctor.constraints.llguidance_json import json_options
 from proctor.constraints.schema_closing import close_objects
-from proctor.constraints.schema_keywords import DATA_KEYWORDS, resolve_pointer
+from proctor.constraints.schema_keywords import DATA_KEYWORDS
 from proctor.openai_http.errors import BodyError
 from proctor_client.v1 import generation_pb2 as pb
 
@@ -38,7 +38,9 @@ CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"argumen
 NAME_SO_FAR = re.compile(r'\s*\{\s*"name"\s*:\s*"([A-Za-z0-9_-]*)"?\s*(,\s*("[a-z]*"?\s*:?\s*)?)?$')
 CALL_START = '{"name":"'
 CALL_END = re.compile(r"\s*\}\s*$")
-PARTIAL_CLOSE = re.compile(r"\s*<(/(t(o(o(l(_(c(a(l(l(>)?)?)?)?)?)?)?)?)?)?)?$")
+CLOSE_SO_FAR = r"<(/(t(o(o(l(_(c(a(l(l(>)?)?)?)?)?)?)?)?)?)?)?"  # a </tool_call> cut short, or whole
+PARTIAL_CLOSE = re.compile(rf"\s*{CLOSE_SO_FAR}$")
+CALL_TAIL = re.compile(rf"\s*(\}}\s*)?({CLOSE_SO_FAR})?")
 CHOICES = ("none", "auto", "required")
 TAIL_CHARS = 32  # the longest end of the arguments that is held back: whitespace, "}", "</tool_call>"
 
@@ -148,24 +150,11 @@ def _tool(entry: object, where: str, earlier: list[Tool]) -> Tool:
 
 
 def _check_parameters(parameters: dict[str, Any], where: str) -> None:
-    """A tool's parameters: a valid schema whose local ``$ref``s all point somewhere in it."""
+    """A tool's parameters are a usable schema (as any request schema: its local ``$ref``s point somewhere)."""
     try:
         check_json_schema(parameters)
     except InvalidSchemaError as exc:
         raise BodyError(f"{where}: {exc}", where) from None
-    for path, ref in _refs(parameters, "#"):
-        if ref.startswith("#") and resolve_pointer(parameters, ref) is None:
-            raise BodyError(f"{where}: '$ref' at {path} points to {ref!r}, which does not exist in the schema", where)
-
-
-def _refs(node: Any, path: str) -> list[tuple[str, str]]:
-    if isinstance(node, list):
-        return [found for i, item in enumerate(node) for found in _refs(item, f"{path}/{i}")]
-    if not isinstance(node, dict):
-        return []
-    found = [(path, node["$ref"])] if isinstance(node.get("$ref"), str) else []
-    return found + [f for key, value in node.items() if key not in DATA_KEYWORDS
-                    for f in _refs(value, f"{path}/{key}")]
 
 
 def rebased(schema: Any, place: str) -> Any:
@@ -279,8 +268,8 @@ class CallStream:
         self.call_ids: list[str] = []
         self._sent: list[int] = []  # per call: how many characters of its arguments went out
         self._index: dict[int, int] = {}  # output block → the call index it went out as
-        self._dropped: set[int] = set()  # blocks left out as repeats of an earlier call
-        self._seen: set[tuple[str, str]] = set()
+        self._finished: set[int] = set()  # blocks closed and dealt with (sent whole, or left out as a repeat)
+        self._seen: set[tuple[str, str]] = set()  # the complete calls so far (name, canonical arguments)
 
     def feed(self, piece: str) -> tuple[str, list[dict[str, Any]]]:
         """The content and tool-call deltas this piece of output releases."""
@@ -312,27 +301,26 @@ class CallStream:
 
     def _call_deltas(self, *, final: bool) -> list[dict[str, Any]]:
         """Deltas of each call: the first as it comes, later ones whole once their block closes (a repeat of an
-        earlier call is then left out, as in the unary answer)."""
+        earlier call is then left out, as in the unary answer). A closed block is read once."""
         deltas: list[dict[str, Any]] = []
         for block, (body, closed) in enumerate(call_bodies(self.text, self.plan) or ()):
             done = final or closed
-            if block in self._dropped or (block > 0 and not done):
+            if block in self._finished or (block > 0 and not done):
                 continue
             found = call_arguments(body) if done else _open_arguments(body)
             if found is None:
                 continue
+            if done:
+                self._finished.add(block)
+                if repeated(found, self._seen) and block not in self._index:
+                    continue  # a later call the same as an earlier one: left out
             if block not in self._index:
-                if done and block > 0 and repeated(found, self._seen):
-                    self._dropped.add(block)
-                    continue
-                self._index[block] = index = len(self.call_ids)
+                self._index[block] = len(self.call_ids)
                 self.call_ids.append(new_call_id())
                 self._sent.append(0)
-                deltas.append({"index": index, "id": self.call_ids[index], "type": "function",
+                deltas.append({"index": self._index[block], "id": self.call_ids[-1], "type": "function",
                                "function": {"name": found[0], "arguments": ""}})
             index = self._index[block]
-            if done and block == 0:
-                repeated(found, self._seen)
             new = found[1][self._sent[index]:]
             if new:
                 self._sent[index] = len(found[1])
@@ -353,6 +341,6 @@ def _tail(text: str) -> str:
     """The end of ``text`` that could still be the call object's closing (and ``</tool_call>``)."""
     for cut in range(max(0, len(text) - TAIL_CHARS), len(text)):
         rest = text[cut:]
-        if re.fullmatch(r"\s*(\}\s*)?(<(/(t(o(o(l(_(c(a(l(l(>)?)?)?)?)?)?)?)?)?)?)?)?", rest):
+        if CALL_TAIL.fullmatch(rest):
             return rest
     return ""
