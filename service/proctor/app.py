@@ -63,7 +63,7 @@ AUDIT_SERVICE_NAME = audit_pb2.DESCRIPTOR.services_by_name["Audit"].full_name
 
 def model_info(loaded: LoadedModel, settings: Settings) -> dict[str, object]:
     """The ModelInfo fields that describe the loaded model."""
-    from proctor.engine.families import runner_description, unsupported_reason
+    from proctor.engine.families import runner_description
 
     return {
         "model_id": loaded.model_id,
@@ -74,8 +74,10 @@ def model_info(loaded: LoadedModel, settings: Settings) -> dict[str, object]:
         "weights": loaded.weights,
         "weights_revision": WEIGHT_MODE_REVISIONS[loaded.weights],
         "sampler_revision": SAMPLER_REVISION,
-        # Only the slot forward chunks long prompts (engine/batch.py); transformers' own forward never does.
-        "prefill_chunk_tokens": settings.prefill_chunk_tokens if unsupported_reason(loaded.model) is None else 0,
+        # The chunk size that changed a prompt's bits (replay refused across sizes). Since weights revisions
+        # dense 2, fp16 2, q8 3, q4 2, gguf 3 every prompt position is a row of its own (engine/batch.py), and the
+        # per-slot runner feeds prompts whole: no split changes a bit, so 0.
+        "prefill_chunk_tokens": 0,
         "device": str(loaded.device),
         "context_length_tokens": loaded.context_length,
         "vocab_size": loaded.vocab_size,

@@ -29,9 +29,10 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--max-batch-size", type=int, help="requests decoded together (default 32)")
     p.add_argument("--max-waiting", type=int, help="requests allowed to wait; beyond, RESOURCE_EXHAUSTED (default 64)")
     p.add_argument("--kv-cache-mb", type=int, help="KV-cache memory budget in MiB (default 4096)")
-    p.add_argument("--max-prefill-tokens", type=int, help="prompt tokens prefilled per step (default 2048)")
-    p.add_argument("--prefill-chunk-tokens", type=int, help="a longer prompt is prefilled this many tokens per "
-                   "step between the running rows' decode steps (default 128; 0: whole)")
+    p.add_argument("--max-step-tokens", type=int, help="tokens one step's forward is fed, every row together: "
+                   "the running rows' next tokens, prompt pieces, drafts (default 256)")
+    p.add_argument("--prefill-chunk-tokens", type=int, help="the prefix cache keeps prompts in chunks of this many "
+                   "tokens (default 128; 0: no prefix cache)")
     steps = p.add_argument_group("fewer steps for the same tokens (none changes the output; docs/architecture.md)")
     steps.add_argument("--prefix-cache-mb", type=int, help="memory for prompts' cached chunks (default 256; 0: off)")
     steps.add_argument("--no-jump-forward", dest="jump_forward", action="store_false", default=None,
@@ -113,7 +114,7 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def _serve(args: argparse.Namespace) -> int:
     keys = ("host", "port", "model", "model_store", "device", "dtype", "weights", "threads", "max_batch_size",
-            "max_waiting", "kv_cache_mb", "max_prefill_tokens", "prefill_chunk_tokens",
+            "max_waiting", "kv_cache_mb", "max_step_tokens", "prefill_chunk_tokens",
             "prefix_cache_mb", "jump_forward", "max_forced_tokens", "speculation", "speculation_tokens",
             "speculation_max_rows",
             "max_new_tokens_limit", "grace_period_s", "drain_notice_s", "health_port", "http_port", "watchdog_s",

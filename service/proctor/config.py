@@ -21,8 +21,10 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 # computes changes, so a replay is refused rather than diverging (q8 2: the C++ kernel, float16 cache
 # and embedding table; q4 1: GGUF Q4_1 layers and Q8_0 LM head in the C++ kernel, float16 cache;
 # gguf 1: a .gguf file's own blocks of any supported type, activations rounded per block as llama.cpp does;
-# gguf 2: the 32-input types and Q6_K scaled per block from one exact integer sum per row, eight rows at a time).
-WEIGHT_MODE_REVISIONS = {"dense": 1, "fp16": 1, "q8": 2, "q4": 1, "gguf": 2}
+# gguf 2: the 32-input types and Q6_K scaled per block from one exact integer sum per row, eight rows at a time;
+# then every mode's next — dense 2, fp16 2, q8 3, q4 2, gguf 3 — prompt positions computed as rows of the
+# step's one forward, as decode rows are, instead of by a prefill of their own: issue 42).
+WEIGHT_MODE_REVISIONS = {"dense": 2, "fp16": 2, "q8": 3, "q4": 2, "gguf": 3}
 WEIGHT_MODES = tuple(WEIGHT_MODE_REVISIONS)
 # The revision of the sampler's draw (decoding/sampler.py), recorded the same way: a record sampled under
 # another revision replays differently, so its replay is refused. 1: torch.multinomial over the whole
@@ -91,8 +93,10 @@ class Settings:
     max_batch_size: int = 32
     max_waiting: int = 64
     kv_cache_mb: int = 4096
-    max_prefill_tokens: int = 2048
-    # A longer prompt is prefilled this many tokens per step between decode steps (engine/batch.py); 0: whole.
+    # Tokens one step's forward is fed, all rows together (engine/scheduler.py): every running row's next
+    # token first, then prompt pieces, then drafts. Chosen by measurement (bench/README.md, "One forward a step").
+    max_step_tokens: int = 256
+    # The prefix cache keeps prompts in chunks of this many tokens (engine/prefix_cache.py); 0: no prefix cache.
     prefill_chunk_tokens: int = 128
     # Fewer steps for the same tokens (engine/drafting.py, engine/prefix_cache.py); none changes a bit of
     # the output. The prefix cache keeps prompts' full chunks (of prefill_chunk_tokens) within this budget
@@ -207,6 +211,10 @@ class Settings:
                 raise ValueError(f"audit_witnesses: {exc}") from None
         if any(c.isspace() or c == "+" for c in self.audit_origin):
             raise ValueError(f"audit_origin {self.audit_origin!r}: a note key name has no spaces and no '+'")
+        if self.max_step_tokens <= self.max_batch_size:
+            raise ValueError(f"max_step_tokens ({self.max_step_tokens}) must exceed max_batch_size "
+                             f"({self.max_batch_size}): every running row takes one token of a step, and a prompt "
+                             "needs at least one more")
         if self.prefill_chunk_tokens < 0:
             raise ValueError(f"prefill_chunk_tokens must be 0 (off) or more, got {self.prefill_chunk_tokens}")
         if self.speculation not in SPECULATION_MODES:

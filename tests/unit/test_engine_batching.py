@@ -14,6 +14,7 @@ import torch
 from helpers.engine import Collector
 
 from proctor.domain import FinishReason, GenerationRequest, SamplingParams, StoppingParams
+from proctor.engine.executor import Feed
 from proctor.engine.llama_step import LlamaSlots
 from proctor.engine.model_runner import PerSlotRunner, make_runner
 
@@ -140,9 +141,9 @@ def test_other_architectures_use_the_per_slot_runner(tokenizer) -> None:  # type
     rows = [tokenizer(p)["input_ids"] for p in PROMPTS[:2]]
     with torch.inference_mode():
         for i, ids in enumerate(rows):
-            runner.prefill(i, ids)
+            runner.forward([Feed(i, ids, 1)])
         runner.move(1, 0)
-        logits = runner.decode([9])
+        logits = runner.forward([Feed(0, [9], 1)])
         reference = model(input_ids=torch.tensor([rows[1] + [9]])).logits[0, -1]
     assert torch.allclose(logits[0], reference, atol=1e-4)
 
@@ -157,10 +158,10 @@ def test_a_failing_prefill_fails_its_batch_cleanly_and_the_engine_goes_on(make_e
         def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
             return getattr(runner, name)
 
-        def prefill(self, slot: int, token_ids: list[int]) -> torch.Tensor:
-            if list(token_ids) == poisoned:
+        def forward(self, feeds: list[Feed]) -> torch.Tensor:
+            if any(list(feed.tokens) == poisoned for feed in feeds):
                 raise RuntimeError("injected prefill fault")
-            return runner.prefill(slot, token_ids)
+            return runner.forward(feeds)
 
     engine = make_engine(max_batch_size=4, start=False)
     engine._batch._runner_built = FaultyRunner()

@@ -21,7 +21,7 @@ def request(request_id: str, prompt: str, n: int) -> GenerationRequest:
 
 
 def test_statuses_follow_the_step_plan(make_engine) -> None:  # type: ignore[no-untyped-def]
-    engine = make_engine(start=False, max_batch_size=4, prefill_chunk_tokens=32)
+    engine = make_engine(start=False, max_batch_size=4, max_step_tokens=32)
     sinks = {name: Collector() for name in ("short", "long", "gone")}
     for name, prompt, n in (("short", "Hi", 3), ("long", LONG, 6), ("gone", "Hello", 4)):
         engine.submit(engine.prepare(request(name, prompt, n)), sinks[name])

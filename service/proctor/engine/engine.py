@@ -1,9 +1,10 @@
 """The engine: one thread runs the decode loop; callers submit and abort from any thread.
 
-Continuous batching: a step reads ``expire → prefill the joining requests → process → sample →
-commit → retire → decode every running row → process → sample → commit → retire``. Requests join
-at any step boundary and leave the step they finish (or are cancelled / pass their deadline),
-freeing their KV-cache slot for the next one.
+Continuous batching, one forward a step: **schedule** (engine/scheduler.py: who leaves, who joins, what each
+row is fed within the step's token budget) → **execute** (engine/batch.py: one forward over every feed, prompt
+pieces, decode rows and drafts together, on the executor: engine/executor.py) → **update** (process, sample,
+verify and commit each row's tokens, set its status, retire the finished). Requests join at any step boundary
+and leave the step they finish (or are cancelled / pass their deadline), freeing their KV-cache slot.
 Events go to each request's sink from the engine thread; the sink must not block (the API hands
 them to its event loop).
 """
@@ -26,16 +27,16 @@ from proctor.decoding.pipeline import run_pipeline
 from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
 from proctor.engine.attempts import FallbackAttempts
-from proctor.engine.batch import DecodeBatch
+from proctor.engine.batch import DecodeBatch, RowFeed
 from proctor.engine.beam import BeamSearches
 from proctor.engine.drafting import Drafter, DraftPolicy
+from proctor.engine.executor import Executor
 from proctor.engine.live import LiveRequests
-from proctor.engine.llama_step import LlamaSlots
 from proctor.engine.loaded_model import LoadedModel
-from proctor.engine.model_runner import SlotRunner, make_runner
+from proctor.engine.model_runner import make_runner
 from proctor.engine.prefix_cache import PrefixCache
 from proctor.engine.preprocess import PreparedRequest, prepare_controls, prepare_request
-from proctor.engine.scheduler import Scheduler
+from proctor.engine.scheduler import Scheduler, StepPlan
 from proctor.engine.sequence import EventSink, SequenceState
 from proctor.engine.slot_weights import release_dense
 from proctor.engine.smoothing import calibration_ids
@@ -71,8 +72,8 @@ class Engine:
         self._batch = DecodeBatch(lambda: self._make_runner(rows, release_dense_weights), rows,
                                   settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens, self.prefix_cache)
         self._drafter = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size)
-        self._scheduler = Scheduler(settings.max_waiting, settings.max_prefill_tokens,
-                                    free_rows=lambda: rows - len(self._batch.states) - len(self._batch.staged))
+        self._scheduler = Scheduler(settings.max_waiting, settings.max_step_tokens,
+                                    free_rows=lambda: rows - len(self._batch.states))
         self._eos = frozenset(loaded.eos_token_ids)
         self._pieces: dict[int, str] = {}  # per-token text for token details, filled on first use
         self._live = LiveRequests()  # every request held, by id (engine/live.py)
@@ -87,15 +88,16 @@ class Engine:
         self.healthy = True
         self._thread = threading.Thread(target=self._run, name="proctor-engine", daemon=True)
 
-    def _make_runner(self, rows: int, release_dense_weights: bool) -> SlotRunner:
+    def _make_runner(self, rows: int, release_dense_weights: bool) -> Executor:
         """The slot runner in the loaded weights mode; with ``release_dense_weights`` (a server's own
         model) the model's dense projections are dropped once the runner holds its copies."""
         loaded = self.loaded
         calibration = calibration_ids(loaded.tokenizer) if loaded.weights == "q8" else None
         runner = make_runner(loaded.model, rows, loaded.device, loaded.weights, calibration)
-        if release_dense_weights and isinstance(runner, LlamaSlots):
+        if release_dense_weights:  # a no-op unless the runner built slot weights of its own (slot_weights.py)
             freed = release_dense(loaded.model)
-            log.info("weights %s: %.0f MB of dense projection weights released", loaded.weights, freed / 2**20)
+            if freed:
+                log.info("weights %s: %.0f MB of dense projection weights released", loaded.weights, freed / 2**20)
         return runner
 
     # --- public API (any thread) ------------------------------------------------------------
@@ -205,8 +207,10 @@ class Engine:
     def admission_counts(self) -> dict[str, int]:
         """What admission holds for calls, by holder: all zero once every call has ended (``live``: request ids)."""
         live, fallbacks = self._live.counts()
+        states = list(self._batch.states)
+        prefilling = sum(state.status is RequestStatus.PREFILLING for state in states)
         return {"reserved": self._scheduler.reserved_count(), "waiting": self._scheduler.waiting_count(),
-                "staged": len(self._batch.staged), "running": len(self._batch.states),
+                "staged": prefilling, "running": len(states) - prefilling,
                 "beams": self._beams.held(), "fallbacks": fallbacks, "live": live}
 
     def progress(self) -> tuple[bool, int]:
@@ -266,7 +270,7 @@ class Engine:
 
     def _run_loop(self) -> None:
         while True:
-            if self._stop and not self._batch.states and not self._batch.staged and not self._beams:
+            if self._stop and not self._batch.states and not self._beams:
                 self._fail_waiting(FinishReason.CANCELLED, "the server shut down before this request ran")
                 return
             try:
@@ -296,74 +300,71 @@ class Engine:
                 self._on_health(healthy, reason)
 
     def _step(self) -> bool:
-        """One engine step, as the scheduler planned it (engine/scheduler.StepPlan); False when idle.
-
-        Joining requests are prefilled and given their first token before the running rows decode:
-        a new request's time to first token is then its own prefill, not also a decode step of
-        everyone else (measured: TTFT p99 at 16 streams, bench/README.md)."""
+        """One engine step: schedule, execute (one forward), update; False when idle."""
         now = time.monotonic()
         batch = self._batch
-        plan = self._scheduler.plan(batch, now, admit=not self._stop)
-        self._end(plan.leaving, now)
+        self._end(self._scheduler.expired(batch, now), now)
+        plan = self._scheduler.plan(batch, admit=not self._stop, drafts=self._drafter.drafts)
         for state in plan.beams:
             self._beams.start(state)
-        if not plan.join and not plan.stage and not batch.states and not batch.staged and not self._beams:
+        if not plan.feeds and not self._beams:
             return False
-        observer = self.observer
-        for state in plan.join + plan.stage:
+        for state in plan.join:
             state.started = now
-        for state in plan.stage:
             state.status = RequestStatus.PREFILLING
-        batch.staged.extend(plan.stage)
-        if plan.join:
+        if plan.feeds:
+            decoding = sum(not feed.prompt for feed in plan.feeds)
+            self._threads.before_step(len(plan.feeds))
             start = time.monotonic()
-            for state in plan.join:
-                state.status = RequestStatus.RUNNING
-            self._advance(plan.join, batch.admit(plan.join))
-            if observer is not None:
-                observer.prefill(time.monotonic() - start, len(plan.join))
-        if batch.staged:
-            start = time.monotonic()
-            joined = batch.prefill_chunk()
-            if joined is not None:
-                joined[0].status = RequestStatus.RUNNING
-                self._advance([joined[0]], joined[1])
-            if observer is not None:
-                observer.prefill(time.monotonic() - start, int(joined is not None))
-        if batch.states:
-            self._threads.before_step(len(batch.states))
-            rows, start = len(batch.states), time.monotonic()
-            # Several positions for the rows with a draft, verified one by one (engine/verify.py).
-            drafts = self._drafter.drafts(batch.states) if batch.can_extend else [[] for _ in batch.states]
-            extended = any(drafts)
-            kept = verify(list(batch.states), drafts, batch.extend(drafts) if extended else batch.decode(),
-                          time.monotonic, self.observer.masks if self.observer is not None else None)
-            if extended:
-                batch.settle(kept)
-                self._drafter.learn(batch.states, drafts, kept)
-            self._retire()
+            logits = batch.forward(plan.feeds)
+            self._update(plan.feeds, logits)
             elapsed = time.monotonic() - start
             self._threads.after_step(elapsed)
-            if observer is not None:
-                observer.decode_step(elapsed, rows)
+            self._observe(elapsed, decoding, plan)
         self._beams.step(time.monotonic())
         self.steps += 1
         return True
 
-    def _advance(self, states: list[SequenceState], logits: torch.Tensor) -> None:
-        """Process, sample and commit one token for each of ``states``; then retire finished rows."""
-        decisions = run_pipeline(logits, states, self.observer.masks if self.observer is not None else None)
-        now = time.monotonic()
-        for state, decision in zip(states, decisions, strict=True):
-            state.commit(decision, now)
+    def _update(self, feeds: list[RowFeed], logits: torch.Tensor) -> None:
+        """The update pass: the rows whose prompt completed get their first token, the decoding rows theirs (and
+        their drafts, verified position by position: engine/verify.py); then the finished rows leave."""
+        masks = self.observer.masks if self.observer is not None else None
+        decoding = [feed for feed in feeds if not feed.prompt]
+        completed = [feed.state for feed in feeds
+                     if feed.prompt and feed.state.prompt_fed == len(feed.state.prompt_ids)]
+        drafted = sum(len(feed.tokens) for feed in decoding)
+        if decoding:
+            states = [feed.state for feed in decoding]
+            drafts = [feed.tokens[1:] for feed in decoding]
+            kept = verify(states, drafts, logits[:drafted], time.monotonic, masks)
+            self._batch.settle(kept)
+            if drafted > len(decoding):
+                self._drafter.learn(states, drafts, kept)
+        if completed:
+            for state in completed:
+                state.status = RequestStatus.RUNNING
+            decisions = run_pipeline(logits[drafted:], completed, masks)
+            at = time.monotonic()
+            for state, decision in zip(completed, decisions, strict=True):
+                state.commit(decision, at)
         self._retire()
+
+    def _observe(self, elapsed: float, decoding: int, plan: StepPlan) -> None:
+        """The step's time for the metrics: as a prefill when it fed any prompt (one forward carries both), else as
+        a decode step over its ``decoding`` rows."""
+        observer = self.observer
+        if observer is None:
+            return
+        prompts = [feed for feed in plan.feeds if feed.prompt]
+        if prompts:
+            observer.prefill(elapsed, sum(feed.state.status is not RequestStatus.PREFILLING for feed in prompts))
+        else:
+            observer.decode_step(elapsed, decoding)
 
     def _end(self, leaving: list[tuple[SequenceState, FinishReason]], now: float) -> None:
         """End the plan's leaving requests without a token, wherever they are, and free their rows."""
         for state, reason in leaving:
             state.finish_without_token(reason, now)
-            if state in self._batch.staged:
-                self._batch.drop_staged(state)
             self._beams.drop(state)
             self._forget(state)
         self._retire()
@@ -384,7 +385,7 @@ class Engine:
     def _fail_running(self, message: str) -> None:
         now = time.monotonic()
         self._beams.fail(now, message)
-        for state in self._batch.states + self._batch.staged:
+        for state in self._batch.states:
             if not state.finished:
                 state.finish_without_token(FinishReason.ERROR, now, detail=message, error=message)
             self._forget(state)

@@ -19,13 +19,14 @@ arithmetic only (``Family.plain``); dense and fp16 decode through PyTorch operat
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from proctor.engine import fused_decode
+from proctor.engine.executor import Capabilities, Feed
 from proctor.engine.families import (
     EVERY_FAMILY_KERNELS,
     LENGTH_DEPENDENT_ROPE,
@@ -45,6 +46,9 @@ from proctor.engine.slot_weights import LayerWeights, slot_weights
 # exact zeros to the same groups, so a row's result is bit-identical alone or next to a longer row
 # (measured: lengths 3..700 all identical at 64, none at 1; tests/integration/test_batching_real.py).
 ATTENTION_SPAN_BLOCK = 64
+# The PyTorch-operations forward gathers each row's keys and values for its attention; it does so this many rows
+# at a time, so a prompt fed as rows (hundreds of them) never holds hundreds of copies of its prefix at once.
+ATTENTION_ROWS = 32
 
 
 class LlamaSlots(SlotCache):
@@ -84,12 +88,41 @@ class LlamaSlots(SlotCache):
                                  ] if self._fused else []
         SlotCache.__init__(self, len(self._layers), max_slots, self.kv_heads, self.head_dim,
                            torch.float16 if self._fused else self.dtype, device)
+        # The logits' width (a GGUF's head may be padded past the vocabulary; learnt from the first logits): a step
+        # that wants no logits (only pieces of prompts) returns [0, width] without running the head on no rows.
+        self._vocab_width = int(model.config.vocab_size)
 
     @property
     def thread_invariant(self) -> bool:
         """A row's logits are the same bits at any intra-op thread count with oneDNN-packed or fbgemm
         weights (tests/integration/test_threads_real.py), so the engine may tune the count under load."""
         return self.weights.thread_invariant
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """On CPU every product, norm and attention is computed row by row, so a position's logits are its own
+        (tests/unit/test_mixed_step.py): drafts, prompts in pieces of any size. On CUDA the libraries pick their
+        kernels by the batch's shape, so nothing is known to keep a row's bits: no drafts there."""
+        cpu = self.device.type == "cpu"
+        return Capabilities(device=self.device, extend=cpu, split_prompts=True, spans=True, rows_own_bits=cpu,
+                            thread_invariant=cpu and self.thread_invariant)
+
+    def forward(self, feeds: Sequence[Feed]) -> torch.Tensor:
+        """Every feed's tokens appended to its slot in one forward: each position a row of its own (slot,
+        position), prompt pieces, decode rows and drafts alike; the logits of the positions the feeds want."""
+        tokens: list[int] = []
+        slots: list[int] = []
+        positions: list[int] = []
+        wanted: list[int] = []
+        for feed in feeds:
+            start, count = self.lengths[feed.slot], len(feed.tokens)
+            if not 0 <= feed.logits <= count:
+                raise ValueError(f"a feed of {count} tokens cannot return {feed.logits} positions' logits")
+            wanted += range(len(tokens) + count - feed.logits, len(tokens) + count)
+            tokens += feed.tokens
+            slots += [feed.slot] * count
+            positions += range(start, start + count)
+        return self._forward_rows(tokens, slots, positions, wanted=wanted)
 
     # --- forward passes -------------------------------------------------------------------------
     def prefill(self, slot: int, token_ids: list[int], start: int = 0, every_position: bool = False) -> torch.Tensor:
@@ -140,11 +173,6 @@ class LlamaSlots(SlotCache):
         out = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype), v)
         return out[0].transpose(0, 1)
 
-    def staging(self) -> LlamaSlots:
-        """A one-slot runner on the same weights, where a long prompt is prefilled chunk by chunk
-        while this runner's rows keep decoding; ``adopt`` then moves its cache into a slot here."""
-        return LlamaSlots(self._model, 1, self.device, self.weights.mode)
-
     def decode(self, token_ids: list[int]) -> torch.Tensor:
         """Feed one token to each of slots ``0..B-1`` (B = len(token_ids)); return logits [B, V]."""
         rows = len(token_ids)
@@ -174,19 +202,25 @@ class LlamaSlots(SlotCache):
         return self._forward_rows(token_ids, list(range(rows)), self.lengths[:rows], self._decode_ops)
 
     def _forward_rows(self, token_ids: list[int], slots: list[int], positions: list[int],
-                      forward: Callable[[list[int], list[int], list[int]], torch.Tensor] | None = None
-                      ) -> torch.Tensor:
+                      forward: RowForward | None = None, wanted: list[int] | None = None) -> torch.Tensor:
         """One forward where row ``r`` is token ``token_ids[r]`` at ``positions[r]`` of slot ``slots[r]``;
-        every slot's length grows by its rows."""
+        every slot's length grows by its rows. The logits of rows ``wanted`` (None: every row)."""
         self.reserve(max(slots) + 1, max(positions) + 1)
         if forward is None:
             forward = self._decode_fused if self._fused else self._decode_ops
-        logits = forward(token_ids, slots, list(positions))
+        if wanted is not None and len(wanted) == len(token_ids):
+            wanted = None
+        logits = forward(token_ids, slots, list(positions), wanted)
+        if wanted == []:
+            logits = torch.empty(0, self._vocab_width, device=self.device)
+        else:
+            self._vocab_width = logits.shape[-1]
         for slot in slots:
             self.lengths[slot] += 1
         return logits
 
-    def _decode_ops(self, token_ids: list[int], slots: list[int], positions: list[int]) -> torch.Tensor:
+    def _decode_ops(self, token_ids: list[int], slots: list[int], positions: list[int],
+                    wanted: list[int] | None = None) -> torch.Tensor:
         """A decode forward as PyTorch operations (dense and fp16, every family; for q8 and q4 on Llama's
         arithmetic the reference the kernels are tested against)."""
         rows = len(token_ids)
@@ -205,14 +239,21 @@ class LlamaSlots(SlotCache):
             keys, values = self._keys[index], self._values[index]
             keys[slot_index, :, where] = k.to(keys.dtype)
             values[slot_index, :, where] = v.to(values.dtype)
-            seen_keys = keys[:rows, :, :span] if plain else keys[slot_index, :, :span]
-            seen_values = values[:rows, :, :span] if plain else values[slot_index, :, :span]
-            out = self._attend(q, seen_keys.to(q.dtype), seen_values.to(q.dtype), biases[self.family.windows[index]])
+            bias = biases[self.family.windows[index]]
+            if plain and rows <= ATTENTION_ROWS:
+                out = self._attend(q, keys[:rows, :, :span].to(q.dtype), values[:rows, :, :span].to(q.dtype), bias)
+            else:
+                out = torch.cat([self._attend(q[group], keys[slot_index[group], :, :span].to(q.dtype),
+                                              values[slot_index[group], :, :span].to(q.dtype), bias[group])
+                                 for group in (torch.arange(start, min(start + ATTENTION_ROWS, rows),
+                                                            device=self.device)
+                                               for start in range(0, rows, ATTENTION_ROWS))])
             h = h + self._attention_out(out, layer)
             h = h + self._mlp(self._norm(h, layer.post_norm), layer)
-        return self._logits(h)
+        return self._logits(_rows(h, wanted)) if wanted != [] else h[:0]
 
-    def _decode_fused(self, token_ids: list[int], slots: list[int], positions: list[int]) -> torch.Tensor:
+    def _decode_fused(self, token_ids: list[int], slots: list[int], positions: list[int],
+                      wanted: list[int] | None = None) -> torch.Tensor:
         """A decode forward with each layer in one C++ call (fused_decode.py): q8 and q4 weights."""
         h = self._embed(torch.tensor(token_ids, dtype=torch.long, device=self.device))
         tables = {key: tuple(table[:, 0] for table in self._rope_tables(h, max(positions) + 1, key))  # [L, D]
@@ -224,6 +265,9 @@ class LlamaSlots(SlotCache):
             cos, sin = tables[self.family.rope_keys[index]]
             decode_layer(h, *weights, self._keys[index], self._values[index], positions, cos, sin,
                          self.heads, self.kv_heads, self.eps, *tail, slots=mapped)
+        if wanted == []:  # only pieces of prompts: no head to run
+            return h[:0]
+        h = _rows(h, wanted)
         if self.weights.mode in EVERY_FAMILY_KERNELS:  # final norm in the kernel library (q8: its own)
             final = torch.ops.proctor.rms_norm(h, self._kernel_final_norm, self.eps)
             return softcap(self._lm_head(final), self.family.final_softcap)
@@ -313,6 +357,16 @@ class LlamaSlots(SlotCache):
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         return softcap(self._lm_head(self._norm(h, self._final_norm)), self.family.final_softcap).float()
+
+
+RowForward = Callable[[list[int], list[int], list[int], "list[int] | None"], torch.Tensor]
+
+
+def _rows(h: torch.Tensor, wanted: list[int] | None) -> torch.Tensor:
+    """The hidden states of rows ``wanted`` (None: all): the LM head runs only where logits are used."""
+    if wanted is None:
+        return h
+    return h.index_select(0, torch.tensor(wanted, dtype=torch.long, device=h.device))
 
 
 def _fused_arguments(layer: LayerWeights, mode: str, family: Family,

@@ -1,44 +1,29 @@
-"""Slot runners: the model forward behind continuous batching.
+"""The executor for architectures the slot forward does not describe, and the choice between the two.
 
-A runner owns the KV cache as ``max_slots`` slots. A request's prompt is prefilled into a free slot;
-each decode step feeds one token to every slot ``0..B-1`` at once; when a request leaves, the
-last slot moves into its hole (so the running rows are always ``0..B-1``). Two implementations:
-
-- ``LlamaSlots`` (llama_step.py): one batched forward for all rows, each row with its own length —
-  the fast path, for every family engine/families.py describes.
+- ``LlamaSlots`` (llama_step.py): one forward for all rows, each row with its own length — the fast
+  path, for every family engine/families.py describes.
 - ``PerSlotRunner`` (here): any other causal LM through transformers' own forward, one
-  ``DynamicCache`` per slot, decoding the rows one after another. Correct for every architecture,
-  without the batching speed-up.
+  ``DynamicCache`` per slot, the rows run one after another. Correct for every architecture, without the
+  batching speed-up: a prompt is fed whole (transformers' prefill computes a prompt split in pieces
+  differently), and no drafts (a position of a multi-token feed is not the bits of a one-token step).
 
-Both return float32 logits of the last position, and a row's logits never depend on the other rows.
+Both return float32 logits, and a row's logits never depend on the other rows.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol, cast
+from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 from transformers import DynamicCache
 
+from proctor.engine.executor import Capabilities, Executor, Feed
 from proctor.engine.families import unsupported_reason
 from proctor.engine.llama_step import LlamaSlots
 
 log = logging.getLogger("proctor.engine")
-
-
-class SlotRunner(Protocol):
-    max_slots: int
-
-    def prefill(self, slot: int, token_ids: list[int]) -> torch.Tensor: ...
-
-    def decode(self, token_ids: list[int]) -> torch.Tensor: ...
-
-    def move(self, source: int, target: int) -> None: ...
-
-    def free(self, slot: int) -> None: ...
-
-    def bytes_for(self, rows: int, length: int) -> int: ...
 
 
 class PerSlotRunner:
@@ -47,6 +32,7 @@ class PerSlotRunner:
         self.device = device
         self.max_slots = max_slots
         self._caches: list[DynamicCache | None] = [None] * max_slots
+        self.lengths = [0] * max_slots
         cfg = model.config
         layers: int = getattr(cfg, "num_hidden_layers", 1)
         kv_heads: int = getattr(cfg, "num_key_value_heads", 0) or getattr(cfg, "num_attention_heads", 1)
@@ -54,37 +40,50 @@ class PerSlotRunner:
         element = next(model.parameters()).element_size()
         self.bytes_per_token = int(layers * 2 * kv_heads * head_dim * element)
 
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(device=self.device, extend=False, split_prompts=False, spans=False, rows_own_bits=True,
+                            thread_invariant=False)
+
     def bytes_for(self, rows: int, length: int) -> int:
         return rows * length * self.bytes_per_token
 
-    def prefill(self, slot: int, token_ids: list[int]) -> torch.Tensor:
-        cache = DynamicCache()
-        self._caches[slot] = cache
-        ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
-        return self._forward(ids, cache)
-
-    def decode(self, token_ids: list[int]) -> torch.Tensor:
+    def forward(self, feeds: Sequence[Feed]) -> torch.Tensor:
+        """Each feed through the model's own forward with its slot's cache, one after another."""
         rows = []
-        for slot, token in enumerate(token_ids):
-            cache = self._caches[slot]
-            assert cache is not None, f"slot {slot} was never prefilled"
-            rows.append(self._forward(torch.tensor([[token]], dtype=torch.long, device=self.device), cache))
+        for feed in feeds:
+            cache = self._caches[feed.slot]
+            if cache is None or self.lengths[feed.slot] == 0:
+                cache = self._caches[feed.slot] = DynamicCache()
+            ids = torch.tensor([feed.tokens], dtype=torch.long, device=self.device)
+            out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=max(1, feed.logits))
+            self.lengths[feed.slot] += len(feed.tokens)
+            if feed.logits:
+                rows.append(cast(torch.Tensor, out.logits[0, -feed.logits:, :].float()))
         return torch.cat(rows)
 
     def move(self, source: int, target: int) -> None:
         self._caches[target], self._caches[source] = self._caches[source], None
+        self.lengths[target], self.lengths[source] = self.lengths[source], 0
 
     def free(self, slot: int) -> None:
         self._caches[slot] = None
+        self.lengths[slot] = 0
 
-    def _forward(self, ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
-        out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-        return cast(torch.Tensor, out.logits[:, -1, :].float())
+    def trim(self, slot: int, length: int) -> None:
+        if length != self.lengths[slot]:
+            raise NotImplementedError("the per-slot runner takes no drafts, so it never trims")
+
+    def read_span(self, slot: int, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError("the per-slot runner keeps no spans (capabilities.spans)")
+
+    def write_span(self, slot: int, start: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        raise NotImplementedError("the per-slot runner keeps no spans (capabilities.spans)")
 
 
 def make_runner(model: Any, max_slots: int, device: torch.device, weights: str = "dense",
-                calibration_ids: list[int] | None = None) -> SlotRunner:
-    """The fast slot forward when the architecture allows it, else the generic per-slot runner
+                calibration_ids: list[int] | None = None) -> Executor:
+    """The slot forward when the architecture allows it, else the generic per-slot runner
     (which runs the model's own dense weights whatever ``weights`` says)."""
     reason = unsupported_reason(model)
     if reason is None:
@@ -92,4 +91,3 @@ def make_runner(model: Any, max_slots: int, device: torch.device, weights: str =
     log.warning("batched decoding is not available for this model (%s); rows are decoded one by one%s", reason,
                 "" if weights == "dense" else f", with dense weights (not {weights})")
     return PerSlotRunner(model, max_slots, device)
-

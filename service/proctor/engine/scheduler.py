@@ -1,11 +1,18 @@
-"""Admission and the step plan: a bounded waiting queue in front of the running batch (continuous batching).
+"""Admission and the step plan: a bounded waiting queue in front of the running batch, and what every row is fed.
 
-At every step boundary ``plan`` says who leaves (cancelled, past the deadline) and who starts: the oldest
-waiting requests join the running batch while there is a free slot and the KV-cache budget allows, up to
-``max_prefill_tokens`` of prompt per step (always at least one request), so a burst of long prompts cannot
-stall the running rows for long. Beam-search requests wait in the same queue and start in order (they take
-no row of the batch: engine/beam.py). Beyond ``max_waiting`` waiting requests a new one is refused at once
-(``Overloaded`` → RESOURCE_EXHAUSTED).
+At every step boundary ``expired`` says who leaves (cancelled, past the deadline); once they are gone, ``plan``
+says who starts and what each row is fed in the step's one forward, within a budget of ``max_step_tokens``
+tokens (vLLM's ``num_scheduled_tokens``):
+
+1. every running row its last token — always, so a long prompt never starves the rows that decode;
+2. the prompts still being fed, oldest first, then waiting requests that join (a free row, room in the KV-cache
+   budget), each given as much of its prompt as the budget has left (the whole prompt in one step where the
+   executor cannot split one: engine/executor.Capabilities);
+3. with what is left, each running row's draft (forced by its constraint, or looked up: engine/drafting.py),
+   where the executor verifies drafts.
+
+Beam-search requests wait in the same queue and start in order (they take no row of the batch: engine/beam.py).
+Beyond ``max_waiting`` waiting requests a new one is refused at once (``Overloaded`` → RESOURCE_EXHAUSTED).
 """
 
 from __future__ import annotations
@@ -16,36 +23,38 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proctor.domain import FinishReason, Overloaded
-from proctor.engine.batch import DecodeBatch
+from proctor.engine.batch import DecodeBatch, RowFeed
+from proctor.engine.executor import Capabilities
 from proctor.engine.sequence import SequenceState
+from proctor.engine.status import RequestStatus
+
+Drafts = Callable[[list[SequenceState]], list[list[int]]]
 
 
 @dataclass(slots=True)
 class StepPlan:
-    """What one engine step does, decided before any of it runs (Engine._step carries it out, in this order).
+    """What one engine step does, decided before any of it runs (Engine._step carries it out).
 
-    ``leaving``: requests that end now, without a token (cancelled, or past their deadline), wherever they
-    are; ``join``: waiting requests whose prompts are prefilled whole into free rows this step (they get their
-    first token from that prefill); ``stage``: waiting requests whose long prompts start a chunked prefill;
+    ``join``: waiting requests that take a row this step (their first prompt piece is among the feeds);
     ``beams``: waiting beam-search requests whose searches start (on their own runner, engine/beam.py);
-    then the oldest staged prompt gets one chunk, the running rows decode, and the beam searches step.
-    Finished rows leave after each phase. How far each running row extends is decided last, once the joiners
-    have their first token (engine/drafting.py: a forced run or a looked-up draft, verified in the same
-    forward as the single-token rows; engine/verify.py)."""
+    ``feeds``: what each row is fed in the step's one forward, decode rows first, then prompt pieces."""
 
-    leaving: list[tuple[SequenceState, FinishReason]] = field(default_factory=list)
     join: list[SequenceState] = field(default_factory=list)
-    stage: list[SequenceState] = field(default_factory=list)
     beams: list[SequenceState] = field(default_factory=list)
+    feeds: list[RowFeed] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(feed.tokens) for feed in self.feeds)
 
 
 class Scheduler:
-    def __init__(self, max_waiting: int, max_prefill_tokens: int, free_rows: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, max_waiting: int, max_step_tokens: int, free_rows: Callable[[], int] = lambda: 0) -> None:
         self.max_waiting = max_waiting
         # Rows of the running batch that are free now (read without the engine's lock: a hint). Requests
         # that will take them at the next step are not counted against max_waiting.
         self._free_rows = free_rows
-        self.max_prefill_tokens = max_prefill_tokens
+        self.max_step_tokens = max_step_tokens
         self._waiting: deque[SequenceState] = deque()
         self._reserved = 0  # calls admitted and still being prepared (tokenized, compiled) before they enqueue
         self._lock = threading.Lock()
@@ -81,44 +90,69 @@ class Scheduler:
         with self._lock:
             return self._reserved
 
-    def plan(self, batch: DecodeBatch, now: float, *, admit: bool) -> StepPlan:
-        """This step's plan (``admit`` False while shutting down: nobody joins)."""
-        plan = StepPlan()
-        for state in [*batch.states, *batch.staged]:
+    def expired(self, batch: DecodeBatch, now: float) -> list[tuple[SequenceState, FinishReason]]:
+        """The requests that end now without a token (cancelled, or past their deadline), wherever they are; the
+        waiting ones leave the queue. The engine ends them before it asks for the ``plan``."""
+        leaving = []
+        for state in batch.states:
             reason = state.check_external(now)
             if reason is not None:
-                plan.leaving.append((state, reason))
+                leaving.append((state, reason))
         for state in self.remove_where(lambda s: s.check_external(now) is not None):
             reason = state.check_external(now)
             assert reason is not None
-            plan.leaving.append((state, reason))
-        if not admit:
-            return plan
-        joining, plan.beams = self.take_joining(batch, {id(state) for state, _ in plan.leaving})
-        for state in joining:
-            (plan.stage if batch.needs_chunks(state) else plan.join).append(state)
+            leaving.append((state, reason))
+        return leaving
+
+    def plan(self, batch: DecodeBatch, *, admit: bool, drafts: Drafts) -> StepPlan:
+        """This step's plan, once the expired requests are gone (``admit`` False while shutting down: nobody
+        joins)."""
+        plan = StepPlan()
+        staying = list(batch.states)
+        decoding = [state for state in staying if state.status is RequestStatus.RUNNING]
+        budget = self.max_step_tokens - len(decoding)
+        capabilities = batch.capabilities if staying or self.waiting_count() else None
+        prompts: list[RowFeed] = []
+        for state in staying:
+            if state.status is RequestStatus.PREFILLING:
+                assert capabilities is not None
+                piece = _piece(state, budget, capabilities, first=not prompts)
+                if piece:
+                    prompts.append(RowFeed(state, piece, prompt=True))
+                    budget -= len(piece)
+        if admit and capabilities is not None:
+            plan.join, plan.beams = self.take_joining(batch, budget, capabilities, first=not prompts)
+            for state in plan.join:
+                batch.join(state)  # its row, and what the prefix cache holds of its prompt
+                piece = _piece(state, budget, capabilities, first=not prompts)
+                prompts.append(RowFeed(state, piece, prompt=True))
+                budget -= len(piece)
+        drafted = drafts(decoding) if decoding and capabilities is not None and capabilities.extend else []
+        for index, state in enumerate(decoding):
+            draft = drafted[index][:max(0, budget)] if drafted else []
+            budget -= len(draft)
+            plan.feeds.append(RowFeed(state, [state.generated[-1], *draft], prompt=False))
+        plan.feeds += prompts
         return plan
 
-    def take_joining(self, batch: DecodeBatch, leaving: set[int] | None = None
-                     ) -> tuple[list[SequenceState], list[SequenceState]]:
-        """The waiting requests that start at this step boundary, oldest first: those that join ``batch``, and
-        the beam searches (which take no row of it). ``leaving``: ids (``id()``) of the batch's requests that
-        end this step, whose rows and cache do not count."""
+    def take_joining(self, batch: DecodeBatch, budget: int, capabilities: Capabilities,
+                     first: bool) -> tuple[list[SequenceState], list[SequenceState]]:
+        """The waiting requests that start at this step boundary, oldest first: those that join ``batch`` (a
+        row free, room in the cache, and tokens of the step's budget left for their prompt), and the beam
+        searches (which take no row of it)."""
         with self._lock:
             group: list[SequenceState] = []
             beams: list[SequenceState] = []
-            prompt_tokens = 0
             while self._waiting:
                 candidate = self._waiting[0]
                 if candidate.request.sampling.num_beams > 1:
                     beams.append(self._waiting.popleft())
                     continue
-                if group and prompt_tokens + len(candidate.prompt_ids) > self.max_prefill_tokens:
-                    break
-                if not batch.fits([*group, candidate], leaving):
+                piece = _piece(candidate, budget, capabilities, first=first and not group, fed=0)
+                if not piece or not batch.fits([*group, candidate]):
                     break
                 group.append(self._waiting.popleft())
-                prompt_tokens += len(candidate.prompt_ids)
+                budget -= len(piece)
             return group, beams
 
     def remove_where(self, predicate: Callable[[SequenceState], bool]) -> list[SequenceState]:
@@ -134,3 +168,15 @@ class Scheduler:
             taken = list(self._waiting)
             self._waiting.clear()
             return taken
+
+
+def _piece(state: SequenceState, budget: int, capabilities: Capabilities, *, first: bool,
+           fed: int | None = None) -> list[int]:
+    """The next piece of ``state``'s prompt within ``budget`` tokens (``fed``: its tokens already in the cache;
+    None: its ``prompt_fed``). An executor that cannot split a prompt gets it whole: within the budget, or as the
+    step's first prompt whatever its length (a prompt longer than the budget must run some time)."""
+    start = state.prompt_fed if fed is None else fed
+    rest = state.prompt_ids[start:]
+    if capabilities.split_prompts:
+        return rest[:max(0, budget)]
+    return rest if first or len(rest) <= budget else []

@@ -105,6 +105,7 @@ class SequenceState:
         self.looked_up = False  # whether its draft of this step was looked up (not forced)
         self.last_forced = False  # whether the masks left its last token the only one (engine/drafting.py)
         self.cached_prompt_tokens = 0  # prompt tokens whose cache came from the prefix cache
+        self.prompt_fed = 0  # prompt tokens in its cache slot (fed, or from the prefix cache): engine/batch.py
         self.decode_steps = 0  # decode forwards after the prefill
         self.drafted = 0  # draft tokens fed to verify (engine/drafting.py)
         self.accepted = 0  # of those, kept

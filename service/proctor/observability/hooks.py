@@ -14,10 +14,10 @@ class StepObserver(Protocol):
     """Called on the engine thread."""
 
     def prefill(self, seconds: float, requests: int) -> None:
-        """The joining requests of a step were prefilled and given their first token."""
+        """A step fed prompt tokens (beside the decoding rows, in one forward); ``requests`` prompts completed."""
 
     def decode_step(self, seconds: float, rows: int) -> None:
-        """One batched decode step (forward, pipeline, commit) over ``rows`` running requests."""
+        """A step that fed no prompt: one batched decode (forward, pipeline, commit) over ``rows`` requests."""
 
     def masks(self, seconds: float, removed_by: list[str]) -> None:
         """A step's masks were built (only steps with any mask); ``removed_by`` per row (pipeline)."""

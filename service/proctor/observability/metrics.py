@@ -76,10 +76,10 @@ class Metrics:
         self.finished = counter("request_finished", "Requests that ran, by finish reason", ("reason",))
         self.schema_invalid = counter("schema_invalid_outputs", "Outputs that did not validate against their schema")
         self.repetition_stops = counter("repetition_stops", "Requests stopped by the repetition detector")
-        self.prefill_time = histogram("prefill_seconds", "Prefill of the requests joining a step (first token "
-                                      "included)", STEP_BUCKETS)
-        self.decode_step_time = histogram("decode_step_seconds", "One batched decode step (forward, pipeline, commit)",
-                                     STEP_BUCKETS)
+        self.prefill_time = histogram("prefill_seconds", "A step that fed prompt tokens (its one forward also "
+                                      "decodes the running rows; first tokens included)", STEP_BUCKETS)
+        self.decode_step_time = histogram("decode_step_seconds", "A step that fed no prompt: one batched decode "
+                                          "(forward, pipeline, commit)", STEP_BUCKETS)
         self.mask_time = histogram("mask_seconds", "Building a step's token masks (steps with any mask)",
                                    MASK_BUCKETS)
         self.forbidden_hits = counter("forbidden_phrase_hits", "Steps where the forbidden-phrase mask removed the "

@@ -118,18 +118,30 @@ inline void check_float(const at::Tensor& t, const char* name) {
               " must be a contiguous float32 CPU tensor");
 }
 
+// Run body(r) for every row on torch's threads, ROW_GRAIN rows a job. Each row is computed by the same
+// operations whichever thread takes it, so this changes no bit; it only matters once a step holds many rows
+// (a prompt chunk fed beside the decode rows), where these loops on one thread cost as much as a product.
+constexpr int64_t ROW_GRAIN = 8;
+
+template <class Body>
+inline void for_rows(int64_t rows, const Body& body) {
+  at::parallel_for(0, rows, ROW_GRAIN, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) body(r);
+  });
+}
+
 // RMSNorm of each row (weight * h / sqrt(mean(h^2) + eps), as transformers computes it) into `out`.
 inline void rms_norm_rows(const at::Tensor& h, const at::Tensor& weight, double eps, std::vector<float>& out) {
   const int64_t rows = h.size(0), k = h.size(1);
   out.resize(rows * k);
   const float* hp = h.const_data_ptr<float>();
   const float* wp = weight.const_data_ptr<float>();
-  for (int64_t r = 0; r < rows; ++r) {
+  for_rows(rows, [&](int64_t r) {
     const float* row = hp + r * k;
     const float inv = 1.f / std::sqrt(dot(row, row, k) / static_cast<float>(k) + static_cast<float>(eps));
     float* x = out.data() + r * k;
     for (int64_t i = 0; i < k; ++i) x[i] = wp[i] * (row[i] * inv);
-  }
+  });
 }
 
 enum class Product { qkv, o, gate_up, down };
@@ -138,7 +150,7 @@ enum class Product { qkv, o, gate_up, down };
 inline void add_residual(float* hp, const at::Tensor& out, int64_t rows, int64_t hidden, const std::vector<float>& scales,
                          const float* norm, double eps, const float* bias) {
   float* op = out.data_ptr<float>();
-  for (int64_t r = 0; r < rows; ++r) {
+  for_rows(rows, [&](int64_t r) {
     float* row = op + r * hidden;
     for (int64_t i = 0; i < hidden; ++i) row[i] *= scales[r];
     if (bias != nullptr) {
@@ -149,7 +161,7 @@ inline void add_residual(float* hp, const at::Tensor& out, int64_t rows, int64_t
       for (int64_t i = 0; i < hidden; ++i) row[i] = norm[i] * (row[i] * inv);
     }
     for (int64_t i = 0; i < hidden; ++i) hp[r * hidden + i] += row[i];
-  }
+  });
 }
 
 // What a family adds to Llama's layer that the step computes (engine/families.py, decodes_fused): the
@@ -256,7 +268,8 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
                   rotated_dims <= d && rotated_dims % 2 == 0 && values.sizes() == keys.sizes(),
               "cache shape does not match the batch");
   for (int64_t p : positions) TORCH_CHECK(p >= 0 && p < capacity && p < cos.size(0), "position out of range");
-  TORCH_CHECK(d % 8 == 0 && group <= 8, "head_dim must be a multiple of 8 and at most 8 query heads per kv head");
+  TORCH_CHECK(d % 8 == 0 && d <= 512 && group <= 8,
+              "head_dim must be a multiple of 8 up to 512, and at most 8 query heads per kv head");
   const float scale = extras.scale > 0.f ? extras.scale : 1.f / std::sqrt(static_cast<float>(d));
   std::vector<float> scales(rows), normed;
 
@@ -268,8 +281,8 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
   float* pp = projected.data_ptr<float>();
   uint16_t* kp = reinterpret_cast<uint16_t*>(keys.data_ptr<at::Half>());
   uint16_t* vp = reinterpret_cast<uint16_t*>(values.data_ptr<at::Half>());
-  std::vector<float> rotated(d);
-  for (int64_t r = 0; r < rows; ++r) {
+  for_rows(rows, [&](int64_t r) {
+    float rotated[512];  // d <= 512 (checked above)
     float* row = pp + r * width;
     for (int64_t i = 0; i < width; ++i) row[i] *= scales[r];
     if (extras.qkv_bias != nullptr) {
@@ -287,14 +300,14 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
         rotated[i] = x[i] * c[i] + (-x[i + half]) * s[i];
         rotated[i + half] = x[i + half] * c[i + half] + x[i] * s[i + half];
       }
-      std::copy(rotated.begin(), rotated.begin() + rotated_dims, x);  // the dims past them pass unchanged
+      std::copy(rotated, rotated + rotated_dims, x);  // the dims past them pass unchanged
     }
     for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
       const int64_t at_position = ((slot_of(r) * kv_heads + kvh) * capacity + positions[r]) * d;
       store_half(row + (heads + kvh) * d, d, kp + at_position);
       store_half(row + (heads + kv_heads + kvh) * d, d, vp + at_position);
     }
-  }
+  });
 
   // Attention of each row over exactly its own prefix; one (row, kv head) per job. Every row's key and
   // value were written above, so a row of a multi-token extend sees the positions before it in this call.
@@ -324,16 +337,19 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
   if (extras.gate_up_bias != nullptr) {  // scaled and biased here, so the activations below take unit scales
     TORCH_CHECK(extras.gate_up_bias_size == 2 * inner, "gate_up_bias does not match the gate/up product");
     float* g = gu.data_ptr<float>();
-    for (int64_t r = 0; r < rows; ++r) {
+    for_rows(rows, [&](int64_t r) {
       for (int64_t i = 0; i < 2 * inner; ++i) g[r * 2 * inner + i] = g[r * 2 * inner + i] * scales[r] + extras.gate_up_bias[i];
-    }
+    });
   }
   const std::vector<float>& gate_scales = extras.gate_up_bias != nullptr ? unit : scales;
   const float* gp = gu.const_data_ptr<float>();
-  std::vector<float> act(rows * inner + 8);
+  // Each row's activations padded to a multiple of 8: exp_in_place rounds its count up, and a row's spill must
+  // not land in the next row, which another thread may be writing.
+  const int64_t stride = (inner + 7) / 8 * 8;
+  std::vector<float> act(rows * stride);
   // GeGLU: gelu_tanh(gate) * up, with 0.5 (1 + tanh z) = 1 / (1 + e^-2z) so the vector e^x of SiLU serves it.
-  for (int64_t r = 0; r < rows && extras.gelu; ++r) {
-    float* a = act.data() + r * inner;
+  for_rows(extras.gelu ? rows : 0, [&](int64_t r) {
+    float* a = act.data() + r * stride;
     for (int64_t i = 0; i < inner; ++i) {
       const float gate = gp[r * 2 * inner + i] * gate_scales[r];
       a[i] = -2.f * 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);  // -2z
@@ -343,15 +359,18 @@ void decode_layer_with(at::Tensor& h, const at::Tensor& in_norm, const at::Tenso
       const float gate = gp[r * 2 * inner + i] * gate_scales[r], up = gp[r * 2 * inner + inner + i] * gate_scales[r];
       a[i] = gate / (1.f + a[i]) * up;
     }
-  }
-  for (int64_t r = 0; r < rows && !extras.gelu; ++r) {
-    float* a = act.data() + r * inner;
+  });
+  for_rows(extras.gelu ? 0 : rows, [&](int64_t r) {
+    float* a = act.data() + r * stride;
     for (int64_t i = 0; i < inner; ++i) a[i] = -gp[r * 2 * inner + i] * gate_scales[r];  // -gate
-    exp_in_place(a, inner);  // e^-gate (the rounding-up spills into the next row, written after)
+    exp_in_place(a, inner);  // e^-gate (rounded up to 8: the spill stays in this row's padding)
     for (int64_t i = 0; i < inner; ++i) {
       const float gate = gp[r * 2 * inner + i] * gate_scales[r], up = gp[r * 2 * inner + inner + i] * gate_scales[r];
       a[i] = gate / (1.f + a[i]) * up;
     }
+  });
+  if (stride != inner) {  // the product takes rows of `inner` values side by side
+    for (int64_t r = 1; r < rows; ++r) std::copy(act.data() + r * stride, act.data() + r * stride + inner, act.data() + r * inner);
   }
   at::Tensor mlp = project(Product::down, act.data(), rows, inner, scales);
   add_residual(hp, mlp, rows, hidden, scales, extras.mlp_out_norm, eps, extras.down_bias);
