@@ -1,13 +1,13 @@
-"""Chunked prefill: how long running streams wait for their next token while a long prompt joins.
+"""A long prompt joining running streams: how long they wait for their next token, at each step budget.
 
 In one process on the real default model: ``--streams`` requests decode (greedy, EOS ignored); once
 they run, a prompt of about ``--long-tokens`` tokens is submitted. Measured from the running streams'
 token arrival times over the window from that submission until the long request's first token:
 time per output token p50 / p99 / max, and the long request's time to first token. Each
-``--chunks`` value (0 = the whole prompt in one step, the old behaviour) runs on its own engine, in
-alternating rounds, all in the same run.
+``--budgets`` value (``--max-step-tokens``: the tokens one step's forward is fed, the running rows' and the
+prompt's pieces together) runs on its own engine, in alternating rounds, all in the same run.
 
-    python bench/chunked_prefill.py [--chunks 0,256,128] [--streams 4] [--long-tokens 2000] [--rounds 2]
+    python bench/chunked_prefill.py [--budgets 2048,512,256,128] [--streams 4] [--long-tokens 2000] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -95,39 +95,39 @@ def one_round(engine: Engine, text: str, streams: int, tag: str) -> dict[str, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chunks", default="0,256,128,64")
+    parser.add_argument("--budgets", default="2048,512,256,128")
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--long-tokens", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--weights", default="auto")
     args = parser.parse_args()
-    chunks = [int(c) for c in args.chunks.split(",")]
+    budgets = [int(c) for c in args.budgets.split(",")]
     base = {"device": "cpu", "warmup": False, "weights": args.weights, "max_batch_size": args.streams + 1,
             "max_new_tokens_limit": RUNNING_TOKENS}
     loaded = load_model(Settings.load(base, environ={}))
-    engines = {c: Engine(loaded, Settings.load({**base, "prefill_chunk_tokens": c}, environ={})) for c in chunks}
+    engines = {c: Engine(loaded, Settings.load({**base, "max_step_tokens": c}, environ={})) for c in budgets}
     for engine in engines.values():
         engine.start()
     text = long_prompt(loaded.tokenizer, args.long_tokens)
-    results: dict[int, list[dict[str, float]]] = {c: [] for c in chunks}
+    results: dict[int, list[dict[str, float]]] = {c: [] for c in budgets}
     for round_index in range(args.rounds):
-        order = chunks if round_index % 2 == 0 else list(reversed(chunks))
+        order = budgets if round_index % 2 == 0 else list(reversed(budgets))
         for c in order:
             figures = one_round(engines[c], text, args.streams, f"r{round_index}c{c}")
             results[c].append(figures)
-            print(f"round {round_index} chunk {c}: {figures}", file=sys.stderr, flush=True)
+            print(f"round {round_index} budget {c}: {figures}", file=sys.stderr, flush=True)
     for engine in engines.values():
         engine.shutdown(1.0)
     print(f"\n{args.streams} running streams, a {args.long_tokens}-token prompt joins; weights {loaded.weights}; "
           f"median of {args.rounds} rounds\n")
-    print("| prefill chunk | running streams' TPOT p50 ms | p99 ms | max ms | long prompt TTFT ms |")
+    print("| step budget (tokens) | running streams' TPOT p50 ms | p99 ms | max ms | long prompt TTFT ms |")
     print("|---|---|---|---|---|")
-    for c in chunks:
+    for c in budgets:
         rows = results[c]
 
         def med(key: str, rows: list[dict[str, float]] = rows) -> float:
             return statistics.median(r[key] for r in rows)
-        print(f"| {c or 'whole'} | {med('tpot_p50_ms'):.0f} | {med('tpot_p99_ms'):.0f} | {med('tpot_max_ms'):.0f} | "
+        print(f"| {c} | {med('tpot_p50_ms'):.0f} | {med('tpot_p99_ms'):.0f} | {med('tpot_max_ms'):.0f} | "
               f"{med('ttft_long_ms'):.0f} |")
 
 

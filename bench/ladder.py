@@ -57,6 +57,16 @@ RUNGS: dict[str, dict[str, Any]] = {  # the real models' shapes (their config.js
                      "tie_word_embeddings": True, "max_position_embeddings": 131072, "rope_parameters": {
                          "rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
+    # The 7-8B rungs (issue 42): Q4_K_M ~4.7 GB, in this machine's memory; building the random fp16 model first
+    # takes ~16 GB of memory and disk once.
+    "llama-3.1-8b": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                     "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                     "tie_word_embeddings": False, "max_position_embeddings": 131072, "rope_parameters": {
+                         "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
+    "qwen2.5-7b": {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+                   "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+                   "tie_word_embeddings": False, "rope_theta": 1000000.0, "max_position_embeddings": 32768},
     # Gemma 3 1B: 5 sliding-window layers to 1 global. llama.cpp's converter trims a Gemma 3 embedding to the
     # tokenizer's own tokens (and llama-server then refuses a file whose header says 262,144), so with the
     # stand-in tokenizer this rung's vocabulary is its 49,152 tokens, not Gemma's 262,144
@@ -195,7 +205,8 @@ def measure_servers(path: Path, new_tokens: int) -> dict[str, Any]:
     """bench/peer.py on this file: llama-server and ``proctor serve`` one at a time, plain and JSON."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         _run([sys.executable, str(ROOT / "bench" / "peer.py"), "--gguf", str(path), "--streams",
-              ",".join(map(str, STREAMS)), "--modes", "plain,json", "--rounds", "1", "--new-tokens", str(new_tokens),
+              ",".join(map(str, STREAMS)), "--modes", "plain,json,arrivals", "--rounds", "1", "--new-tokens",
+              str(new_tokens),
               "--llama-bench-args", "none", "--json", out.name])
         report = json.loads(Path(out.name).read_text())
     figures: dict[str, Any] = {}
@@ -228,9 +239,10 @@ def main() -> int:
     if args.measure:
         _measure_here(Path(args.measure), args.steps)
         return 0
-    rows = ["| rung | type | file MB | tok/s 1 stream: Proctor / llama (×) | 16 streams (×) | JSON ÷ plain 1 / 16 "
-            "| TTFT p50 ms P / L | peak RSS MB P / L (file + KV) | ready s P / L | step ms at 1 (GB/s) |",
-            "|" + "---|" * 10]
+    rows = ["| rung | type | file MB | tok/s 1 stream: Proctor / llama (×) | 16 streams (×) "
+            "| 16 streams, arrivals (×) | JSON ÷ plain 1 / 16 | TTFT p50 ms P / L | arrivals TTFT p50 ms P / L (×) "
+            "| peak RSS MB P / L (file + KV) | ready s P / L | step ms at 1 (GB/s) |",
+            "|" + "---|" * 12]
     for name in args.rungs.split(","):
         for kind in args.types.split(","):
             path = rung_file(name, kind)
@@ -241,13 +253,19 @@ def main() -> int:
                 return float(served.get(f"{server}_{mode}_{streams}", float("nan")))
 
             one, many = (rate("proctor", "plain", n) / rate("llama", "plain", n) for n in STREAMS)
+            arrivals = rate("proctor", "arrivals", 16) / rate("llama", "arrivals", 16)
+            ttft_p = float(served.get("proctor_arrivals_16_ttft_ms", float("nan")))
+            ttft_l = float(served.get("llama_arrivals_16_ttft_ms", float("nan")))
             json_ratio = [rate("proctor", "json", n) / rate("proctor", "plain", n) for n in STREAMS]
             budget = size + kv_cache_mb(RUNGS[name], 16 * 512)
             rows.append(
                 f"| {name} | {kind} | {size:.0f} | {rate('proctor', 'plain', 1):.1f} / {rate('llama', 'plain', 1):.1f} "
                 f"({one:.2f}×) | {rate('proctor', 'plain', 16):.1f} / {rate('llama', 'plain', 16):.1f} ({many:.2f}×) | "
+                f"{rate('proctor', 'arrivals', 16):.1f} / {rate('llama', 'arrivals', 16):.1f} ({arrivals:.2f}×) | "
                 f"{json_ratio[0]:.2f} / {json_ratio[1]:.2f} | {served.get('proctor_plain_1_ttft_ms', 0):.0f} / "
-                f"{served.get('llama_plain_1_ttft_ms', 0):.0f} | {served.get('proctor_rss_mb', 0):.0f} / "
+                f"{served.get('llama_plain_1_ttft_ms', 0):.0f} | "
+                f"{ttft_p:.0f} / {ttft_l:.0f} ({ttft_p / ttft_l:.2f}×) | "
+                f"{served.get('proctor_rss_mb', 0):.0f} / "
                 f"{served.get('llama_rss_mb', 0):.0f} ({budget:.0f}) | {served.get('proctor_ready_s', 0):.1f} / "
                 f"{served.get('llama_ready_s', 0):.1f} | {step['step_ms_1']:.1f} "
                 f"({step['weights_mb'] / step['step_ms_1']:.1f}) |")

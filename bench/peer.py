@@ -20,12 +20,17 @@ two side by side; this does it in one run, so the ratios are same-run ratios:
   so "JSON ÷ plain" at the same lengths is what the constraint itself costs.
 - Closed-loop streams per level (bench/load.py's ``closed_loop``); llama-server through its HTTP
   ``/completion`` stream (prompt cache off by default: Proctor has none), Proctor through gRPC.
+- Arrivals mode (issue 42): plain requests whose prompts are 200-800 tokens, each one different from its
+  first token (neither server's prompt cache helps), so with 16 streams new prompts keep arriving while the
+  others decode: the shape a real service sees, where a server that feeds prompts and decode rows in one
+  forward pulls ahead of one that runs them apart.
 - Figures: tokens/s (median over rounds), time per output token and time to first token p50 (all
   rounds' requests), JSON-valid share, peak resident memory of each server's process tree (polled
   every 50 ms over its whole life, load included) and the server process's own VmHWM, and
   ``llama-bench`` on the same file for reference.
 
-    python bench/peer.py [--streams 1,16] [--rounds 2] [--proctor-args "--weights q8"] [--json OUT]
+    python bench/peer.py [--streams 1,16] [--modes plain,json,matched,arrivals] [--rounds 2]
+                         [--proctor-args "--weights q8"] [--json OUT]
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ SERVERS = ("llama", "proctor")
 LABELS = {"llama": "llama-server", "proctor": "Proctor"}
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 LLAMA_STOPS = {"limit": "length", "eos": "eos", "word": "stop_string"}  # its stop_type, in Proctor's words
+ARRIVAL_TOKENS = (200, 800)  # arrivals mode: prompt lengths, spread evenly over the requests
+ARRIVAL_PROMPTS = 16
 
 
 @dataclass
@@ -194,6 +201,8 @@ class LlamaPeer:
     def start(self, directory: Path) -> subprocess.Popen[bytes]:
         a = self.args
         per_slot = max(512, 256 + max(new_tokens(a, "plain"), new_tokens(a, "json")))  # prompts are <= 122 tokens
+        if "arrivals" in a.modes.split(","):
+            per_slot = max(per_slot, ARRIVAL_TOKENS[1] + 64 + new_tokens(a, "plain"))
         process, self.base_url = start_llama_server(
             self.build.server, self.gguf, threads=a.threads, parallel=a.llama_parallel,
             ctx=a.llama_ctx or a.llama_parallel * per_slot, extra=shlex.split(a.llama_args),
@@ -302,17 +311,20 @@ def _result(count: int, text: str, prompt_tokens: int, start: float, first: floa
 
 
 async def run_cell(peer: Peer, cell: Cell, prompts: list[str], requests: int, ramp_s: float,
-                   time_limit_s: float, limits: dict[int, int]) -> tuple[int, float]:
+                   time_limit_s: float, limits: dict[int, int], arrivals: list[str]) -> tuple[int, float]:
     """One level in one mode; return (tokens, wall seconds). ``limits`` (prompt index -> tokens):
-    a JSON cell writes each request's length there, a matched cell runs each prompt to it."""
+    a JSON cell writes each request's length there, a matched cell runs each prompt to it. An arrivals cell
+    sends ``arrivals`` (long prompts, each once per round) as plain requests."""
     produced = 0
 
     async def one(index: int) -> None:
         nonlocal produced
         which = index % len(prompts)
         limit = limits.get(which, cell_limit) if cell.mode == "matched" else cell_limit
+        prompt, mode = (arrivals[index % len(arrivals)], "plain") if cell.mode == "arrivals" else (prompts[which],
+                                                                                                  cell.mode)
         try:
-            result = await send(prompts[which], cell.mode, limit)
+            result = await send(prompt, mode, limit)
         except (ProctorError, RuntimeError, OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
             cell.errors.append(f"{type(exc).__name__}: {exc}"[:300])
             return
@@ -332,6 +344,31 @@ async def warm_up(peer: Peer, prompts: list[str], modes: list[str]) -> None:
     async with peer.connect() as send:
         for mode in modes:
             await send(prompts[-1], mode, new_tokens(peer.args, mode))
+
+
+def arrival_prompts(round_: int) -> list[str]:
+    """Long prompts of ARRIVAL_TOKENS tokens (chat template included), each different from its first token and
+    from every other round's: distinct questions over a long clause repeated to length."""
+    from transformers import AutoTokenizer
+
+    from proctor.config import default_model_store
+    from proctor.models.default_model import default_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path(default_model_store()), local_files_only=True)
+    low, high = ARRIVAL_TOKENS
+    texts = []
+    for index in range(ARRIVAL_PROMPTS):
+        goal = low + (high - low) * index // (ARRIVAL_PROMPTS - 1)
+        words = [f"Case {round_}-{index}: read the record below and list its parties."]
+        text = ""
+        while True:
+            text = tokenizer.apply_chat_template([{"role": "user", "content": " ".join(words)}], tokenize=False,
+                                                 add_generation_prompt=True)
+            if len(tokenizer(text)["input_ids"]) >= goal:
+                break
+            words.append(f"Line {len(words)}: " + LOAD_PROMPTS[len(words) % len(LOAD_PROMPTS)])
+        texts.append(text)
+    return texts
 
 
 def chat_prompts() -> tuple[list[str], list[int]]:
@@ -387,19 +424,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             life = Life(server, round_ + 1)
             where = directory / f"round{round_ + 1}-{server}"
             where.mkdir()
+            long_prompts = arrival_prompts(round_) if "arrivals" in modes else []
             begin = time.perf_counter()
             process = peer.start(where)
             sampler = TreeRssSampler(process.pid).__enter__()
             try:
                 described[server] = peer.wait_ready()
                 life.ready_s = time.perf_counter() - begin
-                asyncio.run(warm_up(peer, prompts, modes))
+                asyncio.run(warm_up(peer, prompts, [m for m in modes if m != "arrivals"]))
                 for n in streams:
                     limits: dict[int, int] = {}  # this level's JSON lengths, for its matched cell
                     for mode in mode_order(modes, round_):
                         cell = cells[(server, n, mode)]
                         tokens, wall = asyncio.run(run_cell(peer, cell, prompts, args.requests or max(6, 2 * n),
-                                                            args.ramp_s if n > 1 else 0.0, args.time_limit_s, limits))
+                                                            args.ramp_s if n > 1 else 0.0, args.time_limit_s, limits,
+                                                            long_prompts))
                         cell.round_rates.append(tokens / wall if wall else 0.0)
                         _say(f"round {round_ + 1}: {LABELS[server]} {mode} x{n}: {cell.round_rates[-1]:.1f} tok/s, "
                              f"{len(cell.errors)} errors {cell.errors[:2]}")
@@ -453,7 +492,7 @@ def print_table(report: dict[str, Any]) -> None:
     cells = {(c["server"], c["streams"], c["mode"]): c for c in report["cells"]}
     servers = sorted({c["server"] for c in report["cells"]}, key=SERVERS.index)
     streams = sorted({c["streams"] for c in report["cells"]})
-    modes = [m for m in ("plain", "json", "matched") if any(c["mode"] == m for c in report["cells"])]
+    modes = [m for m in ("plain", "json", "matched", "arrivals") if any(c["mode"] == m for c in report["cells"])]
 
     def row(label: str, values: dict[str, str], ratio: str = "—") -> None:
         print(f"| {label} | " + " | ".join(values.get(s, "—") for s in SERVERS) + f" | {ratio} |")
@@ -471,7 +510,9 @@ def print_table(report: dict[str, Any]) -> None:
         label = f"{n} stream{'s' if n > 1 else ''}"
         for mode in modes:
             tag = label + {"json": ", JSON schema on every request",
-                           "matched": ", plain, each request as long as its JSON twin"}.get(mode, "")
+                           "matched": ", plain, each request as long as its JSON twin",
+                           "arrivals": f", new {ARRIVAL_TOKENS[0]}-{ARRIVAL_TOKENS[1]}-token prompts arriving"
+                           }.get(mode, "")
             got = {s: c for s in SERVERS if (c := get(s, n, mode))}
             rate = {s: c["tokens_per_s"] for s, c in got.items()}
             tpot = {s: pct(c["tpot_s"], 0.5) for s, c in got.items()}
@@ -532,7 +573,8 @@ def main() -> None:
     parser.add_argument("--streams", default="1,16", help="closed-loop stream counts (default 1,16)")
     parser.add_argument("--modes", default="plain,json,matched",
                         help="plain, json (schema on every request), matched (plain, each request as long as the "
-                             "JSON request of its prompt in the same level and round); default all three")
+                             "JSON request of its prompt in the same level and round), arrivals (plain, new "
+                             "200-800-token prompts); default the first three")
     parser.add_argument("--servers", default="llama,proctor", help="which servers to run (default both)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, the server order alternating (default 2)")
     parser.add_argument("--requests", type=int, default=0, help="requests per level (default: max(6, 2 x streams))")

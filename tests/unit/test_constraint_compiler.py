@@ -68,3 +68,23 @@ def test_schema_limits_come_from_settings_and_are_checked_on_the_text(compiler: 
     with pytest.raises(RequestValidationError, match=r"the limit \(max_constraint_bytes\) is 1048576"):
         service.to_spec(ConstraintRequest("json_schema", text=big))
     service.to_spec(ConstraintRequest("json_schema", text='{"type":"array","items":{"type":"string"}}'))
+
+
+def test_a_compile_asked_for_while_the_workers_warm_waits_for_them(default_model_dir: Path, tokenizer: object) -> None:
+    """Warm-up off the server's ready path (app.py): a compile that comes first is served by the worker being
+    started, not by another one, and the work queued behind the warm-up runs once it is done."""
+    compiler = ConstraintCompiler(tokenizer=tokenizer, model_path=str(default_model_dir), vocab_size=49152,
+                                  eos_token_ids=(2,), tokenizer_fingerprint="test-background")
+    warmed: list[float] = []
+    try:
+        compiler.prewarm(lambda: warmed.append(time.monotonic()), background=True)
+        result = compiler.compile(ConstraintSpec.regex("[a-c]{2}"), "llguidance")
+        assert result.backend == "llguidance" and not result.cache_hit
+        assert compiler.stats()["worker_restarts"] == 0
+        deadline = time.monotonic() + 60
+        while not warmed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert warmed, "the warm-up never finished"
+        assert compiler._pool is not None and compiler._pool._idle.qsize() == 1  # the one worker, adopted
+    finally:
+        compiler.close()

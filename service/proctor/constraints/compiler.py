@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from proctor.constraints.spec import ConstraintKind, ConstraintSpec
 from proctor.constraints.worker import WorkerConfig
 from proctor.constraints.worker_pool import STUCK_PREFIXES, WorkerPool
 from proctor.observability.calls import COMPILE, stage
+
+log = logging.getLogger("proctor.constraints")
 
 if TYPE_CHECKING:
     from proctor.observability.hooks import CompileObserver
@@ -66,17 +69,34 @@ class ConstraintCompiler:
         self._pool = WorkerPool(WorkerConfig(model_path, vocab_size, eos_token_ids), workers) if isolate else None
         self.observer: CompileObserver | None = None  # metrics: compile time and failures by engine
 
-    def prewarm(self) -> None:
+    def prewarm(self, then: Callable[[], None] | None = None, *, background: bool = False) -> None:
         """Build the in-process engine tables and start the compile workers (server start-up), the workers
-        starting while the tables are built."""
+        starting while the tables are built; then ``then``. With ``background`` on a thread of its own, off the
+        server's ready path: a compile asked for meanwhile waits for the tables and workers it needs."""
         started = self._pool.start_workers() if self._pool is not None else []
-        for name in BACKEND_NAMES:
+
+        def warm() -> None:
+            for name in BACKEND_NAMES:
+                try:
+                    self._backend(name)
+                except Exception:  # an engine that cannot load is skipped by AUTO at compile time
+                    continue
+            if self._pool is not None:
+                self._pool.adopt(started)
+            if then is not None:
+                then()
+
+        if not background:
+            warm()
+            return
+
+        def logged() -> None:
             try:
-                self._backend(name)
-            except Exception:  # an engine that cannot load is skipped by AUTO at compile time
-                continue
-        if self._pool is not None:
-            self._pool.adopt(started)
+                warm()
+            except Exception:
+                log.exception("warming the constraint engines failed; compiles start their own workers")
+
+        threading.Thread(target=logged, name="proctor-constraints-warm", daemon=True).start()
 
     def close(self) -> None:
         if self._pool is not None:

@@ -52,7 +52,10 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
             backends[name] = create_backend(name, tokenizer, config.vocab_size, config.eos_token_ids)
         except Exception:
             traceback.print_exc()
-    conn.send(("ready",))
+    try:
+        conn.send(("ready",))
+    except (BrokenPipeError, ConnectionResetError):  # the server stopped while this worker started: nothing to do
+        return
     while True:
         try:
             message = conn.recv()

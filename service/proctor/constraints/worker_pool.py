@@ -47,6 +47,8 @@ class WorkerPool:
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
         self._slots = threading.Semaphore(max(1, size))
         self._size = max(1, size)
+        self._settled = threading.Event()  # clear while started workers are still being adopted
+        self._settled.set()
         self.restarts = 0
 
     def prewarm(self) -> None:
@@ -54,13 +56,18 @@ class WorkerPool:
         self.adopt(self.start_workers())
 
     def start_workers(self) -> list[tuple[subprocess.Popen[bytes], Connection]]:
-        """Start every worker at once, without waiting (with a 152k-token vocabulary one takes ~8 s)."""
+        """Start every worker at once, without waiting (with a 152k-token vocabulary one takes ~8 s). A compile
+        asked for before ``adopt`` has them waits for them rather than starting one more."""
+        self._settled.clear()
         return [self._start() for _ in range(self._size)]
 
     def adopt(self, started: list[tuple[subprocess.Popen[bytes], Connection]]) -> None:
         """Wait for the started workers to be ready and keep them idle."""
-        for process, conn in started:
-            self._idle.put(self._ready(process, conn))
+        try:
+            for process, conn in started:
+                self._idle.put(self._ready(process, conn))
+        finally:
+            self._settled.set()
 
     def _spawn(self) -> _Worker:
         return self._ready(*self._start())
@@ -88,6 +95,7 @@ class WorkerPool:
         return _Worker(process, conn)
 
     def _take(self) -> _Worker:
+        self._settled.wait(STARTUP_TIMEOUT_S)
         try:
             worker = self._idle.get_nowait()
         except queue.Empty:

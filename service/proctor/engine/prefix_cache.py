@@ -1,12 +1,12 @@
 """The prefix cache: prompts' full chunks of keys and values, kept for later prompts that start the same way.
 
-Why it is exact: a prompt longer than ``prefill_chunk_tokens`` (C) is prefilled chunk by chunk on a grid that
-starts at position 0 (engine/batch.py), and chunk ``i``'s keys and values (positions iC … (i+1)C) depend on
-the tokens up to its end only. A cached chunk is therefore the very bits a cold prefill computes there: a
-request that takes its first ``m`` chunks from here and prefills the rest from position mC gets the logits
-it would get with an empty cache (tests/integration/test_fewer_steps_real.py). The last prompt token is
-always prefilled (its logits give the first token), so at most ``(len - 1) // C`` chunks are reused; a prompt
-of C tokens or fewer is prefilled whole and never touches the cache.
+Why it is exact: every prompt position is computed as a row of its own (engine/batch.py), so chunk ``i``'s keys
+and values (positions iC … (i+1)C, C = ``prefill_chunk_tokens``) depend on the tokens up to its end only, not
+on how the prompt was split over steps nor on what else shared them. A cached chunk is therefore the very bits a
+cold prompt computes there: a request that takes its first ``m`` chunks from here and is fed the rest from
+position mC gets the logits it would get with an empty cache (tests/integration/test_fewer_steps_real.py). The
+last prompt token is always fed (its logits give the first token), so at most ``(len - 1) // C`` chunks are
+reused; a prompt of C tokens or fewer never touches the cache.
 
 Keys are a hash chain over the chunks' token ids, like vLLM's block hashes: chunk ``i``'s key is
 sha256(key of chunk ``i - 1`` ‖ its token ids), and the chain's root names the weights' fingerprint, the

@@ -5,11 +5,13 @@ says who starts and what each row is fed in the step's one forward, within a bud
 tokens (vLLM's ``num_scheduled_tokens``):
 
 1. every running row its last token — always, so a long prompt never starves the rows that decode;
-2. the prompts still being fed, oldest first, then waiting requests that join (a free row, room in the KV-cache
+2. each running row's draft (forced by its constraint, or looked up: engine/drafting.py), where the executor
+   verifies drafts, within half the budget (``DRAFT_SHARE``), so prompts keep the rest;
+3. the prompts still being fed, oldest first, then waiting requests that join (a free row, room in the KV-cache
    budget), each given as much of its prompt as the budget has left (the whole prompt in one step where the
-   executor cannot split one: engine/executor.Capabilities);
-3. with what is left, each running row's draft (forced by its constraint, or looked up: engine/drafting.py),
-   where the executor verifies drafts.
+   executor cannot split one: engine/executor.Capabilities).
+
+Running rows before waiting ones, as vLLM's scheduler orders them.
 
 Beam-search requests wait in the same queue and start in order (they take no row of the batch: engine/beam.py).
 Beyond ``max_waiting`` waiting requests a new one is refused at once (``Overloaded`` → RESOURCE_EXHAUSTED).
@@ -29,6 +31,7 @@ from proctor.engine.sequence import SequenceState
 from proctor.engine.status import RequestStatus
 
 Drafts = Callable[[list[SequenceState]], list[list[int]]]
+DRAFT_SHARE = 0.5  # of the step's budget, at most, for drafts
 
 
 @dataclass(slots=True)
@@ -110,29 +113,29 @@ class Scheduler:
         plan = StepPlan()
         staying = list(batch.states)
         decoding = [state for state in staying if state.status is RequestStatus.RUNNING]
-        budget = self.max_step_tokens - len(decoding)
         capabilities = batch.capabilities if staying or self.waiting_count() else None
-        prompts: list[RowFeed] = []
+        drafted = drafts(decoding) if decoding and capabilities is not None and capabilities.extend else []
+        room = int(self.max_step_tokens * DRAFT_SHARE)
+        for index, state in enumerate(decoding):
+            draft = drafted[index][:max(0, room)] if drafted else []
+            room -= len(draft)
+            plan.feeds.append(RowFeed(state, [state.generated[-1], *draft], prompt=False))
+        budget = self.max_step_tokens - plan.tokens
+        first = True  # no prompt fed yet this step
         for state in staying:
             if state.status is RequestStatus.PREFILLING:
                 assert capabilities is not None
-                piece = _piece(state, budget, capabilities, first=not prompts)
+                piece = _piece(state, budget, capabilities, first=first)
                 if piece:
-                    prompts.append(RowFeed(state, piece, prompt=True))
-                    budget -= len(piece)
+                    plan.feeds.append(RowFeed(state, piece, prompt=True))
+                    budget, first = budget - len(piece), False
         if admit and capabilities is not None:
-            plan.join, plan.beams = self.take_joining(batch, budget, capabilities, first=not prompts)
+            plan.join, plan.beams = self.take_joining(batch, budget, capabilities, first=first)
             for state in plan.join:
                 batch.join(state)  # its row, and what the prefix cache holds of its prompt
-                piece = _piece(state, budget, capabilities, first=not prompts)
-                prompts.append(RowFeed(state, piece, prompt=True))
-                budget -= len(piece)
-        drafted = drafts(decoding) if decoding and capabilities is not None and capabilities.extend else []
-        for index, state in enumerate(decoding):
-            draft = drafted[index][:max(0, budget)] if drafted else []
-            budget -= len(draft)
-            plan.feeds.append(RowFeed(state, [state.generated[-1], *draft], prompt=False))
-        plan.feeds += prompts
+                piece = _piece(state, budget, capabilities, first=first)
+                plan.feeds.append(RowFeed(state, piece, prompt=True))
+                budget, first = budget - len(piece), False
         return plan
 
     def take_joining(self, batch: DecodeBatch, budget: int, capabilities: Capabilities,
