@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shlex
@@ -73,7 +74,6 @@ LABELS = {"llama": "llama-server", "proctor": "Proctor"}
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 LLAMA_STOPS = {"limit": "length", "eos": "eos", "word": "stop_string"}  # its stop_type, in Proctor's words
 ARRIVAL_TOKENS = (200, 800)  # arrivals mode: prompt lengths, spread evenly over the requests
-ARRIVAL_PROMPTS = 16
 
 
 @dataclass
@@ -314,7 +314,7 @@ async def run_cell(peer: Peer, cell: Cell, prompts: list[str], requests: int, ra
                    time_limit_s: float, limits: dict[int, int], arrivals: list[str]) -> tuple[int, float]:
     """One level in one mode; return (tokens, wall seconds). ``limits`` (prompt index -> tokens):
     a JSON cell writes each request's length there, a matched cell runs each prompt to it. An arrivals cell
-    sends ``arrivals`` (long prompts, each once per round) as plain requests."""
+    sends ``arrivals`` (long prompts, one per request) as plain requests."""
     produced = 0
 
     async def one(index: int) -> None:
@@ -346,20 +346,26 @@ async def warm_up(peer: Peer, prompts: list[str], modes: list[str]) -> None:
             await send(prompts[-1], mode, new_tokens(peer.args, mode))
 
 
-def arrival_prompts(round_: int) -> list[str]:
-    """Long prompts of ARRIVAL_TOKENS tokens (chat template included), each different from its first token and
-    from every other round's: distinct questions over a long clause repeated to length."""
+@functools.cache
+def _tokenizer() -> Any:
     from transformers import AutoTokenizer
 
     from proctor.config import default_model_store
     from proctor.models.default_model import default_model_path
 
-    tokenizer = AutoTokenizer.from_pretrained(default_model_path(default_model_store()), local_files_only=True)
+    return AutoTokenizer.from_pretrained(default_model_path(default_model_store()), local_files_only=True)
+
+
+def arrival_prompts(tag: str, count: int) -> list[str]:
+    """``count`` long prompts of ARRIVAL_TOKENS tokens (chat template included), one per request of a cell, each
+    different from the others and from every other cell's within the first 128 tokens (``tag``: the cell), so no
+    prompt cache, Proctor's or llama-server's, ever serves one of them."""
+    tokenizer = _tokenizer()
     low, high = ARRIVAL_TOKENS
     texts = []
-    for index in range(ARRIVAL_PROMPTS):
-        goal = low + (high - low) * index // (ARRIVAL_PROMPTS - 1)
-        words = [f"Case {round_}-{index}: read the record below and list its parties."]
+    for index in range(count):
+        goal = low + (high - low) * (index * 7 % count) // max(1, count - 1)  # lengths mixed in arrival order
+        words = [f"Case {tag}-{index}: read the record below and list its parties."]
         text = ""
         while True:
             text = tokenizer.apply_chat_template([{"role": "user", "content": " ".join(words)}], tokenize=False,
@@ -424,7 +430,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             life = Life(server, round_ + 1)
             where = directory / f"round{round_ + 1}-{server}"
             where.mkdir()
-            long_prompts = arrival_prompts(round_) if "arrivals" in modes else []
             begin = time.perf_counter()
             process = peer.start(where)
             sampler = TreeRssSampler(process.pid).__enter__()
@@ -436,7 +441,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     limits: dict[int, int] = {}  # this level's JSON lengths, for its matched cell
                     for mode in mode_order(modes, round_):
                         cell = cells[(server, n, mode)]
-                        tokens, wall = asyncio.run(run_cell(peer, cell, prompts, args.requests or max(6, 2 * n),
+                        requests = args.requests or max(6, 2 * n)
+                        long_prompts = arrival_prompts(f"{round_ + 1}.{n}", requests) if mode == "arrivals" else []
+                        tokens, wall = asyncio.run(run_cell(peer, cell, prompts, requests,
                                                             args.ramp_s if n > 1 else 0.0, args.time_limit_s, limits,
                                                             long_prompts))
                         cell.round_rates.append(tokens / wall if wall else 0.0)

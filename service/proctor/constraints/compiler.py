@@ -28,6 +28,7 @@ from proctor.constraints.worker_pool import STUCK_PREFIXES, WorkerPool
 from proctor.observability.calls import COMPILE, stage
 
 log = logging.getLogger("proctor.constraints")
+WARM_UP_JOIN_S = 30.0  # close() waits this long at most for a warm-up still building tables
 
 if TYPE_CHECKING:
     from proctor.observability.hooks import CompileObserver
@@ -68,6 +69,8 @@ class ConstraintCompiler:
         self._backend_lock = threading.Lock()
         self._pool = WorkerPool(WorkerConfig(model_path, vocab_size, eos_token_ids), workers) if isolate else None
         self.observer: CompileObserver | None = None  # metrics: compile time and failures by engine
+        self._warming: threading.Thread | None = None  # prewarm(background=True)
+        self._closing = False
 
     def prewarm(self, then: Callable[[], None] | None = None, *, background: bool = False) -> None:
         """Build the in-process engine tables and start the compile workers (server start-up), the workers
@@ -94,13 +97,22 @@ class ConstraintCompiler:
             try:
                 warm()
             except Exception:
-                log.exception("warming the constraint engines failed; compiles start their own workers")
+                if not self._closing:
+                    log.exception("warming the constraint engines failed; compiles start their own workers")
 
-        threading.Thread(target=logged, name="proctor-constraints-warm", daemon=True).start()
+        self._warming = threading.Thread(target=logged, name="proctor-constraints-warm", daemon=True)
+        self._warming.start()
 
     def close(self) -> None:
+        """Stop the workers; a warm-up still running (a server stopped as it started) ends first, so no thread
+        of it outlives the server."""
+        self._closing = True
         if self._pool is not None:
             self._pool.close()
+        if self._warming is not None:
+            self._warming.join(WARM_UP_JOIN_S)
+        if self._pool is not None:
+            self._pool.close()  # what the warm-up adopted meanwhile
 
     def _backend(self, name: str) -> Backend:
         with self._backend_lock:

@@ -49,6 +49,7 @@ class WorkerPool:
         self._size = max(1, size)
         self._settled = threading.Event()  # clear while started workers are still being adopted
         self._settled.set()
+        self._starting: list[subprocess.Popen[bytes]] = []  # started, not adopted yet (close kills them too)
         self.restarts = 0
 
     def prewarm(self) -> None:
@@ -59,7 +60,9 @@ class WorkerPool:
         """Start every worker at once, without waiting (with a 152k-token vocabulary one takes ~8 s). A compile
         asked for before ``adopt`` has them waits for them rather than starting one more."""
         self._settled.clear()
-        return [self._start() for _ in range(self._size)]
+        started = [self._start() for _ in range(self._size)]
+        self._starting = [process for process, _ in started]
+        return started
 
     def adopt(self, started: list[tuple[subprocess.Popen[bytes], Connection]]) -> None:
         """Wait for the started workers to be ready and keep them idle."""
@@ -67,6 +70,7 @@ class WorkerPool:
             for process, conn in started:
                 self._idle.put(self._ready(process, conn))
         finally:
+            self._starting = []
             self._settled.set()
 
     def _spawn(self) -> _Worker:
@@ -130,6 +134,8 @@ class WorkerPool:
         log.warning("constraint compile worker killed (time limit or crash); restarts so far: %d", self.restarts)
 
     def close(self) -> None:
+        for process in self._starting:  # a server stopped during its warm-up
+            process.kill()
         while True:
             try:
                 self._idle.get_nowait().kill()

@@ -70,6 +70,21 @@ inline void store_half(const float* source, int64_t d, uint16_t* target) {  // d
   }
 }
 
+// o[0 .. 8·CHUNKS) = Σ_t (w[t]·inverse) · values[t] over n positions, each of the 8·CHUNKS sums kept in a register
+// across t rather than stored and reloaded every position (the same fused multiply-adds, in the same order).
+template <int CHUNKS>
+[[gnu::always_inline]] inline void weighted_values(const float* w, float inverse, const uint16_t* values, int64_t n,
+                                                   float* o) {
+  __m256 sums[CHUNKS];
+  for (int c = 0; c < CHUNKS; ++c) sums[c] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < n; ++t) {
+    const __m256 wt = _mm256_set1_ps(w[t] * inverse);
+    const uint16_t* v = values + t * 8 * CHUNKS;
+    for (int c = 0; c < CHUNKS; ++c) sums[c] = _mm256_fmadd_ps(wt, load_half8(v + 8 * c), sums[c]);
+  }
+  for (int c = 0; c < CHUNKS; ++c) _mm256_storeu_ps(o + 8 * c, sums[c]);
+}
+
 inline void attend_group(const float* q, int64_t group, const uint16_t* keys, const uint16_t* values, int64_t n, int64_t d,
                   float scale, float* out, std::vector<float>& weights, float softcap = 0.f) {
   const int64_t padded = (n + 7) / 8 * 8;
@@ -102,13 +117,18 @@ inline void attend_group(const float* q, int64_t group, const uint16_t* keys, co
     for (; t < n; ++t) total += w[t];
     const float inverse = 1.f / total;
     float* o = out + g * d;
-    std::fill(o, o + d, 0.f);
-    for (t = 0; t < n; ++t) {
-      const __m256 wt = _mm256_set1_ps(w[t] * inverse);
-      const uint16_t* v = values + t * d;
-      for (int64_t c = 0; c < d; c += 8) {
-        _mm256_storeu_ps(o + c, _mm256_fmadd_ps(wt, load_half8(v + c), _mm256_loadu_ps(o + c)));
-      }
+    switch (d) {  // the weighted sum in registers where the head size allows (the same operations, in order)
+      case 64: weighted_values<8>(w, inverse, values, n, o); break;
+      case 128: weighted_values<16>(w, inverse, values, n, o); break;
+      default:
+        std::fill(o, o + d, 0.f);
+        for (t = 0; t < n; ++t) {
+          const __m256 wt = _mm256_set1_ps(w[t] * inverse);
+          const uint16_t* v = values + t * d;
+          for (int64_t c = 0; c < d; c += 8) {
+            _mm256_storeu_ps(o + c, _mm256_fmadd_ps(wt, load_half8(v + c), _mm256_loadu_ps(o + c)));
+          }
+        }
     }
   }
 }
