@@ -165,3 +165,14 @@ def test_the_blocks_served_are_the_files_bytes(default_gguf: Path, tmp_path: Pat
     q = file.matrix("blk.0.attn_q.weight", heads).blocks.numpy()
     assert permute(q, heads).tobytes() == stored["blk.0.attn_q.weight"].tobytes()
     assert q.tobytes() != stored["blk.0.attn_q.weight"].tobytes()
+
+
+def test_the_vocabulary_arrays_are_released_and_the_rest_kept(default_gguf: Path) -> None:
+    """load_gguf_blocks drops the parsed tokenizer arrays once the tokenizer and config are built (~110 MB of
+    numpy views at 152k tokens); the scalars the slot weights read later stay."""
+    file = GgufFile(default_gguf)
+    tokens = file.field("tokenizer.ggml.tokens")
+    assert isinstance(tokens, list) and len(tokens) == 49152
+    assert file.release_vocabulary() >= 2
+    assert file.field("tokenizer.ggml.tokens") is None and file.field("tokenizer.ggml.merges") is None
+    assert file.field("general.architecture") == "llama" and file.field("llama.block_count") == 30

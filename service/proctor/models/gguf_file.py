@@ -102,6 +102,16 @@ class GgufFile:
         flat = [v[0] if isinstance(v, list) and len(v) == 1 else v for v in decoded]
         return flat[0] if len(flat) == 1 else flat
 
+    def release_vocabulary(self) -> int:
+        """Drop the parsed tokenizer arrays (tokens, merges, token types, scores: gguf-py keeps a numpy view per
+        entry, ~110 MB at 152k tokens) once the tokenizer and the config are built from them; the fields dropped.
+        The file lives as long as the model (its matrices are views of the map), so they would stay resident."""
+        vocabulary = [key for key in self._reader.fields if key.startswith("tokenizer.ggml.")
+                      and len(self._reader.fields[key].data) > 1]
+        for key in vocabulary:
+            del self._reader.fields[key]
+        return len(vocabulary)
+
     def _tensor(self, name: str) -> Any:
         try:
             return self._tensors[name]

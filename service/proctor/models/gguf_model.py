@@ -31,6 +31,7 @@ def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any, Path]:
     from again (models/gguf_tokenizer.py)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from proctor.engine.resident import returning_freed_memory
     from proctor.models.gguf_layers import attach
 
     started = time.perf_counter()
@@ -52,6 +53,8 @@ def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any, Path]:
     model.eval()
     model.requires_grad_(False)
     attach(model, file)
+    with returning_freed_memory():
+        file.release_vocabulary()  # the tokenizer and config are built: nothing reads the arrays again
     types = ", ".join(f"{count} {kind}" for kind, count in sorted(file.block_types().items()))
     log.info("GGUF %s: architecture %s (%s), matrices %s, served from the file's blocks (read in %.1f s)",
              path.name, file.architecture, config.model_type, types, time.perf_counter() - started)
