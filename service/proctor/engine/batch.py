@@ -28,22 +28,23 @@ from proctor.engine.sequence import SequenceState
 
 @dataclass(frozen=True, slots=True)
 class RowFeed:
-    """What one row is fed this step: a piece of its prompt (``prompt`` True), or its last token and a draft."""
+    """What one row is fed this step: a piece of its prompt (``prompt`` True; ``completes``: its last piece), or
+    its last token and a draft."""
 
     state: SequenceState
     tokens: list[int]
     prompt: bool
+    completes: bool = False
 
-    @property
-    def completes_prompt(self) -> bool:
-        return self.prompt and self.state.prompt_fed + len(self.tokens) == len(self.state.prompt_ids)
+    @classmethod
+    def piece(cls, state: SequenceState, tokens: list[int]) -> RowFeed:
+        """The next ``tokens`` of ``state``'s prompt (decided before the forward moves ``prompt_fed``)."""
+        return cls(state, tokens, prompt=True, completes=state.prompt_fed + len(tokens) == len(state.prompt_ids))
 
     @property
     def logits(self) -> int:
         """Positions whose logits the update reads: every fed one of a draft, a prompt's last, else none."""
-        if self.prompt:
-            return int(self.completes_prompt)
-        return len(self.tokens)
+        return int(self.completes) if self.prompt else len(self.tokens)
 
 
 class DecodeBatch:

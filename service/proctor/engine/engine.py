@@ -330,8 +330,7 @@ class Engine:
         their drafts, verified position by position: engine/verify.py); then the finished rows leave."""
         masks = self.observer.masks if self.observer is not None else None
         decoding = [feed for feed in feeds if not feed.prompt]
-        completed = [feed.state for feed in feeds
-                     if feed.prompt and feed.state.prompt_fed == len(feed.state.prompt_ids)]
+        completed = [feed.state for feed in feeds if feed.completes]
         drafted = sum(len(feed.tokens) for feed in decoding)
         if decoding:
             states = [feed.state for feed in decoding]
@@ -355,9 +354,8 @@ class Engine:
         observer = self.observer
         if observer is None:
             return
-        prompts = [feed for feed in plan.feeds if feed.prompt]
-        if prompts:
-            observer.prefill(elapsed, sum(feed.state.status is not RequestStatus.PREFILLING for feed in prompts))
+        if any(feed.prompt for feed in plan.feeds):
+            observer.prefill(elapsed, sum(feed.completes for feed in plan.feeds))
         else:
             observer.decode_step(elapsed, decoding)
 

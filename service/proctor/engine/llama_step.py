@@ -211,10 +211,6 @@ class LlamaSlots(SlotCache):
         if wanted is not None and len(wanted) == len(token_ids):
             wanted = None
         logits = forward(token_ids, slots, list(positions), wanted)
-        if wanted == []:
-            logits = torch.empty(0, self._vocab_width, device=self.device)
-        else:
-            self._vocab_width = logits.shape[-1]
         for slot in slots:
             self.lengths[slot] += 1
         return logits
@@ -250,7 +246,7 @@ class LlamaSlots(SlotCache):
                                                for start in range(0, rows, ATTENTION_ROWS))])
             h = h + self._attention_out(out, layer)
             h = h + self._mlp(self._norm(h, layer.post_norm), layer)
-        return self._logits(_rows(h, wanted)) if wanted != [] else h[:0]
+        return self._head(h, wanted)
 
     def _decode_fused(self, token_ids: list[int], slots: list[int], positions: list[int],
                       wanted: list[int] | None = None) -> torch.Tensor:
@@ -265,13 +261,7 @@ class LlamaSlots(SlotCache):
             cos, sin = tables[self.family.rope_keys[index]]
             decode_layer(h, *weights, self._keys[index], self._values[index], positions, cos, sin,
                          self.heads, self.kv_heads, self.eps, *tail, slots=mapped)
-        if wanted == []:  # only pieces of prompts: no head to run
-            return h[:0]
-        h = _rows(h, wanted)
-        if self.weights.mode in EVERY_FAMILY_KERNELS:  # final norm in the kernel library (q8: its own)
-            final = torch.ops.proctor.rms_norm(h, self._kernel_final_norm, self.eps)
-            return softcap(self._lm_head(final), self.family.final_softcap)
-        return self._logits(h)
+        return self._head(h, wanted, kernel_norm=self.weights.mode in EVERY_FAMILY_KERNELS)
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """Decode attention as plain matrix products over a block-rounded span: unlike the fused CPU
@@ -354,6 +344,20 @@ class LlamaSlots(SlotCache):
         if layer.down_bias is not None:
             out = out + layer.down_bias
         return out if layer.mlp_out_norm is None else self._norm(out, layer.mlp_out_norm)
+
+    def _head(self, h: torch.Tensor, wanted: list[int] | None, kernel_norm: bool = False) -> torch.Tensor:
+        """The logits of rows ``wanted`` of ``h`` (None: all; none: [0, width] without running the head). With
+        ``kernel_norm`` the final norm is the kernel library's (the q4 and gguf decode kernels; q8 its own)."""
+        if wanted == []:
+            return torch.empty(0, self._vocab_width, device=self.device)
+        h = _rows(h, wanted)
+        if kernel_norm:
+            final = torch.ops.proctor.rms_norm(h, self._kernel_final_norm, self.eps)
+            logits = softcap(self._lm_head(final), self.family.final_softcap)
+        else:
+            logits = self._logits(h)
+        self._vocab_width = logits.shape[-1]
+        return logits
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         return softcap(self._lm_head(self._norm(h, self._final_norm)), self.family.final_softcap).float()

@@ -127,14 +127,14 @@ class Scheduler:
                 assert capabilities is not None
                 piece = _piece(state, budget, capabilities, first=first)
                 if piece:
-                    plan.feeds.append(RowFeed(state, piece, prompt=True))
+                    plan.feeds.append(RowFeed.piece(state, piece))
                     budget, first = budget - len(piece), False
         if admit and capabilities is not None:
             plan.join, plan.beams = self.take_joining(batch, budget, capabilities, first=first)
             for state in plan.join:
                 batch.join(state)  # its row, and what the prefix cache holds of its prompt
                 piece = _piece(state, budget, capabilities, first=first)
-                plan.feeds.append(RowFeed(state, piece, prompt=True))
+                plan.feeds.append(RowFeed.piece(state, piece))
                 budget, first = budget - len(piece), False
         return plan
 
