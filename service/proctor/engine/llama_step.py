@@ -88,9 +88,7 @@ class LlamaSlots(SlotCache):
                                  ] if self._fused else []
         SlotCache.__init__(self, len(self._layers), max_slots, self.kv_heads, self.head_dim,
                            torch.float16 if self._fused else self.dtype, device)
-        # The logits' width (a GGUF's head may be padded past the vocabulary; learnt from the first logits): a step
-        # that wants no logits (only pieces of prompts) returns [0, width] without running the head on no rows.
-        self._vocab_width = int(model.config.vocab_size)
+        self._vocab_width = int(model.config.vocab_size)  # the logits' width, learnt from logits (_head)
 
     @property
     def thread_invariant(self) -> bool:
