@@ -5,7 +5,10 @@ builds the kernels of ``--base`` (a git revision) beside this tree's, under anot
 (``torch.ops.baseproctor``), and times both on the same matrices of a GGUF file, call after call: the ratio
 is base time ÷ this tree's time (medians), for the VNNI loops (where the CPU has them) and the AVX2 ones.
 
-    python bench/kernel_ab.py FILE.gguf [--base HEAD~1] [--matrices blk.0.attn_q.weight,token_embd.weight]
+A name with ``*`` (``blk.*.ffn_gate.weight``) stands for that matrix of every layer, multiplied one after
+another as a decode step does: a working set past the caches, so one row shows the memory-bound rate.
+
+    python bench/kernel_ab.py FILE.gguf [--base HEAD~1] [--matrices blk.0.attn_q.weight,blk.*.ffn_gate.weight]
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ sys.path[:0] = [str(ROOT / "service")]
 import torch  # noqa: E402
 
 from proctor.engine.fused_decode import CFLAGS, LDFLAGS, load_problem  # noqa: E402
+from proctor.engine.gguf_linear import GgufLinear  # noqa: E402
 from proctor.models.gguf_file import GgufFile  # noqa: E402
 
 KERNELS = "service/proctor/engine/kernels"
 DEFAULT_MATRICES = "blk.0.attn_q.weight,blk.0.ffn_gate.weight,blk.0.ffn_down.weight,token_embd.weight"
-ROWS = (1, 16, 80)
+ROWS = "1,16,80"
 
 
 def build_base(revision: str, directory: Path) -> None:
@@ -53,18 +57,28 @@ def build_base(revision: str, directory: Path) -> None:
                        extra_ldflags=LDFLAGS, build_directory=str(build), is_python_module=False, verbose=False)
 
 
-def median_pair(matrix: object, rows: int) -> tuple[float, float]:
-    """(base, this tree) median seconds of one product at ``rows`` rows, the two called in turn."""
-    x = torch.randn(rows, matrix.in_features)  # type: ignore[attr-defined]
+def median_pair(matrices: list[GgufLinear], rows: int, scale: int) -> tuple[float, float]:
+    """(base, this tree) median seconds of one product per matrix at ``rows`` rows, the two called in turn."""
+    first = matrices[0]
+    x = torch.randn(rows, first.in_features)
     ops = {"base": torch.ops.baseproctor.ggml_linear, "this": torch.ops.proctor.ggml_linear}
     times: dict[str, list[float]] = {tag: [] for tag in ops}
-    repeats = 6 if matrix.out_features > 100_000 else (12 if rows > 16 else 40)  # type: ignore[attr-defined]
+    repeats = scale * (6 if first.out_features > 100_000 or len(matrices) > 1 else (12 if rows > 16 else 40))
     for _ in range(repeats):
         for tag, op in ops.items():
             began = time.perf_counter()
-            op(x, [matrix.blocks], [matrix.ggml_type])  # type: ignore[attr-defined]
+            for matrix in matrices:
+                op(x, [matrix.blocks], [matrix.ggml_type])
             times[tag].append(time.perf_counter() - began)
     return statistics.median(times["base"]), statistics.median(times["this"])
+
+
+def named(file: GgufFile, name: str) -> list[GgufLinear]:
+    """The matrix called ``name``, or with ``*`` that matrix of every layer."""
+    if "*" not in name:
+        return [file.matrix(name)]
+    layers = [name.replace("*", str(i)) for i in range(1000)]
+    return [file.matrix(layer) for layer in layers if file.has(layer)]
 
 
 def main() -> int:
@@ -72,6 +86,8 @@ def main() -> int:
     parser.add_argument("gguf", type=Path)
     parser.add_argument("--base", default="HEAD~1", help="the git revision to compare against (default HEAD~1)")
     parser.add_argument("--matrices", default=DEFAULT_MATRICES)
+    parser.add_argument("--rows", default=ROWS, help="activation rows to time, comma-separated")
+    parser.add_argument("--repeats", type=int, default=1, help="times the default number of calls (noisy machines)")
     args = parser.parse_args()
     problem = load_problem()
     if problem is not None:
@@ -86,10 +102,11 @@ def main() -> int:
             chosen = torch.ops.proctor.q4_loops(loops)
             torch.ops.baseproctor.q4_loops(loops)
             for name in args.matrices.split(","):
-                matrix = file.matrix(name)
-                for rows in ROWS:
-                    base, this = median_pair(matrix, rows)
-                    macs = rows * matrix.in_features * matrix.out_features
+                matrices = named(file, name)
+                matrix = matrices[0]
+                for rows in (int(r) for r in args.rows.split(",")):
+                    base, this = median_pair(matrices, rows, args.repeats)
+                    macs = rows * matrix.in_features * matrix.out_features * len(matrices)
                     print(f"| {chosen} | {name} | {matrix.block_type} | {rows} | {base * 1e3:.3f} | {this * 1e3:.3f} | "
                           f"{base / this:.2f}× | {macs / this / 1e9:.0f} |", flush=True)
         torch.ops.proctor.q4_loops("auto")

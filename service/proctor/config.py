@@ -23,8 +23,9 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 # gguf 1: a .gguf file's own blocks of any supported type, activations rounded per block as llama.cpp does;
 # gguf 2: the 32-input types and Q6_K scaled per block from one exact integer sum per row, eight rows at a time;
 # then every mode's next — dense 2, fp16 2, q8 3, q4 2, gguf 3 — prompt positions computed as rows of the
-# step's one forward, as decode rows are, instead of by a prefill of their own: issue 42).
-WEIGHT_MODE_REVISIONS = {"dense": 2, "fp16": 2, "q8": 3, "q4": 2, "gguf": 3}
+# step's one forward, as decode rows are, instead of by a prefill of their own: issue 42; gguf 4: Q4_K and
+# Q5_K scaled per block from exact integer totals, eight weight rows at a time, as Q6_K is).
+WEIGHT_MODE_REVISIONS = {"dense": 2, "fp16": 2, "q8": 3, "q4": 2, "gguf": 4}
 WEIGHT_MODES = tuple(WEIGHT_MODE_REVISIONS)
 # The revision of the sampler's draw (decoding/sampler.py), recorded the same way: a record sampled under
 # another revision replays differently, so its replay is refused. 1: torch.multinomial over the whole

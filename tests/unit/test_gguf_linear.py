@@ -102,18 +102,21 @@ def test_a_row_is_the_same_bits_alone_in_a_batch_and_on_any_thread_count(ggml_ty
         torch.set_num_threads(threads)
     assert all(torch.equal(batch[i], alone[i]) for i in range(16))
     assert torch.equal(product(x[3:9]), batch[3:9])
+    for count in (2, 3, 4, 5):  # the K-quants' few-row loop (up to 4) and the groups' tiles, side by side
+        assert torch.equal(product(x[:count]), batch[:count]), count
 
 
 @pytest.mark.parametrize("ggml_type", TYPES, ids=[BLOCK_TYPES[t][0] for t in TYPES])
 def test_a_row_is_the_same_bits_whichever_rows_are_beside_it(ggml_type: int) -> None:
-    """The 32-input types and Q6_K go eight weight rows at a time: rows 5..17 on their own (13 rows, a short
-    last group, each in another lane), times 9 activation rows (more than a tile: the group's blocks made
-    once into scratch), must give the bits they give inside the whole matrix."""
+    """The block types go eight weight rows at a time: rows 5..17 on their own (13 rows, a short last group,
+    each in another lane), times 9 activation rows (more than a tile: the group's blocks made once into
+    scratch) or 2 (the K-quants' few-row loop), must give the bits they give inside the whole matrix."""
     raw = random_blocks(ggml_type, OUT, INPUTS)
-    x = torch.randn(9, INPUTS, generator=torch.Generator().manual_seed(3))
-    whole = linear(ggml_type, raw)(x)
-    part = linear(ggml_type, np.ascontiguousarray(raw[5:18]))(x)
-    assert torch.equal(part, whole[:, 5:18])
+    for rows in (9, 2):
+        x = torch.randn(rows, INPUTS, generator=torch.Generator().manual_seed(3))
+        whole = linear(ggml_type, raw)(x)
+        part = linear(ggml_type, np.ascontiguousarray(raw[5:18]))(x)
+        assert torch.equal(part, whole[:, 5:18]), rows
 
 
 def test_a_stack_of_types_is_its_parts_side_by_side() -> None:  # one call for the stack, one a part here
@@ -138,16 +141,17 @@ def test_the_vnni_loops_give_the_avx2_loops_bits() -> None:
     """Where the CPU has AVX-512 VNNI its loops run (ggml_dot.h, q4_dot.h); they must give the AVX2 loops'
     bits for every type, so a record replays the same on either machine."""
     loops = torch.ops.proctor.q4_loops("")
-    if loops != "avx512-vnni":  # no VNNI here: the AVX2 loops are the only ones to run
+    if loops != "avx512-vnni":  # the AVX2 loops are the only ones to run: nothing to compare them with
         assert loops == "avx2"
-        return
+        pytest.skip("skipped: no VNNI here")
     products = [linear(t, random_blocks(t, OUT, INPUTS)) for t in TYPES]
-    x = torch.randn(19, INPUTS, generator=torch.Generator().manual_seed(5))  # K-quant tiles of 16 and 3 (VNNI)
+    x = torch.randn(19, INPUTS, generator=torch.Generator().manual_seed(5))  # tiles of 8, 8 and 3
     weight = torch.randn(64, INPUTS)
     q4_1, q8_0 = torch.ops.proctor.quantize_q4_1(weight), torch.ops.proctor.quantize_q8_0(weight)
 
     def everything() -> list[torch.Tensor]:
-        return [p(x) for p in products] + [torch.ops.proctor.q4_linear(x, q4_1), torch.ops.proctor.q8_0_linear(x, q8_0)]
+        return [p(x) for p in products] + [p(x[:3]) for p in products] + [  # and the few-row loop
+            torch.ops.proctor.q4_linear(x, q4_1), torch.ops.proctor.q8_0_linear(x, q8_0)]
 
     vnni = everything()
     try:

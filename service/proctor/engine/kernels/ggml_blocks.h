@@ -142,12 +142,10 @@ struct ActivationView {
 constexpr int64_t kGroupRows = 8;               // weight rows ggml_dot.h's group() takes: the lanes of 256 bits
 constexpr int64_t kWideRows = 2 * kGroupRows;  // and ggml_wide.h's wide_group(): two groups in 512 bits
 
-// ggml_dot.h's rows() and k_rows(), and ggml_wide.h's wide_group(), compiled with AVX-512 VNNI (ggml_vnni.cpp):
-// the same bits as the AVX2 copy's rows(), k_rows() and group().
+// ggml_dot.h's rows(), and ggml_wide.h's wide_group(), compiled with AVX-512 VNNI (ggml_vnni.cpp): the same
+// bits as the AVX2 copy's rows() and group().
 void rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
                float* out);
-void k_rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
-                 float* out);
 void wide_group_vnni(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x,
                      int64_t rows, float* y, int64_t width);
 

@@ -1,11 +1,11 @@
-// The gguf products' inner loops (ggml_linear.cpp). The 32-input types and Q6_K go eight weight rows at a
-// time, their codes transposed so that activations are broadcast and the eight rows' integer sums build up
-// in one vector, scaled once a block; Q6_K times a few activation rows, and Q4_K/Q5_K always, go a weight
-// row at a time, its blocks unpacked into vectors once and multiplied by a tile of activation rows.
+// The gguf products' inner loops (ggml_linear.cpp). Every block type goes eight weight rows at a time, their
+// codes transposed so that activations are broadcast and the eight rows' integer sums build up in one
+// vector, scaled once a block; the K-quants times a few activation rows go a weight row at a time
+// (few_rows), each block's integer sums totalled exactly and then scaled as one lane of the group is.
 // Compiled twice: for AVX2 in ggml_linear.cpp, and in ggml_vnni.cpp with AVX-512 VNNI (256-bit vectors, and
-// 512-bit ones for Q4_K/Q5_K in k_lanes_wide and for the groups in ggml_wide.h), where vpdpbusd replaces maddubs + madd(1) and vpdpwssd replaces
-// madd(scale) + add. Each computes the same exact integer sums (no pair can saturate: at most 2·128·127),
-// then the same float operations in the same order: the same bits (tests/unit/test_gguf_linear.py).
+// 512-bit ones for the groups in ggml_wide.h), where vpdpbusd replaces maddubs + madd(1) and vpdpwssd
+// replaces madd(scale) + add. Each computes the same exact integer sums (no pair can saturate: at most
+// 2·128·127), then the same float operations in the same order: the same bits (tests/unit/test_gguf_linear.py).
 // Self-contained (no ATen, and no standard template but on this file's own types): the VNNI copy is compiled
 // under a target pragma, and nothing shared with other files may be.
 
@@ -43,6 +43,21 @@ struct KVectors {
   float d, dmin;
 };
 
+// A Q4_K/Q5_K block's 8 six-bit scales (bytes 0-7) and minimums (bytes 8-15), ggml's get_scale_min_k4
+// unpacked in four 32-bit words as llama.cpp does.
+[[gnu::always_inline]] inline __m128i k_scale_bytes(const uint8_t* block) {
+  uint32_t packed[4];
+  std::memcpy(packed, block + 4, 12);
+  constexpr uint32_t low6 = 0x3f3f3f3f, low4_words = 0x0f0f0f0f, low2_words = 0x03030303;
+  packed[3] = ((packed[2] >> 4) & low4_words) | (((packed[1] >> 6) & low2_words) << 4);
+  const uint32_t minimums_low = packed[1] & low6;
+  packed[1] = (packed[2] & low4_words) | (((packed[0] >> 6) & low2_words) << 4);
+  packed[2] = minimums_low;
+  packed[0] &= low6;
+  return _mm_set_epi32(static_cast<int32_t>(packed[3]), static_cast<int32_t>(packed[2]),
+                       static_cast<int32_t>(packed[1]), static_cast<int32_t>(packed[0]));
+}
+
 [[gnu::always_inline]] inline void unpack_k_vectors(int64_t type, const uint8_t* block, KVectors& out) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03), low1 = _mm256_set1_epi8(0x01);
   if (type == Q6_K) {
@@ -67,18 +82,7 @@ struct KVectors {
   out.dmin = half_at(block + 2);
   const bool five = type == Q5_K;
   const uint8_t* qs = five ? block + 48 : block + 16;
-  // The 8 six-bit scales and minimums (ggml's get_scale_min_k4) unpacked in four 32-bit words, as llama.cpp does:
-  // words 0-1 hold the scales' bytes, words 2-3 the minimums'.
-  uint32_t packed[4];
-  std::memcpy(packed, block + 4, 12);
-  constexpr uint32_t low6 = 0x3f3f3f3f, low4_words = 0x0f0f0f0f, low2_words = 0x03030303;
-  packed[3] = ((packed[2] >> 4) & low4_words) | (((packed[1] >> 6) & low2_words) << 4);
-  const uint32_t minimums_low = packed[1] & low6;
-  packed[1] = (packed[2] & low4_words) | (((packed[0] >> 6) & low2_words) << 4);
-  packed[2] = minimums_low;
-  packed[0] &= low6;
-  const __m128i bytes = _mm_set_epi32(static_cast<int32_t>(packed[3]), static_cast<int32_t>(packed[2]),
-                                      static_cast<int32_t>(packed[1]), static_cast<int32_t>(packed[0]));
+  const __m128i bytes = k_scale_bytes(block);
   alignas(16) int16_t scales[8];
   _mm_store_si128(reinterpret_cast<__m128i*>(scales), _mm_cvtepu8_epi16(bytes));
   for (int j = 0; j < 8; ++j) out.scales[j] = _mm256_set1_epi16(scales[j]);
@@ -182,119 +186,20 @@ template <int R>
   for (int t = 0; t < R; ++t) out[t] = sum8(acc[t]);
 }
 
-// One weight row of Q4_K or Q5_K times activation rows r0 .. r0 + R − 1: out[t]. Per block and row, the
-// integer sums in 8 lanes, scaled by d·a into float lanes, less dmin·a·Σ min·Σcodes, summed across lanes
-// once at the end. (Eight rows transposed, as Q6_K goes below, measured 16–20% slower at one row and no
-// faster at 16 with VNNI, only 1.1–1.2× on prompts: their unpacking is cheap, and vpdpwssd scales them.)
-template <int R, int64_t TYPE>
-[[gnu::always_inline]] inline void k_lanes(const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0,
-                                           float* out) {
-  constexpr int64_t block_bytes = TYPE == Q4_K ? 144 : 176;
-  KVectors kv;
-  __m256 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    unpack_k_vectors(TYPE, w + b * block_bytes, kv);
-    for (int t = 0; t < R; ++t) {
-      const int64_t at = (r0 + t) * x.per_row_blocks + b;
-      const int8_t* p = x.codes + (r0 + t) * x.k + 256 * b;
-      const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums + at * 16));
-      __m256i sums = _mm256_setzero_si256();
-      for (int c = 0; c < 8; ++c) {
-        const __m256i pc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * c));
-        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]));
-      }
-      const float xd = x.d[at];
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(kv.d * xd), acc[t]);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, kv.minimums)),
-                               _mm256_set1_ps(-(kv.dmin * xd)), acc[t]);
-    }
-  }
-  for (int t = 0; t < R; ++t) out[t] = sum8(acc[t]);
-}
-
-#ifdef PROCTOR_VNNI
-// k_lanes on 512-bit vectors, each lane's integer and float operations unchanged (so the same bits): two
-// 32-input chunks a vector, their int32 halves added (exact) into k_lanes' 8 lanes; and two activation
-// rows' 8 float lanes in one vector, their scales d·a and −dmin·a made lane by lane as k_lanes makes them.
-// An odd R's last vector computes its row twice and keeps one.
-[[gnu::always_inline]] inline __m512i two_chunks(__m256i low, __m256i high) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
-}
-
-[[gnu::always_inline]] inline __m512 two_rows(float low, float high) {
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(low)),
-                                             _mm256_castps_pd(_mm256_set1_ps(high)), 1));
-}
-
-template <int R, int64_t TYPE>
-[[gnu::always_inline]] inline void k_lanes_wide(const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0,
-                                                float* out) {
-  constexpr int64_t block_bytes = TYPE == Q4_K ? 144 : 176;
-  constexpr int P = R / 2;  // pairs of rows; an odd R's last row goes alone, on 8 lanes
-  KVectors kv;
-  __m512 acc[P + 1];
-  __m256 last = _mm256_setzero_ps();
-  for (int q = 0; q < P; ++q) acc[q] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    unpack_k_vectors(TYPE, w + b * block_bytes, kv);
-    __m512i codes[4], scales[4];
-    for (int c = 0; c < 4; ++c) {
-      codes[c] = two_chunks(kv.codes[2 * c], kv.codes[2 * c + 1]);
-      scales[c] = two_chunks(kv.scales[2 * c], kv.scales[2 * c + 1]);
-    }
-    auto integer_sums = [&](int64_t r) {  // 16 lanes: chunks 0, 2, 4, 6 low; 1, 3, 5, 7 high
-      const int8_t* p = x.codes + r * x.k + 256 * b;
-      __m512i wide = _mm512_setzero_si512();
-      for (int c = 0; c < 4; ++c) {
-        wide = _mm512_dpwssd_epi32(wide, _mm512_maddubs_epi16(codes[c], _mm512_loadu_si512(p + 64 * c)), scales[c]);
-      }
-      return wide;
-    };
-    auto bsums_at = [&](int64_t at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums + at * 16)); };
-    const __m512i minimums = two_chunks(kv.minimums, kv.minimums);
-    const __m512 d = _mm512_set1_ps(kv.d), dmin = _mm512_set1_ps(-kv.dmin);
-    for (int q = 0; q < P; ++q) {
-      const int64_t r = r0 + 2 * q, at0 = r * x.per_row_blocks + b, at1 = at0 + x.per_row_blocks;
-      const __m512i first = integer_sums(r), second = integer_sums(r + 1);
-      const __m512i sums = _mm512_add_epi32(_mm512_shuffle_i64x2(first, second, 0x44),   // low halves
-                                            _mm512_shuffle_i64x2(first, second, 0xEE));  // + high halves
-      const __m512 xd = two_rows(x.d[at0], x.d[at1]);
-      acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(d, xd), acc[q]);
-      acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(two_chunks(bsums_at(at0), bsums_at(at1)), minimums)),
-                               _mm512_mul_ps(dmin, xd), acc[q]);
-    }
-    if (R % 2 == 1) {
-      const int64_t r = r0 + R - 1, at = r * x.per_row_blocks + b;
-      const __m512i wide = integer_sums(r);
-      const __m256i sums = _mm256_add_epi32(_mm512_castsi512_si256(wide), _mm512_extracti64x4_epi64(wide, 1));
-      const float xd = x.d[at];
-      last = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(kv.d * xd), last);
-      last = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsums_at(at), kv.minimums)),
-                             _mm256_set1_ps(-(kv.dmin * xd)), last);
-    }
-  }
-  for (int q = 0; q < P; ++q) {
-    out[2 * q] = sum8(_mm512_castps512_ps256(acc[q]));
-    out[2 * q + 1] = sum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[q]), 1)));
-  }
-  if (R % 2 == 1) out[R - 1] = sum8(last);
-}
-#endif
-
 // A Q6_K block times activation row r's block b, in 8 int32 lanes: Σ scale·code·a less 32·Σ scale·Σa
 // (its codes' offset).
 [[gnu::always_inline]] inline __m256i q6_k_lanes(const KVectors& kv, const ActivationView& x, int64_t r, int64_t b) {
   const int8_t* p = x.codes + r * x.k + 256 * b;
-  __m256i sums = _mm256_setzero_si256();
+  __m256i two[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};  // as k_scaled
   for (int c = 0; c < 8; ++c) {
     const __m256i pc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * c));
 #ifdef PROCTOR_VNNI
-    sums = _mm256_dpwssd_epi32(sums, _mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]);
+    two[c % 2] = _mm256_dpwssd_epi32(two[c % 2], _mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]);
 #else
-    sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]));
+    two[c % 2] = _mm256_add_epi32(two[c % 2], _mm256_madd_epi16(_mm256_maddubs_epi16(kv.codes[c], pc), kv.scales[c]));
 #endif
   }
+  const __m256i sums = _mm256_add_epi32(two[0], two[1]);
   const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums + (r * x.per_row_blocks + b) * 16));
   return _mm256_sub_epi32(sums, _mm256_slli_epi32(_mm256_madd_epi16(bsums, kv.scales16), 5));
 }
@@ -307,34 +212,86 @@ template <int R, int64_t TYPE>
   return _mm256_add_epi32(_mm256_permute2x128_si256(ab, ce, 0x20), _mm256_permute2x128_si256(ab, ce, 0x31));
 }
 
-// One Q6_K weight row times a few activation rows r0 .. r0 + R − 1 (R ≤ kRowMost), row-major: the bits of
-// its eight-row group (block_rows on a Q6Block). Each block's exact integer total (its lanes summed eight
-// blocks at a time), then the same float operation as one lane of the group, in block order:
-// acc = fma(total, d·a, acc).
+// A Q4_K/Q5_K block times activation row r's block b: Σ scale·code·a in 8 int32 lanes (k_scaled), and
+// Σ minimum·Σa over its 16-input sums (k_minimums). Exact integers: at most 8·32·31·128·63 in all.
+// (Two accumulators: eight dependent vpdpwssd in a row cost their latency each.)
+[[gnu::always_inline]] inline __m256i k_scaled(const KVectors& kv, const int8_t* p) {
+  __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+  for (int c = 0; c < 8; ++c) {
+    const __m256i pairs = _mm256_maddubs_epi16(kv.codes[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * c)));
+#ifdef PROCTOR_VNNI
+    sums[c % 2] = _mm256_dpwssd_epi32(sums[c % 2], pairs, kv.scales[c]);
+#else
+    sums[c % 2] = _mm256_add_epi32(sums[c % 2], _mm256_madd_epi16(pairs, kv.scales[c]));
+#endif
+  }
+  return _mm256_add_epi32(sums[0], sums[1]);
+}
+
+[[gnu::always_inline]] inline __m256i k_minimums(const KVectors& kv, const int16_t* bsums) {
+  return _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums)), kv.minimums);
+}
+
+// A Q4_K block's S and M lanes (as k_scaled and k_minimums) against activation rows 0 .. R − 1, straight
+// from its bytes: the nibbles split in place and each 32 inputs' scale shuffled out of one register, as
+// llama.cpp's vec_dot does, instead of unpacked into KVectors first (the row loop at one activation row is
+// bound by these operations, not by memory). In the VNNI copy two 32-input chunks a 512-bit vector.
 template <int R>
-[[gnu::always_inline]] inline void q6_k_row(const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0,
-                                            float* out) {
-  KVectors kv;
-  float acc[R];
-  __m256i pending[R][8];
-  alignas(32) float d[8], totals[8];
-  for (int t = 0; t < R; ++t) acc[t] = 0.f;
-  for (int64_t b0 = 0; b0 < blocks; b0 += 8) {
-    const int count = static_cast<int>(blocks - b0 < 8 ? blocks - b0 : 8);
-    for (int q = 0; q < count; ++q) {
-      unpack_k_vectors(Q6_K, w + (b0 + q) * 210, kv);
-      d[q] = kv.d;
-      for (int t = 0; t < R; ++t) pending[t][q] = q6_k_lanes(kv, x, r0 + t, b0 + q);
-    }
+[[gnu::always_inline]] inline void q4_k_lanes(const uint8_t* block, const ActivationView& x, int64_t b, __m256i* s,
+                                              __m256i* m) {
+  const __m128i bytes = k_scale_bytes(block);
+  const __m256i minimums = _mm256_cvtepu8_epi16(
+      _mm_shuffle_epi8(bytes, _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8)));
+  const uint8_t* qs = block + 16;
+#ifdef PROCTOR_VNNI
+  const __m512i scales = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(bytes));  // int16 lanes 0-7: the scales
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512i acc[R][2];
+  for (int t = 0; t < R; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_si512();
+  for (int n = 0; n < 2; ++n) {  // chunks 4n .. 4n + 3: nibbles of 64 bytes
+    const __m512i q = _mm512_loadu_si512(qs + 64 * n);
+    const __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+    // lo holds chunks 4n | 4n + 2, hi 4n + 1 | 4n + 3: regrouped as the activations lie, 4n | 4n + 1, 4n + 2 | 4n + 3
+    const __m512i first = _mm512_shuffle_i64x2(lo, hi, 0x44), second = _mm512_shuffle_i64x2(lo, hi, 0xEE);
+    const __m512i first_scales = _mm512_permutexvar_epi16(
+        _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(4 * n)), _mm256_set1_epi16(static_cast<int16_t>(4 * n + 1)), 1), scales);
+    const __m512i second_scales = _mm512_permutexvar_epi16(
+        _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(4 * n + 2)), _mm256_set1_epi16(static_cast<int16_t>(4 * n + 3)), 1), scales);
     for (int t = 0; t < R; ++t) {
-      for (int q = count; q < 8; ++q) pending[t][q] = _mm256_setzero_si256();
-      _mm256_store_ps(totals, _mm256_cvtepi32_ps(sum_lanes8(pending[t])));
-      for (int q = 0; q < count; ++q) {
-        acc[t] = std::fma(totals[q], d[q] * x.d[(r0 + t) * x.per_row_blocks + b0 + q], acc[t]);
-      }
+      const int8_t* p = x.codes + t * x.k + 256 * b + 128 * n;
+      acc[t][0] = _mm512_dpwssd_epi32(acc[t][0], _mm512_maddubs_epi16(first, _mm512_loadu_si512(p)), first_scales);
+      acc[t][1] = _mm512_dpwssd_epi32(acc[t][1], _mm512_maddubs_epi16(second, _mm512_loadu_si512(p + 64)), second_scales);
     }
   }
-  for (int t = 0; t < R; ++t) out[t] = acc[t];
+  for (int t = 0; t < R; ++t) {
+    const __m512i sum = _mm512_add_epi32(acc[t][0], acc[t][1]);
+    s[t] = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+  }
+#else
+  const __m128i eight = _mm256_castsi256_si128(_mm256_cvtepu8_epi16(bytes));
+  const __m256i scales = _mm256_set_m128i(eight, eight);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256i acc[R][2];
+  for (int t = 0; t < R; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
+  for (int j = 0; j < 4; ++j) {  // chunks 2j (low nibbles) and 2j + 1 (high) of 32 bytes
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
+    const __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+    const __m256i lo_scale = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((4 * j + 1) << 8 | 4 * j)));
+    const __m256i hi_scale = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((4 * j + 3) << 8 | (4 * j + 2))));
+    for (int t = 0; t < R; ++t) {
+      const int8_t* p = x.codes + t * x.k + 256 * b + 64 * j;
+      const __m256i first = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      const __m256i second = _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+      acc[t][0] = _mm256_add_epi32(acc[t][0], _mm256_madd_epi16(first, lo_scale));
+      acc[t][1] = _mm256_add_epi32(acc[t][1], _mm256_madd_epi16(second, hi_scale));
+    }
+  }
+  for (int t = 0; t < R; ++t) s[t] = _mm256_add_epi32(acc[t][0], acc[t][1]);
+#endif
+  for (int t = 0; t < R; ++t) {
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums + (t * x.per_row_blocks + b) * 16));
+    m[t] = _mm256_madd_epi16(bsums, minimums);
+  }
 }
 
 // Op<count>::run(args...) for count 1..8: a runtime count of activation rows to the template the loops
@@ -353,45 +310,11 @@ inline void with_count(int64_t count, const Args&... args) {
   }
 }
 
-template <int R>
-struct KRows {
-  static void run(int64_t type, const uint8_t* w, int64_t blocks, const ActivationView& x, int64_t r0, float* out) {
-    switch (type) {
-#ifdef PROCTOR_VNNI
-      case Q4_K: k_lanes_wide<R, Q4_K>(w, blocks, x, r0, out); break;
-      case Q5_K: k_lanes_wide<R, Q5_K>(w, blocks, x, r0, out); break;
-#else
-      case Q4_K: k_lanes<R, Q4_K>(w, blocks, x, r0, out); break;
-      case Q5_K: k_lanes<R, Q5_K>(w, blocks, x, r0, out); break;
-#endif
-      default: q6_k_row<R>(w, blocks, x, r0, out); break;
-    }
-  }
-};
-
-// One K-quant weight row times activation rows r0 .. r0 + count − 1 (count ≤ 8, in the VNNI copy ≤ 16; Q6_K
-// ≤ kRowMost): out[0 .. count).
+// Up to this many activation rows, a K-quant group goes by few_rows() (its weight rows as they are
+// stored, no transposes); past it, by its Blocks.
 constexpr int64_t kRowMost = 4;
-inline void k_rows(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
-                   float* out) {
-#ifdef PROCTOR_VNNI
-  if (count == 16 && type != Q6_K) {  // 512-bit registers hold sixteen rows' lanes: a block unpacked once for all
-    if (type == Q4_K) {
-      k_lanes_wide<16, Q4_K>(w, k / 256, x, r0, out);
-    } else {
-      k_lanes_wide<16, Q5_K>(w, k / 256, x, r0, out);
-    }
-    return;
-  }
-  for (int64_t done = 8; done < count; done += 8) {
-    with_count<KRows>(count - done < 8 ? count - done : 8, type, w, k / 256, x, r0 + done, out + done);
-  }
-  count = count < 8 ? count : 8;
-#endif
-  with_count<KRows>(count, type, w, k / 256, x, r0, out);
-}
 
-// ---- Eight weight rows at a time: the 32-input types and Q6_K ----------------------------------------
+// ---- Eight weight rows at a time: every block type -----------------------------------------------------------
 // Per block, the eight rows' codes are unpacked and transposed once (vector j: inputs 4j .. 4j + 3 of every
 // row, row i in lane i: a Block); per activation row, each vector meets those four activations broadcast,
 // so the eight rows' exact integer sums build up in one vector with no horizontal sums, are scaled in float
@@ -414,8 +337,15 @@ struct Q6Block {         // a Q6_K block of eight rows
   __m256 d;
 };
 
+struct KBlock {          // a Q4_K/Q5_K block of eight rows
+  __m256i codes[8][8];  // [32 inputs][transposed vector]
+  __m256i scales[8];    // per 32 inputs, the eight rows' scales (VNNI: as int32; AVX2: as an int16 pair)
+  __m256i minimums[8];  // per 32 inputs, the eight rows' minimum twice as int16 (as the 16-input bsums pair up)
+  __m256 d, ndmin;      // d and −dmin
+};
+
 template <int64_t TYPE>
-using BlockOf = std::conditional_t<TYPE == Q6_K, Q6Block, SmallBlock>;
+using BlockOf = std::conditional_t<TYPE == Q6_K, Q6Block, std::conditional_t<TYPE == Q4_K || TYPE == Q5_K, KBlock, SmallBlock>>;
 
 template <int64_t TYPE>
 constexpr int64_t block_bytes_of() {
@@ -493,6 +423,43 @@ template <int64_t TYPE>
   out.d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
 }
 
+template <int64_t TYPE>
+[[gnu::always_inline]] inline void load_block(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t b, KBlock& out) {
+  constexpr int64_t block_bytes = TYPE == Q4_K ? 144 : 176;
+  alignas(32) int32_t scales[8][8] = {}, minimums[8][8] = {};  // [32 inputs][weight row]
+  alignas(16) uint16_t dh[8] = {}, mh[8] = {};
+  KVectors kv;
+  for (int64_t i = 0; i < 8; ++i) {
+    if (i >= g) {
+      for (int c = 0; c < 8; ++c) out.codes[c][i] = _mm256_setzero_si256();
+      continue;
+    }
+    const uint8_t* block = w + i * row_bytes + b * block_bytes;
+    unpack_k_vectors(TYPE, block, kv);
+    for (int c = 0; c < 8; ++c) out.codes[c][i] = kv.codes[c];
+    std::memcpy(dh + i, block, 2);
+    std::memcpy(mh + i, block + 2, 2);
+    alignas(16) uint8_t bytes[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(bytes), k_scale_bytes(block));
+    for (int c = 0; c < 8; ++c) {
+#ifdef PROCTOR_VNNI
+      scales[c][i] = bytes[c];
+#else
+      scales[c][i] = static_cast<int32_t>(bytes[c] | (static_cast<uint32_t>(bytes[c]) << 16));
+#endif
+      minimums[c][i] = static_cast<int32_t>(bytes[8 + c] | (static_cast<uint32_t>(bytes[8 + c]) << 16));
+    }
+  }
+  for (int c = 0; c < 8; ++c) {
+    transpose_words8(out.codes[c]);
+    out.scales[c] = _mm256_load_si256(reinterpret_cast<const __m256i*>(scales[c]));
+    out.minimums[c] = _mm256_load_si256(reinterpret_cast<const __m256i*>(minimums[c]));
+  }
+  out.d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+  // −dmin as k_quant_row negates it (the sign bit flipped: −0 stays −0)
+  out.ndmin = _mm256_xor_ps(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mh))), _mm256_set1_ps(-0.f));
+}
+
 [[gnu::always_inline]] inline __m256i broadcast_word(const int8_t* p) {
   int32_t word;
   std::memcpy(&word, p, 4);
@@ -549,6 +516,45 @@ template <int R, int64_t TYPE>
     }
     const __m256i total = _mm256_sub_epi32(sums, _mm256_slli_epi32(offsets, 5));
     acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(blk.d, _mm256_set1_ps(x.d[at])), acc[t]);
+  }
+}
+
+// Q4_K/Q5_K: per 32 inputs, the eight rows' exact integer sums (codes' lanes against four activations
+// broadcast) times their scales; M = Σ minimum·Σa from the activations' 16-input sums; then as k_quant_row,
+// acc = fma(S, d·a, acc), acc = fma(M, −dmin·a, acc). Chunk by chunk over the tile's rows, so a chunk's
+// code vectors are loaded once for all of them.
+template <int R, int64_t TYPE>
+[[gnu::always_inline]] inline void block_rows(const KBlock& blk, const ActivationView& x, int64_t r0, int64_t b,
+                                              __m256* acc) {
+  __m256i sums[R];
+  for (int t = 0; t < R; ++t) sums[t] = _mm256_setzero_si256();
+  for (int c = 0; c < 8; ++c) {
+    for (int t = 0; t < R; ++t) {
+      const int8_t* p = x.codes + (r0 + t) * x.k + 256 * b + 32 * c;
+#ifdef PROCTOR_VNNI
+      __m256i part = _mm256_setzero_si256();
+      for (int j = 0; j < 8; ++j) part = _mm256_dpbusd_epi32(part, blk.codes[c][j], broadcast_word(p + 4 * j));
+      sums[t] = _mm256_add_epi32(sums[t], _mm256_mullo_epi32(part, blk.scales[c]));
+#else
+      for (int j = 0; j < 8; ++j) {
+        const __m256i pairs = _mm256_maddubs_epi16(blk.codes[c][j], broadcast_word(p + 4 * j));
+        sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(pairs, blk.scales[c]));
+      }
+#endif
+    }
+  }
+  for (int t = 0; t < R; ++t) {
+    const int64_t at = (r0 + t) * x.per_row_blocks + b;
+    const int16_t* bsums = x.bsums + at * 16;
+    __m256i offsets = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c) {
+      int32_t pair;
+      std::memcpy(&pair, bsums + 2 * c, 4);
+      offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(blk.minimums[c], _mm256_set1_epi32(pair)));
+    }
+    const __m256 xd = _mm256_set1_ps(x.d[at]);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t]), _mm256_mul_ps(blk.d, xd), acc[t]);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(offsets), _mm256_mul_ps(blk.ndmin, xd), acc[t]);
   }
 }
 
@@ -636,10 +642,107 @@ inline T* thread_scratch(int64_t count) {
   return reinterpret_cast<T*>((start + 63) & ~uintptr_t{63});
 }
 
+// A K-quant group of eight weight rows (g of them real) times activation rows 0 .. R − 1, R ≤ kRowMost, the
+// rows read one after another as they are stored (one sequential stream, no transposes): per block, the
+// row's integer sums in 8 lanes against each activation row (k_scaled, k_minimums; q6_k_lanes), totalled
+// eight blocks at a time (sum_lanes8: block 8c + q's exact total in lane q). Then the eight rows' totals
+// are transposed (lane i: weight row i) and scaled by the very float operations of the group's block_rows,
+// lane by lane, in block order. So the same bits as the transposed Blocks, for less work at few rows.
+template <int R, int64_t TYPE>
+inline void few_rows(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks, const ActivationView& x, float* y,
+                     int64_t width) {
+  constexpr int64_t block_bytes = TYPE == Q4_K ? 144 : TYPE == Q5_K ? 176 : 210;
+  constexpr int parts = TYPE == Q6_K ? 1 : 2;  // Σ scale·code·a (Q6_K less its offset), and Σ minimum·Σa
+  const int64_t chunks = (blocks + 7) / 8;
+  // totals[((i·chunks + c)·R + t)·parts + p]: weight row i, blocks 8c .. 8c + 7, activation row t, part p
+  __m256i* totals = thread_scratch<__m256i>(8 * chunks * R * parts);
+  float* scales = thread_scratch<float>(16 * blocks);  // [block][d, −dmin][weight row]
+  KVectors kv;
+  __m256i lanes[R][parts][8];
+  for (int64_t i = 0; i < 8; ++i) {
+    const uint8_t* row = w + i * row_bytes;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int count = i < g ? static_cast<int>(blocks - 8 * c < 8 ? blocks - 8 * c : 8) : 0;
+      for (int q = 0; q < count; ++q) {
+        const int64_t b = 8 * c + q;
+        const uint8_t* block = row + b * block_bytes;
+        if (TYPE == Q4_K) {
+          scales[16 * b + i] = half_at(block), scales[16 * b + 8 + i] = -half_at(block + 2);
+          __m256i s[R], m[R];
+          q4_k_lanes<R>(block, x, b, s, m);
+          for (int t = 0; t < R; ++t) lanes[t][0][q] = s[t], lanes[t][parts - 1][q] = m[t];
+          continue;
+        }
+        unpack_k_vectors(TYPE, block, kv);
+        scales[16 * b + i] = kv.d, scales[16 * b + 8 + i] = -kv.dmin;
+        for (int t = 0; t < R; ++t) {
+          if (TYPE == Q6_K) {
+            lanes[t][0][q] = q6_k_lanes(kv, x, t, b);
+          } else {
+            lanes[t][0][q] = k_scaled(kv, x.codes + t * x.k + 256 * b);
+            lanes[t][parts - 1][q] = k_minimums(kv, x.bsums + (t * x.per_row_blocks + b) * 16);
+          }
+        }
+      }
+      for (int t = 0; t < R; ++t) {
+        for (int part = 0; part < parts; ++part) {
+          for (int q = count; q < 8; ++q) lanes[t][part][q] = _mm256_setzero_si256();
+          totals[((i * chunks + c) * R + t) * parts + part] = sum_lanes8(lanes[t][part]);
+        }
+      }
+    }
+    if (i >= g) {
+      for (int64_t b = 0; b < blocks; ++b) scales[16 * b + i] = scales[16 * b + 8 + i] = 0.f;
+    }
+  }
+  __m256 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < chunks; ++c) {
+    __m256i by_block[R][parts][8];  // [t][part][q]: lane i is weight row i's total for block 8c + q
+    for (int t = 0; t < R; ++t) {
+      for (int part = 0; part < parts; ++part) {
+        for (int i = 0; i < 8; ++i) by_block[t][part][i] = totals[((i * chunks + c) * R + t) * parts + part];
+        transpose_words8(by_block[t][part]);
+      }
+    }
+    const int count = static_cast<int>(blocks - 8 * c < 8 ? blocks - 8 * c : 8);
+    for (int q = 0; q < count; ++q) {
+      const int64_t b = 8 * c + q;
+      const __m256 d = _mm256_loadu_ps(scales + 16 * b), ndmin = _mm256_loadu_ps(scales + 16 * b + 8);
+      for (int t = 0; t < R; ++t) {
+        const __m256 xd = _mm256_set1_ps(x.d[t * x.per_row_blocks + b]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(by_block[t][0][q]), _mm256_mul_ps(d, xd), acc[t]);
+        if (parts == 2) {
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(by_block[t][parts - 1][q]), _mm256_mul_ps(ndmin, xd), acc[t]);
+        }
+      }
+    }
+  }
+  store_tile<Narrow, R>(acc, g, y, width, 0);
+}
+
+template <int64_t TYPE>
+struct FewRows {
+  template <int R>
+  struct Op {
+    template <typename... Args>
+    static void run(const Args&... args) { few_rows<R, TYPE>(args...); }
+  };
+};
+
 // Every activation row (rows of them) times weight rows w .. w + (g − 1)·row_bytes of one type: y[r·width + i].
 template <class W, int64_t TYPE>
 inline void type_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks, const ActivationView& x,
                        int64_t rows, float* y, int64_t width) {
+  if constexpr (TYPE == Q4_K || TYPE == Q5_K || TYPE == Q6_K) {
+    if (rows <= kRowMost) {  // W::kRows weight rows as groups of eight
+      for (int64_t h = 0; h < g; h += kGroupRows) {
+        with_count<FewRows<TYPE>::template Op>(rows, w + h * row_bytes, row_bytes, g - h < kGroupRows ? g - h : kGroupRows,
+                                               blocks, x, y + h, width);
+      }
+      return;
+    }
+  }
   if (rows <= 8) {
     with_count<Tiles<W, TYPE>::template Fused>(rows, w, row_bytes, g, blocks, x, y, width);
     return;
@@ -666,6 +769,8 @@ inline void group(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, 
     case Q5_0: type_group<W, Q5_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
     case Q5_1: type_group<W, Q5_1>(w, row_bytes, g, k / 32, x, rows, y, width); break;
     case Q8_0: type_group<W, Q8_0>(w, row_bytes, g, k / 32, x, rows, y, width); break;
+    case Q4_K: type_group<W, Q4_K>(w, row_bytes, g, k / 256, x, rows, y, width); break;
+    case Q5_K: type_group<W, Q5_K>(w, row_bytes, g, k / 256, x, rows, y, width); break;
     default: type_group<W, Q6_K>(w, row_bytes, g, k / 256, x, rows, y, width); break;
   }
 }

@@ -86,9 +86,8 @@ Layout checked_layout(const at::Tensor& blocks, int64_t type, int64_t k) {
 }
 
 // y[:, column .. column + out) of a [rows, width] result = x · Wᵀ, with x already in W's activation form.
-// The 32-input types and Q6_K go eight weight rows at a time (ggml_dot.h's group(); sixteen in the VNNI
-// loops, ggml_wide.h, with each row's bits unchanged), except Q6_K times a few
-// activation rows (k_rows(): the same bits, cheaper there); Q4_K, Q5_K and float types a row at a time.
+// The block types go eight weight rows at a time (ggml_dot.h's group(); sixteen in the VNNI loops,
+// ggml_wide.h, with each row's bits unchanged); float types a row at a time.
 // Each thread takes whole items (a group, or a weight row).
 void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float* y, int64_t width, int64_t column) {
   const Layout layout = checked_layout(blocks, type, x.k);
@@ -96,12 +95,10 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
   const uint8_t* wp = blocks.const_data_ptr<uint8_t>();
   const ActivationView view = x.view();
   const bool vnni = proctor_q4::vnni_loops();
-  // Q6_K by eight weight rows only for more than a few activation rows (k_rows gives the same bits)
-  const bool k_row_wise = layout.elements == 256 && (type != Q6_K || rows <= proctor_ggml_avx2::kRowMost);
-  const bool grouped = layout.elements > 1 && !k_row_wise;
-  const int64_t per_item = grouped ? (vnni ? kWideRows : kGroupRows) : 1, items = (n + per_item - 1) / per_item;
-  // (the VNNI loops take sixteen activation rows a pass over a Q4_K/Q5_K row: ggml_dot.h's k_rows)
-  const int64_t tile = k_row_wise && type == Q6_K ? proctor_ggml_avx2::kRowMost : k_row_wise && vnni ? 2 * kTile : kTile;
+  const bool grouped = layout.elements > 1;
+  // the K-quants' few-row loop reads eight weight rows a group: items of eight (sixteen measured 4-10% slower)
+  const bool few = layout.elements == 256 && rows <= proctor_ggml_avx2::kRowMost;
+  const int64_t per_item = grouped ? (vnni && !few ? kWideRows : kGroupRows) : 1, items = (n + per_item - 1) / per_item;
   const int64_t grain =
       std::max<int64_t>(1, 65536 / std::max<int64_t>(1, per_item * row_bytes * std::min(rows, kTile)));
   at::parallel_for(0, items, grain, [&](int64_t begin, int64_t end) {
@@ -116,16 +113,12 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
       }
       return;
     }
-    float out[2 * kTile];
-    for (int64_t r0 = 0; r0 < rows; r0 += tile) {  // a tile of activation rows stays in cache over the weight rows
-      const int64_t count = std::min(tile, rows - r0);
+    float out[kTile];
+    for (int64_t r0 = 0; r0 < rows; r0 += kTile) {  // a tile of activation rows stays in cache over the weight rows
+      const int64_t count = std::min(kTile, rows - r0);
       for (int64_t j0 = begin; j0 < end; ++j0) {
         const uint8_t* w = wp + j0 * row_bytes;
-        if (k_row_wise && vnni) {
-          k_rows_vnni(count, type, w, x.k, view, r0, out);
-        } else if (k_row_wise) {
-          proctor_ggml_avx2::k_rows(count, type, w, x.k, view, r0, out);
-        } else if (vnni) {
+        if (vnni) {
           rows_vnni(count, type, w, x.k, view, r0, out);
         } else {
           proctor_ggml_avx2::rows(count, type, w, x.k, view, r0, out);

@@ -25,11 +25,6 @@ void rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const A
   proctor_ggml_vnni::rows(count, type, w, k, x, r0, out);
 }
 
-void k_rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
-                 float* out) {
-  proctor_ggml_vnni::k_rows(count, type, w, k, x, r0, out);
-}
-
 void wide_group_vnni(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x,
                      int64_t rows, float* y, int64_t width) {
   proctor_ggml_vnni::wide_group(type, w, row_bytes, g, k, x, rows, y, width);

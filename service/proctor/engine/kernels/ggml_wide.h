@@ -19,8 +19,16 @@ struct WideQ6Block {
   __m512 d;
 };
 
+struct WideKBlock {
+  __m512i codes[8][8];
+  __m512i scales[8];
+  __m512i minimums[8];
+  __m512 d, ndmin;
+};
+
 template <int64_t TYPE>
-using WideBlockOf = std::conditional_t<TYPE == Q6_K, WideQ6Block, WideSmallBlock>;
+using WideBlockOf =
+    std::conditional_t<TYPE == Q6_K, WideQ6Block, std::conditional_t<TYPE == Q4_K || TYPE == Q5_K, WideKBlock, WideSmallBlock>>;
 
 [[gnu::always_inline]] inline __m512i join(__m256i low, __m256i high) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
@@ -43,6 +51,16 @@ using WideBlockOf = std::conditional_t<TYPE == Q6_K, WideQ6Block, WideSmallBlock
   for (int j = 0; j < 16; ++j) out.scales[j] = join(low.scales[j], high.scales[j]);
   for (int m = 0; m < 8; ++m) out.pairs[m] = join(low.pairs[m], high.pairs[m]);
   out.d = join(low.d, high.d);
+}
+
+[[gnu::always_inline]] inline void join_into(const KBlock& low, const KBlock& high, WideKBlock& out) {
+  for (int c = 0; c < 8; ++c) {
+    for (int j = 0; j < 8; ++j) out.codes[c][j] = join(low.codes[c][j], high.codes[c][j]);
+    out.scales[c] = join(low.scales[c], high.scales[c]);
+    out.minimums[c] = join(low.minimums[c], high.minimums[c]);
+  }
+  out.d = join(low.d, high.d);
+  out.ndmin = join(low.ndmin, high.ndmin);
 }
 
 // Block b of weight rows w .. w + (g − 1)·row_bytes, g ≤ 16 (the rest zero): two eight-row Blocks joined.
@@ -103,6 +121,34 @@ template <int R, int64_t TYPE>
     }
     const __m512i total = _mm512_sub_epi32(sums, _mm512_slli_epi32(offsets, 5));
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(blk.d, _mm512_set1_ps(x.d[at])), acc[t]);
+  }
+}
+
+template <int R, int64_t TYPE>
+[[gnu::always_inline]] inline void wide_rows(const WideKBlock& blk, const ActivationView& x, int64_t r0, int64_t b,
+                                             __m512* acc) {
+  __m512i sums[R];
+  for (int t = 0; t < R; ++t) sums[t] = _mm512_setzero_si512();
+  for (int c = 0; c < 8; ++c) {
+    for (int t = 0; t < R; ++t) {
+      const int8_t* p = x.codes + (r0 + t) * x.k + 256 * b + 32 * c;
+      __m512i part = _mm512_setzero_si512();
+      for (int j = 0; j < 8; ++j) part = _mm512_dpbusd_epi32(part, blk.codes[c][j], broadcast_wide(p + 4 * j));
+      sums[t] = _mm512_add_epi32(sums[t], _mm512_mullo_epi32(part, blk.scales[c]));
+    }
+  }
+  for (int t = 0; t < R; ++t) {
+    const int64_t at = (r0 + t) * x.per_row_blocks + b;
+    const int16_t* bsums = x.bsums + at * 16;
+    __m512i offsets = _mm512_setzero_si512();
+    for (int c = 0; c < 8; ++c) {
+      int32_t pair;
+      std::memcpy(&pair, bsums + 2 * c, 4);
+      offsets = _mm512_add_epi32(offsets, _mm512_madd_epi16(blk.minimums[c], _mm512_set1_epi32(pair)));
+    }
+    const __m512 xd = _mm512_set1_ps(x.d[at]);
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[t]), _mm512_mul_ps(blk.d, xd), acc[t]);
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(offsets), _mm512_mul_ps(blk.ndmin, xd), acc[t]);
   }
 }
 
