@@ -314,7 +314,7 @@ inline void with_count(int64_t count, const Args&... args) {
 // stored, no transposes); past it, by its Blocks.
 constexpr int64_t kRowMost = 4;
 
-// ---- Eight weight rows at a time: every block type -----------------------------------------------------------
+// ---- Eight weight rows at a time: every block type ------------------------------------------------------
 // Per block, the eight rows' codes are unpacked and transposed once (vector j: inputs 4j .. 4j + 3 of every
 // row, row i in lane i: a Block); per activation row, each vector meets those four activations broadcast,
 // so the eight rows' exact integer sums build up in one vector with no horizontal sums, are scaled in float
