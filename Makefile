@@ -24,10 +24,10 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt
 model: $(STAMP)
 	$(BIN)/proctor model install-default
 
-# The q8 decode kernel, compiled against the installed torch (~15 s once; engine/fused_decode.py).
+# The q8 decode kernel, compiled against the installed torch (~15 s once; executor/fused_decode.py).
 # Without a C++ compiler the server still runs: --weights auto then picks fp16.
 kernels: $(STAMP)
-	$(BIN)/python -m proctor.engine.fused_decode || echo "make: continuing without the q8 kernel"
+	$(BIN)/python -m proctor.executor.fused_decode || echo "make: continuing without the q8 kernel"
 
 # Throwaway PostgreSQL for the audit-trail tests (.proctor/postgres, 127.0.0.1:54329); `$(PG) stop` stops it.
 postgres:

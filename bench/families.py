@@ -27,9 +27,9 @@ sys.path[:0] = [str(ROOT / "service")]
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from proctor.engine.families import decodes_fused, describe  # noqa: E402
-from proctor.engine.llama_step import LlamaSlots  # noqa: E402
-from proctor.engine.model_runner import PerSlotRunner  # noqa: E402
+from proctor.executor.families import decodes_fused, describe  # noqa: E402
+from proctor.executor.llama_step import LlamaSlots  # noqa: E402
+from proctor.executor.model_runner import PerSlotRunner  # noqa: E402
 
 SHAPES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", "Qwen2.5-0.5B", {

@@ -21,7 +21,7 @@ sys.path[:0] = [str(ROOT / "service")]
 
 import torch  # noqa: E402
 
-from proctor.engine.fused_decode import load_problem  # noqa: E402
+from proctor.executor.fused_decode import load_problem  # noqa: E402
 from proctor.models.gguf_file import GgufFile  # noqa: E402
 
 NAMES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")

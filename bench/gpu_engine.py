@@ -283,7 +283,7 @@ def main() -> int:
         figures["engine_paths"] = {
             "runner": type(runner).__name__, "weights": getattr(getattr(runner, "weights", None), "mode", None),
             "kv_cache_dtype": str(getattr(runner, "cache_dtype", "")).removeprefix("torch."),
-            "drafts_and_jump_forward": engine._batch.capabilities.extend,  # False on CUDA (engine/executor.py)
+            "drafts_and_jump_forward": engine._batch.capabilities.extend,  # False on CUDA (executor/protocol.py)
             "cuda_graphs_or_torch_compile": False}  # the engine has neither: eager PyTorch on every device
         rows, solo, together = [], None, {}
         for n in streams:

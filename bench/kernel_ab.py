@@ -28,11 +28,11 @@ sys.path[:0] = [str(ROOT / "service")]
 
 import torch  # noqa: E402
 
-from proctor.engine.fused_decode import CFLAGS, LDFLAGS, load_problem  # noqa: E402
-from proctor.engine.gguf_linear import GgufLinear  # noqa: E402
+from proctor.executor.fused_decode import CFLAGS, LDFLAGS, load_problem  # noqa: E402
+from proctor.executor.gguf_linear import GgufLinear  # noqa: E402
 from proctor.models.gguf_file import GgufFile  # noqa: E402
 
-KERNELS = "service/proctor/engine/kernels"
+KERNELS = "service/proctor/executor/kernels"
 DEFAULT_MATRICES = "blk.0.attn_q.weight,blk.0.ffn_gate.weight,blk.0.ffn_down.weight,token_embd.weight"
 ROWS = "1,16,80"
 

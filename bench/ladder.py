@@ -174,7 +174,7 @@ def _measure_here(path: Path, steps: int) -> None:
     import torch
 
     from proctor.config import Settings
-    from proctor.engine.llama_step import LlamaSlots
+    from proctor.executor.llama_step import LlamaSlots
     from proctor.models.loader import load_model
 
     started = time.perf_counter()

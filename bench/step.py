@@ -1,4 +1,4 @@
-"""Decode-step benchmark of the slot forward (engine/llama_step.py) at several batch sizes.
+"""Decode-step benchmark of the slot forward (executor/llama_step.py) at several batch sizes.
 
 Measures, on one device and dtype: prefill time of a prompt, the time of one decode step with B
 running rows (each at its own length), aggregate tokens/s, and ``model.generate()`` (batch 1) on
@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT / "service")]
 
 import torch  # noqa: E402
 
-from proctor.engine.llama_step import LlamaSlots  # noqa: E402
+from proctor.executor.llama_step import LlamaSlots  # noqa: E402
 
 SMOLLM2_135M = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
                 "num_key_value_heads": 3, "vocab_size": 49152, "max_position_embeddings": 8192,

@@ -41,7 +41,7 @@ from proctor.constraints.compiler import ConstraintCompiler  # noqa: E402
 from proctor.constraints.spec import ConstraintSpec  # noqa: E402
 from proctor.decoding.pipeline import RowDecision, run_pipeline  # noqa: E402
 from proctor.domain.request import SamplingParams  # noqa: E402
-from proctor.engine.fused_decode import load_problem  # noqa: E402
+from proctor.executor.fused_decode import load_problem  # noqa: E402
 
 DEFAULT_MODEL = ROOT / ".proctor" / "models" / "SmolLM2-135M-Instruct"
 LADDER_FILES = {"llama-3.2-1b": "llama-3.2-1b-Q4_K_M.gguf", "qwen2.5-0.5b": "qwen2.5-0.5b-Q4_K_M.gguf"}

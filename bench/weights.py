@@ -1,4 +1,4 @@
-"""Weight modes of the slot forward (``--weights dense|fp16|q8|q4``, engine/weights.py): speed and quality.
+"""Weight modes of the slot forward (``--weights dense|fp16|q8|q4``, executor/weights.py): speed and quality.
 
 1. **Kernels** — ``x @ W.T`` for the default model's layer shapes (fused qkv, o, fused gate/up,
    down, LM head) at 1, 4, 16 and 32 rows, per mode; the weights of one layer are cycled through 30
@@ -28,9 +28,9 @@ import torch  # noqa: E402
 from helpers.weight_quality import AGREEMENT_PROMPTS, PERPLEXITY_TEXT, agreement, chat_ids, perplexity  # noqa: E402
 
 from proctor.config import Settings  # noqa: E402
-from proctor.engine.llama_step import LlamaSlots  # noqa: E402
-from proctor.engine.smoothing import calibration_ids  # noqa: E402
-from proctor.engine.weights import make_linear  # noqa: E402
+from proctor.executor.llama_step import LlamaSlots  # noqa: E402
+from proctor.executor.smoothing import calibration_ids  # noqa: E402
+from proctor.executor.weights import make_linear  # noqa: E402
 from proctor.models import load_model  # noqa: E402
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536), "lm_head": (49152, 576)}

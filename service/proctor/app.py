@@ -63,7 +63,7 @@ AUDIT_SERVICE_NAME = audit_pb2.DESCRIPTOR.services_by_name["Audit"].full_name
 
 def model_info(loaded: LoadedModel, settings: Settings) -> dict[str, object]:
     """The ModelInfo fields that describe the loaded model."""
-    from proctor.engine.families import runner_description
+    from proctor.executor.families import runner_description
 
     return {
         "model_id": loaded.model_id,
@@ -263,7 +263,7 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
                   observability: Observability | None = None
                   ) -> tuple[Engine, dict[str, object], list[RegisteredSchema]]:
     from proctor.engine.engine import Engine
-    from proctor.engine.families import runner_problem
+    from proctor.executor.families import runner_problem
     from proctor.models import load_model
 
     loaded = load_model(settings)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-# How the slot forward runs the linear layers (engine/weights.py); "auto" picks one (models/placement.py).
+# How the slot forward runs the linear layers (executor/weights.py); "auto" picks one (models/placement.py).
 # Each with the revision of its arithmetic, recorded in the audit trail and bumped whenever what the mode
 # computes changes, so a replay is refused rather than diverging (q8 2: the C++ kernel, float16 cache
 # and embedding table; q4 1: GGUF Q4_1 layers and Q8_0 LM head in the C++ kernel, float16 cache;
@@ -53,7 +53,7 @@ CACHE_VARIABLES = (KERNEL_CACHE_VARIABLE, TOKENIZER_CACHE_VARIABLE)  # read from
 
 
 def default_kernel_cache() -> Path:
-    """Where compiled kernels live (engine/fused_decode.py): ``PROCTOR_KERNEL_CACHE`` or ``<repo>/.proctor/kernels``."""
+    """Where compiled kernels live (executor/fused_decode.py): ``PROCTOR_KERNEL_CACHE`` or ``<repo>/.proctor/kernels``."""
     env = os.environ.get(KERNEL_CACHE_VARIABLE)
     if env:
         return Path(env)
@@ -81,7 +81,7 @@ class Settings:
     model_store: Path = field(default_factory=default_model_store)
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    weights: str = "auto"  # auto | dense | fp16 | q8: how the linear layers run (engine/weights.py)
+    weights: str = "auto"  # auto | dense | fp16 | q8: how the linear layers run (executor/weights.py)
     threads: int = 0  # torch intra-op threads on CPU: N pinned; 0 = CPU budget, tuned (engine/thread_tuner.py)
     default_max_new_tokens: int = 256
     max_new_tokens_limit: int = 4096

@@ -143,7 +143,7 @@ def test_build_stage_installs_cpu_torch_the_model_and_the_kernels() -> None:
     runs = "\n".join(stages[0].all("RUN"))
     assert "torch==2.13.0+cpu" in runs and '--index-url "${TORCH_INDEX_URL}"' in runs
     assert "proctor model install-default" in runs  # the sha256-checked default model
-    assert "python -m proctor.engine.fused_decode" in runs
+    assert "python -m proctor.executor.fused_decode" in runs
 
 
 def test_runtime_runs_proctor_serve_as_a_non_root_user_with_volumes_and_a_health_check() -> None:
@@ -224,7 +224,7 @@ def test_build_context_admits_what_the_dockerfile_copies_and_nothing_heavy() -> 
             if p.is_file() and "__pycache__" not in p.parts and not any(x.endswith(".egg-info") for x in p.parts)]
         for path in files:
             assert not context_excludes(path.rstrip("/"), patterns), f"{path} is copied but excluded from the context"
-    for needed in ("service/proctor/engine/kernels/pipeline.cpp", "service/proctor/engine/kernels/layer_step.h",
+    for needed in ("service/proctor/executor/kernels/pipeline.cpp", "service/proctor/executor/kernels/layer_step.h",
                    "service/proctor/schemas/contract/nda/1.json", "clients/python/pyproject.toml"):
         assert not context_excludes(needed, patterns), needed
     for heavy in (".venv/bin/python", ".proctor/models/SmolLM2-135M-Instruct/model.safetensors", ".git/HEAD",

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from proctor.engine.llama_step import LlamaSlots
-from proctor.engine.smoothing import calibration_ids
+from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.smoothing import calibration_ids
 
 # Fixed chat prompts (the user turn; the chat template is applied) and a fixed text for perplexity.
 AGREEMENT_PROMPTS = [

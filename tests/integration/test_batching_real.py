@@ -133,7 +133,7 @@ def test_a_rows_logits_are_bit_identical_alone_and_in_a_batch(server: Any) -> No
     """Stronger than equal greedy tokens: the logits themselves do not depend on the batch."""
     import torch
 
-    from proctor.engine.llama_step import LlamaSlots
+    from proctor.executor.llama_step import LlamaSlots
 
     loaded = server.running.engine.loaded
     prompts = [r[0] for r in REQUESTS[:8]]

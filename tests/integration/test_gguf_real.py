@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from proctor.config import Settings
-from proctor.engine.llama_step import LlamaSlots
+from proctor.executor.llama_step import LlamaSlots
 from proctor.models.loader import load_model
 
 TEXTS = ["Hello world", "  leading spaces and ünïcödé, 数字 123", "<|im_start|>user\nHi<|im_end|>\n", "a\n\n\tb"]

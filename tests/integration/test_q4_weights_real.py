@@ -20,8 +20,8 @@ from helpers.requirements import missing
 from helpers.weight_quality import agreement, perplexity
 
 from proctor.config import Settings, default_model_store
-from proctor.engine.slot_weights import slot_weights
-from proctor.engine.weights import BlockLinear, fbgemm_available
+from proctor.executor.slot_weights import slot_weights
+from proctor.executor.weights import BlockLinear, fbgemm_available
 from proctor.models import load_model
 from proctor.models.default_model import GGUF_NAME
 

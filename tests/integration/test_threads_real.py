@@ -19,7 +19,7 @@ PROMPTS = ["Write a haiku about the sea.", "Summarise: the Receiving Party shall
 def test_slot_forward_logits_are_bit_identical_at_one_two_and_three_threads(server: Any) -> None:
     import torch
 
-    from proctor.engine.llama_step import LlamaSlots
+    from proctor.executor.llama_step import LlamaSlots
 
     loaded = server.running.engine.loaded
     rows = [loaded.tokenizer(p)["input_ids"] for p in PROMPTS]

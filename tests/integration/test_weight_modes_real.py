@@ -15,7 +15,7 @@ import torch
 from helpers.weight_quality import agreement, perplexity
 
 from proctor.config import SAMPLER_REVISION, WEIGHT_MODE_REVISIONS, Settings
-from proctor.engine.weights import fbgemm_available
+from proctor.executor.weights import fbgemm_available
 from proctor.models import load_model
 from proctor.models.placement import resolve_weights
 

@@ -14,8 +14,8 @@ import torch
 from helpers.engine import Collector
 
 from proctor.domain import GenerationRequest, SamplingParams, StoppingParams
-from proctor.engine.executor import Feed
-from proctor.engine.llama_step import LlamaSlots
+from proctor.executor.protocol import Feed
+from proctor.executor.llama_step import LlamaSlots
 from proctor.engine.status import RequestStatus
 
 LONG = " ".join(f"item {i} of the list," for i in range(60))

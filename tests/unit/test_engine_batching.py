@@ -14,9 +14,9 @@ import torch
 from helpers.engine import Collector
 
 from proctor.domain import FinishReason, GenerationRequest, SamplingParams, StoppingParams
-from proctor.engine.executor import Feed
-from proctor.engine.llama_step import LlamaSlots
-from proctor.engine.model_runner import PerSlotRunner, make_runner
+from proctor.executor.protocol import Feed
+from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.model_runner import PerSlotRunner, make_runner
 
 PROMPTS = ["The capital of France is", "Hi", "你好，世界。今天天气很好。",
            "Once upon a time, in a small village by the sea, there lived an old fisherman",
@@ -131,7 +131,7 @@ def test_slot_moves_keep_each_rows_cache(tiny_model, tokenizer) -> None:  # type
 
 
 def test_other_architectures_use_the_per_slot_runner(tokenizer) -> None:  # type: ignore[no-untyped-def]
-    from transformers import GPT2Config, GPT2LMHeadModel  # not a family of engine/families.py
+    from transformers import GPT2Config, GPT2LMHeadModel  # not a family of executor/families.py
 
     config = GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=len(tokenizer), n_positions=256)
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Multi-token extends of the slot forward (LlamaSlots.extend, engine/llama_step.py) on the tiny model.
+"""Multi-token extends of the slot forward (LlamaSlots.extend, executor/llama_step.py) on the tiny model.
 
 Jump-forward and speculation feed several tokens of one request in one forward and keep what the
 verification accepts. That is exact only if every fed position's logits are the bits one decode step per
@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from proctor.engine import fused_decode
-from proctor.engine.llama_step import LlamaSlots
-from proctor.engine.smoothing import calibration_ids
-from proctor.engine.weights import fbgemm_available
+from proctor.executor import fused_decode
+from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.smoothing import calibration_ids
+from proctor.executor.weights import fbgemm_available
 
 PROMPT_LENGTHS = (3, 70, 130)  # a short row and rows past one and two 64-position blocks
 FIRST_FEEDS = ([11, 12, 13, 14], [21], [31, 32])

@@ -1,4 +1,4 @@
-"""Every family of engine/families.py on the slot forward (issue 25), against transformers' own classes.
+"""Every family of executor/families.py on the slot forward (issue 25), against transformers' own classes.
 
 Each family is a tiny random-weight model built with its transformers class, its norm weights and biases
 randomised so that a norm or bias the slot forward skipped (or computed in another arithmetic) shows. Its
@@ -17,8 +17,8 @@ import pytest
 import torch
 import transformers
 
-from proctor.engine.families import Unsupported, describe
-from proctor.engine.llama_step import LlamaSlots
+from proctor.executor.families import Unsupported, describe
+from proctor.executor.llama_step import LlamaSlots
 
 WINDOW = 16
 BASE = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -175,7 +175,7 @@ def test_a_length_dependent_rope_gives_each_position_its_regime_whatever_else_ru
 
 
 def test_the_runner_description_names_the_path_and_why() -> None:
-    from proctor.engine.families import runner_description
+    from proctor.executor.families import runner_description
 
     assert runner_description(build("llama"), "q4") == (
         "slot forward: llama, batched, q4 weights in the C++ decode kernels")
@@ -239,7 +239,7 @@ def test_the_q4_kernel_computes_what_the_operations_compute_for_the_family(name:
     operations on the same q4 weights, over rows shorter and longer than the window."""
     from helpers.requirements import missing
 
-    from proctor.engine import fused_decode
+    from proctor.executor import fused_decode
 
     problem = fused_decode.load_problem()
     if problem is not None:

@@ -1,4 +1,4 @@
-"""The q8 and q4 decode kernels (engine/fused_decode.py, kernels/) on the tiny model.
+"""The q8 and q4 decode kernels (executor/fused_decode.py, kernels/) on the tiny model.
 
 It replaces ~60 PyTorch operations per layer, so it must compute what they compute: the same logits
 (up to float rounding) and the same keys and values in the cache, over prefixes longer than a block,
@@ -13,10 +13,10 @@ import torch
 from helpers.requirements import missing
 
 from proctor.decoding import logits_ops
-from proctor.engine import fused_decode
-from proctor.engine.llama_step import LlamaSlots
-from proctor.engine.smoothing import calibration_ids
-from proctor.engine.weights import fbgemm_available
+from proctor.executor import fused_decode
+from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.smoothing import calibration_ids
+from proctor.executor.weights import fbgemm_available
 
 PROMPT_LENGTHS = (3, 70, 130)  # one short row, rows past one and two 64-position attention blocks
 

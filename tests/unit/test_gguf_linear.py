@@ -15,8 +15,8 @@ import torch
 from helpers.ggml_blocks import random_blocks
 from helpers.requirements import missing, require_module
 
-from proctor.engine import fused_decode
-from proctor.engine.gguf_linear import BLOCK_TYPES, GgufLinear, GgufStack
+from proctor.executor import fused_decode
+from proctor.executor.gguf_linear import BLOCK_TYPES, GgufLinear, GgufStack
 
 gguf = require_module("gguf")
 from gguf import GGMLQuantizationType  # noqa: E402

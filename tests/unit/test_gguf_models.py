@@ -23,9 +23,9 @@ from helpers.gguf_writer import tiny_loaded_from_gguf, write_gguf, write_raw_ten
 from helpers.requirements import missing
 from test_families import build
 
-from proctor.engine import fused_decode
-from proctor.engine.families import describe, runner_problem
-from proctor.engine.llama_step import LlamaSlots
+from proctor.executor import fused_decode
+from proctor.executor.families import describe, runner_problem
+from proctor.executor.llama_step import LlamaSlots
 from proctor.models.errors import ModelError
 from proctor.models.gguf_file import GgufFile
 from proctor.models.placement import resolve_weights

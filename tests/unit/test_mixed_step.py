@@ -26,13 +26,13 @@ from hypothesis import strategies as st
 from test_families import FAMILIES, build
 
 from proctor.domain import GenerationRequest, StoppingParams
-from proctor.engine import fused_decode
-from proctor.engine.executor import Feed
-from proctor.engine.gguf_linear import BLOCK_TYPES
-from proctor.engine.llama_step import LlamaSlots
-from proctor.engine.smoothing import calibration_ids
+from proctor.executor import fused_decode
+from proctor.executor.protocol import Feed
+from proctor.executor.gguf_linear import BLOCK_TYPES
+from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.smoothing import calibration_ids
 from proctor.engine.status import RequestStatus
-from proctor.engine.weights import fbgemm_available
+from proctor.executor.weights import fbgemm_available
 
 SLOTS = 4
 STEPS = 5

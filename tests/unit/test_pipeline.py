@@ -188,7 +188,7 @@ def test_greedy_constrained_steps_take_one_kernel_pass_with_the_general_paths_de
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The constraint-only greedy step (no masks built, no copy) decides exactly what the general path does."""
     from proctor.decoding import logits_ops, pipeline
-    from proctor.engine import fused_decode
+    from proctor.executor import fused_decode
 
     problem = fused_decode.load_problem()
     if problem is not None:

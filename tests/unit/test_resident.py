@@ -1,4 +1,4 @@
-"""Resident memory while the slot weights are built (engine/resident.py).
+"""Resident memory while the slot weights are built (executor/resident.py).
 
 ``page_out`` must drop a file-mapped tensor's pages (the process's resident memory falls by its
 size) and leave its values intact (they fault back in from the file), and must never touch memory
@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from proctor.engine.resident import page_out
+from proctor.executor.resident import page_out
 
 MB = 2**20
 

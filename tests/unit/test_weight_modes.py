@@ -1,4 +1,4 @@
-"""The weight modes of the slot forward (engine/weights.py) on the tiny model.
+"""The weight modes of the slot forward (executor/weights.py) on the tiny model.
 
 What each mode must keep: a row's logits the same bits alone or in a batch and at any thread count
 (the engine's determinism, and what lets the thread tuner run), logits close to the dense
@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from proctor.config import WEIGHT_MODES
-from proctor.engine.llama_step import LlamaSlots
-from proctor.engine.slot_weights import release_dense, slot_weights
-from proctor.engine.smoothing import calibration_ids
-from proctor.engine.weights import fbgemm_available, make_linear, mode_problem
+from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.slot_weights import release_dense, slot_weights
+from proctor.executor.smoothing import calibration_ids
+from proctor.executor.weights import fbgemm_available, make_linear, mode_problem
 from proctor.models.errors import ModelError
 from proctor.models.placement import resolve_weights
 
@@ -83,7 +83,7 @@ def test_q4_logits_stay_close_to_dense_on_its_own_blocks(tiny_model, tokenizer) 
     rounding of activations. (Against the tiny model's own random fp32 weights, 4-bit rounding alone
     moves these logits by 25-90 %; the real model's weights are its GGUF's blocks, where q4 is exact:
     tests/integration/test_q4_weights_real.py.)"""
-    from proctor.engine.weights import BlockLinear
+    from proctor.executor.weights import BlockLinear
 
     on_blocks = copy.deepcopy(tiny_model)
     with torch.no_grad():
@@ -129,7 +129,7 @@ def test_weight_bytes_shrink_by_mode(tiny_model, tokenizer) -> None:  # type: ig
 def test_block_products_match_their_dequantized_weights() -> None:
     """q4's kernel products: within int8 activation rounding of x @ dequantized W.T, each row's scale its
     own (per row and per block of 32), the same bits alone and in a batch; the lookup of a row is exact."""
-    from proctor.engine.weights import BlockLinear
+    from proctor.executor.weights import BlockLinear
 
     generator = torch.Generator().manual_seed(0)
     weight = torch.randn(40, 96, generator=generator)  # 5 groups of 8 rows, 3 blocks of 32
@@ -149,7 +149,7 @@ def test_block_products_match_their_dequantized_weights() -> None:
 
 @needs_fbgemm
 def test_block_weights_refuse_sizes_the_blocks_cannot_hold() -> None:
-    from proctor.engine.weights import BlockLinear
+    from proctor.executor.weights import BlockLinear
 
     with pytest.raises(ValueError, match="multiples of 32"):
         BlockLinear(torch.randn(8, 40), "q4_1")
@@ -168,8 +168,8 @@ def test_q8_needs_its_calibration_text(tiny_model) -> None:  # type: ignore[no-u
 def test_smoothing_leaves_the_dense_product_unchanged(tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
     """The per-channel scales folded into norms, v and up rows cancel exactly in real arithmetic: run
     the smoothed weights densely and the logits match the dense forward to float rounding."""
-    from proctor.engine.slot_weights import _build_smoothed
-    from proctor.engine.smoothing import input_peaks
+    from proctor.executor.slot_weights import _build_smoothed
+    from proctor.executor.smoothing import input_peaks
 
     ids = tokenizer(PROMPTS[3])["input_ids"]
     smoothed = _build_smoothed(tiny_model, "dense", input_peaks(tiny_model, calibration_ids(tokenizer)))

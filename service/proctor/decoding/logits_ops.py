@@ -1,7 +1,7 @@
-"""Row passes over logits [B, V] in the kernel library's vectorised loops (engine/kernels/pipeline.cpp).
+"""Row passes over logits [B, V] in the kernel library's vectorised loops (executor/kernels/pipeline.cpp).
 
 Each gives the same bits as the PyTorch expression it replaces, and falls back to that expression until
-the library is loaded (``engine/fused_decode.py`` builds and loads it, then calls ``library_loaded``;
+the library is loaded (``executor/fused_decode.py`` builds and loads it, then calls ``library_loaded``;
 these functions never build it). They live with the decoding pipeline that calls them.
 """
 

@@ -1,1 +1,2 @@
-"""The decode engine: scheduler, per-request state, batch + KV cache, model runner, detokenizer."""
+"""The decode engine: scheduler, per-request state, the running batch and its step, detokenizer (the model runs
+in proctor.executor)."""

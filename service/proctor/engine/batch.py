@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from proctor.engine.executor import Capabilities, Executor, Feed
+from proctor.executor.protocol import Capabilities, Executor, Feed
 from proctor.engine.prefix_cache import CachedChunk, PrefixCache
 from proctor.engine.sequence import SequenceState
 

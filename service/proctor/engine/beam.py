@@ -43,7 +43,7 @@ from proctor.decoding.pipeline import RowDecision
 from proctor.domain import FinishReason, RequestValidationError, ReturnedSequence
 from proctor.domain.request import EarlyStopping
 from proctor.engine.detokenizer import text_decoder
-from proctor.engine.families import unsupported_reason
+from proctor.executor.families import unsupported_reason
 from proctor.engine.sequence import SequenceState
 from proctor.engine.status import RequestStatus
 

@@ -2,7 +2,7 @@
 
 Continuous batching, one forward a step: **schedule** (engine/scheduler.py: who leaves, who joins, what each
 row is fed within the step's token budget) → **execute** (engine/batch.py: one forward over every feed, prompt
-pieces, decode rows and drafts together, on the executor: engine/executor.py) → **update** (process, sample,
+pieces, decode rows and drafts together, on the executor: executor/protocol.py) → **update** (process, sample,
 verify and commit each row's tokens, set its status, retire the finished). Requests join at any step boundary
 and leave the step they finish (or are cancelled / pass their deadline), freeing their KV-cache slot.
 Events go to each request's sink from the engine thread; the sink must not block (the API hands
@@ -30,16 +30,16 @@ from proctor.engine.attempts import FallbackAttempts
 from proctor.engine.batch import DecodeBatch, RowFeed
 from proctor.engine.beam import BeamSearches
 from proctor.engine.drafting import Drafter, DraftPolicy
-from proctor.engine.executor import Executor
+from proctor.executor.protocol import Executor
 from proctor.engine.live import LiveRequests
 from proctor.engine.loaded_model import LoadedModel
-from proctor.engine.model_runner import make_runner
+from proctor.executor.model_runner import make_runner
 from proctor.engine.prefix_cache import PrefixCache
 from proctor.engine.preprocess import PreparedRequest, prepare_controls, prepare_request
 from proctor.engine.scheduler import Scheduler, StepPlan
 from proctor.engine.sequence import EventSink, SequenceState
-from proctor.engine.slot_weights import release_dense
-from proctor.engine.smoothing import calibration_ids
+from proctor.executor.slot_weights import release_dense
+from proctor.executor.smoothing import calibration_ids
 from proctor.engine.status import RequestStatus
 from proctor.engine.thread_tuner import PinnedThreads, ThreadPolicy, thread_policy
 from proctor.engine.verify import verify

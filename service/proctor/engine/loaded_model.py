@@ -30,7 +30,7 @@ class LoadedModel:
     context_length: int
     vocab_size: int
     special_token_ids: frozenset[int]
-    weights: str = "dense"  # how the slot forward runs the linear layers (engine/weights.py)
+    weights: str = "dense"  # how the slot forward runs the linear layers (executor/weights.py)
     tokenizer_path: Path | None = None  # where the tokenizer loads from again (a GGUF's: its cache entry); else path
 
     @property

@@ -9,7 +9,7 @@ tokens (vLLM's ``num_scheduled_tokens``):
    verifies drafts, within half the budget (``DRAFT_SHARE``), so prompts keep the rest;
 3. the prompts still being fed, oldest first, then waiting requests that join (a free row, room in the KV-cache
    budget), each given as much of its prompt as the budget has left (the whole prompt in one step where the
-   executor cannot split one: engine/executor.Capabilities).
+   executor cannot split one: executor/protocol.Capabilities).
 
 Running rows before waiting ones, as vLLM's scheduler orders them.
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from proctor.domain import FinishReason, Overloaded
 from proctor.engine.batch import DecodeBatch, RowFeed
-from proctor.engine.executor import Capabilities
+from proctor.executor.protocol import Capabilities
 from proctor.engine.sequence import SequenceState
 from proctor.engine.status import RequestStatus
 

@@ -1,5 +1,5 @@
 """A GGUF file's tensors as the gguf weights mode serves them: matrices as views of the memory-mapped
-file (engine/gguf_linear.py), norms and biases as float32.
+file (executor/gguf_linear.py), norms and biases as float32.
 
 Read with the ``gguf`` package (llama.cpp's own reader). A file whose matrices use a block type with no
 product here (Q2_K, Q3_K, the IQ types, ...) is refused when opened, naming the types and a tensor of
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from proctor.engine.gguf_linear import BLOCK_TYPES, GgufLinear, type_name
+from proctor.executor.gguf_linear import BLOCK_TYPES, GgufLinear, type_name
 from proctor.models.errors import ModelError
 
 

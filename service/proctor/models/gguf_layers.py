@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from proctor.engine.families import Family, describe
-from proctor.engine.gguf_linear import GgufStack
-from proctor.engine.slot_weights import LayerWeights, SlotWeights, built_from
+from proctor.executor.families import Family, describe
+from proctor.executor.gguf_linear import GgufStack
+from proctor.executor.slot_weights import LayerWeights, SlotWeights, built_from
 from proctor.models.gguf_file import GgufFile
 
 # The GGUF architectures whose q/k rows convert_hf_to_gguf permutes (its LlamaModel: Llama and Mistral).

@@ -31,7 +31,7 @@ def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any, Path]:
     from again (models/gguf_tokenizer.py)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from proctor.engine.resident import returning_freed_memory
+    from proctor.executor.resident import returning_freed_memory
     from proctor.models.gguf_layers import attach
 
     started = time.perf_counter()

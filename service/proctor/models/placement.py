@@ -64,7 +64,7 @@ def resolve_weights(name: str, device: torch.device, dtype: torch.dtype, gguf_fi
     """``auto`` → for a ``.gguf`` file its own blocks (gguf), else the first of ``CPU_PREFERENCE`` that can
     run here (a CPU with fbgemm, fp32 activations, and for q4 and q8 the compiled kernels), else dense (the
     order measured: bench/weights.py)."""
-    from proctor.engine.weights import CPU_PREFERENCE, mode_problem
+    from proctor.executor.weights import CPU_PREFERENCE, mode_problem
 
     name = (name or "auto").strip().lower()
     if name == "gguf" and not gguf_file:

@@ -1,5 +1,5 @@
 // One decode step of a Llama layer with q8 weights: the step of layer_step.h around fbgemm's int8
-// products through the packed weights (engine/fused_decode.py says why).
+// products through the packed weights (executor/fused_decode.py says why).
 #include <ATen/native/quantized/PackedParams.h>
 #include <torch/library.h>
 

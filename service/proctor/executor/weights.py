@@ -74,7 +74,7 @@ def mode_problem(mode: str, device: torch.device, dtype: torch.dtype) -> str | N
     if not fbgemm_available():
         return f"--weights {mode} needs fbgemm (an x86 CPU with AVX2); this machine has none"
     if mode in ("q8", "q4", "gguf"):
-        from proctor.engine.fused_decode import load_problem
+        from proctor.executor.fused_decode import load_problem
 
         problem = load_problem()
         if problem is not None:
@@ -180,7 +180,7 @@ class BlockLinear:
     thread_invariant = True
 
     def __init__(self, weight: torch.Tensor, block_format: str) -> None:
-        from proctor.engine.fused_decode import load_problem
+        from proctor.executor.fused_decode import load_problem
 
         problem = load_problem()
         if problem is not None:

@@ -18,10 +18,10 @@ from typing import Any, cast
 
 import torch
 
-from proctor.engine.families import describe
-from proctor.engine.resident import page_out, paged_out_after_forward, returning_freed_memory
-from proctor.engine.smoothing import expand_to_heads, input_peaks, shared_by_kv_head, smoothing_scales
-from proctor.engine.weights import BlockLinear, Linear, make_linear
+from proctor.executor.families import describe
+from proctor.executor.resident import page_out, paged_out_after_forward, returning_freed_memory
+from proctor.executor.smoothing import expand_to_heads, input_peaks, shared_by_kv_head, smoothing_scales
+from proctor.executor.weights import BlockLinear, Linear, make_linear
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class LayerWeights:
     post_norm: torch.Tensor  # the norm before the MLP (Gemma's pre_feedforward_layernorm)
     gate_up: Linear  # [2·I, hidden]
     down: Linear
-    # What other families add (engine/families.py); None where the family has none.
+    # What other families add (executor/families.py); None where the family has none.
     qkv_bias: torch.Tensor | None = None
     o_bias: torch.Tensor | None = None
     gate_up_bias: torch.Tensor | None = None
@@ -50,7 +50,7 @@ class SlotWeights:
     final_norm: torch.Tensor
     lm_head: Linear
     layers: list[LayerWeights]
-    embed_blocks: Any = None  # gguf: the file's token_embd blocks (engine/gguf_linear.GgufLinear)
+    embed_blocks: Any = None  # gguf: the file's token_embd blocks (executor/gguf_linear.GgufLinear)
 
     def embed_rows(self, ids: torch.Tensor) -> torch.Tensor:
         """The embeddings of tokens ``ids`` ([N] → [N, hidden]); from the file's blocks (gguf), or the LM

@@ -1,7 +1,7 @@
 """The executor for architectures the slot forward does not describe, and the choice between the two.
 
 - ``LlamaSlots`` (llama_step.py): one forward for all rows, each row with its own length — the fast
-  path, for every family engine/families.py describes.
+  path, for every family executor/families.py describes.
 - ``PerSlotRunner`` (here): any other causal LM through transformers' own forward, one
   ``DynamicCache`` per slot, the rows run one after another. Correct for every architecture, without the
   batching speed-up: a prompt is fed whole (transformers' prefill computes a prompt split in pieces
@@ -19,9 +19,9 @@ from typing import Any, cast
 import torch
 from transformers import DynamicCache
 
-from proctor.engine.executor import Capabilities, Executor, Feed
-from proctor.engine.families import unsupported_reason
-from proctor.engine.llama_step import LlamaSlots
+from proctor.executor.protocol import Capabilities, Executor, Feed
+from proctor.executor.families import unsupported_reason
+from proctor.executor.llama_step import LlamaSlots
 
 log = logging.getLogger("proctor.engine")
 

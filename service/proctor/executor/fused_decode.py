@@ -12,7 +12,7 @@ the thread count (tests/unit/test_fused_decode.py, tests/unit/test_weight_modes.
 Why compiled here rather than shipped: the extension must match the installed torch's headers and
 ABI exactly; torch's own JIT builder (``torch.utils.cpp_extension.load``, ninja + g++) compiles it in
 ~15 s once and reuses the build while the source, flags and torch are unchanged. ``make setup``
-builds it (``python -m proctor.engine.fused_decode``); without a compiler, ``--weights q8`` is
+builds it (``python -m proctor.executor.fused_decode``); without a compiler, ``--weights q8`` is
 unavailable and ``auto`` falls back to fp16 (weights.py).
 """
 
@@ -100,7 +100,7 @@ def decode_layer(mode: str = "q8") -> torch._ops.OpOverloadPacket:
 
 
 def main() -> int:
-    """``python -m proctor.engine.fused_decode``: build the kernel now (``make setup``)."""
+    """``python -m proctor.executor.fused_decode``: build the kernel now (``make setup``)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     started = time.monotonic()
     problem = load_problem()

@@ -184,7 +184,7 @@ inline void add_residual(float* hp, const at::Tensor& out, int64_t rows, int64_t
   });
 }
 
-// What a family adds to Llama's layer that the step computes (engine/families.py, decodes_fused): the
+// What a family adds to Llama's layer that the step computes (executor/families.py, decodes_fused): the
 // biases of every product, RMSNorm over each query and key head before the rotation, a rotation of the
 // first dims only (the tables' width; Phi's partial rotary factor), a sliding window (keys at distance
 // >= window unseen; 0: none), the attention scale (0: 1/sqrt(head_dim)), soft-capped scores (0: none),

@@ -1,5 +1,5 @@
 """The slot forward's elementwise pieces, each as the family's transformers module computes it
-(engine/families.py): RMSNorm in Llama's and Gemma's arithmetic, the rotation (full or partial),
+(executor/families.py): RMSNorm in Llama's and Gemma's arithmetic, the rotation (full or partial),
 soft-capping, the MLP's gate, and the additive masks of decode attention (whole prefix or a window)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from proctor.engine.families import Family
+from proctor.executor.families import Family
 
 
 def rms_norm(h: torch.Tensor, weight: torch.Tensor, family: Family) -> torch.Tensor:

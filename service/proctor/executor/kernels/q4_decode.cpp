@@ -1,4 +1,4 @@
-// The q4 weights mode: matrix products on GGUF blocks (engine/weights.py says why), and one decode
+// The q4 weights mode: matrix products on GGUF blocks (executor/weights.py says why), and one decode
 // step of a Llama layer around them (layer_step.h).
 //
 // Weights are llama.cpp's blocks: Q4_1 for the layers (per 32 inputs of an output row: float16 scale

@@ -1,5 +1,5 @@
 """A batched forward pass over a slot KV cache (continuous batching), for every family that
-``engine/families.py`` describes: Llama, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3 and Phi-3.
+``executor/families.py`` describes: Llama, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3 and Phi-3.
 
 Why our own forward instead of the model's: transformers' caches share one write position across
 the batch, so rows of different lengths need left padding that grows and has to be re-aligned each
@@ -25,9 +25,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from proctor.engine import fused_decode
-from proctor.engine.executor import Capabilities, Feed
-from proctor.engine.families import (
+from proctor.executor import fused_decode
+from proctor.executor.protocol import Capabilities, Feed
+from proctor.executor.families import (
     EVERY_FAMILY_KERNELS,
     LENGTH_DEPENDENT_ROPE,
     Family,
@@ -36,9 +36,9 @@ from proctor.engine.families import (
     unsupported_reason,
     weights_problem,
 )
-from proctor.engine.slot_cache import SlotCache, round_up
-from proctor.engine.slot_ops import decode_biases, gate, prefill_visible, rms_norm, rotate, softcap
-from proctor.engine.slot_weights import LayerWeights, slot_weights
+from proctor.executor.slot_cache import SlotCache, round_up
+from proctor.executor.slot_ops import decode_biases, gate, prefill_visible, rms_norm, rotate, softcap
+from proctor.executor.slot_weights import LayerWeights, slot_weights
 
 # Decode attention runs over the longest row's length rounded up to this many positions. Rows see
 # only their own prefix (the rest is masked), but the vectorised sums inside the matrix products and

@@ -5,7 +5,7 @@ weights, the kernels, the family's arithmetic and the KV cache as slots, and run
 feeds. It declares what it can do in ``Capabilities`` instead of being asked what class it is, so a new runner
 (the CUDA one of issue 43) plugs in by saying what it offers:
 
-- ``LlamaSlots`` (llama_step.py): every family engine/families.py describes, every position a row of its own.
+- ``LlamaSlots`` (llama_step.py): every family executor/families.py describes, every position a row of its own.
 - ``PerSlotRunner`` (model_runner.py): any other causal LM through transformers' forward, row by row.
 
 A ``Feed`` is one row's tokens for this step, appended at its slot's current length: a piece of its prompt, its

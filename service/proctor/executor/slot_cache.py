@@ -1,4 +1,4 @@
-"""The KV cache of the slot forward as slots (engine/llama_step.py): one preallocated cache per layer, row ``i``
+"""The KV cache of the slot forward as slots (executor/llama_step.py): one preallocated cache per layer, row ``i``
 of each the keys and values of slot ``i``, each slot with its own length.
 
 What changes a slot without a forward lives here: growing the cache, moving a finished request's last row

@@ -1,0 +1,10 @@
+"""The executor room: whatever runs the model, behind one protocol (protocol.py: ``Feed``, ``Capabilities``,
+``Executor``).
+
+The engine (``proctor.engine``) keeps the scheduler, the step and every request's state, and hands an executor
+the step's feeds; an executor owns the rest — the weights in their mode (weights.py, slot_weights.py,
+gguf_linear.py), the C++ kernels (fused_decode.py, kernels/), the families' arithmetic (families.py,
+slot_ops.py), and the KV cache as slots (slot_cache.py). ``LlamaSlots`` (llama_step.py) and ``PerSlotRunner``
+(model_runner.py, which also chooses between them) implement it; a CUDA runner plugs in here the same way.
+Nothing in this package imports the engine's request state.
+"""
