@@ -17,7 +17,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"observability"}),
     frozenset({"constraints"}),  # grammars compiled into token masks (a tokenizer in, no model)
     frozenset({"decoding", "contracts"}),  # the per-step pipeline over logits; contract templates and checks
-    frozenset({"engine"}),  # the loop, the batch, the model's forward
+    frozenset({"executor"}),  # the model run behind one protocol: weights, kernels, families, the slot cache
+    frozenset({"engine"}),  # the loop, the batch, the step: schedule, execute (an executor's forward), update
     frozenset({"models"}),  # loading a model into what the engine runs
     frozenset({"audit"}),
     frozenset({"api"}),  # servicers: convert and check, never torch

@@ -6,5 +6,5 @@ the step's feeds; an executor owns the rest — the weights in their mode (weigh
 gguf_linear.py), the C++ kernels (fused_decode.py, kernels/), the families' arithmetic (families.py,
 slot_ops.py), and the KV cache as slots (slot_cache.py). ``LlamaSlots`` (llama_step.py) and ``PerSlotRunner``
 (model_runner.py, which also chooses between them) implement it; a CUDA runner plugs in here the same way.
-Nothing in this package imports the engine's request state.
+It sits a layer below the engine (tests/unit/test_import_graph.py): nothing here imports the engine.
 """
