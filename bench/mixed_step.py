@@ -28,8 +28,8 @@ sys.path[:0] = [str(ROOT / "service")]
 import torch  # noqa: E402
 
 from proctor.config import Settings  # noqa: E402
-from proctor.executor.protocol import Feed  # noqa: E402
 from proctor.executor.llama_step import LlamaSlots  # noqa: E402
+from proctor.executor.protocol import Feed  # noqa: E402
 from proctor.models.loader import load_model  # noqa: E402
 
 ROWS, HELD = 16, 100  # decoding rows beside the prompt, and the tokens each already holds

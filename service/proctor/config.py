@@ -53,7 +53,8 @@ CACHE_VARIABLES = (KERNEL_CACHE_VARIABLE, TOKENIZER_CACHE_VARIABLE)  # read from
 
 
 def default_kernel_cache() -> Path:
-    """Where compiled kernels live (executor/fused_decode.py): ``PROCTOR_KERNEL_CACHE`` or ``<repo>/.proctor/kernels``."""
+    """Where compiled kernels live (executor/fused_decode.py): ``PROCTOR_KERNEL_CACHE``,
+    else ``<repo>/.proctor/kernels``."""
     env = os.environ.get(KERNEL_CACHE_VARIABLE)
     if env:
         return Path(env)

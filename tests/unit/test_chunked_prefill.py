@@ -14,9 +14,9 @@ import torch
 from helpers.engine import Collector
 
 from proctor.domain import GenerationRequest, SamplingParams, StoppingParams
-from proctor.executor.protocol import Feed
-from proctor.executor.llama_step import LlamaSlots
 from proctor.engine.status import RequestStatus
+from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.protocol import Feed
 
 LONG = " ".join(f"item {i} of the list," for i in range(60))
 

@@ -14,9 +14,9 @@ import torch
 from helpers.engine import Collector
 
 from proctor.domain import FinishReason, GenerationRequest, SamplingParams, StoppingParams
-from proctor.executor.protocol import Feed
 from proctor.executor.llama_step import LlamaSlots
 from proctor.executor.model_runner import PerSlotRunner, make_runner
+from proctor.executor.protocol import Feed
 
 PROMPTS = ["The capital of France is", "Hi", "你好，世界。今天天气很好。",
            "Once upon a time, in a small village by the sea, there lived an old fisherman",

@@ -26,12 +26,12 @@ from hypothesis import strategies as st
 from test_families import FAMILIES, build
 
 from proctor.domain import GenerationRequest, StoppingParams
+from proctor.engine.status import RequestStatus
 from proctor.executor import fused_decode
-from proctor.executor.protocol import Feed
 from proctor.executor.gguf_linear import BLOCK_TYPES
 from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.protocol import Feed
 from proctor.executor.smoothing import calibration_ids
-from proctor.engine.status import RequestStatus
 from proctor.executor.weights import fbgemm_available
 
 SLOTS = 4

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from proctor.executor.protocol import Capabilities, Executor, Feed
 from proctor.engine.prefix_cache import CachedChunk, PrefixCache
 from proctor.engine.sequence import SequenceState
+from proctor.executor.protocol import Capabilities, Executor, Feed
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,9 +43,9 @@ from proctor.decoding.pipeline import RowDecision
 from proctor.domain import FinishReason, RequestValidationError, ReturnedSequence
 from proctor.domain.request import EarlyStopping
 from proctor.engine.detokenizer import text_decoder
-from proctor.executor.families import unsupported_reason
 from proctor.engine.sequence import SequenceState
 from proctor.engine.status import RequestStatus
+from proctor.executor.families import unsupported_reason
 
 NEG = -1.0e9  # transformers' "impossible" score
 

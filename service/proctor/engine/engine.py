@@ -30,19 +30,19 @@ from proctor.engine.attempts import FallbackAttempts
 from proctor.engine.batch import DecodeBatch, RowFeed
 from proctor.engine.beam import BeamSearches
 from proctor.engine.drafting import Drafter, DraftPolicy
-from proctor.executor.protocol import Executor
 from proctor.engine.live import LiveRequests
 from proctor.engine.loaded_model import LoadedModel
-from proctor.executor.model_runner import make_runner
 from proctor.engine.prefix_cache import PrefixCache
 from proctor.engine.preprocess import PreparedRequest, prepare_controls, prepare_request
 from proctor.engine.scheduler import Scheduler, StepPlan
 from proctor.engine.sequence import EventSink, SequenceState
-from proctor.executor.slot_weights import release_dense
-from proctor.executor.smoothing import calibration_ids
 from proctor.engine.status import RequestStatus
 from proctor.engine.thread_tuner import PinnedThreads, ThreadPolicy, thread_policy
 from proctor.engine.verify import verify
+from proctor.executor.model_runner import make_runner
+from proctor.executor.protocol import Executor
+from proctor.executor.slot_weights import release_dense
+from proctor.executor.smoothing import calibration_ids
 
 if TYPE_CHECKING:
     from proctor.constraints.service import ConstraintService

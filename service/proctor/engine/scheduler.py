@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 from proctor.domain import FinishReason, Overloaded
 from proctor.engine.batch import DecodeBatch, RowFeed
-from proctor.executor.protocol import Capabilities
 from proctor.engine.sequence import SequenceState
 from proctor.engine.status import RequestStatus
+from proctor.executor.protocol import Capabilities
 
 Drafts = Callable[[list[SequenceState]], list[list[int]]]
 DRAFT_SHARE = 0.5  # of the step's budget, at most, for drafts

@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 
 from proctor.executor import fused_decode
-from proctor.executor.protocol import Capabilities, Feed
 from proctor.executor.families import (
     EVERY_FAMILY_KERNELS,
     LENGTH_DEPENDENT_ROPE,
@@ -36,6 +35,7 @@ from proctor.executor.families import (
     unsupported_reason,
     weights_problem,
 )
+from proctor.executor.protocol import Capabilities, Feed
 from proctor.executor.slot_cache import SlotCache, round_up
 from proctor.executor.slot_ops import decode_biases, gate, prefill_visible, rms_norm, rotate, softcap
 from proctor.executor.slot_weights import LayerWeights, slot_weights

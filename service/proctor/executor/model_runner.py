@@ -19,9 +19,9 @@ from typing import Any, cast
 import torch
 from transformers import DynamicCache
 
-from proctor.executor.protocol import Capabilities, Executor, Feed
 from proctor.executor.families import unsupported_reason
 from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.protocol import Capabilities, Executor, Feed
 
 log = logging.getLogger("proctor.engine")
 
