@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from helpers.gguf_writer import tiny_loaded_from_gguf, write_gguf, write_raw_tensor_gguf
@@ -167,12 +168,29 @@ def test_the_blocks_served_are_the_files_bytes(default_gguf: Path, tmp_path: Pat
     assert q.tobytes() != stored["blk.0.attn_q.weight"].tobytes()
 
 
-def test_the_vocabulary_arrays_are_released_and_the_rest_kept(default_gguf: Path) -> None:
-    """load_gguf_blocks drops the parsed tokenizer arrays once the tokenizer and config are built (~110 MB of
-    numpy views at 152k tokens); the scalars the slot weights read later stay."""
+def test_the_header_reads_what_gguf_py_reads_without_parsing_the_vocabulary(default_gguf: Path) -> None:
+    """models/gguf_header.py walks the header itself (no numpy view per token: ~110 MB and 1.5-3 s at 152k
+    tokens); every tensor and field must be what gguf-py's reader, llama.cpp's own, gives."""
+    from gguf import GGUFReader
+
+    from proctor.models.gguf_header import ArrayField, read_header
+
+    reader = GGUFReader(default_gguf, "r")
     file = GgufFile(default_gguf)
+    header = read_header(default_gguf)
+    assert file.metadata_bytes == reader.data_offset == header.data_offset
+    assert [t.name for t in header.tensors] == [t.name for t in reader.tensors]
+    for tensor in reader.tensors:
+        ours = file._tensor(tensor.name)
+        assert (ours.tensor_type, list(ours.shape)) == (int(tensor.tensor_type), [int(d) for d in tensor.shape])
+        assert ours.data.shape == tensor.data.shape and ours.data.dtype == tensor.data.dtype, tensor.name
+        assert ours.data.tobytes() == np.asarray(tensor.data).tobytes(), tensor.name
+    assert set(header.fields) == set(reader.fields) - {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"}
+    assert isinstance(header.fields["tokenizer.ggml.tokens"], ArrayField)  # left in the file until asked for
     tokens = file.field("tokenizer.ggml.tokens")
+    field = reader.fields["tokenizer.ggml.tokens"]
     assert isinstance(tokens, list) and len(tokens) == 49152
-    assert file.release_vocabulary() >= 2
-    assert file.field("tokenizer.ggml.tokens") is None and file.field("tokenizer.ggml.merges") is None
+    assert tokens == [bytes(field.parts[i]).decode() for i in field.data]
     assert file.field("general.architecture") == "llama" and file.field("llama.block_count") == 30
+    assert file.field("llama.rope.freq_base") == float(reader.fields["llama.rope.freq_base"].parts[-1][0])
+    assert file.field("no.such.key") is None

@@ -1,4 +1,4 @@
-"""A GGUF file's tokenizer is converted once, cached, and read back the same (models/gguf_tokenizer.py)."""
+"""A GGUF file's tokenizer and config are converted once, cached, and read back the same (models/gguf_tokenizer.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from proctor.models.fingerprint import loaded_tokenizer_sha256
 from proctor.models.gguf_file import GgufFile, one_reader
-from proctor.models.gguf_tokenizer import TOKENIZER_FILE, load_gguf_tokenizer
+from proctor.models.gguf_tokenizer import CONFIG_FILE, TOKENIZER_FILE, load_gguf_config, load_gguf_tokenizer
 
 TEXTS = ["Hello, world!", "  leading spaces and\ttabs\n", "naïve café — 東京 🙂", "<|im_start|>user\nHi<|im_end|>"]
 
@@ -46,3 +46,27 @@ def test_a_cache_that_cannot_be_written_leaves_the_file_as_the_source(default_gg
     tokenizer, source = load(default_gguf, blocker / "cache")
     assert source == default_gguf.resolve()
     assert tokenizer.encode("Hello") == load(default_gguf, tmp_path)[0].encode("Hello")  # type: ignore[attr-defined]
+
+
+def test_the_config_is_kept_in_the_entry_and_read_back_the_same(default_gguf: Path, tmp_path: Path) -> None:
+    """transformers' config of the file (another whole parse of its metadata) is saved beside the tokenizer and
+    read back from there: the same config, not converted again; a damaged file is converted again."""
+    path = default_gguf.resolve()
+    _, entry = load(default_gguf, tmp_path)
+    metadata_bytes = GgufFile(path).metadata_bytes
+
+    def config() -> object:
+        with one_reader(path):
+            return load_gguf_config(path, metadata_bytes, tmp_path)
+
+    converted = config()
+    assert (entry / CONFIG_FILE).is_file()
+    cached = config()
+    assert Path(cached.name_or_path) == entry  # type: ignore[attr-defined]  (read from the entry)
+    comparable = {"_name_or_path", "transformers_version"}
+    assert {k: v for k, v in cached.to_dict().items() if k not in comparable} == {  # type: ignore[attr-defined]
+        k: v for k, v in converted.to_dict().items() if k not in comparable}  # type: ignore[attr-defined]
+    (entry / CONFIG_FILE).write_text("{not json")
+    repaired = config()
+    assert repaired.to_dict()["num_hidden_layers"] == converted.to_dict()["num_hidden_layers"]  # type: ignore[attr-defined]
+    assert (entry / CONFIG_FILE).read_text() != "{not json"

@@ -1,17 +1,21 @@
 """A GGUF file's tensors as the gguf weights mode serves them: matrices as views of the memory-mapped
 file (executor/gguf_linear.py), norms and biases as float32.
 
-Read with the ``gguf`` package (llama.cpp's own reader). A file whose matrices use a block type with no
-product here (Q2_K, Q3_K, the IQ types, ...) is refused when opened, naming the types and a tensor of
-each, never served slowly through a dequantized copy.
+The header is read by models/gguf_header.py (scalars and the tensor table; the vocabulary arrays skipped,
+decoded only when asked). A file whose matrices use a block type with no product here (Q2_K, Q3_K, the IQ
+types, ...) is refused when opened, naming the types and a tensor of each, never served slowly through a
+dequantized copy. transformers' own GGUF readers (a config or tokenizer conversion, once per file) parse it
+with the ``gguf`` package (llama.cpp's own reader) through ``one_reader``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,21 @@ import torch
 
 from proctor.executor.gguf_linear import BLOCK_TYPES, GgufLinear, type_name
 from proctor.models.errors import ModelError
+from proctor.models.gguf_header import GgufHeader, TensorInfo, read_header
+
+# ggml types whose values gguf-py's reader hands out typed (the rest as the bytes of their blocks, a row a row)
+TYPED = {0: np.float32, 1: np.float16, 24: np.int8, 25: np.int16, 26: np.int32, 27: np.int64, 28: np.float64}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor of the file: ``shape`` in GGUF order (``shape[0]`` a matrix's inputs), ``data`` a view of the
+    map shaped as gguf-py shapes it (typed values, or each row's block bytes)."""
+
+    name: str
+    tensor_type: int
+    shape: tuple[int, ...]
+    data: np.ndarray
 
 
 class GgufFile:
@@ -27,13 +46,15 @@ class GgufFile:
 
     def __init__(self, path: Path) -> None:
         try:
-            self._reader = _reader(path)
+            self._header: GgufHeader = read_header(path)
+            mapped = np.memmap(path, dtype=np.uint8, mode="r")
         except (ValueError, OSError) as exc:
             raise ModelError(f"{path} is not a readable GGUF file: {exc}") from exc
         self.path = path
-        self._tensors = {tensor.name: tensor for tensor in self._reader.tensors}
-        architecture = self._reader.fields.get("general.architecture")
-        self.architecture = bytes(architecture.parts[-1]).decode() if architecture is not None else "unknown"
+        plain = mapped.view(np.ndarray)  # slices of a plain view cost less than memmap slices; it keeps the map
+        self._tensors = {info.name: _tensor(info, plain, self._header.data_offset) for info in self._header.tensors}
+        architecture = self._header.fields.get("general.architecture")
+        self.architecture = architecture if isinstance(architecture, str) else "unknown"
         unsupported = self.unsupported_types()
         if unsupported:
             listed = "; ".join(f"{name} (e.g. {tensor})" for name, tensor in unsupported.items())
@@ -44,7 +65,7 @@ class GgufFile:
     @property
     def metadata_bytes(self) -> int:
         """The bytes before the tensor data: the header, the metadata and the tensor table."""
-        return int(self._reader.data_offset)
+        return self._header.data_offset
 
     def unsupported_types(self) -> dict[str, str]:
         """Block type name → one tensor using it, for the matrices whose type has no product here."""
@@ -84,39 +105,47 @@ class GgufFile:
 
     def vector(self, name: str, unpermute_heads: int | None = None) -> torch.Tensor:
         """A norm or bias as float32 (copied out of the map: small, and kept whole)."""
+        from gguf.constants import GGMLQuantizationType
         from gguf.quants import dequantize
 
         tensor = self._tensor(name)
-        values = torch.from_numpy(np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32).reshape(-1))
+        kind = GGMLQuantizationType(tensor.tensor_type)
+        values = torch.from_numpy(np.array(dequantize(tensor.data, kind), dtype=np.float32).reshape(-1))
         if unpermute_heads is not None:
             values = unpermute_rows(values[:, None], unpermute_heads)[:, 0].contiguous()
         return values
 
     def field(self, key: str) -> Any:
-        """A metadata value (a string, number or list), or None."""
-        field = self._reader.fields.get(key)
-        if field is None:
-            return None
-        values = [field.parts[index] for index in field.data]
-        decoded = [bytes(v).decode() if v.dtype == np.uint8 else v.tolist() for v in values]
-        flat = [v[0] if isinstance(v, list) and len(v) == 1 else v for v in decoded]
-        return flat[0] if len(flat) == 1 else flat
+        """A metadata value (a string, number or list; a one-element array as its element), or None."""
+        value = self._header.value(key, self.path)
+        return value[0] if isinstance(value, list) and len(value) == 1 else value
 
-    def release_vocabulary(self) -> int:
-        """Drop the parsed tokenizer arrays (tokens, merges, token types, scores: gguf-py keeps a numpy view per
-        entry, ~110 MB at 152k tokens) once the tokenizer and the config are built from them; the fields dropped.
-        The file lives as long as the model (its matrices are views of the map), so they would stay resident."""
-        vocabulary = [key for key in self._reader.fields if key.startswith("tokenizer.ggml.")
-                      and len(self._reader.fields[key].data) > 1]
-        for key in vocabulary:
-            del self._reader.fields[key]
-        return len(vocabulary)
-
-    def _tensor(self, name: str) -> Any:
+    def _tensor(self, name: str) -> Tensor:
         try:
             return self._tensors[name]
         except KeyError:
             raise ModelError(f"{self.path.name} has no tensor {name!r} (architecture {self.architecture})") from None
+
+
+def _tensor(info: TensorInfo, plain: np.ndarray, data_offset: int) -> Tensor:
+    """``info``'s bytes in the map, shaped as gguf-py's reader shapes them."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    try:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(info.ggml_type)]
+    except ValueError:
+        raise ModelError(f"tensor {info.name}: unknown ggml type {info.ggml_type}") from None
+    count = math.prod(info.dims)
+    start = data_offset + info.offset
+    raw = plain[start:start + count // block * size]
+    if raw.size != count // block * size:
+        raise ModelError(f"tensor {info.name} runs past the end of the file")
+    outer = tuple(reversed(info.dims))
+    if info.ggml_type in TYPED:
+        data = raw.view(TYPED[info.ggml_type]).reshape(outer)
+    else:
+        data = raw.reshape(*outer[:-1], info.dims[0] // block * size)
+    return Tensor(info.name, info.ggml_type, info.dims, data)
 
 
 def unpermute_rows(rows: torch.Tensor, heads: int) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 from proctor.models.errors import ModelError
 from proctor.models.gguf_config import apply_rope_freqs, complete_config
 from proctor.models.gguf_file import GgufFile, one_reader
-from proctor.models.gguf_tokenizer import load_gguf_tokenizer
+from proctor.models.gguf_tokenizer import load_gguf_config, load_gguf_tokenizer
 
 log = logging.getLogger("proctor.models")
 
@@ -29,19 +29,17 @@ log = logging.getLogger("proctor.models")
 def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any, Path]:
     """The model skeleton (served from ``path``'s blocks), its tokenizer, and where that tokenizer loads
     from again (models/gguf_tokenizer.py)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    from proctor.executor.resident import returning_freed_memory
     from proctor.models.gguf_layers import attach
 
     started = time.perf_counter()
     path = path.resolve()
-    location, name = str(path.parent), path.name
-    with one_reader(path):
-        file = GgufFile(path)  # refuses a block type with no kernel, naming it
+    file = GgufFile(path)  # refuses a block type with no kernel, naming it
+    with one_reader(path):  # the file parsed whole only if the tokenizer or the config is not cached
         try:
-            config = AutoConfig.from_pretrained(location, gguf_file=name, local_files_only=True)
             tokenizer, tokenizer_path = load_gguf_tokenizer(path, file.metadata_bytes)
+            config = load_gguf_config(path, file.metadata_bytes)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ModelError(f"could not read the model described in {path.name} (GGUF architecture "
                              f"{file.architecture!r}): {exc}") from exc
@@ -53,8 +51,6 @@ def load_gguf_blocks(path: Path) -> tuple[torch.nn.Module, Any, Path]:
     model.eval()
     model.requires_grad_(False)
     attach(model, file)
-    with returning_freed_memory():
-        file.release_vocabulary()  # the tokenizer and config are built: nothing reads the arrays again
     types = ", ".join(f"{count} {kind}" for kind, count in sorted(file.block_types().items()))
     log.info("GGUF %s: architecture %s (%s), matrices %s, served from the file's blocks (read in %.1f s)",
              path.name, file.architecture, config.model_type, types, time.perf_counter() - started)

@@ -1,4 +1,4 @@
-"""A GGUF file's tokenizer, converted once and then read back from disk.
+"""A GGUF file's tokenizer and transformers config, converted once and then read back from disk.
 
 transformers builds a ``.gguf`` file's tokenizer from its ``tokenizer.ggml.*`` metadata, a conversion of
 every token and merge that takes 5–8 s at 128k–152k tokens; and each constraint compile worker, a process
@@ -7,7 +7,8 @@ tokenizer cache, keyed by a digest of the file's bytes before its tensor data (t
 tokenizer comes from, the tensor table) and of the converting libraries' versions, and read back from there
 (a ``tokenizer.json`` load, a fraction of a second) by the server and its workers. The cached tokenizer is
 the converted one serialised: the same backend, chat template and special tokens, so the same fingerprint
-(models/fingerprint.py; tests/unit/test_gguf_tokenizer.py).
+(models/fingerprint.py; tests/unit/test_gguf_tokenizer.py). The config transformers reads from the same
+metadata (another parse of the whole file, ~1 s at 152k tokens) is kept in the entry beside it (``config.json``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from proctor.config import default_tokenizer_cache
 log = logging.getLogger("proctor.models")
 CACHE_FORMAT = 1  # bump when what is saved changes
 TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FILE = "config.json"
 
 
 def cache_key(path: Path, metadata_bytes: int) -> str:
@@ -67,6 +69,31 @@ def load_gguf_tokenizer(path: Path, metadata_bytes: int, cache: Path | None = No
         log.info("tokenizer of %s converted in %.1f s and cached in %s", path.name, converted_s, entry)
         return tokenizer, entry
     return tokenizer, path
+
+
+def load_gguf_config(path: Path, metadata_bytes: int, cache: Path | None = None) -> Any:
+    """transformers' config of ``path`` (``AutoConfig.from_pretrained(..., gguf_file=...)``), read back from the
+    tokenizer's cache entry when it is there and saved into it when not (call after ``load_gguf_tokenizer``,
+    which makes the entry, and within ``gguf_file.one_reader(path)``)."""
+    from transformers import AutoConfig
+
+    entry = (cache if cache is not None else default_tokenizer_cache()) / cache_key(path, metadata_bytes)
+    saved = entry / CONFIG_FILE
+    if saved.is_file():
+        try:
+            return AutoConfig.from_pretrained(str(entry), local_files_only=True)
+        except (OSError, ValueError) as exc:  # a damaged file: converted again and replaced
+            log.warning("config cache entry %s unreadable (%s): converting %s again", saved, exc, path.name)
+    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    if entry.is_dir():
+        try:
+            handle, staging = tempfile.mkstemp(prefix=".staging-", suffix=".json", dir=entry)
+            os.close(handle)
+            config.to_json_file(staging)
+            os.replace(staging, saved)
+        except OSError as exc:
+            log.warning("config cache %s not writable (%s): each start converts the config again", entry, exc)
+    return config
 
 
 def load_saved(directory: Path) -> Any:
