@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import weakref
 from functools import lru_cache
 from typing import Any
 
@@ -38,27 +40,35 @@ def _gpt2_unicode_to_byte() -> dict[str, int]:
     return {chr(c): b for b, c in zip(printable, chars, strict=True)}
 
 
+@lru_cache(maxsize=1)
+def _byte_level_translation() -> dict[int, int]:
+    """``str.translate`` table taking each byte-level char to the char of its byte (then ``latin-1`` gives the
+    bytes), and every other char below 256 past it, so that the encoding fails as an unknown char must."""
+    table = {ord(char): byte for char, byte in _gpt2_unicode_to_byte().items()}
+    return {**{code: 0x100 for code in range(256) if code not in table}, **table}
+
+
 def vocabulary_kind(tokenizer: Any) -> str:
-    """``byte_level`` (GPT-2 style), ``byte_fallback`` (SentencePiece ``<0xNN>``) or ``raw``."""
+    """``byte_level`` (GPT-2 style), ``byte_fallback`` (SentencePiece ``<0xNN>``) or ``raw``: read from the
+    decoder's own serialisation and the model's flag (the whole tokenizer's JSON is MBs at 152k tokens)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise ConstraintError("only fast (Rust) Hugging Face tokenizers are supported by the constraint engines")
-    config = json.loads(backend.to_str())
-    decoder = config.get("decoder") or {}
+    decoder = json.loads(backend.decoder.__getstate__()) if backend.decoder is not None else {}
     decoders = decoder.get("decoders", [decoder]) if decoder.get("type") == "Sequence" else [decoder]
     types = {d.get("type") for d in decoders if d}
     if "ByteLevel" in types:
         return "byte_level"
-    if "ByteFallback" in types or (config.get("model") or {}).get("byte_fallback"):
+    if "ByteFallback" in types or getattr(backend.model, "byte_fallback", False):
         return "byte_fallback"
     return "raw"
 
 
-def _decode_token(text: str, kind: str, table: dict[str, int]) -> bytes | None:
+def _decode_token(text: str, kind: str) -> bytes | None:
     if kind == "byte_level":
         try:
-            return bytes(table[ch] for ch in text)
-        except KeyError:
+            return text.translate(_byte_level_translation()).encode("latin-1")
+        except UnicodeEncodeError:
             return None  # not a byte-level string: the token cannot be decoded faithfully
     if kind == "byte_fallback":
         match = _BYTE_FALLBACK.match(text)
@@ -68,14 +78,26 @@ def _decode_token(text: str, kind: str, table: dict[str, int]) -> bytes | None:
     return text.encode("utf-8")
 
 
-def token_bytes(tokenizer: Any, vocab_size: int) -> list[bytes | None]:
+_computed: weakref.WeakKeyDictionary[Any, dict[int, tuple[bytes | None, ...]]] = weakref.WeakKeyDictionary()
+_computed_lock = threading.Lock()
+
+
+def token_bytes(tokenizer: Any, vocab_size: int) -> tuple[bytes | None, ...]:
     """Bytes per token id in ``range(vocab_size)``; ``None`` for ids no constraint may allow.
 
     Added tokens that are not special are plain text to the detokenizer, so their content is
-    taken literally (it is not byte-level encoded in the vocabulary).
+    taken literally (it is not byte-level encoded in the vocabulary). Computed once per tokenizer
+    and size (each constraint engine and the forbidden-phrase index read it: ~0.5 s at 152k tokens).
     """
+    with _computed_lock:
+        known = _computed.setdefault(tokenizer, {})
+        if vocab_size not in known:
+            known[vocab_size] = _token_bytes(tokenizer, vocab_size)
+        return known[vocab_size]
+
+
+def _token_bytes(tokenizer: Any, vocab_size: int) -> tuple[bytes | None, ...]:
     kind = vocabulary_kind(tokenizer)
-    table = _gpt2_unicode_to_byte()
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
     special = {int(i) for i, tok in added.items() if getattr(tok, "special", False)}
     special.update(int(i) for i in getattr(tokenizer, "all_special_ids", []) or [])
@@ -86,8 +108,6 @@ def token_bytes(tokenizer: Any, vocab_size: int) -> list[bytes | None]:
         if index in added:
             out[index] = added[index].content.encode("utf-8")
         else:
-            out[index] = _decode_token(text, kind, table)
-    for index in range(vocab_size):
-        if out[index] == b"":
-            out[index] = None  # an empty token could be repeated forever without advancing
-    return out
+            out[index] = _decode_token(text, kind)
+    # an empty token could be repeated forever without advancing
+    return tuple(None if piece == b"" else piece for piece in out)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -60,7 +61,7 @@ class ForbiddenIndex:
     """Phrases × vocabulary for one phrase list and options; shared by all requests using it."""
 
     def __init__(self, phrases: tuple[str, ...], options: ForbiddenOptions, trie: VocabularyTrie,
-                 token_bytes: list[bytes | None]) -> None:
+                 token_bytes: Sequence[bytes | None]) -> None:
         self.phrases = phrases
         self.options = options
         self._trie = trie
@@ -229,7 +230,7 @@ class ForbiddenIndex:
 @dataclass
 class _TokenizerEntry:
     trie: VocabularyTrie
-    token_bytes: list[bytes | None]
+    token_bytes: Sequence[bytes | None]
     indexes: OrderedDict[tuple[tuple[str, ...], ForbiddenOptions], ForbiddenIndex]
 
 

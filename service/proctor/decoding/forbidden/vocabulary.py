@@ -8,6 +8,7 @@ they add no text, so no phrase can be completed by them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -26,7 +27,7 @@ class VocabularyTrie:
     vocab_size: int
 
     @classmethod
-    def build(cls, token_bytes: list[bytes | None]) -> VocabularyTrie:
+    def build(cls, token_bytes: Sequence[bytes | None]) -> VocabularyTrie:
         spelled = {i: b for i, b in enumerate(token_bytes) if b}
         ids = sorted(spelled, key=spelled.__getitem__)
         children: list[dict[int, int]] = [{}]
