@@ -201,8 +201,9 @@ class RunningServer:
 
 
 def _build_constraints(loaded: LoadedModel, settings: Settings, observability: Observability | None = None
-                       ) -> ConstraintService:
-    """Compiler (engine tables + compile workers), registry, and every registered schema precompiled."""
+                       ) -> tuple[ConstraintService, Callable[[], None]]:
+    """Compiler, registry, and what warms them: the engine tables, the compile workers and every registered
+    schema precompiled, on a thread of its own (call it once the engine is warm)."""
     from proctor.constraints.compiler import CompileLimits, ConstraintCompiler
     from proctor.constraints.registry import SchemaRegistry
     from proctor.constraints.service import ConstraintService
@@ -229,8 +230,7 @@ def _build_constraints(loaded: LoadedModel, settings: Settings, observability: O
 
     # Off the ready path (issue 42): the compile workers' start-up (a Python process each, its tokenizer and
     # tables) was the longest part of it. A constrained call that comes first waits for what it needs.
-    compiler.prewarm(precompile, background=True)
-    return service
+    return service, lambda: compiler.prewarm(precompile, background=True)
 
 
 def _build_plugins_and_forbidden(loaded: LoadedModel, settings: Settings) -> tuple[PluginRegistry, tuple[str, ...]]:
@@ -270,7 +270,7 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
     problem = runner_problem(loaded.model, loaded.weights, settings.weights)
     if problem is not None:  # at start, not as the fault of every request
         raise ValueError(problem)
-    constraints = _build_constraints(loaded, settings, observability)
+    constraints, warm_constraints = _build_constraints(loaded, settings, observability)
     plugins, forbidden = _build_plugins_and_forbidden(loaded, settings)
     engine = Engine(loaded, settings, on_health=on_health, constraints=constraints,
                     plugins=plugins, server_forbidden=forbidden, release_dense_weights=True)
@@ -279,10 +279,13 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
     info = model_info(loaded, settings)
     log.info("runner: %s", info["runner"])
     engine.start()
-    if settings.warmup:
-        warm = GenerationRequest(request_id="warmup", prompt="Hello",
-                                 stopping=StoppingParams(max_new_tokens=4, ignore_eos=True))
-        engine.generate_blocking(warm)
+    try:
+        if settings.warmup:
+            warm = GenerationRequest(request_id="warmup", prompt="Hello",
+                                     stopping=StoppingParams(max_new_tokens=4, ignore_eos=True))
+            engine.generate_blocking(warm)
+    finally:  # the constraint warm-up after the engine's, not beside it: the first forward pages the weights in
+        warm_constraints()  # and it ran 2-3x slower sharing the cores and the GIL with the tables' Python
     return engine, info, constraints.registry.list() if constraints.registry is not None else []
 
 

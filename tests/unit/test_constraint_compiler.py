@@ -88,3 +88,25 @@ def test_a_compile_asked_for_while_the_workers_warm_waits_for_them(default_model
         assert compiler._pool is not None and compiler._pool._idle.qsize() == 1  # the one worker, adopted
     finally:
         compiler.close()
+
+
+def test_a_background_warm_up_thread_yields_the_cores_to_the_engine() -> None:
+    """The warm-up's thread runs at WARM_UP_NICENESS (Linux niceness is per thread), the rest of the process
+    where it was: requests served while the tables are built are not slowed by them."""
+    import os
+    import threading
+
+    from proctor.constraints.compiler import WARM_UP_NICENESS, _lower_this_threads_priority
+
+    seen: list[int] = []
+
+    def run() -> None:
+        _lower_this_threads_priority()
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert seen == [max(before, WARM_UP_NICENESS)]  # never raised above the process's own
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # this thread untouched

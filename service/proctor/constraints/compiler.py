@@ -7,9 +7,11 @@ limit and the result is loaded here; with it off (tests with a tiny model) it ru
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +31,7 @@ from proctor.observability.calls import COMPILE, stage
 
 log = logging.getLogger("proctor.constraints")
 WARM_UP_JOIN_S = 30.0  # close() waits this long at most for a warm-up still building tables
+WARM_UP_NICENESS = 10  # a background warm-up thread's niceness: the engine's threads come first
 
 if TYPE_CHECKING:
     from proctor.observability.hooks import CompileObserver
@@ -79,6 +82,8 @@ class ConstraintCompiler:
         started = self._pool.start_workers() if self._pool is not None else []
 
         def warm() -> None:
+            if background:
+                _lower_this_threads_priority()
             for name in BACKEND_NAMES:
                 try:
                     self._backend(name)
@@ -217,3 +222,11 @@ def _relaxed(spec: ConstraintSpec, engine: str, coarse: bool) -> tuple[Constrain
         raise ConstraintError("the schema nests too deeply to analyse (max_schema_depth)", engine) from exc
     relaxed_spec = ConstraintSpec.json_schema(result.schema, spec.flexible_whitespace)
     return relaxed_spec, tuple(f"{kw} at {path}" for path, kw in result.relaxed)
+
+
+def _lower_this_threads_priority() -> None:
+    """A warm-up thread yields the cores to the engine (Linux: niceness is per thread): served requests
+    that arrive while it builds the tables are not slowed by it. Best effort: nowhere else to go if refused."""
+    with contextlib.suppress(OSError, AttributeError):
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, max(os.getpriority(os.PRIO_PROCESS, thread), WARM_UP_NICENESS))
