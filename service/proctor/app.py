@@ -202,8 +202,7 @@ class RunningServer:
 
 def _build_constraints(loaded: LoadedModel, settings: Settings, observability: Observability | None = None
                        ) -> tuple[ConstraintService, Callable[[], None]]:
-    """Compiler, registry, and what warms them: the engine tables, the compile workers and every registered
-    schema precompiled, on a thread of its own (call it once the engine is warm)."""
+    """Compiler, registry, and their warm-up (tables, workers, registered schemas) to start once the engine is warm."""
     from proctor.constraints.compiler import CompileLimits, ConstraintCompiler
     from proctor.constraints.registry import SchemaRegistry
     from proctor.constraints.service import ConstraintService
@@ -281,11 +280,10 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
     engine.start()
     try:
         if settings.warmup:
-            warm = GenerationRequest(request_id="warmup", prompt="Hello",
-                                     stopping=StoppingParams(max_new_tokens=4, ignore_eos=True))
-            engine.generate_blocking(warm)
-    finally:  # the constraint warm-up after the engine's, not beside it: the first forward pages the weights in
-        warm_constraints()  # and it ran 2-3x slower sharing the cores and the GIL with the tables' Python
+            engine.generate_blocking(GenerationRequest(request_id="warmup", prompt="Hello",
+                                                       stopping=StoppingParams(max_new_tokens=4, ignore_eos=True)))
+    finally:  # after the engine's warm-up: beside it, the first forward (paging the weights in) ran 9x slower
+        warm_constraints()
     return engine, info, constraints.registry.list() if constraints.registry is not None else []
 
 
