@@ -278,12 +278,10 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
     info = model_info(loaded, settings)
     log.info("runner: %s", info["runner"])
     engine.start()
-    try:
-        if settings.warmup:
-            engine.generate_blocking(GenerationRequest(request_id="warmup", prompt="Hello",
-                                                       stopping=StoppingParams(max_new_tokens=4, ignore_eos=True)))
-    finally:  # after the engine's warm-up: beside it, the first forward (paging the weights in) ran 9x slower
-        warm_constraints()
+    if settings.warmup:
+        engine.generate_blocking(GenerationRequest(request_id="warmup", prompt="Hello",
+                                                   stopping=StoppingParams(max_new_tokens=4, ignore_eos=True)))
+    warm_constraints()  # after the engine's warm-up: beside it, the first forward (paging weights in) ran 9x slower
     return engine, info, constraints.registry.list() if constraints.registry is not None else []
 
 
