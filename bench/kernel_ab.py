@@ -32,7 +32,7 @@ from proctor.executor.fused_decode import CFLAGS, LDFLAGS, load_problem  # noqa:
 from proctor.executor.gguf_linear import GgufLinear  # noqa: E402
 from proctor.models.gguf_file import GgufFile  # noqa: E402
 
-KERNELS = "service/proctor/executor/kernels"
+KERNELS = ("service/proctor/executor/kernels", "service/proctor/engine/kernels")  # where they are; where they were
 DEFAULT_MATRICES = "blk.0.attn_q.weight,blk.0.ffn_gate.weight,blk.0.ffn_down.weight,token_embd.weight"
 ROWS = "1,16,80"
 
@@ -41,7 +41,13 @@ def build_base(revision: str, directory: Path) -> None:
     """The revision's kernel sources, every ``proctor`` renamed ``baseproctor`` (ops, namespaces), built."""
     from torch.utils import cpp_extension
 
-    archive = subprocess.run(["git", "archive", revision, KERNELS], cwd=ROOT, check=True, capture_output=True).stdout
+    for kernels in KERNELS:
+        found = subprocess.run(["git", "archive", revision, kernels], cwd=ROOT, check=False, capture_output=True)
+        if found.returncode == 0:
+            archive = found.stdout
+            break
+    else:
+        raise SystemExit(f"{revision} has none of {', '.join(KERNELS)}")
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         for member in tar.getmembers():
             if member.isfile():

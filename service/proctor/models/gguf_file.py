@@ -45,6 +45,7 @@ class GgufFile:
     """The tensors of one GGUF file, by their GGUF names (``blk.0.attn_q.weight``)."""
 
     def __init__(self, path: Path) -> None:
+        path = Path(path)  # a str too, as gguf-py's reader takes
         try:
             self._header: GgufHeader = read_header(path)
             mapped = np.memmap(path, dtype=np.uint8, mode="r")
