@@ -67,7 +67,10 @@ def load_gguf_tokenizer(path: Path, metadata_bytes: int, cache: Path | None = No
     converted_s = time.perf_counter() - started
     if _save(tokenizer, root, entry):
         log.info("tokenizer of %s converted in %.1f s and cached in %s", path.name, converted_s, entry)
-        return tokenizer, entry
+        # read back, as every later start and the compile workers will: the saved tokenizer's class rebuilds its
+        # normalizer and pre-tokenizer (Qwen2's NFC and split regex, which the converted object lacks), so the
+        # first start would otherwise tokenize, and fingerprint, differently from the ones after it
+        return load_saved(entry), entry
     return tokenizer, path
 
 
