@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.ggml_blocks import random_blocks
-from helpers.requirements import missing, require_module
+from helpers.requirements import hardware_lacks, missing, require_module
 
 from proctor.executor import fused_decode
 from proctor.executor.gguf_linear import BLOCK_TYPES, GgufLinear, GgufStack
@@ -143,7 +143,7 @@ def test_the_vnni_loops_give_the_avx2_loops_bits() -> None:
     loops = torch.ops.proctor.q4_loops("")
     if loops != "avx512-vnni":  # the AVX2 loops are the only ones to run: nothing to compare them with
         assert loops == "avx2"
-        pytest.skip("skipped: no VNNI here")
+        hardware_lacks("skipped: no VNNI here")
     products = [linear(t, random_blocks(t, OUT, INPUTS)) for t in TYPES]
     x = torch.randn(19, INPUTS, generator=torch.Generator().manual_seed(5))  # tiles of 8, 8 and 3
     weight = torch.randn(64, INPUTS)
