@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[2] / "service"
 PACKAGE = ROOT / "proctor"
 # A module may import its own package and any lower layer, never a higher one nor another package of its layer.
 LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"deferred_imports"}),  # third-party import-time work put off (the package's import runs it)
     frozenset({"__init__", "config", "domain", "cpus", "offline"}),  # facts: settings, request types, the host
     frozenset({"observability"}),
     frozenset({"constraints"}),  # grammars compiled into token masks (a tokenizer in, no model)

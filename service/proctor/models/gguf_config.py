@@ -81,15 +81,13 @@ def _rope_per_layer_type(config: Any, key: Any) -> None:
         config.rope_parameters["full_attention"].update(rope_type="linear", factor=float(factor))
 
 
-def apply_rope_freqs(model: Any, file: GgufFile) -> None:
+def apply_rope_freqs(rotary: Any, file: GgufFile) -> None:
     """Llama 3's rope: convert_hf_to_gguf stores its frequency divisors as ``rope_freqs``; each rotary
     frequency is the default one divided by its factor (llama.cpp's ``freq_factors``)."""
-    if not file.has("rope_freqs.weight"):
+    if not file.has("rope_freqs.weight") or not hasattr(rotary, "inv_freq"):
         return
     factors = file.vector("rope_freqs.weight")
-    for module in model.modules():
-        if type(module).__name__.endswith("RotaryEmbedding") and hasattr(module, "inv_freq"):
-            divided = module.inv_freq / factors.to(module.inv_freq.dtype)
-            module.inv_freq = divided
-            module.original_inv_freq = divided.clone()
+    divided = rotary.inv_freq / factors.to(rotary.inv_freq.dtype)
+    rotary.inv_freq = divided
+    rotary.original_inv_freq = divided.clone()
 

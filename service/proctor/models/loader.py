@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -92,19 +93,23 @@ def load_model(settings: Settings) -> LoadedModel:
         log.warning("float16 on CPU is slow and less accurate than float32; consider --dtype float32")
     started = time.perf_counter()
     tokenizer_path = None
-    if source.kind == "hub":
-        source = ModelSource("dir", _download_snapshot(source.model_id), source.model_id)
-        model, tokenizer = _load_hf(source, dtype, device)
-    elif weights_mode == "gguf":
-        with offline():
-            model, tokenizer, tokenizer_path = load_gguf_blocks(source.path)
-    else:
-        with offline():
+    # The weights' digest is read beside the load (hashlib lets go of the GIL while it hashes): a 4.7 GB file
+    # takes seconds, which a start would otherwise wait for after the model is ready.
+    with ThreadPoolExecutor(1, thread_name_prefix="weights-digest") as pool:
+        digest = pool.submit(weights_sha256, source.path) if source.kind != "hub" else None
+        if source.kind == "hub":
+            source = ModelSource("dir", _download_snapshot(source.model_id), source.model_id)
             model, tokenizer = _load_hf(source, dtype, device)
-    load_s = time.perf_counter() - started
+        elif weights_mode == "gguf":
+            with offline():
+                model, tokenizer, tokenizer_path = load_gguf_blocks(source.path)
+        else:
+            with offline():
+                model, tokenizer = _load_hf(source, dtype, device)
+        load_s = time.perf_counter() - started
 
-    started = time.perf_counter()
-    weights = weights_sha256(source.path)
+        started = time.perf_counter()
+        weights = digest.result() if digest is not None else weights_sha256(source.path)
     # A GGUF keeps its tokenizer in metadata, so it is fingerprinted as loaded (see fingerprint.py).
     tok_digest = loaded_tokenizer_sha256(tokenizer) if source.kind == "gguf" else tokenizer_sha256(source.path)
     fingerprint_s = time.perf_counter() - started
@@ -128,7 +133,7 @@ def load_model(settings: Settings) -> LoadedModel:
         tokenizer_path=tokenizer_path,
     )
     log.info(
-        "loaded model %s from %s (%s) on %s as %s (weights %s) in %.1f s (fingerprints %.1f s): "
+        "loaded model %s from %s (%s) on %s as %s (weights %s) in %.1f s (then %.1f s for the fingerprints): "
         "vocab %d, context %d, eos %s, weights sha256 %s, tokenizer sha256 %s",
         loaded.model_id,
         loaded.path,
