@@ -1,12 +1,18 @@
 """The KV cache of the slot forward as slots (executor/llama_step.py): one preallocated cache per layer, row ``i``
 of each the keys and values of slot ``i``, each slot with its own length.
 
+Its memory is mapped page by page as positions are written (``lazy_zeros``): resident memory follows the
+tokens the slots hold, not the rows times the longest slot.
+
 What changes a slot without a forward lives here: growing the cache, moving a finished request's last row
 into its hole, copying and reordering beams, taking back rejected draft positions, and the spans the
 prefix cache keeps and puts back (engine/prefix_cache.py).
 """
 
 from __future__ import annotations
+
+import math
+import mmap
 
 import torch
 
@@ -38,10 +44,11 @@ class SlotCache:
         shape = (new_rows, self._kv_heads, capacity, self._head_dim)
         for caches in (self._keys, self._values):
             for index in range(self._layer_count):  # one layer at a time: the old and new caches never coexist whole
-                # Zeros, not empty: masked positions are multiplied by 0 in attention, and 0 * NaN is NaN.
-                new = torch.zeros(shape, dtype=self.cache_dtype, device=self._device)
+                new = lazy_zeros(shape, self.cache_dtype, self._device)
                 if index < len(caches):
-                    new[:self._rows, :, :self._capacity].copy_(caches[index])
+                    for slot, length in enumerate(self.lengths[:self._rows]):  # what is held, not the whole extent
+                        if length:
+                            new[slot, :, :length].copy_(caches[index][slot, :, :length])
                     caches[index] = new
                 else:
                     caches.append(new)
@@ -110,6 +117,18 @@ class SlotCache:
             self._keys[layer][slot, :, start:end].copy_(cached_keys)
             self._values[layer][slot, :, start:end].copy_(cached_values)
         self.lengths[slot] = end
+
+
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Zeros whose memory is committed page by page as it is first written. On the CPU an anonymous memory
+    map: a cache sized for its longest slot keeps resident only the positions its slots have reached, since
+    each (slot, head)'s positions are contiguous. Zeros, not empty, on every device: the torch-op path
+    multiplies masked positions by 0 in attention, and 0 * NaN is NaN."""
+    count = math.prod(shape)
+    if device.type != "cpu" or count == 0:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    size = count * torch.empty(0, dtype=dtype).element_size()
+    return torch.frombuffer(mmap.mmap(-1, size), dtype=dtype, count=count).view(shape)
 
 
 def round_up(length: int) -> int:

@@ -1,0 +1,67 @@
+"""The slot cache's memory follows the tokens its slots hold (executor/slot_cache.py, ``lazy_zeros``).
+
+Read from the kernel's own account of the cache's mapping (/proc/self/smaps), not the process's RSS, so
+what else the test process allocates does not blur it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from proctor.executor.slot_cache import SlotCache, lazy_zeros
+
+SMAPS = Path("/proc/self/smaps")
+PAGE = 4096
+
+
+def resident_bytes(tensor: torch.Tensor) -> int:
+    """Resident bytes of the mapping that holds ``tensor``."""
+    address = tensor.data_ptr()
+    inside = False
+    for line in SMAPS.read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(part, 16) for part in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "Rss:":
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no mapping holds the tensor")
+
+
+@pytest.fixture(autouse=True)
+def linux_only() -> None:
+    if not SMAPS.exists():
+        pytest.skip("skipped: no /proc/self/smaps here (Linux only)")
+
+
+def test_a_grown_cache_keeps_resident_only_what_its_slots_hold() -> None:
+    layers, rows, heads, head_dim = 2, 16, 2, 64
+    cache = SlotCache(layers, rows, heads, head_dim, torch.float16, torch.device("cpu"))
+    cache.reserve(rows, 4096)  # 16 slots of 4,096 tokens: 16 MB a layer's keys
+    held = [10 * (slot + 1) for slot in range(rows)]  # 10 … 160 tokens
+    for slot, length in enumerate(held):
+        keys = torch.ones(layers, heads, length, head_dim, dtype=torch.float16)
+        cache.write_span(slot, 0, keys, keys * 2)
+    keys = cache._keys[0]
+    extent = keys.numel() * keys.element_size()
+    written = sum(heads * -(-length * head_dim * 2 // PAGE) * PAGE for length in held)  # whole pages per run
+    assert resident_bytes(keys) <= written + 2 * PAGE * rows * heads < extent // 10
+    cache.reserve(rows, 8192)  # growth copies what is held, not the extent
+    grown = cache._keys[0]
+    assert resident_bytes(grown) <= written + 2 * PAGE * rows * heads
+    for slot, length in enumerate(held):
+        assert torch.equal(grown[slot, :, :length], torch.ones(heads, length, head_dim, dtype=torch.float16))
+        assert torch.equal(cache._values[1][slot, :, :length], torch.full((heads, length, head_dim), 2.0,
+                                                                         dtype=torch.float16))
+        assert not grown[slot, :, length:].any()  # zeros past what is held
+
+
+def test_lazy_zeros_are_zeros_on_every_device() -> None:
+    tensor = lazy_zeros((3, 5, 7), torch.float32, torch.device("cpu"))
+    assert tensor.shape == (3, 5, 7) and not tensor.any()
+    tensor[1, 2, 3] = 4.0  # writable, and its own memory
+    assert float(tensor.sum()) == 4.0 and not lazy_zeros((3, 5, 7), torch.float32, torch.device("cpu")).any()
+    assert lazy_zeros((0, 4), torch.float16, torch.device("cpu")).shape == (0, 4)
