@@ -128,7 +128,10 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device)
     if device.type != "cpu" or count == 0:
         return torch.zeros(shape, dtype=dtype, device=device)
     size = count * torch.empty(0, dtype=dtype).element_size()
-    return torch.frombuffer(mmap.mmap(-1, size), dtype=dtype, count=count).view(shape)
+    memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # private: not shared with a fork
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # a 2 MB page would commit the positions of many slots at one write
+        memory.madvise(mmap.MADV_NOHUGEPAGE)
+    return torch.frombuffer(memory, dtype=dtype, count=count).view(shape)
 
 
 def round_up(length: int) -> int:
