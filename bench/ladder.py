@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from llama_server import BUILD_DIR, CACHE, SOURCE_DIR, ensure_build  # noqa: E402
 
 LADDER = Path(tempfile.gettempdir()) / "proctor-ladder"
+SHARD_BYTES = 2 << 30  # a random checkpoint's shards (_random_model)
 RUNGS: dict[str, dict[str, Any]] = {  # the real models' shapes (their config.json), random weights
     "qwen2.5-0.5b": {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
                      "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
@@ -127,8 +128,12 @@ def rung_file(name: str, kind: str) -> Path:
 
 
 def _random_model(config: dict[str, Any], out: Path) -> None:
+    """The rung as a transformers checkpoint of random float16 weights, initialised as transformers does
+    (norms 1, biases 0, the rest N(0, 0.02)) but written tensor by tensor in shards: an 8B model is never whole
+    in memory (transformers would build it in float32 first, 32 GB)."""
     import torch
     import transformers
+    from safetensors.torch import save_file
 
     from proctor.config import DEFAULT_MODEL_NAME, default_model_store
 
@@ -139,13 +144,45 @@ def _random_model(config: dict[str, Any], out: Path) -> None:
     settings = {key: value for key, value in config.items() if key != "model_type"}
     cfg = getattr(transformers, config_class)(**settings, torch_dtype="float16")
     say(f"building a random {kind} with {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}")
-    torch.manual_seed(0)
-    model = getattr(transformers, model_class)(cfg).half()
-    model.save_pretrained(out)
+    with torch.device("meta"):
+        skeleton = getattr(transformers, model_class)(cfg)
+    shapes = {name: tuple(tensor.shape) for name, tensor in skeleton.state_dict().items()
+              if not (cfg.tie_word_embeddings and name == "lm_head.weight")}
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, shape in shapes.items():
+        if size > SHARD_BYTES:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += 2 * int(torch.Size(shape).numel())
+    out.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator().manual_seed(0)
+    weight_map: dict[str, str] = {}
+    for index, names in enumerate(shards):
+        file = f"model-{index + 1:05d}-of-{len(shards):05d}.safetensors"
+        tensors = {name: _initial(name, shapes[name], generator) for name in names}
+        save_file(tensors, str(out / file), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(names, file))
+        say(f"  shard {index + 1}/{len(shards)} written")
+    total = sum(2 * int(torch.Size(shape).numel()) for shape in shapes.values())
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
+                                                                  "weight_map": weight_map}))
+    cfg.save_pretrained(out)
     source = default_model_store() / DEFAULT_MODEL_NAME
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt"):
         if (source / name).is_file():
             shutil.copy(source / name, out / name)
+
+
+def _initial(name: str, shape: tuple[int, ...], generator: Any) -> Any:
+    import torch
+
+    if "norm" in name:
+        return torch.ones(shape, dtype=torch.float16)
+    if name.endswith(".bias"):
+        return torch.zeros(shape, dtype=torch.float16)
+    return torch.empty(shape, dtype=torch.float16).normal_(0.0, 0.02, generator=generator)
 
 
 def _binary(name: str) -> Path:
