@@ -11,7 +11,9 @@ Per rung and type, from bench/peer.py run on the rung's file (llama-server and `
 time, the same prompts, closed-loop streams): tokens/s at 1 and 16 streams, plain and with a JSON schema,
 TTFT p50, each server's peak RSS against the file size plus a KV cache for 16 × 512 tokens, and the time
 until each was ready. Beside them the slot forward's own decode step at one stream (LM head included,
-median of steady steps) against the bytes of weights it reads: the memory roofline (~24 GB/s here).
+median of steady steps) against the bytes of weights it reads: the memory roofline (~24 GB/s here); and its
+step at 16 streams in GFLOP/s (two per weight a token multiplies) against the float32 GEMM peak measured in the
+same process (``torch.matmul`` of 2048² matrices), so a reader sees which limit binds and how far off it is.
 
     python bench/ladder.py [--rungs qwen2.5-0.5b,llama-3.2-1b] [--types Q4_K_M,Q8_0] [--steps 24]
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import resource
 import shutil
 import statistics
@@ -168,6 +171,7 @@ def _random_model(config: dict[str, Any], out: Path) -> None:
     total = sum(2 * int(torch.Size(shape).numel()) for shape in shapes.values())
     (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
                                                                   "weight_map": weight_map}))
+    cfg.architectures = [model_class]  # what save_pretrained of the model would write; the converter reads it
     cfg.save_pretrained(out)
     source = default_model_store() / DEFAULT_MODEL_NAME
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt"):
@@ -235,17 +239,45 @@ def _measure_here(path: Path, steps: int) -> None:
             for slot in range(streams):
                 slots.free(slot)
     figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    figures["flops_per_token"] = 2 * matrix_parameters(path)
+    figures["gemm_peak_gflops"] = gemm_peak_gflops()
     print(json.dumps(figures))
 
 
-def measure_servers(path: Path, new_tokens: int) -> dict[str, Any]:
+def matrix_parameters(path: Path) -> int:
+    """The weights one token's step multiplies: every layer's matrices and the LM head (the embedding is a
+    lookup), from the file's tensor table."""
+    from proctor.models.gguf_header import read_header
+
+    shapes = {tensor.name: tensor.dims for tensor in read_header(path).tensors}
+    head = shapes.get("output.weight") or shapes["token_embd.weight"]
+    layers = sum(math.prod(dims) for name, dims in shapes.items() if name.startswith("blk.") and len(dims) == 2)
+    return layers + math.prod(head)
+
+
+def gemm_peak_gflops(size: int = 2048, repeats: int = 5) -> float:
+    """The machine's float32 matrix-multiply rate in this process (PyTorch's BLAS, its threads): the best of
+    ``repeats`` square products, the ceiling a compute-bound step is held against."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.matmul(a, b)
+    best = math.inf
+    for _ in range(repeats):
+        began = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - began)
+    return 2 * size ** 3 / best / 1e9
+
+
+def measure_servers(path: Path, new_tokens: int, modes: str) -> dict[str, Any]:
     """bench/peer.py on this file: llama-server and ``proctor serve`` one at a time, plain and JSON."""
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        _run([sys.executable, str(ROOT / "bench" / "peer.py"), "--gguf", str(path), "--streams",
-              ",".join(map(str, STREAMS)), "--modes", "plain,json,arrivals", "--rounds", "1", "--new-tokens",
-              str(new_tokens),
-              "--llama-bench-args", "none", "--json", out.name])
-        report = json.loads(Path(out.name).read_text())
+    out = path.with_name(f"{path.stem}-peer.json")  # kept: a later step's failure loses no measurement
+    _run([sys.executable, str(ROOT / "bench" / "peer.py"), "--gguf", str(path), "--streams",
+          ",".join(map(str, STREAMS)), "--modes", modes, "--rounds", "1", "--new-tokens",
+          str(new_tokens), "--llama-bench-args", "none", "--json", str(out)])
+    say(f"bench/peer.py's report: {out}")
+    report = json.loads(out.read_text())
     figures: dict[str, Any] = {}
     for cell in report["cells"]:
         key = f"{cell['server']}_{cell['mode']}_{cell['streams']}"
@@ -256,6 +288,11 @@ def measure_servers(path: Path, new_tokens: int) -> dict[str, Any]:
         figures[f"{life['server']}_ready_s"] = life["ready_s"]
         figures[f"{life['server']}_rss_mb"] = life["hwm_mb"]
     return figures
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """``numerator / denominator``, NaN where a level served nothing (an 8B rung's arrivals within the limit)."""
+    return numerator / denominator if denominator else float("nan")
 
 
 def kv_cache_mb(config: dict[str, Any], tokens: int) -> float:
@@ -271,6 +308,8 @@ def main() -> int:
     parser.add_argument("--types", default="Q4_K_M,Q8_0")
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--modes", default="plain,json,arrivals",
+                        help="bench/peer.py's modes (arrivals at 7-8B on 2 cores: no request ends within its limit)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -278,34 +317,37 @@ def main() -> int:
         return 0
     rows = ["| rung | type | file MB | tok/s 1 stream: Proctor / llama (×) | 16 streams (×) "
             "| 16 streams, arrivals (×) | JSON ÷ plain 1 / 16 | TTFT p50 ms P / L | arrivals TTFT p50 ms P / L (×) "
-            "| peak RSS MB P / L (file + KV) | ready s P / L | step ms at 1 (GB/s) |",
-            "|" + "---|" * 12]
+            "| peak RSS MB P / L (file + KV) | ready s P / L | step ms at 1 (GB/s) "
+            "| step at 16: GFLOP/s (% of fp32 GEMM peak) |",
+            "|" + "---|" * 13]
     for name in args.rungs.split(","):
         for kind in args.types.split(","):
             path = rung_file(name, kind)
-            step, served = measure_proctor(path, args.steps), measure_servers(path, args.new_tokens)
+            step, served = measure_proctor(path, args.steps), measure_servers(path, args.new_tokens, args.modes)
             size = path.stat().st_size / 1e6
 
             def rate(server: str, mode: str, streams: int, served: dict[str, Any] = served) -> float:
                 return float(served.get(f"{server}_{mode}_{streams}", float("nan")))
 
-            one, many = (rate("proctor", "plain", n) / rate("llama", "plain", n) for n in STREAMS)
-            arrivals = rate("proctor", "arrivals", 16) / rate("llama", "arrivals", 16)
+            one, many = (ratio(rate("proctor", "plain", n), rate("llama", "plain", n)) for n in STREAMS)
+            arrivals = ratio(rate("proctor", "arrivals", 16), rate("llama", "arrivals", 16))
             ttft_p = float(served.get("proctor_arrivals_16_ttft_ms", float("nan")))
             ttft_l = float(served.get("llama_arrivals_16_ttft_ms", float("nan")))
-            json_ratio = [rate("proctor", "json", n) / rate("proctor", "plain", n) for n in STREAMS]
+            json_ratio = [ratio(rate("proctor", "json", n), rate("proctor", "plain", n)) for n in STREAMS]
             budget = size + kv_cache_mb(RUNGS[name], 16 * 512)
+            flops_16 = step["flops_per_token"] * step["tokens_s_16"] / 1e9
             rows.append(
                 f"| {name} | {kind} | {size:.0f} | {rate('proctor', 'plain', 1):.1f} / {rate('llama', 'plain', 1):.1f} "
                 f"({one:.2f}×) | {rate('proctor', 'plain', 16):.1f} / {rate('llama', 'plain', 16):.1f} ({many:.2f}×) | "
                 f"{rate('proctor', 'arrivals', 16):.1f} / {rate('llama', 'arrivals', 16):.1f} ({arrivals:.2f}×) | "
                 f"{json_ratio[0]:.2f} / {json_ratio[1]:.2f} | {served.get('proctor_plain_1_ttft_ms', 0):.0f} / "
                 f"{served.get('llama_plain_1_ttft_ms', 0):.0f} | "
-                f"{ttft_p:.0f} / {ttft_l:.0f} ({ttft_p / ttft_l:.2f}×) | "
+                f"{ttft_p:.0f} / {ttft_l:.0f} ({ratio(ttft_p, ttft_l):.2f}×) | "
                 f"{served.get('proctor_rss_mb', 0):.0f} / "
                 f"{served.get('llama_rss_mb', 0):.0f} ({budget:.0f}) | {served.get('proctor_ready_s', 0):.1f} / "
                 f"{served.get('llama_ready_s', 0):.1f} | {step['step_ms_1']:.1f} "
-                f"({step['weights_mb'] / step['step_ms_1']:.1f}) |")
+                f"({step['weights_mb'] / step['step_ms_1']:.1f}) | {flops_16:.0f} "
+                f"({100 * flops_16 / step['gemm_peak_gflops']:.0f}% of {step['gemm_peak_gflops']:.0f}) |")
             say(rows[-1])
     print("\n".join(rows))
     return 0

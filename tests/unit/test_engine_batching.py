@@ -79,7 +79,9 @@ def test_cancelled_request_frees_its_slot_within_a_step(make_engine) -> None:  #
 def test_kv_budget_holds_requests_back_instead_of_failing_them(make_engine, tiny_loaded) -> None:  # type: ignore[no-untyped-def]
     runner = make_runner(tiny_loaded.model, 8, torch.device("cpu"))
     engine = make_engine(max_batch_size=8, kv_cache_mb=1, start=False)
-    engine._batch.kv_budget_bytes = runner.bytes_for(1, 64)  # room for one request of <= 64 tokens at a time
+    rooms = [len(engine.prepare(request(i, 20, "sizing")).prompt_ids) + 20 for i in range(3)]  # what each reserves
+    engine._batch.kv_budget_bytes = runner.bytes_for([max(rooms)])  # room for one request at a time
+    assert runner.bytes_for([min(rooms)] * 2) > engine._batch.kv_budget_bytes
     sinks = []
     for i in range(3):
         sink = Collector()

@@ -61,9 +61,34 @@ def test_a_grown_cache_keeps_resident_only_what_its_slots_hold() -> None:
         assert not grown[slot, :, length:].any()  # zeros past what is held
 
 
+def test_a_freed_or_refilled_slot_hands_its_pages_back() -> None:
+    """Resident memory follows the tokens held now, not the longest each slot once held."""
+    layers, rows, heads, head_dim = 2, 4, 2, 64
+    cache = SlotCache(layers, rows, heads, head_dim, torch.float16, torch.device("cpu"))
+    cache.reserve(rows, 4096)
+    for slot in range(rows):
+        keys = torch.full((layers, heads, 4000, head_dim), float(slot + 1), dtype=torch.float16)
+        cache.write_span(slot, 0, keys, keys)
+    tensors = cache._keys + cache._values
+    full = resident_bytes(tensors)
+    assert full >= len(tensors) * rows * heads * 4000 * head_dim * 2
+    cache.free(1)
+    short = torch.full((layers, heads, 100, head_dim), 9.0, dtype=torch.float16)
+    cache.free(2)
+    cache.write_span(2, 0, short, short)  # slot 2 refilled with 100 tokens
+    cache.move(3, 0)  # slot 0 takes slot 3's 4,000 tokens; slot 3 is freed
+    per_slot = len(tensors) * heads * 4000 * head_dim * 2
+    assert resident_bytes(tensors) <= full - 2 * per_slot - 0.9 * per_slot + 8 * PAGE * len(tensors) * heads
+    assert cache.lengths[:4] == [4000, 0, 100, 0]
+    assert torch.equal(cache._keys[1][0, :, :4000], torch.full((heads, 4000, head_dim), 4.0, dtype=torch.float16))
+    assert torch.equal(cache._values[0][2, :, :100], short[0])
+    assert not cache._keys[0][1].any() and not cache._keys[0][2, :, 100:].any()  # released pages read as zeros
+
+
 def test_lazy_zeros_are_zeros_on_every_device() -> None:
-    tensor = lazy_zeros((3, 5, 7), torch.float32, torch.device("cpu"))
-    assert tensor.shape == (3, 5, 7) and not tensor.any()
+    tensor, memory = lazy_zeros((3, 5, 7), torch.float32, torch.device("cpu"))
+    assert memory is not None and tensor.shape == (3, 5, 7) and not tensor.any()
     tensor[1, 2, 3] = 4.0  # writable, and its own memory
-    assert float(tensor.sum()) == 4.0 and not lazy_zeros((3, 5, 7), torch.float32, torch.device("cpu")).any()
-    assert lazy_zeros((0, 4), torch.float16, torch.device("cpu")).shape == (0, 4)
+    assert float(tensor.sum()) == 4.0 and not lazy_zeros((3, 5, 7), torch.float32, torch.device("cpu"))[0].any()
+    empty, none = lazy_zeros((0, 4), torch.float16, torch.device("cpu"))
+    assert empty.shape == (0, 4) and none is None

@@ -95,8 +95,8 @@ class DecodeBatch:
             return False
         if len(everyone) <= 1:
             return True
-        longest = max(len(s.prompt_ids) + s.max_new_tokens for s in everyone)
-        return self._runner.bytes_for(len(everyone), longest) <= self.kv_budget_bytes
+        lengths = [len(s.prompt_ids) + s.max_new_tokens for s in everyone]
+        return self._runner.bytes_for(lengths) <= self.kv_budget_bytes
 
     def join(self, state: SequenceState) -> None:
         """Give ``state`` the next free slot; its prompt starts with what the prefix cache holds of it."""

@@ -45,8 +45,8 @@ class PerSlotRunner:
         return Capabilities(device=self.device, extend=False, split_prompts=False, spans=False, rows_own_bits=True,
                             thread_invariant=False)
 
-    def bytes_for(self, rows: int, length: int) -> int:
-        return rows * length * self.bytes_per_token
+    def bytes_for(self, lengths: Sequence[int]) -> int:
+        return sum(lengths) * self.bytes_per_token  # each slot's cache grows with its own tokens
 
     def forward(self, feeds: Sequence[Feed]) -> torch.Tensor:
         """Each feed through the model's own forward with its slot's cache, one after another."""

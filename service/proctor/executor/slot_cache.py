@@ -1,8 +1,9 @@
 """The KV cache of the slot forward as slots (executor/llama_step.py): one preallocated cache per layer, row ``i``
 of each the keys and values of slot ``i``, each slot with its own length.
 
-Its memory is mapped page by page as positions are written (``lazy_zeros``): resident memory follows the
-tokens the slots hold, not the rows times the longest slot.
+Its memory is mapped page by page as positions are written (``lazy_zeros``), and a slot's pages past what it
+holds go back to the system when it is freed or refilled: resident memory follows the tokens the slots hold,
+not the rows times the longest slot.
 
 What changes a slot without a forward lives here: growing the cache, moving a finished request's last row
 into its hole, copying and reordering beams, taking back rejected draft positions, and the spans the
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import math
 import mmap
+from collections.abc import Sequence
 
 import torch
 
@@ -30,11 +32,19 @@ class SlotCache:
         self._rows = 0  # slots allocated (grows in powers of two up to max_slots)
         self._keys: list[torch.Tensor] = []
         self._values: list[torch.Tensor] = []
+        self._maps: list[mmap.mmap] = []  # on the CPU: the memory under the keys, then the values (lazy_zeros)
         self.lengths = [0] * max_slots  # tokens held per slot
 
-    def bytes_for(self, rows: int, length: int) -> int:
-        """Cache size once ``rows`` slots can each hold ``length`` tokens."""
-        return self._round_rows(max(rows, self._rows)) * round_up(max(length, self._capacity)) * self.bytes_per_token
+    def bytes_for(self, lengths: Sequence[int]) -> int:
+        """Resident cache bytes once the slots hold ``lengths`` tokens: on the CPU what they hold (and a page per
+        layer, head and slot of rounding), since pages are committed as written and handed back when freed;
+        elsewhere every slot sized for the longest."""
+        if self._device.type == "cpu":
+            rounding = len(lengths) * self._layer_count * 2 * self._kv_heads * mmap.PAGESIZE
+            return sum(lengths) * self.bytes_per_token + rounding
+        longest = max(lengths, default=0)
+        return self._round_rows(max(len(lengths), self._rows)) * round_up(max(longest, self._capacity)) \
+            * self.bytes_per_token
 
     def reserve(self, rows: int, length: int) -> None:
         """Grow the cache to at least ``rows`` slots of ``length`` tokens (copying what is there)."""
@@ -42,9 +52,11 @@ class SlotCache:
             return
         new_rows, capacity = self._round_rows(max(rows, self._rows)), round_up(max(length, self._capacity))
         shape = (new_rows, self._kv_heads, capacity, self._head_dim)
+        maps: list[mmap.mmap] = []
         for caches in (self._keys, self._values):
             for index in range(self._layer_count):  # one layer at a time: the old and new caches never coexist whole
-                new = lazy_zeros(shape, self.cache_dtype, self._device)
+                new, memory = lazy_zeros(shape, self.cache_dtype, self._device)
+                maps += [memory] if memory is not None else []
                 if index < len(caches):
                     for slot, length in enumerate(self.lengths[:self._rows]):  # what is held, not the whole extent
                         if length:
@@ -52,7 +64,7 @@ class SlotCache:
                     caches[index] = new
                 else:
                     caches.append(new)
-        self._rows, self._capacity = new_rows, capacity
+        self._rows, self._capacity, self._maps = new_rows, capacity, maps
 
     def _round_rows(self, rows: int) -> int:
         return min(self.max_slots, 1 << max(0, rows - 1).bit_length())
@@ -63,10 +75,27 @@ class SlotCache:
         for cache in self._keys + self._values:
             cache[target, :, :n].copy_(cache[source, :, :n])
         self.lengths[target] = n
-        self.lengths[source] = 0
+        self.free(source)
+        self._release(target, n)
 
     def free(self, slot: int) -> None:
         self.lengths[slot] = 0
+        self._release(slot, 0)
+
+    def _release(self, slot: int, keep: int) -> None:
+        """Hand the pages of ``slot`` past its first ``keep`` positions back to the system (they read as zeros
+        again), so the cache's resident memory follows the tokens held, not what each slot once held."""
+        if slot >= self._rows:
+            return
+        position = self._head_dim * torch.empty(0, dtype=self.cache_dtype).element_size()
+        run = self._capacity * position  # one (slot, head)'s positions, contiguous
+        for memory in self._maps:
+            for head in range(self._kv_heads):
+                base = (slot * self._kv_heads + head) * run
+                start = -(-(base + keep * position) // mmap.PAGESIZE) * mmap.PAGESIZE
+                end = (base + run) // mmap.PAGESIZE * mmap.PAGESIZE
+                if end > start:
+                    memory.madvise(mmap.MADV_DONTNEED, start, end - start)
 
     def copy(self, source: int, target: int) -> None:
         """Copy slot ``source`` into slot ``target`` (beam search: every beam starts from the prompt)."""
@@ -119,19 +148,20 @@ class SlotCache:
         self.lengths[slot] = end
 
 
-def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Zeros whose memory is committed page by page as it is first written. On the CPU an anonymous memory
-    map: a cache sized for its longest slot keeps resident only the positions its slots have reached, since
-    each (slot, head)'s positions are contiguous. Zeros, not empty, on every device: the torch-op path
-    multiplies masked positions by 0 in attention, and 0 * NaN is NaN."""
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+               ) -> tuple[torch.Tensor, mmap.mmap | None]:
+    """Zeros whose memory is committed page by page as it is first written, and the map under them. On the CPU an
+    anonymous private map: a cache sized for its longest slot keeps resident only the positions its slots have
+    reached, since each (slot, head)'s positions are contiguous. Zeros, not empty, on every device: the torch-op
+    path multiplies masked positions by 0 in attention, and 0 * NaN is NaN."""
     count = math.prod(shape)
     if device.type != "cpu" or count == 0:
-        return torch.zeros(shape, dtype=dtype, device=device)
+        return torch.zeros(shape, dtype=dtype, device=device), None
     size = count * torch.empty(0, dtype=dtype).element_size()
     memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # private: not shared with a fork
     if hasattr(mmap, "MADV_NOHUGEPAGE"):  # a 2 MB page would commit the positions of many slots at one write
         memory.madvise(mmap.MADV_NOHUGEPAGE)
-    return torch.frombuffer(memory, dtype=dtype, count=count).view(shape)
+    return torch.frombuffer(memory, dtype=dtype, count=count).view(shape), memory
 
 
 def round_up(length: int) -> int:
