@@ -92,3 +92,17 @@ def test_lazy_zeros_are_zeros_on_every_device() -> None:
     assert float(tensor.sum()) == 4.0 and not lazy_zeros((3, 5, 7), torch.float32, torch.device("cpu"))[0].any()
     empty, none = lazy_zeros((0, 4), torch.float16, torch.device("cpu"))
     assert empty.shape == (0, 4) and none is None
+
+
+def test_admission_counts_what_the_rows_hold_and_bounds_the_resident_cache() -> None:
+    """``bytes_for`` (engine/batch.py's ``fits`` under --kv-cache-mb) on the CPU: each row's own tokens, not rows
+    times the longest, and never less than what the cache then keeps resident."""
+    layers, rows, heads, head_dim = 2, 4, 2, 64
+    cache = SlotCache(layers, rows, heads, head_dim, torch.float16, torch.device("cpu"))
+    lengths = [4000, 30, 300, 7]
+    assert cache.bytes_for(lengths) < cache.bytes_for([max(lengths)] * rows) / 2
+    cache.reserve(rows, max(lengths))
+    for slot, length in enumerate(lengths):
+        keys = torch.ones(layers, heads, length, head_dim, dtype=torch.float16)
+        cache.write_span(slot, 0, keys, keys)
+    assert resident_bytes(cache._keys + cache._values) <= cache.bytes_for(lengths)
