@@ -28,7 +28,8 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    "this process may use (affinity, cgroup quota), tuned under load by measurement")
     p.add_argument("--max-batch-size", type=int, help="requests decoded together (default 32)")
     p.add_argument("--max-waiting", type=int, help="requests allowed to wait; beyond, RESOURCE_EXHAUSTED (default 64)")
-    p.add_argument("--kv-cache-mb", type=int, help="KV-cache memory budget in MiB: rows join while what they reserve fits (default 4096)")
+    p.add_argument("--kv-cache-mb", type=int,
+                   help="KV-cache memory budget in MiB: rows join while what they reserve fits (default 4096)")
     p.add_argument("--max-step-tokens", type=int, help="tokens one step's forward is fed, every row together: "
                    "the running rows' next tokens, prompt pieces, drafts (default 256)")
     p.add_argument("--prefill-chunk-tokens", type=int, help="the prefix cache keeps prompts in chunks of this many "
