@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.requirements import missing
 
 from proctor.executor.slot_cache import SlotCache, lazy_zeros
 
@@ -35,7 +36,7 @@ def resident_bytes(tensors: list[torch.Tensor]) -> int:
 @pytest.fixture(autouse=True)
 def linux_only() -> None:
     if not SMAPS.exists():
-        pytest.skip("skipped: no /proc/self/smaps here (Linux only)")
+        missing("no /proc/self/smaps here (Linux only): the cache's mappings cannot be read")
 
 
 def test_a_grown_cache_keeps_resident_only_what_its_slots_hold() -> None:

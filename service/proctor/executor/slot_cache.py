@@ -26,7 +26,8 @@ class SlotCache:
                  device: torch.device) -> None:
         self.max_slots = max_slots
         self.cache_dtype = cache_dtype
-        self.bytes_per_token = layers * 2 * kv_heads * head_dim * torch.empty(0, dtype=cache_dtype).element_size()
+        self._position_bytes = head_dim * torch.empty(0, dtype=cache_dtype).element_size()  # one head's position
+        self.bytes_per_token = layers * 2 * kv_heads * self._position_bytes
         self._layer_count, self._kv_heads, self._head_dim, self._device = layers, kv_heads, head_dim, device
         self._capacity = 0  # tokens per slot
         self._rows = 0  # slots allocated (grows in powers of two up to max_slots)
@@ -85,9 +86,9 @@ class SlotCache:
     def _release(self, slot: int, keep: int) -> None:
         """Hand the pages of ``slot`` past its first ``keep`` positions back to the system (they read as zeros
         again), so the cache's resident memory follows the tokens held, not what each slot once held."""
-        if slot >= self._rows:
+        if slot >= self._rows or not self._maps:
             return
-        position = self._head_dim * torch.empty(0, dtype=self.cache_dtype).element_size()
+        position = self._position_bytes
         run = self._capacity * position  # one (slot, head)'s positions, contiguous
         for memory in self._maps:
             for head in range(self._kv_heads):
