@@ -149,3 +149,48 @@ def test_what_beams_do_not_combine_with_is_refused_by_field(changes: dict[str, o
     assert validate(beam_request(4, 2), Settings()) == []
     request = dataclasses.replace(beam_request(4, 2), **changes)  # type: ignore[arg-type]
     assert field in [v.field for v in validate(request, Settings())]
+
+
+def test_beams_share_each_steps_one_forward_and_keep_their_bits(make_engine, tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """Two searches and plain requests in one batch, with a step budget that splits the prompts: every step is one
+    forward over all of them, the searches return what generate() returns, the plain requests what they return
+    alone; the shorter search leaves first and the one below it moves up into its slots."""
+    def plain(name: str, n: int) -> GenerationRequest:
+        return GenerationRequest(request_id=name, prompt=PROMPT + " and", stopping=StoppingParams(max_new_tokens=n))
+
+    solo = {name: run(make_engine(), plain(name, n)).token_ids for name, n in (("p1", 9), ("p2", 20))}
+    engine = make_engine(start=False, max_batch_size=8, max_step_tokens=12)
+    runner = engine._batch._runner
+    forwards: list[list[int]] = []
+    real_forward = runner.forward
+
+    def counted(feeds):  # type: ignore[no-untyped-def]
+        forwards.append([feed.slot for feed in feeds])
+        return real_forward(feeds)
+
+    runner.forward = counted
+    sinks = {name: Collector() for name in ("p1", "short", "long", "p2")}
+    requests = {"p1": plain("p1", 9), "short": beam_request(5, 4, 2, ignore_eos=True),
+                "long": beam_request(14, 2, 2, ignore_eos=True), "p2": plain("p2", 20)}
+    for name, req in requests.items():
+        engine.submit(engine.prepare(req), sinks[name])
+    moved = False
+    with torch.inference_mode():
+        for _ in range(200):
+            before = len(forwards)
+            if not engine._step():
+                break
+            assert len(forwards) == before + 1  # one forward a step, beams and all
+            searches = engine._batch.searches
+            moved = moved or (len(searches) == 1 and searches[0].num_beams == 2 and searches[0].slots == [6, 7])
+    assert all(sink.events and sink.final.finished for sink in sinks.values())
+    assert moved  # the two-beam search, below the four-beam one, moved up when that one left
+    assert any(max(slots) >= 4 and min(slots) <= 1 for slots in forwards)  # beams beside the plain rows
+    for name, n, returned in (("short", 5, 4), ("long", 14, 2)):
+        expected = hf_beams(tiny_model, tokenizer, n, returned, 2, None)
+        final = sinks[name].final
+        assert final.error is None, final.error
+        assert [list(s.token_ids) for s in final.sequences] == [row for row, _ in expected]
+        assert [s.score for s in final.sequences] == pytest.approx([score for _, score in expected], rel=1e-6)
+    assert sinks["p1"].token_ids == solo["p1"] and sinks["p2"].token_ids == solo["p2"]
+    assert engine._batch.free_rows() == 8 and engine.admission_counts()["beams"] == 0

@@ -56,28 +56,48 @@ def test_every_finish_reason_ends_in_a_finished_status() -> None:
     assert not any(s.finished for s in (RequestStatus.WAITING, RequestStatus.PREFILLING, RequestStatus.RUNNING))
 
 
-def test_a_beam_search_waits_in_the_same_queue_and_the_plan_starts_it(make_engine) -> None:  # type: ignore[no-untyped-def]
+def test_a_beam_search_waits_in_the_same_queue_and_joins_with_a_row_a_beam(make_engine) -> None:  # type: ignore[no-untyped-def]
     from proctor.domain import Overloaded, SamplingParams
 
-    engine = make_engine(start=False, max_batch_size=1, max_waiting=1)
+    engine = make_engine(start=False, max_batch_size=2, max_waiting=1)
 
     def beams(name: str) -> GenerationRequest:
         return GenerationRequest(request_id=name, prompt="Hi", sampling=SamplingParams(num_beams=2),
                                  stopping=StoppingParams(max_new_tokens=3, ignore_eos=True))
 
-    plain, beam = Collector(), Collector()
+    plain, beam, third = Collector(), Collector(), Collector()
     engine.submit(engine.prepare(request("plain", "Hi", 3)), plain)
-    engine.submit(engine.prepare(beams("beam")), beam)  # the queue holds max_waiting plus the free row
+    engine.submit(engine.prepare(beams("beam")), beam)  # the queue holds max_waiting plus the free rows
+    engine.submit(engine.prepare(beams("third")), third)
     state = engine.state_of("beam")
     assert state is not None and state.status is RequestStatus.WAITING
-    with pytest.raises(Overloaded):  # a third request finds the queue full, beam search or not
-        engine.submit(engine.prepare(beams("third")), Collector())
-    assert engine.admission_counts()["beams"] == 1 and engine.admission_counts()["waiting"] == 2
+    with pytest.raises(Overloaded):  # a fourth request finds the queue full, beam search or not
+        engine.submit(engine.prepare(beams("fourth")), Collector())
+    assert engine.admission_counts()["beams"] == 2 and engine.admission_counts()["waiting"] == 3
     with torch.inference_mode():
         assert engine._step()
-        assert state.status is RequestStatus.RUNNING  # the plan started it
+        # the plain request took a row; two beams need two: the search waits, and the one behind it too
+        assert state.status is RequestStatus.WAITING and engine.admission_counts()["running"] == 1
         for _ in range(20):
+            engine._step()
+            if state.status is not RequestStatus.WAITING:
+                break
+        assert plain.events[-1].finish_reason is FinishReason.LENGTH
+        assert state.status is RequestStatus.RUNNING and engine._batch.free_rows() == 0  # its prompt, then beams
+        for _ in range(40):
             if not engine._step():
                 break
     assert state.status is RequestStatus.FINISHED_LENGTH and beam.events[-1].sequences
-    assert plain.events[-1].finish_reason is FinishReason.LENGTH and engine.active_count() == 0
+    assert third.events[-1].sequences and engine.active_count() == 0 and engine._batch.free_rows() == 2
+
+
+def test_more_beams_than_the_batch_has_rows_is_refused_by_field(make_engine) -> None:  # type: ignore[no-untyped-def]
+    from proctor.domain import RequestValidationError, SamplingParams
+
+    engine = make_engine(start=False, max_batch_size=2)
+    wide = GenerationRequest(request_id="wide", prompt="Hi", sampling=SamplingParams(num_beams=3),
+                             stopping=StoppingParams(max_new_tokens=3))
+    with pytest.raises(RequestValidationError) as raised:
+        engine.submit(engine.prepare(wide), Collector())
+    assert raised.value.violations[0].field == "sampling.num_beams" and "--max-batch-size" in str(raised.value)
+    assert engine.admission_counts()["beams"] == 0 and engine.active_count() == 0

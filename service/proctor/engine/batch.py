@@ -12,12 +12,16 @@ prompt's keys, values and logits are the same bits however it is split and whate
 its first feed.
 
 After a feed with a draft, ``settle`` keeps the positions the verification accepted.
+
+A beam search (engine/beam.py) holds one slot per beam, taken from the top of the slots down, so the requests'
+rows below them stay ``0..B-1``; when a search leaves, the searches below it move up into its slots.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -26,20 +30,39 @@ from proctor.engine.sequence import SequenceState
 from proctor.executor.protocol import Capabilities, Executor, Feed
 
 
+class BeamRows(Protocol):
+    """A beam search as the batch, the step plan and the update pass see it (engine/beam.BeamSearch)."""
+
+    host: SequenceState
+    slots: list[int]  # its beams' cache slots
+    parents: list[int]  # after a selection: the beam each running one continues
+
+    @property
+    def num_beams(self) -> int: ...
+
+    def lane_tokens(self) -> list[int]: ...
+
+    def first(self, logits: torch.Tensor) -> bool: ...
+
+    def next(self, logits: torch.Tensor) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RowFeed:
     """What one row is fed this step: a piece of its prompt (``prompt`` True; ``completes``: its last piece), or
-    its last token and a draft."""
+    its last token and a draft. ``beam``: the row is that beam of ``state``'s search (its prompt: beam 0)."""
 
     state: SequenceState
     tokens: list[int]
     prompt: bool
     completes: bool = False
+    beam: int | None = None
 
     @classmethod
-    def piece(cls, state: SequenceState, tokens: list[int]) -> RowFeed:
+    def piece(cls, state: SequenceState, tokens: list[int], beam: int | None = None) -> RowFeed:
         """The next ``tokens`` of ``state``'s prompt (decided before the forward moves ``prompt_fed``)."""
-        return cls(state, tokens, prompt=True, completes=state.prompt_fed + len(tokens) == len(state.prompt_ids))
+        return cls(state, tokens, prompt=True, completes=state.prompt_fed + len(tokens) == len(state.prompt_ids),
+                   beam=beam)
 
     @property
     def logits(self) -> int:
@@ -56,6 +79,7 @@ class DecodeBatch:
         self.kv_budget_bytes = kv_budget_bytes
         self.chunk_tokens = chunk_tokens  # the prefix cache's chunk (0: no prefix cache)
         self.states: list[SequenceState] = []  # row i = slot i; prompts still being fed included
+        self.searches: list[BeamRows] = []  # beam searches, the first in the top slots, each below the last
         self.prefix_cache = prefix_cache if prefix_cache is not None and prefix_cache.enabled else None
         self._chains: dict[int, list[bytes]] = {}  # id(state) → its prompt's chunk keys in the prefix cache
         self._fed: list[tuple[int, int]] = []  # (row, tokens) of each drafted feed of the last forward
@@ -82,31 +106,65 @@ class DecodeBatch:
     def held_bytes(self) -> int:
         """KV-cache bytes the requests' tokens occupy (metrics; read from any thread)."""
         runner = self._runner_built
-        per_token = runner.bytes_per_token if runner is not None else 0
-        return per_token * sum(s.prompt_fed + len(s.generated) for s in list(self.states))
+        if runner is None:
+            return 0
+        beams = sum(runner.lengths[slot] for search in list(self.searches) for slot in search.slots)
+        return runner.bytes_per_token * (sum(s.prompt_fed + len(s.generated) for s in list(self.states)) + beams)
+
+    def free_rows(self) -> int:
+        """Rows no request or beam holds (read from any thread: a hint)."""
+        return self.max_rows - len(self.states) - sum(search.num_beams for search in list(self.searches))
 
     def fits(self, joining: list[SequenceState]) -> bool:
-        """Whether the cache for the rows plus ``joining`` stays within the memory budget.
+        """Whether the rows plus ``joining`` fit the batch (a beam request takes a row a beam) and their cache
+        stays within the memory budget.
 
-        Each request reserves its prompt plus ``max_new_tokens``, so a request admitted never runs
-        out of cache. A request alone in the batch is always admitted (its size was validated)."""
-        everyone = self.states + joining
-        if len(everyone) > self.max_rows:
+        Each request reserves its prompt plus ``max_new_tokens`` in each of its rows, so a request admitted
+        never runs out of cache. A request alone in the batch is always admitted (its size was validated)."""
+        everyone = [*self.states, *(search.host for search in self.searches), *joining]
+        if sum(_rows(state) for state in everyone) > self.max_rows:
             return False
         if len(everyone) <= 1:
             return True
-        lengths = [len(s.prompt_ids) + s.max_new_tokens for s in everyone]
+        lengths = [len(s.prompt_ids) + s.max_new_tokens for s in everyone for _ in range(_rows(s))]
         return self._runner.bytes_for(lengths) <= self.kv_budget_bytes
 
     def join(self, state: SequenceState) -> None:
         """Give ``state`` the next free slot; its prompt starts with what the prefix cache holds of it."""
         self.states.append(state)
+        self._from_prefix_cache(state, len(self.states) - 1)
+
+    def join_search(self, search: BeamRows) -> None:
+        """Give a beam search a slot per beam, below the other searches' (its prompt goes into the first)."""
+        low = self.max_rows - sum(other.num_beams for other in self.searches) - search.num_beams
+        search.slots = list(range(low, low + search.num_beams))
+        self.searches.append(search)
+        self._from_prefix_cache(search.host, search.slots[0])
+
+    def reorder_search(self, search: BeamRows, parents: list[int]) -> None:
+        """Beam ``i``'s slot takes the cache of beam ``parents[i]``'s."""
+        self._runner.reorder(search.slots, parents)
+
+    def release_search(self, search: BeamRows) -> None:
+        """Free a search's slots; the searches below it move up, so every search's slots stay at the top."""
+        for slot in search.slots:
+            self._runner.free(slot)
+        self._chains.pop(id(search.host), None)
+        index = self.searches.index(search)
+        self.searches.pop(index)
+        for below in self.searches[index:]:  # highest slots first: each target is free by the time it is written
+            moved = [slot + search.num_beams for slot in below.slots]
+            for source, target in zip(reversed(below.slots), reversed(moved), strict=True):
+                self._runner.move(source, target)
+            below.slots = moved
+
+    def _from_prefix_cache(self, state: SequenceState, slot: int) -> None:
+        """Start ``state``'s prompt in ``slot`` with what the prefix cache holds of it."""
         state.prompt_fed = 0
         cache, scope = self.prefix_cache, state.request.prefix_cache_scope
         if cache is None or scope is None or not self.capabilities.spans:
             return
         chain = self._chains[id(state)] = cache.chain(scope, state.prompt_ids)
-        slot = len(self.states) - 1
         for chunk in cache.lookup(chain, state.prompt_ids):
             self._runner.write_span(slot, state.prompt_fed, chunk.keys, chunk.values)
             state.prompt_fed += len(chunk.tokens)
@@ -116,14 +174,18 @@ class DecodeBatch:
         """One forward over every feed; the logits the update reads ([sum of ``feed.logits``, V], feed by feed).
         Prompts advance by what they were fed, and leave their newly completed chunks in the prefix cache."""
         rows = {id(state): row for row, state in enumerate(self.states)}
-        executor_feeds = [Feed(rows[id(feed.state)], feed.tokens, feed.logits) for feed in feeds]
-        logits = self._runner.forward(executor_feeds)
-        self._fed = [(rows[id(feed.state)], len(feed.tokens)) for feed in feeds if not feed.prompt]
+        searches = {id(search.host): search for search in self.searches}
+
+        def slot(feed: RowFeed) -> int:
+            return rows[id(feed.state)] if feed.beam is None else searches[id(feed.state)].slots[feed.beam]
+
+        logits = self._runner.forward([Feed(slot(feed), feed.tokens, feed.logits) for feed in feeds])
+        self._fed = [(slot(feed), len(feed.tokens)) for feed in feeds if not feed.prompt and feed.beam is None]
         for feed in feeds:
             if feed.prompt:
                 before = feed.state.prompt_fed
                 feed.state.prompt_fed += len(feed.tokens)
-                self._keep_chunks(rows[id(feed.state)], feed.state, before)
+                self._keep_chunks(slot(feed), feed.state, before)
         return logits
 
     def _keep_chunks(self, row: int, state: SequenceState, before: int) -> None:
@@ -161,8 +223,23 @@ class DecodeBatch:
             self.states.pop()
 
     def clear(self) -> None:
-        for slot in range(len(self.states)):
+        for slot in [*range(len(self.states)), *(slot for search in self.searches for slot in search.slots)]:
             self._runner.free(slot)
         self.states = []
+        self.searches = []
         self._chains.clear()
+
+
+def logit_rows(feeds: list[RowFeed], start: int) -> list[tuple[RowFeed, range]]:
+    """Each feed with the rows of the step's logits that hold its wanted positions, the first at ``start``."""
+    spans = []
+    for feed in feeds:
+        spans.append((feed, range(start, start + feed.logits)))
+        start += feed.logits
+    return spans
+
+
+def _rows(state: SequenceState) -> int:
+    """The batch rows a request takes: one, or one a beam."""
+    return max(1, state.request.sampling.num_beams)
 

@@ -1,10 +1,12 @@
 """Beam search with ``generate()``'s semantics (transformers 5.x ``GenerationMixin._beam_search``).
 
 A beam request waits in the scheduler's queue like any other request (the same admission and limits), and
-the step plan starts its search (engine/scheduler.py); it then runs beside the continuous batch on a runner
-of its own with ``num_beams`` slots (one per beam, all the same length), one step per engine step. Each
-step follows transformers exactly — the same tensor operations in the same order, so the same ties break
-the same way:
+joins the running batch with ``num_beams`` rows (DecodeBatch.join_search: one KV-cache slot per beam). Its
+prompt is fed like any prompt (in pieces within the step's budget, into its first slot); then at every step the
+plan feeds each beam its last token beside the other rows, in the step's one forward. The update pass hands the
+beams' logits to the search (``first`` after the prompt, then ``next``), and the cache rows follow the beams'
+parents (DecodeBatch.reorder_search). Each selection follows transformers exactly — the same tensor operations
+in the same order, so the same ties break the same way:
 
 1. each beam's next-token log-softmax, with the masks applied after it (the constraint, forbidden
    phrases, ``allowed_token_ids``, end-of-sequence before ``min_new_tokens``: each beam its own state);
@@ -42,6 +44,7 @@ from proctor.decoding.masks import build_masks
 from proctor.decoding.pipeline import RowDecision
 from proctor.domain import FinishReason, RequestValidationError, ReturnedSequence
 from proctor.domain.request import EarlyStopping
+from proctor.engine.batch import DecodeBatch, RowFeed
 from proctor.engine.detokenizer import text_decoder
 from proctor.engine.sequence import SequenceState
 from proctor.engine.status import RequestStatus
@@ -79,34 +82,33 @@ class Beam:
 
 @dataclass
 class BeamSearch:
-    """One beam request; ``step`` once per engine step on the engine thread until it returns True."""
+    """One beam request's search: the step plan feeds its beams, the update pass hands it their logits."""
 
     host: SequenceState
-    make_runner: Callable[[int], Any]
     end_ids: frozenset[int]  # tokens that end a beam: end-of-sequence (unless ignore_eos) and stop tokens
     n_eos: int
     decode: Callable[[list[int]], str]  # a returned beam's text (special tokens skipped, as the output's)
+    slots: list[int] = field(default_factory=list)  # the batch's cache slots, one a beam (DecodeBatch.join_search)
     beams: list[Beam] = field(default_factory=list)
-    _runner: Any = None
+    parents: list[int] = field(default_factory=list)  # after a selection: the beam each running one continues
     _scores: torch.Tensor | None = None  # running beam scores [B]
     _finished: list[tuple[Beam, FinishReason] | None] = field(default_factory=list)
     _finished_scores: torch.Tensor | None = None
     _finished_flags: torch.Tensor | None = None
     _improvable: bool = True
-    _logits: torch.Tensor | None = None
 
     @property
     def num_beams(self) -> int:
         return self.host.request.sampling.num_beams
 
-    def start(self) -> None:
-        """Prefill the prompt once and copy its cache into every beam's slot."""
+    def lane_tokens(self) -> list[int]:
+        """What each beam is fed next: its last token."""
+        return [beam.tokens[-1] for beam in self.beams]
+
+    def first(self, logits: torch.Tensor) -> bool:
+        """The prompt's last logits ([1, V]), from which every beam starts (the cache holds the prompt in each of
+        its slots by then); the first selection. True once the request has been answered."""
         host, count = self.host, self.num_beams
-        self._runner = self.make_runner(count)
-        first = self._runner.prefill(0, host.prompt_ids)
-        for slot in range(1, count):
-            self._runner.copy(0, slot)
-        self._logits = first.expand(count, -1).contiguous()
         rules = host.rules
         eos = tuple(sorted(rules.eos_token_ids))
         self.beams = [Beam([], [], host.matcher if slot == 0 else _fork(host, host.matcher, []),
@@ -118,16 +120,14 @@ class BeamSearch:
         self._finished = [None] * count
         self._finished_scores = torch.full((count,), NEG, dtype=torch.float32)
         self._finished_flags = torch.zeros(count, dtype=torch.bool)
+        return self.next(logits.expand(count, -1).contiguous())
 
-    def step(self) -> bool:
-        """One beam step (the first also prefills); True once the request has been answered."""
-        if self._runner is None:
-            self.start()
-        else:
-            self._logits = self._runner.decode([beam.tokens[-1] for beam in self.beams])
-        assert self._logits is not None and self._scores is not None
+    def next(self, logits: torch.Tensor) -> bool:
+        """One selection over the beams' logits ([num_beams, V]); True once the request has been answered, else
+        ``parents`` says which beam each running one continues."""
+        assert self._scores is not None
         count, host = self.num_beams, self.host
-        logits = self._logits.float()
+        logits = logits.float()
         raw = torch.log_softmax(logits, dim=-1)
         top = raw.argmax(dim=-1).tolist()
         masks = build_masks(logits, self.beams, top)
@@ -166,9 +166,9 @@ class BeamSearch:
         self._finished = [merged[i] for i in chosen]
         self._finished_scores = merged_scores[chosen]
         self._finished_flags = merged_flags[chosen]
-        # Move to the running beams: the cache rows follow their parents.
+        # Move to the running beams: the cache rows follow their parents (the update pass reorders them).
         self._scores = running_scores[next_indices]
-        self._runner.reorder([parents[i] for i in next_indices])
+        self.parents = [parents[i] for i in next_indices]
         self.beams = [self._advance(candidates[i], tokens[i]) for i in next_indices]
         self._improvable = self._still_improvable(generated)
         exists_open = not (bool(self._finished_flags.all()) and early == "true")
@@ -227,7 +227,6 @@ class BeamSearch:
             ReturnedSequence(tuple(beam.tokens), self.decode(beam.tokens), score, reason,
                              details=tuple(host.detail(d) for d in beam.decisions) if details else ())
             for (beam, reason), score in wanted)
-        self._runner = None  # the beams' cache goes with it
         now = time.monotonic()
         if not wanted:
             host.finish_without_token(FinishReason.DEAD_END, now, detail="no beam finished")
@@ -242,67 +241,73 @@ class BeamSearch:
 
 
 class BeamSearches:
-    """The engine's beam requests: created and added from a caller's thread, stepped on the engine thread."""
+    """The engine's beam requests while they wait: created on a caller's thread, taken by the batch when they join."""
 
-    def __init__(self, loaded: Any, make_runner: Callable[[int], Any]) -> None:
+    def __init__(self, loaded: Any, max_rows: int) -> None:
         self._loaded = loaded
-        self._make_runner = make_runner
+        self._max_rows = max_rows
         self._decode = text_decoder(loaded.tokenizer, skip_special_tokens=True)
         self._lock = threading.Lock()
         self._pending: dict[int, BeamSearch] = {}  # by id() of the request's state, while it waits in the queue
-        self._running: list[BeamSearch] = []
 
     def create(self, state: SequenceState) -> BeamSearch:
         """A beam request's search (what beam search does not combine with was refused by api/validation.py;
-        what this model cannot do is refused here, before any work)."""
+        what this model or this batch cannot do is refused here, before any work)."""
         reason = unsupported_reason(self._loaded.model)
         if reason is not None:
             raise RequestValidationError.single("sampling.num_beams", f"beam search needs the slot forward: {reason}")
+        beams = state.request.sampling.num_beams
+        if beams > self._max_rows:
+            raise RequestValidationError.single(
+                "sampling.num_beams", f"{beams} beams need {beams} rows of the batch; this server runs "
+                f"{self._max_rows} (--max-batch-size)")
         rules = state.rules
         ends = rules.stop_token_ids | (frozenset() if rules.ignore_eos else rules.eos_token_ids)
-        return BeamSearch(state, self._make_runner, ends, len(self._loaded.eos_token_ids), self._decode)
+        return BeamSearch(state, ends, len(self._loaded.eos_token_ids), self._decode)
 
     def hold(self, search: BeamSearch) -> None:
         """Keep a created search while its request waits in the scheduler's queue, like any other request."""
         with self._lock:
             self._pending[id(search.host)] = search
 
-    def start(self, state: SequenceState) -> None:
-        """The step plan starts ``state``'s search (engine/scheduler.py): it runs from this step on."""
+    def take(self, state: SequenceState) -> BeamSearch:
+        """The search of ``state``, which joins the batch now (the step plan: engine/scheduler.py)."""
         with self._lock:
-            search = self._pending.pop(id(state))
-            state.status = RequestStatus.RUNNING
-            self._running.append(search)
+            return self._pending.pop(id(state))
 
     def drop(self, state: SequenceState) -> None:
         """Forget the search of a request that ended while it waited (cancelled, past its deadline, shutdown)."""
         with self._lock:
             self._pending.pop(id(state), None)
 
-    def __bool__(self) -> bool:
-        return bool(self._running)
-
-    def held(self) -> int:
-        """Beam requests held, waiting or running, and not yet answered (any thread: the admission counters)."""
+    def waiting(self) -> int:
+        """Beam requests waiting in the queue (any thread: the admission counters)."""
         with self._lock:
-            return len(self._pending) + len(self._running)
+            return len(self._pending)
 
-    def step(self, now: float) -> None:
-        """One step of each; a cancelled or expired one ends between steps."""
-        for search in list(self._running):
-            reason = search.host.check_external(now)
-            if reason is not None:
-                search.host.finish_without_token(reason, now)
-                self._running.remove(search)
-            elif search.step():
-                self._running.remove(search)
 
-    def fail(self, now: float, message: str) -> None:
-        """An engine fault: every running beam request ends with it."""
-        for search in self._running:
-            if not search.host.finished:
-                search.host.finish_without_token(FinishReason.ERROR, now, detail=message, error=message)
-        self._running = []
+def update_searches(batch: DecodeBatch, spans: list[tuple[RowFeed, range]], logits: torch.Tensor) -> None:
+    """The update pass for the step's beam rows (``spans``: the step's feeds and their rows of ``logits``): each
+    search's selection over its beams' logits (after its prompt's last piece: that position's, from which every
+    beam starts), then its cache rows follow the beams' parents. An answered search leaves when its host retires
+    (Engine._retire)."""
+    rows: dict[int, list[int]] = {}
+    first: set[int] = set()
+    for feed, span in spans:
+        if feed.beam is not None and span:
+            rows.setdefault(id(feed.state), []).extend(span)
+            if feed.prompt:
+                first.add(id(feed.state))
+    for search in [search for search in batch.searches if id(search.host) in rows]:
+        wanted = logits[rows[id(search.host)]]
+        if id(search.host) in first:
+            batch.reorder_search(search, [0] * search.num_beams)  # the prompt into every beam's slot
+            search.host.status = RequestStatus.RUNNING
+            done = search.first(wanted)
+        else:
+            done = search.next(wanted)
+        if not done:
+            batch.reorder_search(search, search.parents)
 
 
 def _fork(host: SequenceState, matcher: Matcher | None, history: list[int]) -> Matcher | None:

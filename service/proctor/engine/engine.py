@@ -27,8 +27,8 @@ from proctor.decoding.pipeline import run_pipeline
 from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
 from proctor.engine.attempts import FallbackAttempts
-from proctor.engine.batch import DecodeBatch, RowFeed
-from proctor.engine.beam import BeamSearches
+from proctor.engine.batch import DecodeBatch, RowFeed, logit_rows
+from proctor.engine.beam import BeamSearches, update_searches
 from proctor.engine.drafting import Drafter, DraftPolicy
 from proctor.engine.live import LiveRequests
 from proctor.engine.loaded_model import LoadedModel
@@ -73,11 +73,11 @@ class Engine:
                                   settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens, self.prefix_cache)
         self._drafter = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size)
         self._scheduler = Scheduler(settings.max_waiting, settings.max_step_tokens,
-                                    free_rows=lambda: rows - len(self._batch.states))
+                                    free_rows=self._batch.free_rows)
         self._eos = frozenset(loaded.eos_token_ids)
         self._pieces: dict[int, str] = {}  # per-token text for token details, filled on first use
         self._live = LiveRequests()  # every request held, by id (engine/live.py)
-        self._beams = BeamSearches(loaded, lambda rows: self._make_runner(rows, False))  # started by the plan
+        self._beams = BeamSearches(loaded, rows)  # waiting beam requests; the plan hands them to the batch
         self._wake = threading.Event()
         self._accepting = True
         self._stop = False
@@ -181,7 +181,7 @@ class Engine:
             state.created = created
         search = self._beams.create(state) if request.sampling.num_beams > 1 else None
         self._live.add_state(state)
-        if search is not None:  # it waits in the queue like any request, then runs on its own runner
+        if search is not None:  # it waits in the queue like any request, then joins the batch with a row a beam
             self._beams.hold(search)
         try:
             self._scheduler.enqueue(state)
@@ -211,7 +211,7 @@ class Engine:
         prefilling = sum(state.status is RequestStatus.PREFILLING for state in states)
         return {"reserved": self._scheduler.reserved_count(), "waiting": self._scheduler.waiting_count(),
                 "staged": prefilling, "running": len(states) - prefilling,
-                "beams": self._beams.held(), "fallbacks": fallbacks, "live": live}
+                "beams": self._beams.waiting() + len(self._batch.searches), "fallbacks": fallbacks, "live": live}
 
     def progress(self) -> tuple[bool, int]:
         """(work a step would advance is pending, steps run so far): the watchdog's view (any thread)."""
@@ -270,7 +270,7 @@ class Engine:
 
     def _run_loop(self) -> None:
         while True:
-            if self._stop and not self._batch.states and not self._beams:
+            if self._stop and not self._batch.states and not self._batch.searches:
                 self._fail_waiting(FinishReason.CANCELLED, "the server shut down before this request ran")
                 return
             try:
@@ -304,34 +304,33 @@ class Engine:
         now = time.monotonic()
         batch = self._batch
         self._end(self._scheduler.expired(batch, now), now)
-        plan = self._scheduler.plan(batch, admit=not self._stop, drafts=self._drafter.drafts)
-        for state in plan.beams:
-            self._beams.start(state)
-        if not plan.feeds and not self._beams:
+        plan = self._scheduler.plan(batch, admit=not self._stop, drafts=self._drafter.drafts, searches=self._beams.take)
+        if not plan.feeds:
             return False
         for state in plan.join:
             state.started = now
             state.status = RequestStatus.PREFILLING
-        if plan.feeds:
-            decoding = sum(not feed.prompt for feed in plan.feeds)
-            self._threads.before_step(len(plan.feeds))
-            start = time.monotonic()
-            logits = batch.forward(plan.feeds)
-            self._update(plan.feeds, logits)
-            elapsed = time.monotonic() - start
-            self._threads.after_step(elapsed)
-            self._observe(elapsed, decoding, plan)
-        self._beams.step(time.monotonic())
+        decoding = sum(not feed.prompt for feed in plan.feeds)
+        self._threads.before_step(len(plan.feeds))
+        start = time.monotonic()
+        logits = batch.forward(plan.feeds)
+        self._update(plan.feeds, logits)
+        elapsed = time.monotonic() - start
+        self._threads.after_step(elapsed)
+        self._observe(elapsed, decoding, plan)
         self.steps += 1
         return True
 
     def _update(self, feeds: list[RowFeed], logits: torch.Tensor) -> None:
-        """The update pass: the rows whose prompt completed get their first token, the decoding rows theirs (and
-        their drafts, verified position by position: engine/verify.py); then the finished rows leave."""
+        """The update pass: the decoding rows get their token (and their drafts, verified position by position:
+        engine/verify.py), the beam searches their selection (engine/beam.py), the rows whose prompt completed
+        their first token; then the finished rows leave. ``logits`` hold each feed's wanted positions in the
+        plan's order: the decoding rows first."""
         masks = self.observer.masks if self.observer is not None else None
-        decoding = [feed for feed in feeds if not feed.prompt]
-        completed = [feed.state for feed in feeds if feed.completes]
+        decoding = [feed for feed in feeds if not feed.prompt and feed.beam is None]
         drafted = sum(len(feed.tokens) for feed in decoding)
+        after = logit_rows(feeds[len(decoding):], drafted)
+        completed = [(feed.state, rows[-1]) for feed, rows in after if feed.beam is None and feed.completes]
         if decoding:
             states = [feed.state for feed in decoding]
             drafts = [feed.tokens[1:] for feed in decoding]
@@ -339,13 +338,14 @@ class Engine:
             self._batch.settle(kept)
             if drafted > len(decoding):
                 self._drafter.learn(states, drafts, kept)
+        update_searches(self._batch, after, logits)
         if completed:
-            for state in completed:
+            for state, _ in completed:
                 state.status = RequestStatus.RUNNING
-            decisions = run_pipeline(logits[drafted:], completed, masks)
-            at = time.monotonic()
-            for state, decision in zip(completed, decisions, strict=True):
-                state.commit(decision, at)
+            decisions = run_pipeline(logits[[row for _, row in completed]], [state for state, _ in completed], masks)
+            now = time.monotonic()
+            for (state, _), decision in zip(completed, decisions, strict=True):
+                state.commit(decision, now)
         self._retire()
 
     def _observe(self, elapsed: float, decoding: int, plan: StepPlan) -> None:
@@ -369,6 +369,9 @@ class Engine:
 
     def _retire(self) -> None:
         batch = self._batch
+        for search in [search for search in batch.searches if search.host.finished]:
+            batch.release_search(search)
+            self._forget(search.host)
         done = [i for i, s in enumerate(batch.states) if s.finished]
         if not done:
             return
@@ -382,8 +385,7 @@ class Engine:
 
     def _fail_running(self, message: str) -> None:
         now = time.monotonic()
-        self._beams.fail(now, message)
-        for state in self._batch.states:
+        for state in [*self._batch.states, *(search.host for search in self._batch.searches)]:
             if not state.finished:
                 state.finish_without_token(FinishReason.ERROR, now, detail=message, error=message)
             self._forget(state)

@@ -13,7 +13,8 @@ tokens (vLLM's ``num_scheduled_tokens``):
 
 Running rows before waiting ones, as vLLM's scheduler orders them.
 
-Beam-search requests wait in the same queue and start in order (they take no row of the batch: engine/beam.py).
+Beam-search requests wait in the same queue and join in order, with a row a beam (engine/beam.py): their prompt
+is fed like any other, then every beam its last token each step, right after the running rows' feeds.
 Beyond ``max_waiting`` waiting requests a new one is refused at once (``Overloaded`` → RESOURCE_EXHAUSTED).
 """
 
@@ -25,12 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proctor.domain import FinishReason, Overloaded
-from proctor.engine.batch import DecodeBatch, RowFeed
+from proctor.engine.batch import BeamRows, DecodeBatch, RowFeed
 from proctor.engine.sequence import SequenceState
 from proctor.engine.status import RequestStatus
 from proctor.executor.protocol import Capabilities
 
 Drafts = Callable[[list[SequenceState]], list[list[int]]]
+Searches = Callable[[SequenceState], BeamRows]  # a joining beam request's search (engine/beam.BeamSearches.take)
 DRAFT_SHARE = 0.5  # of the step's budget, at most, for drafts
 
 
@@ -38,12 +40,11 @@ DRAFT_SHARE = 0.5  # of the step's budget, at most, for drafts
 class StepPlan:
     """What one engine step does, decided before any of it runs (Engine._step carries it out).
 
-    ``join``: waiting requests that take a row this step (their first prompt piece is among the feeds);
-    ``beams``: waiting beam-search requests whose searches start (on their own runner, engine/beam.py);
-    ``feeds``: what each row is fed in the step's one forward, decode rows first, then prompt pieces."""
+    ``join``: waiting requests that take a row (a beam request: a row a beam) this step (their first prompt piece
+    is among the feeds); ``feeds``: what each row is fed in the step's one forward: the running rows (and
+    drafts), then the beams, then prompt pieces."""
 
     join: list[SequenceState] = field(default_factory=list)
-    beams: list[SequenceState] = field(default_factory=list)
     feeds: list[RowFeed] = field(default_factory=list)
 
     @property
@@ -97,7 +98,7 @@ class Scheduler:
         """The requests that end now without a token (cancelled, or past their deadline), wherever they are; the
         waiting ones leave the queue. The engine ends them before it asks for the ``plan``."""
         leaving = []
-        for state in batch.states:
+        for state in [*batch.states, *(search.host for search in batch.searches)]:
             reason = state.check_external(now)
             if reason is not None:
                 leaving.append((state, reason))
@@ -107,56 +108,61 @@ class Scheduler:
             leaving.append((state, reason))
         return leaving
 
-    def plan(self, batch: DecodeBatch, *, admit: bool, drafts: Drafts) -> StepPlan:
+    def plan(self, batch: DecodeBatch, *, admit: bool, drafts: Drafts, searches: Searches) -> StepPlan:
         """This step's plan, once the expired requests are gone (``admit`` False while shutting down: nobody
-        joins)."""
+        joins; ``searches``: a joining beam request's search)."""
         plan = StepPlan()
         staying = list(batch.states)
         decoding = [state for state in staying if state.status is RequestStatus.RUNNING]
-        capabilities = batch.capabilities if staying or self.waiting_count() else None
+        capabilities = batch.capabilities if staying or batch.searches or self.waiting_count() else None
         drafted = drafts(decoding) if decoding and capabilities is not None and capabilities.extend else []
         room = int(self.max_step_tokens * DRAFT_SHARE)
         for index, state in enumerate(decoding):
             draft = drafted[index][:max(0, room)] if drafted else []
             room -= len(draft)
             plan.feeds.append(RowFeed(state, [state.generated[-1], *draft], prompt=False))
+        for search in batch.searches:
+            if search.host.status is RequestStatus.RUNNING:
+                plan.feeds += [RowFeed(search.host, [token], prompt=False, beam=beam)
+                               for beam, token in enumerate(search.lane_tokens())]
         budget = self.max_step_tokens - plan.tokens
         first = True  # no prompt fed yet this step
-        for state in staying:
+        staged = [(state, None) for state in staying] + [(search.host, 0) for search in batch.searches]
+        for state, beam in staged:
             if state.status is RequestStatus.PREFILLING:
                 assert capabilities is not None
                 piece = _piece(state, budget, capabilities, first=first)
                 if piece:
-                    plan.feeds.append(RowFeed.piece(state, piece))
+                    plan.feeds.append(RowFeed.piece(state, piece, beam))
                     budget, first = budget - len(piece), False
         if admit and capabilities is not None:
-            plan.join, plan.beams = self.take_joining(batch, budget, capabilities, first=first)
+            plan.join = self.take_joining(batch, budget, capabilities, first=first)
             for state in plan.join:
-                batch.join(state)  # its row, and what the prefix cache holds of its prompt
+                beam = None
+                if state.request.sampling.num_beams > 1:
+                    batch.join_search(searches(state))  # a slot a beam; the prompt into the first
+                    beam = 0
+                else:
+                    batch.join(state)  # its row, and what the prefix cache holds of its prompt
                 piece = _piece(state, budget, capabilities, first=first)
-                plan.feeds.append(RowFeed.piece(state, piece))
+                plan.feeds.append(RowFeed.piece(state, piece, beam))
                 budget, first = budget - len(piece), False
         return plan
 
     def take_joining(self, batch: DecodeBatch, budget: int, capabilities: Capabilities,
-                     first: bool) -> tuple[list[SequenceState], list[SequenceState]]:
-        """The waiting requests that start at this step boundary, oldest first: those that join ``batch`` (a
-        row free, room in the cache, and tokens of the step's budget left for their prompt), and the beam
-        searches (which take no row of it)."""
+                     first: bool) -> list[SequenceState]:
+        """The waiting requests that join ``batch`` at this step boundary, oldest first: while rows are free (a
+        beam request takes one a beam), the cache has room, and the step's budget has tokens left for a prompt."""
         with self._lock:
             group: list[SequenceState] = []
-            beams: list[SequenceState] = []
             while self._waiting:
                 candidate = self._waiting[0]
-                if candidate.request.sampling.num_beams > 1:
-                    beams.append(self._waiting.popleft())
-                    continue
                 piece = _piece(candidate, budget, capabilities, first=first and not group, fed=0)
                 if not piece or not batch.fits([*group, candidate]):
                     break
                 group.append(self._waiting.popleft())
                 budget -= len(piece)
-            return group, beams
+            return group
 
     def remove_where(self, predicate: Callable[[SequenceState], bool]) -> list[SequenceState]:
         """Take out waiting sequences matching ``predicate`` (cancelled or past their deadline)."""

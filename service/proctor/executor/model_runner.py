@@ -12,6 +12,7 @@ Both return float32 logits, and a row's logits never depend on the other rows.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from typing import Any, cast
@@ -69,6 +70,12 @@ class PerSlotRunner:
     def free(self, slot: int) -> None:
         self._caches[slot] = None
         self.lengths[slot] = 0
+
+    def reorder(self, slots: Sequence[int], parents: Sequence[int]) -> None:
+        caches = [copy.deepcopy(self._caches[slots[parent]]) for parent in parents]
+        lengths = [self.lengths[slots[parent]] for parent in parents]
+        for slot, cache, length in zip(slots, caches, lengths, strict=True):
+            self._caches[slot], self.lengths[slot] = cache, length
 
     def trim(self, slot: int, length: int) -> None:
         if length != self.lengths[slot]:

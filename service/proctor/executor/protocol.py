@@ -67,6 +67,11 @@ class Executor(Protocol):
 
     def free(self, slot: int) -> None: ...
 
+    def reorder(self, slots: Sequence[int], parents: Sequence[int]) -> None:
+        """Slot ``slots[i]`` takes the cache of slot ``slots[parents[i]]`` (a beam search's beams follow their
+        parents)."""
+        ...
+
     def trim(self, slot: int, length: int) -> None:
         """Keep the first ``length`` positions of ``slot`` (a draft's rejected positions go)."""
         ...

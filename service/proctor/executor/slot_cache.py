@@ -98,37 +98,27 @@ class SlotCache:
                 if end > start:
                     memory.madvise(mmap.MADV_DONTNEED, start, end - start)
 
-    def copy(self, source: int, target: int) -> None:
-        """Copy slot ``source`` into slot ``target`` (beam search: every beam starts from the prompt)."""
-        n = self.lengths[source]
-        self.reserve(target + 1, n + 1)
-        for cache in self._keys + self._values:
-            cache[target, :, :n].copy_(cache[source, :, :n])
-        self.lengths[target] = n
-
-    def reorder(self, parents: list[int]) -> None:
-        """Slot ``i`` takes the cache of slot ``parents[i]`` (beam search; every slot holds the same length)."""
-        if parents == list(range(len(parents))):
+    def reorder(self, slots: Sequence[int], parents: Sequence[int]) -> None:
+        """Slot ``slots[i]`` takes the cache of slot ``slots[parents[i]]`` (beam search: the beams that run on
+        follow their parents; all parents 0: every beam starts from the prompt in the first slot)."""
+        sources = [slots[parent] for parent in parents]
+        if sources == list(slots):
             return
-        n = self.lengths[0]
-        index = torch.tensor(parents, dtype=torch.long, device=self._device)
+        lengths = [self.lengths[source] for source in sources]
+        n = max(lengths)
+        self.reserve(max(slots) + 1, n + 1)
+        index = torch.tensor(sources, dtype=torch.long, device=self._device)
+        target = torch.tensor(list(slots), dtype=torch.long, device=self._device)
         for cache in self._keys + self._values:
-            cache[:len(parents), :, :n] = cache.index_select(0, index)[:, :, :n]
+            cache[target, :, :n] = cache[index, :, :n]  # the right side is gathered first: a permutation is safe
+        for slot, length in zip(slots, lengths, strict=True):
+            self.lengths[slot] = length
 
     def trim(self, slot: int, length: int) -> None:
         """Keep the first ``length`` positions of ``slot`` (what follows is overwritten by later feeds)."""
         if not 0 <= length <= self.lengths[slot]:
             raise ValueError(f"slot {slot} holds {self.lengths[slot]} tokens, cannot keep {length}")
         self.lengths[slot] = length
-
-    def adopt(self, staging: SlotCache, slot: int) -> None:
-        """Copy ``staging``'s slot 0 (a finished prefill) into ``slot`` of this cache."""
-        n = staging.lengths[0]
-        self.reserve(slot + 1, n + 1)
-        for mine, theirs in zip(self._keys + self._values, staging._keys + staging._values, strict=True):
-            mine[slot, :, :n].copy_(theirs[0, :, :n])
-        self.lengths[slot] = n
-        staging.free(0)
 
     def read_span(self, slot: int, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Copies of ``slot``'s keys and values at positions ``start … end``, [layers, KV heads, end - start, D]
