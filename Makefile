@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
 	$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -e clients/python -e '.[dev]'
-	$(PIP) install --quiet --disable-pip-version-check --no-deps xgrammar==0.2.9  # no triton (CUDA-only, 1 GB)
+	$(PIP) install --quiet --disable-pip-version-check --no-deps xgrammar==0.2.9  # its triton: pinned in .[dev]
 	$(PIP) install --quiet --disable-pip-version-check --no-deps instructor==1.17.0  # its jiter cap (pyproject)
 	touch $(STAMP)
 
