@@ -33,7 +33,7 @@ from proctor.api.servicer import GenerationServicer
 from proctor.api.telemetry import TelemetryInterceptor
 from proctor.audit.setup import checkpoint_path, open_sink, privacy_policy
 from proctor.audit.sink import AuditSink
-from proctor.config import SAMPLER_REVISION, WEIGHT_MODE_REVISIONS, Settings
+from proctor.config import Settings
 from proctor.contracts.templates import TemplateRegistry
 from proctor.domain import GenerationRequest, StoppingParams
 from proctor.observability.setup import Observability
@@ -59,32 +59,6 @@ log = logging.getLogger("proctor.app")
 SERVICE_NAME = generation_pb2.DESCRIPTOR.services_by_name["Generation"].full_name
 CONTRACTS_SERVICE_NAME = contracts_pb2.DESCRIPTOR.services_by_name["Contracts"].full_name
 AUDIT_SERVICE_NAME = audit_pb2.DESCRIPTOR.services_by_name["Audit"].full_name
-
-
-def model_info(loaded: LoadedModel, settings: Settings) -> dict[str, object]:
-    """The ModelInfo fields that describe the loaded model."""
-    from proctor.executor.families import runner_description
-
-    return {
-        "model_id": loaded.model_id,
-        "runner": runner_description(loaded.model, loaded.weights),
-        "weights_sha256": loaded.weights_sha256,
-        "tokenizer_sha256": loaded.tokenizer_sha256,
-        "dtype": str(loaded.dtype).removeprefix("torch."),
-        "weights": loaded.weights,
-        "weights_revision": WEIGHT_MODE_REVISIONS[loaded.weights],
-        "sampler_revision": SAMPLER_REVISION,
-        # The chunk size that changed a prompt's bits (replay refused across sizes). Since weights revisions
-        # dense 2, fp16 2, q8 3, q4 2, gguf 3 every prompt position is a row of its own (engine/batch.py), and the
-        # per-slot runner feeds prompts whole: no split changes a bit, so 0.
-        "prefill_chunk_tokens": 0,
-        "device": str(loaded.device),
-        "context_length_tokens": loaded.context_length,
-        "vocab_size": loaded.vocab_size,
-        "eos_token_ids": list(loaded.eos_token_ids),
-        "pad_token_id": loaded.pad_token_id,
-        "bos_token_id": loaded.bos_token_id,
-    }
 
 
 @dataclass
@@ -263,10 +237,13 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
                   ) -> tuple[Engine, dict[str, object], list[RegisteredSchema]]:
     from proctor.engine.engine import Engine
     from proctor.executor.families import runner_problem
+    from proctor.executor.invariance import invariance_problem
     from proctor.models import load_model
+    from proctor.models.info import model_info
 
     loaded = load_model(settings)
-    problem = runner_problem(loaded.model, loaded.weights, settings.weights)
+    problem = runner_problem(loaded.model, loaded.weights, settings.weights) or invariance_problem(
+        settings.batch_invariant, loaded.model, loaded.device)
     if problem is not None:  # at start, not as the fault of every request
         raise ValueError(problem)
     constraints, warm_constraints = _build_constraints(loaded, settings, observability)

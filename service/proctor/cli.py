@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from proctor import __version__
-from proctor.config import WEIGHT_MODES, Settings
+from proctor.config import BATCH_INVARIANT_MODES, WEIGHT_MODES, Settings
 
 
 def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,6 +24,11 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    help="linear layers: dense (the dtype itself, the exact reference), fp16, q8 (int8) or q4 (the "
                    "GGUF's own Q4_1 blocks, Q8_0 LM head) weights on CPU; auto: q4 on CPU, dense on CUDA "
                    "(PROCTOR_WEIGHTS)")
+    p.add_argument("--batch-invariant", choices=list(BATCH_INVARIANT_MODES),
+                   help="rows whose logits are their own bits whatever shares the forward: auto (default) takes what "
+                   "the runner offers (every runner on the CPU; not yet on CUDA), on requires it (no start without), "
+                   "off does not; the audit record says which, and replay is refused across a difference "
+                   "(PROCTOR_BATCH_INVARIANT)")
     p.add_argument("--threads", type=int, help="torch CPU threads: N pins exactly N; 0 (default) = the CPUs "
                    "this process may use (affinity, cgroup quota), tuned under load by measurement")
     p.add_argument("--max-batch-size", type=int, help="requests decoded together (default 32)")
@@ -114,7 +119,8 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _serve(args: argparse.Namespace) -> int:
-    keys = ("host", "port", "model", "model_store", "device", "dtype", "weights", "threads", "max_batch_size",
+    keys = ("host", "port", "model", "model_store", "device", "dtype", "weights", "batch_invariant", "threads",
+            "max_batch_size",
             "max_waiting", "kv_cache_mb", "max_step_tokens", "prefill_chunk_tokens",
             "prefix_cache_mb", "jump_forward", "max_forced_tokens", "speculation", "speculation_tokens",
             "speculation_max_rows",

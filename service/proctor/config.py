@@ -32,6 +32,11 @@ WEIGHT_MODES = tuple(WEIGHT_MODE_REVISIONS)
 # vocabulary (an exponential drawn per token); 2: sampler.draw(), the inverse cumulative distribution at one
 # uniform, with warpers.py's filters finding their cut among a row's likeliest tokens.
 SAMPLER_REVISION = 2
+# Whether rows must be batch-invariant: each row's logits the same bits whatever shares its forward (issue 43).
+# auto: what the runner offers (every runner on the CPU; not yet on CUDA, where the libraries pick kernels by the
+# batch's shape); on: required, the server refuses to start without it; off: not required. The audit record says
+# what the rows were, and a replay is refused across a difference.
+BATCH_INVARIANT_MODES = ("auto", "on", "off")
 
 
 def default_audit_db() -> str:
@@ -83,6 +88,7 @@ class Settings:
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
     weights: str = "auto"  # auto | dense | fp16 | q8: how the linear layers run (executor/weights.py)
+    batch_invariant: str = "auto"  # auto | on | off: whether rows must be batch-invariant (BATCH_INVARIANT_MODES)
     threads: int = 0  # torch intra-op threads on CPU: N pinned; 0 = CPU budget, tuned (engine/thread_tuner.py)
     default_max_new_tokens: int = 256
     max_new_tokens_limit: int = 4096
@@ -224,6 +230,9 @@ class Settings:
         for name in ("prefix_cache_mb", "max_forced_tokens", "speculation_tokens", "speculation_max_rows"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
+        if self.batch_invariant not in BATCH_INVARIANT_MODES:
+            raise ValueError(f"batch_invariant must be one of {', '.join(BATCH_INVARIANT_MODES)}, "
+                             f"got {self.batch_invariant!r}")
         if self.weights.strip().lower() not in ("auto", *WEIGHT_MODES):
             raise ValueError(f"weights must be auto or one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}")
         if self.log_format not in ("text", "json"):

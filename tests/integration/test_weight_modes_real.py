@@ -59,6 +59,8 @@ def test_the_server_reports_its_weights_mode_and_records_it(server: Any, client:
     # Every prompt position is a row of the step: no split changes a bit, so no chunk size is recorded for replay.
     assert server.running.settings.prefill_chunk_tokens > 0
     assert record["model"]["prefill_chunk_tokens"] == info.prefill_chunk_tokens == 0
+    # On the CPU every row's logits are its own bits whatever shares its forward: said, and recorded for replay.
+    assert record["model"]["batch_invariant"] is True and info.batch_invariant
     # The server dropped its dense projection weights once its runner held its own copies.
     assert loaded.model.model.layers[0].mlp.down_proj.weight.numel() == 0
     if loaded.weights == "q4":  # and its embedding table: tokens are looked up in the LM head's blocks

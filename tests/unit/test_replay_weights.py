@@ -82,3 +82,16 @@ def test_a_long_prompt_prefilled_on_another_chunk_grid_is_refused() -> None:
     problem = current._replay_problem(chunked(0, 300))  # whole then, chunked here
     assert "(300 tokens) was prefilled whole" in problem and "is 128" in problem
     assert "prefilled in chunks of 64" in current._replay_problem(chunked(64, None))  # length unknown: refused
+
+
+def test_batch_invariant_rows_replay_only_where_rows_are_and_batch_dependent_ones_only_where_they_are_not() -> None:
+    gpu = servicer("dense")
+    gpu._generation.audit.model.update(batch_invariant=False, device="cuda:0")
+    problem = gpu._replay_problem(record(weights="dense", batch_invariant=True, device="cpu"))
+    assert "were batch-invariant" in problem and "cuda:0" in problem and "--batch-invariant on" in problem
+    cpu = servicer("dense")
+    cpu._generation.audit.model.update(batch_invariant=True, device="cpu")
+    problem = cpu._replay_problem(record(weights="dense", batch_invariant=False, device="cuda:0"))
+    assert "were not batch-invariant" in problem and "--batch-invariant off" in problem
+    assert cpu._replay_problem(record(weights="dense", batch_invariant=True, device="cpu")) == ""
+    assert cpu._replay_problem(record(weights="dense")) == ""  # a record from before the field is not refused

@@ -187,7 +187,7 @@ class AuditServicer(apb_grpc.AuditServicer):
             return (f"the record was sampled by revision {recorded_sampler} of the sampler; this server's is "
                     f"revision {model.get('sampler_revision')}, which draws differently: replay it with a Proctor "
                     f"release whose sampler is revision {recorded_sampler} (greedy records replay under any)")
-        chunking = prefill_problem(body, model.get("prefill_chunk_tokens"))
+        chunking = prefill_problem(body, model.get("prefill_chunk_tokens")) or invariance_problem(body, model)
         if chunking:
             return chunking
         if body["request"].get("prompt") is None and body["request"].get("messages") is None:
@@ -216,6 +216,23 @@ def prefill_problem(body: dict[str, Any], server_chunk: object) -> str:
     return (f"the record's prompt ({tokens} tokens) was prefilled {how}; this server's prefill_chunk_tokens is "
             f"{server_chunk}, which computes it differently: replay it on a server started with "
             f"--prefill-chunk-tokens {recorded}")
+
+
+def invariance_problem(body: dict[str, Any], model: dict[str, Any]) -> str:
+    """Why this server cannot reproduce the record's rows for batch invariance ("" when it can): rows that were
+    their own bits replay only where rows are, and rows that depended on their batch only on a server like the one
+    that made them. Records from before the field say nothing and are not refused for it."""
+    recorded, here = body["model"].get("batch_invariant"), model.get("batch_invariant")
+    if recorded is None or here is None or recorded == here:
+        return ""
+    device = body["model"].get("device") or "its device"
+    if recorded:
+        return (f"the record's rows were batch-invariant (their bits did not depend on the rows beside them); this "
+                f"server's are not (device {model.get('device')}), so a replay could diverge wherever its batch "
+                f"differs: replay it on a server whose rows are ({device}, or --batch-invariant on)")
+    return (f"the record's rows were not batch-invariant (made on {device}: their bits depended on the rows beside "
+            f"them then); this server's are, so it would not compute them the same: replay it on a server like the "
+            f"one that made it ({device}, --batch-invariant off)")
 
 
 def _sampled(body: dict[str, Any]) -> bool:

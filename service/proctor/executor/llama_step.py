@@ -35,6 +35,7 @@ from proctor.executor.families import (
     unsupported_reason,
     weights_problem,
 )
+from proctor.executor.invariance import slot_rows_own_bits
 from proctor.executor.protocol import Capabilities, Feed
 from proctor.executor.slot_cache import SlotCache, round_up
 from proctor.executor.slot_ops import decode_biases, gate, prefill_visible, rms_norm, rotate, softcap
@@ -101,9 +102,9 @@ class LlamaSlots(SlotCache):
         """On CPU every product, norm and attention is computed row by row, so a position's logits are its own
         (tests/unit/test_mixed_step.py): drafts, prompts in pieces of any size. On CUDA the libraries pick their
         kernels by the batch's shape, so nothing is known to keep a row's bits: no drafts there."""
-        cpu = self.device.type == "cpu"
-        return Capabilities(device=self.device, extend=cpu, split_prompts=True, spans=True, rows_own_bits=cpu,
-                            thread_invariant=cpu and self.thread_invariant)
+        own = slot_rows_own_bits(self.device)
+        return Capabilities(device=self.device, extend=own, split_prompts=True, spans=True, rows_own_bits=own,
+                            thread_invariant=own and self.thread_invariant)
 
     def forward(self, feeds: Sequence[Feed]) -> torch.Tensor:
         """Every feed's tokens appended to its slot in one forward: each position a row of its own (slot,

@@ -1,0 +1,40 @@
+"""What GetModelInfo and every audit record say about the loaded model: which weights, which arithmetic (the
+revisions a replay is checked against), which device, and whether its rows are batch-invariant."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from proctor.config import SAMPLER_REVISION, WEIGHT_MODE_REVISIONS, Settings
+from proctor.executor.families import runner_description
+from proctor.executor.invariance import rows_own_bits
+
+if TYPE_CHECKING:
+    from proctor.engine.loaded_model import LoadedModel
+
+
+def model_info(loaded: LoadedModel, settings: Settings) -> dict[str, object]:
+    """The ModelInfo fields that describe the loaded model."""
+    return {
+        "model_id": loaded.model_id,
+        "runner": runner_description(loaded.model, loaded.weights),
+        "weights_sha256": loaded.weights_sha256,
+        "tokenizer_sha256": loaded.tokenizer_sha256,
+        "dtype": str(loaded.dtype).removeprefix("torch."),
+        "weights": loaded.weights,
+        "weights_revision": WEIGHT_MODE_REVISIONS[loaded.weights],
+        "sampler_revision": SAMPLER_REVISION,
+        # The chunk size that changed a prompt's bits (replay refused across sizes). Since weights revisions
+        # dense 2, fp16 2, q8 3, q4 2, gguf 3 every prompt position is a row of its own (engine/batch.py), and the
+        # per-slot runner feeds prompts whole: no split changes a bit, so 0.
+        "prefill_chunk_tokens": 0,
+        "device": str(loaded.device),
+        # Whether each row's logits were its own bits whatever shared its forward (replay refused across a
+        # difference): every runner on the CPU; on CUDA not yet (issue 43).
+        "batch_invariant": rows_own_bits(loaded.model, loaded.device),
+        "context_length_tokens": loaded.context_length,
+        "vocab_size": loaded.vocab_size,
+        "eos_token_ids": list(loaded.eos_token_ids),
+        "pad_token_id": loaded.pad_token_id,
+        "bos_token_id": loaded.bos_token_id,
+    }
