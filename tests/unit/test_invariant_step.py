@@ -1,0 +1,60 @@
+"""The slot forward through the batch-invariant kernels (executor/invariant_step.py), under Triton's interpreter on
+the CPU: the same logits as the PyTorch step to float tolerance, and every row's logits the same bits alone, in
+any batch, and with its prompt fed whole or in pieces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.requirements import require_module
+
+require_module("proctor.executor.invariant_kernels")  # before anything else imports triton
+
+from proctor.executor.invariant_step import InvariantSlots  # noqa: E402
+from proctor.executor.llama_step import LlamaSlots  # noqa: E402
+from proctor.executor.protocol import Feed  # noqa: E402
+
+CPU = torch.device("cpu")
+PROMPT = [2, 45, 3000, 17, 802, 9, 61, 4410, 13]
+
+
+def test_the_invariant_step_computes_the_pytorch_steps_logits(tiny_model) -> None:  # type: ignore[no-untyped-def]
+    invariant, reference = InvariantSlots(tiny_model, 2, CPU), LlamaSlots(tiny_model, 2, CPU, "dense")
+    with torch.inference_mode():
+        for runner in (invariant, reference):
+            runner.forward([Feed(0, PROMPT, len(PROMPT))])
+        mine = invariant.forward([Feed(0, [77], 1)])
+        theirs = reference.forward([Feed(0, [77], 1)])
+        prompt_mine = invariant.forward([Feed(1, PROMPT[:4], 4)])
+        prompt_theirs = reference.forward([Feed(1, PROMPT[:4], 4)])
+    assert torch.allclose(mine, theirs, atol=2e-4, rtol=1e-4)
+    assert torch.allclose(prompt_mine, prompt_theirs, atol=2e-4, rtol=1e-4)
+    assert mine.argmax().item() == theirs.argmax().item()
+
+
+def test_each_rows_logits_are_its_own_bits_alone_in_a_batch_and_in_pieces(tiny_model) -> None:  # type: ignore[no-untyped-def]
+    with torch.inference_mode():
+        alone = InvariantSlots(tiny_model, 4, CPU)
+        whole = alone.forward([Feed(0, PROMPT, len(PROMPT))])
+        step = alone.forward([Feed(0, [77], 1)])
+        crowded = InvariantSlots(tiny_model, 4, CPU)
+        crowded.forward([Feed(2, [5, 6, 7, 8, 9, 10], 0), Feed(3, [11], 1)])  # others already in the cache
+        first = crowded.forward([Feed(3, [12, 13], 2), Feed(0, PROMPT[:5], 5), Feed(2, [14], 1)])
+        rest = crowded.forward([Feed(0, PROMPT[5:], 4), Feed(3, [15, 16, 17], 3), Feed(1, [18, 19], 1)])
+        beside = crowded.forward([Feed(2, [20], 1), Feed(0, [77], 1), Feed(1, [21], 1), Feed(3, [22], 1)])
+    assert torch.equal(torch.cat([first[2:7], rest[:4]]), whole)  # the prompt in two pieces among other rows
+    assert torch.equal(beside[1:2], step)  # the decode row among three others
+
+
+def test_families_the_kernels_do_not_compute_are_refused(tiny_model) -> None:  # type: ignore[no-untyped-def]
+    import copy
+
+    changed = copy.deepcopy(tiny_model)
+    changed.config.attention_bias = True
+    for attention in (layer.self_attn for layer in changed.model.layers):
+        for name in ("q_proj", "k_proj", "v_proj"):
+            setattr(attention, name, torch.nn.Linear(attention.q_proj.in_features if name == "q_proj"
+                                                     else getattr(attention, name).in_features,
+                                                     getattr(attention, name).out_features, bias=True))
+    with pytest.raises(ValueError, match="Llama's arithmetic exactly"):
+        InvariantSlots(changed, 2, CPU)
