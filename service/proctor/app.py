@@ -243,7 +243,7 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
 
     loaded = load_model(settings)
     problem = runner_problem(loaded.model, loaded.weights, settings.weights) or invariance_problem(
-        settings.batch_invariant, loaded.model, loaded.device)
+        settings.batch_invariant, loaded.model, loaded.device, loaded.weights)
     if problem is not None:  # at start, not as the fault of every request
         raise ValueError(problem)
     constraints, warm_constraints = _build_constraints(loaded, settings, observability)

@@ -91,9 +91,9 @@ class Engine:
     def _make_runner(self, rows: int, release_dense_weights: bool) -> Executor:
         """The slot runner in the loaded weights mode; with ``release_dense_weights`` (a server's own
         model) the model's dense projections are dropped once the runner holds its copies."""
-        loaded = self.loaded
+        loaded, invariant = self.loaded, self.settings.batch_invariant
         calibration = calibration_ids(loaded.tokenizer) if loaded.weights == "q8" else None
-        runner = make_runner(loaded.model, rows, loaded.device, loaded.weights, calibration)
+        runner = make_runner(loaded.model, rows, loaded.device, loaded.weights, calibration, invariant)
         if release_dense_weights:  # a no-op unless the runner built slot weights of its own (slot_weights.py)
             freed = release_dense(loaded.model)
             if freed:

@@ -8,11 +8,12 @@ ran in. So the record says whether they did not, and a replay is refused across 
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import torch
 
-from proctor.executor.families import unsupported_reason
+from proctor.executor.families import describe, unsupported_reason
 
 
 def slot_rows_own_bits(device: torch.device) -> bool:
@@ -22,16 +23,44 @@ def slot_rows_own_bits(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-def rows_own_bits(model: Any, device: torch.device) -> bool:
+def invariant_step_problem(model: Any, weights: str) -> str | None:
+    """Why the batch-invariant step (executor/invariant_step.py) cannot serve ``model`` in ``weights`` mode (None:
+    it can): it computes Llama's arithmetic with the model's own dense matrices, heads of a power-of-two size."""
+    reason = unsupported_reason(model)
+    if reason is not None:
+        return f"the slot forward does not serve this model ({reason})"
+    family = describe(model.config)
+    if not family.plain:
+        return (f"it computes Llama's arithmetic exactly; {family.name} differs (biases, norms, windows or "
+                "softcaps the kernels do not take yet)")
+    if family.head_dim & (family.head_dim - 1):
+        return f"its attention takes head sizes that are powers of two, not {family.head_dim}"
+    if weights != "dense":
+        return f"it multiplies the model's own matrices (--weights dense), not --weights {weights}"
+    if importlib.util.find_spec("triton") is None:
+        return "triton, which compiles its kernels, is not installed"
+    return None
+
+
+def uses_invariant_step(model: Any, device: torch.device, asked: str, weights: str) -> bool:
+    """Whether ``make_runner`` builds the batch-invariant step: asked for, where the slot forward's own rows are
+    not their own bits, and able to serve the model."""
+    return (asked == "on" and not slot_rows_own_bits(device) and unsupported_reason(model) is None
+            and invariant_step_problem(model, weights) is None)
+
+
+def rows_own_bits(model: Any, device: torch.device, asked: str = "auto", weights: str = "dense") -> bool:
     """Whether the runner ``make_runner`` builds for ``model`` on ``device`` keeps every row's bits its own (the
     per-slot runner runs each row alone: always)."""
-    return unsupported_reason(model) is not None or slot_rows_own_bits(device)
+    return (unsupported_reason(model) is not None or slot_rows_own_bits(device)
+            or uses_invariant_step(model, device, asked, weights))
 
 
-def invariance_problem(asked: str, model: Any, device: torch.device) -> str | None:
+def invariance_problem(asked: str, model: Any, device: torch.device, weights: str = "dense") -> str | None:
     """Why the server cannot start ``model`` on ``device`` as ``--batch-invariant asked`` asks (None: it can)."""
-    if asked == "on" and not rows_own_bits(model, device):
-        return (f"--batch-invariant on: rows on {device} are not batch-invariant in this release (the libraries pick "
-                "their kernels by the batch's shape); start with --batch-invariant auto or off (the audit record "
-                "then says so, and a replay is refused across the difference), or on the CPU, where every row is")
+    if asked == "on" and not rows_own_bits(model, device, asked, weights):
+        return (f"--batch-invariant on: rows on {device} are batch-invariant only through the batch-invariant step, "
+                f"and {invariant_step_problem(model, weights)}; start with --batch-invariant auto or off (the audit "
+                "record then says so, and a replay is refused across the difference), or on the CPU, where every "
+                "row is")
     return None

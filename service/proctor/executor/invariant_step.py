@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from proctor.executor import invariant_kernels as kernels
+from proctor.executor.invariance import invariant_step_problem
 from proctor.executor.llama_step import LlamaSlots, RowForward
 from proctor.executor.protocol import Capabilities
 from proctor.executor.slot_ops import gate, rotate
@@ -38,13 +39,10 @@ class _Matrices:
 
 class InvariantSlots(LlamaSlots):
     def __init__(self, model: Any, max_slots: int, device: torch.device) -> None:
+        problem = invariant_step_problem(model, "dense")
+        if problem is not None:
+            raise ValueError(f"the batch-invariant step cannot serve this model: {problem}")
         super().__init__(model, max_slots, device, "dense")
-        if not self.family.plain:
-            raise ValueError(f"the batch-invariant step computes Llama's arithmetic exactly; {self.family.name} "
-                             "differs (biases, norms, windows or softcaps the kernels do not take yet)")
-        if self.head_dim & (self.head_dim - 1):
-            raise ValueError(f"the batch-invariant attention takes head sizes that are powers of two, not "
-                             f"{self.head_dim}")
         self._matrices = [_matrices(layer) for layer in model.model.layers]
         self._head_matrix = model.lm_head.weight.detach()
 

@@ -21,6 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from proctor.executor.families import unsupported_reason
+from proctor.executor.invariance import uses_invariant_step
 from proctor.executor.llama_step import LlamaSlots
 from proctor.executor.protocol import Capabilities, Executor, Feed
 
@@ -89,10 +90,15 @@ class PerSlotRunner:
 
 
 def make_runner(model: Any, max_slots: int, device: torch.device, weights: str = "dense",
-                calibration_ids: list[int] | None = None) -> Executor:
-    """The slot forward when the architecture allows it, else the generic per-slot runner
-    (which runs the model's own dense weights whatever ``weights`` says)."""
+                calibration_ids: list[int] | None = None, batch_invariant: str = "auto") -> Executor:
+    """The slot forward when the architecture allows it (through the batch-invariant kernels where
+    ``--batch-invariant on`` needs them: executor/invariance.py), else the generic per-slot runner (which runs the
+    model's own dense weights whatever ``weights`` says)."""
     reason = unsupported_reason(model)
+    if uses_invariant_step(model, device, batch_invariant, weights):
+        from proctor.executor.invariant_step import InvariantSlots  # imports triton: only where it runs
+
+        return InvariantSlots(model, max_slots, device)
     if reason is None:
         return LlamaSlots(model, max_slots, device, weights, calibration_ids)
     log.warning("batched decoding is not available for this model (%s); rows are decoded one by one%s", reason,

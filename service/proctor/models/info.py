@@ -31,7 +31,7 @@ def model_info(loaded: LoadedModel, settings: Settings) -> dict[str, object]:
         "device": str(loaded.device),
         # Whether each row's logits were its own bits whatever shared its forward (replay refused across a
         # difference): every runner on the CPU; on CUDA not yet (issue 43).
-        "batch_invariant": rows_own_bits(loaded.model, loaded.device),
+        "batch_invariant": rows_own_bits(loaded.model, loaded.device, settings.batch_invariant, loaded.weights),
         "context_length_tokens": loaded.context_length,
         "vocab_size": loaded.vocab_size,
         "eos_token_ids": list(loaded.eos_token_ids),
