@@ -26,8 +26,9 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    "(PROCTOR_WEIGHTS)")
     p.add_argument("--batch-invariant", choices=list(BATCH_INVARIANT_MODES),
                    help="rows whose logits are their own bits whatever shares the forward: auto (default) takes what "
-                   "the runner offers (every runner on the CPU; not yet on CUDA), on requires it (no start without), "
-                   "off does not; the audit record says which, and replay is refused across a difference "
+                   "the runner offers (every runner on the CPU, not CUDA's default one), on requires it (on CUDA: "
+                   "batch-invariant Triton kernels, Llama's arithmetic, --weights dense; no start where they cannot "
+                   "serve), off does not; the audit record says which, and replay is refused across a difference "
                    "(PROCTOR_BATCH_INVARIANT)")
     p.add_argument("--threads", type=int, help="torch CPU threads: N pins exactly N; 0 (default) = the CPUs "
                    "this process may use (affinity, cgroup quota), tuned under load by measurement")
