@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The CUDA check, prepared for one short call on a GPU machine (device tool: `run`, about 3 minutes).
+# The CUDA check, prepared for one short call on a GPU machine (device tool: `run`, about 4 minutes).
 #
 # The model files cannot travel to that machine (its working-tree limit is 64 MiB) and it has no
 # network, so this runs the slot forward on a random-weight model of the default model's exact
 # shape (speed does not depend on the weights), in bf16 and fp32, with model.generate() as the
 # baseline in the same run, plus the bit-identical-in-a-batch check on CUDA; then the engine's own
 # decode loop (bench/gpu_engine.py: scheduler thread, sampling, stop rules; 1/16/64 streams, bf16)
-# on the same shape with the real tokenizer. It needs only torch, transformers, tokenizers and numpy,
-# which that machine's image has. Figures land in $OUT (or bench/gpu-out locally): env.txt,
-# step-{bfloat16,float32}.{txt,json}, engine-bfloat16.{txt,json} (7 files).
+# on the same shape with the real tokenizer, with the default kernels and with --batch-invariant on (Triton).
+# It needs torch, transformers, tokenizers, numpy and triton (CUDA builds of torch bring it), which that
+# machine's image has. Figures land in $OUT (or bench/gpu-out locally): env.txt, step-bfloat16.{txt,json},
+# engine-bfloat16.{txt,json}, engine-invariant.{txt,json} (7 files).
 #
 # The tokenizer files (3.4 MiB, no weights) are git-ignored, so make them here first and carry them:
 #
@@ -28,7 +29,7 @@ print("torch", torch.__version__, "transformers", transformers.__version__, "cud
       torch.cuda.get_device_name() if torch.cuda.is_available() else "")
 PY
   nvidia-smi || echo "nvidia-smi: not available"
-  "$py" -m pip list 2>/dev/null | grep -iE '^(torch|transformers|tokenizers|numpy) ' || echo "pip list: not available"
+  "$py" -m pip list 2>/dev/null | grep -iE '^(torch|transformers|tokenizers|numpy|triton|pytorch-triton) ' || echo "pip list: not available"
 } 2>&1 | tee "$out/env.txt"
 export PYTHONUNBUFFERED=1
 failed=()
@@ -41,12 +42,14 @@ check() {  # check NAME COMMAND...: output teed to $out/NAME.txt; a failure is n
 tokenizer=.proctor/gpu-tokenizer
 [[ -f $tokenizer/tokenizer.json ]] || echo "WARNING: no $tokenizer (not carried?): the engine check will fail" \
   | tee -a "$out/env.txt"
-for dtype in bfloat16 float32; do
-  check "step-$dtype" timeout 150 "$py" bench/step.py --device cuda --dtype "$dtype" --random \
-    --batches 1,4,16,32,64 --new-tokens 128 --json "$out/step-$dtype.json"
-done
-check engine-bfloat16 timeout 150 "$py" bench/gpu_engine.py --device cuda --dtype bfloat16 --tokenizer "$tokenizer" \
+check step-bfloat16 timeout 120 "$py" bench/step.py --device cuda --dtype bfloat16 --random \
+  --batches 1,4,16,32,64 --new-tokens 128 --json "$out/step-bfloat16.json"
+check engine-bfloat16 timeout 120 "$py" bench/gpu_engine.py --device cuda --dtype bfloat16 --tokenizer "$tokenizer" \
   --streams 1,16,64 --new-tokens 128 --json "$out/engine-bfloat16.json"
+# The same engine with --batch-invariant on (executor/invariant_step.py: Triton kernels whose reduction order does not
+# depend on the batch): its tok/s against the run above, and request 0 alone against among 16 and 64, bit for bit.
+check engine-invariant timeout 150 "$py" bench/gpu_engine.py --device cuda --dtype bfloat16 --tokenizer "$tokenizer" \
+  --streams 1,16,64 --new-tokens 64 --batch-invariant on --json "$out/engine-invariant.json"
 if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]}" | tee -a "$out/env.txt"
   exit 1

@@ -253,6 +253,8 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--timeout", type=float, default=120, help="seconds per run of requests")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--batch-invariant", default="auto", choices=["auto", "on", "off"],
+                        help="the engine's --batch-invariant (on: the invariant Triton kernels on CUDA)")
     parser.add_argument("--prepare", action="store_true", help=f"copy the tokenizer files from {SOURCE} and exit")
     args = parser.parse_args()
     if args.prepare:
@@ -268,7 +270,8 @@ def main() -> int:
 
     loaded = build(args.tokenizer, device, dtype)
     settings = Settings.load({"device": device.type, "dtype": str(dtype).removeprefix("torch."), "warmup": False,
-                              "max_batch_size": max(streams), "max_waiting": max(streams) + 8}, environ={})
+                              "max_batch_size": max(streams), "max_waiting": max(streams) + 8,
+                              "batch_invariant": args.batch_invariant}, environ={})
     engine = Engine(loaded, settings)
     steps = Steps()
     engine.observer = steps
@@ -284,6 +287,8 @@ def main() -> int:
             "runner": type(runner).__name__, "weights": getattr(getattr(runner, "weights", None), "mode", None),
             "kv_cache_dtype": str(getattr(runner, "cache_dtype", "")).removeprefix("torch."),
             "drafts_and_jump_forward": engine._batch.capabilities.extend,  # False on CUDA (executor/protocol.py)
+            "batch_invariant": {"asked": args.batch_invariant,
+                                "rows_own_bits": engine._batch.capabilities.rows_own_bits},
             "cuda_graphs_or_torch_compile": False}  # the engine has neither: eager PyTorch on every device
         rows, solo, together = [], None, {}
         for n in streams:
