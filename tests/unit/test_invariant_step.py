@@ -58,3 +58,24 @@ def test_families_the_kernels_do_not_compute_are_refused(tiny_model) -> None:  #
                                                      getattr(attention, name).out_features, bias=True))
     with pytest.raises(ValueError, match="Llama's arithmetic exactly"):
         InvariantSlots(changed, 2, CPU)
+
+
+def test_the_step_multiplies_the_slot_weights_own_plain_matrices_without_a_copy(tiny_model) -> None:  # type: ignore[no-untyped-def]
+    """Where the slot weights keep a matrix plain (bfloat16 here, as on CUDA), the invariant step multiplies that
+    very tensor; where they are packed for oneDNN (float32 on the CPU) it takes the model's."""
+    import copy
+
+    from proctor.executor.weights import plain_weight
+
+    half = copy.deepcopy(tiny_model).to(torch.bfloat16)
+    runner = InvariantSlots(half, 2, CPU)
+    first = runner._layers[0]
+    assert plain_weight(first.qkv) is not None
+    assert runner._matrices[0].qkv.data_ptr() == plain_weight(first.qkv).data_ptr()
+    assert runner._matrices[0].down.data_ptr() == plain_weight(first.down).data_ptr()
+    packed = InvariantSlots(tiny_model, 2, CPU)
+    assert plain_weight(packed._layers[0].qkv) is None
+    assert torch.equal(packed._matrices[0].down, tiny_model.model.layers[0].mlp.down_proj.weight)
+    with torch.inference_mode():
+        logits = runner.forward([Feed(0, PROMPT[:3], 1)])
+    assert logits.shape == (1, tiny_model.config.vocab_size) and torch.isfinite(logits).all()

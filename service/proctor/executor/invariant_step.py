@@ -25,6 +25,8 @@ from proctor.executor.invariance import invariant_step_problem
 from proctor.executor.llama_step import LlamaSlots, RowForward
 from proctor.executor.protocol import Capabilities
 from proctor.executor.slot_ops import gate, rotate
+from proctor.executor.slot_weights import LayerWeights
+from proctor.executor.weights import plain_weight
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,10 @@ class InvariantSlots(LlamaSlots):
         if problem is not None:
             raise ValueError(f"the batch-invariant step cannot serve this model: {problem}")
         super().__init__(model, max_slots, device, "dense")
-        self._matrices = [_matrices(layer) for layer in model.model.layers]
-        self._head_matrix = model.lm_head.weight.detach()
+        self._matrices = [_matrices(weights, layer) for weights, layer in zip(self._layers, model.model.layers,
+                                                                               strict=True)]
+        head = plain_weight(self._lm_head)
+        self._head_matrix = head if head is not None else model.lm_head.weight.detach()
 
     @property
     def capabilities(self) -> Capabilities:
@@ -84,10 +88,17 @@ class InvariantSlots(LlamaSlots):
         return kernels.matmul(kernels.rms_norm(h, self._final_norm, self.eps).to(dtype), self._head_matrix)
 
 
-def _matrices(layer: Any) -> _Matrices:
+def _matrices(weights: LayerWeights, layer: Any) -> _Matrices:
+    """The layer's matrices: the slot weights' own where they are plain (CUDA: no second copy on the device), else
+    the model's (on the CPU the slot weights are packed for oneDNN)."""
     attention, mlp = layer.self_attn, layer.mlp
+
+    def matrix(linear: object, *parts: torch.Tensor) -> torch.Tensor:
+        plain = plain_weight(linear)
+        return plain if plain is not None else torch.cat([part.detach() for part in parts])
+
     return _Matrices(
-        qkv=torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]).detach(),
-        o=attention.o_proj.weight.detach(),
-        gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(),
-        down=mlp.down_proj.weight.detach())
+        qkv=matrix(weights.qkv, attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight),
+        o=matrix(weights.o, attention.o_proj.weight), gate_up=matrix(weights.gate_up, mlp.gate_proj.weight,
+                                                                     mlp.up_proj.weight),
+        down=matrix(weights.down, mlp.down_proj.weight))

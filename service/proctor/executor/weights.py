@@ -101,6 +101,12 @@ def make_linear(weight: torch.Tensor, mode: str, column_scale: torch.Tensor | No
     return _PlainLinear(weight)
 
 
+def plain_weight(linear: object) -> torch.Tensor | None:
+    """The [outputs, inputs] matrix a linear multiplies as it is (``F.linear``: CUDA, or a dtype oneDNN does not
+    pack), else None (packed, quantized or blocked): what another kernel may multiply without a copy of its own."""
+    return linear.weight if isinstance(linear, _PlainLinear) else None
+
+
 @functools.cache
 def _has_vnni() -> bool:
     """Whether int8 dot products sum in 32 bits (VNNI). Without it fbgemm's AVX2 kernels add pairs of
