@@ -45,8 +45,7 @@ def invariant_step_problem(model: Any, weights: str) -> str | None:
 def uses_invariant_step(model: Any, device: torch.device, asked: str, weights: str) -> bool:
     """Whether ``make_runner`` builds the batch-invariant step: asked for, where the slot forward's own rows are
     not their own bits, and able to serve the model."""
-    return (asked == "on" and not slot_rows_own_bits(device) and unsupported_reason(model) is None
-            and invariant_step_problem(model, weights) is None)
+    return asked == "on" and not slot_rows_own_bits(device) and invariant_step_problem(model, weights) is None
 
 
 def rows_own_bits(model: Any, device: torch.device, asked: str = "auto", weights: str = "dense") -> bool:
