@@ -109,8 +109,10 @@ def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, slots_ptr, lengths_ptr,
     p = tl.arange(0, SPLIT)
     q = tl.load(q_ptr + row * q_row + head * D + d).to(tl.float32)
     base = slot * cache_slot + kv_head * cache_head
-    best = -float("inf")
-    total = 0.0
+    # the loop's running maximum and total as the 0-d float32 tensors the loop makes of them (a compiled kernel
+    # needs a loop-carried value's type fixed from the start)
+    best = tl.max(tl.full((SPLIT,), float("-inf"), tl.float32), axis=0)
+    total = tl.sum(tl.zeros((SPLIT,), dtype=tl.float32), axis=0)
     acc = tl.zeros((D,), dtype=tl.float32)
     for start in range(0, length, SPLIT):
         valid = start + p < length
