@@ -79,3 +79,34 @@ def test_the_step_multiplies_the_slot_weights_own_plain_matrices_without_a_copy(
     with torch.inference_mode():
         logits = runner.forward([Feed(0, PROMPT[:3], 1)])
     assert logits.shape == (1, tiny_model.config.vocab_size) and torch.isfinite(logits).all()
+
+
+def test_the_engine_serves_plain_and_beam_requests_on_the_invariant_step(make_engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The engine on InvariantSlots, as ``--batch-invariant on`` builds it on CUDA (the selection is made here on the
+    CPU, where the default step is invariant already): plain and beam requests in one batch give the default step's
+    tokens (the tiny model's margins are far above the two steps' float differences)."""
+    from helpers.engine import Collector
+
+    from proctor.domain import GenerationRequest, SamplingParams, StoppingParams
+    from proctor.executor import model_runner
+
+    def requests() -> list[GenerationRequest]:
+        stopping = StoppingParams(max_new_tokens=4, ignore_eos=True)
+        return [GenerationRequest(request_id="plain", prompt="The printing press", stopping=stopping),
+                GenerationRequest(request_id="beams", prompt="The printing press", stopping=stopping,
+                                  sampling=SamplingParams(num_beams=2))]
+
+    def serve(engine) -> list[list[int]]:  # type: ignore[no-untyped-def]
+        sinks = [Collector() for _ in range(2)]
+        for request, sink in zip(requests(), sinks, strict=True):
+            engine.submit(engine.prepare(request), sink)
+        for sink in sinks:
+            sink.wait(300)
+            assert sink.final.error is None, sink.final.error
+        return [sink.token_ids for sink in sinks]
+
+    expected = serve(make_engine())
+    monkeypatch.setattr(model_runner, "uses_invariant_step", lambda *args: True)
+    engine = make_engine(batch_invariant="on")
+    assert serve(engine) == expected
+    assert isinstance(engine._batch._runner, InvariantSlots)
