@@ -50,12 +50,7 @@ def test_families_the_kernels_do_not_compute_are_refused(tiny_model) -> None:  #
     import copy
 
     changed = copy.deepcopy(tiny_model)
-    changed.config.attention_bias = True
-    for attention in (layer.self_attn for layer in changed.model.layers):
-        for name in ("q_proj", "k_proj", "v_proj"):
-            setattr(attention, name, torch.nn.Linear(attention.q_proj.in_features if name == "q_proj"
-                                                     else getattr(attention, name).in_features,
-                                                     getattr(attention, name).out_features, bias=True))
+    changed.config.attention_bias = True  # the family is read from the config (executor/families.describe)
     with pytest.raises(ValueError, match="Llama's arithmetic exactly"):
         InvariantSlots(changed, 2, CPU)
 

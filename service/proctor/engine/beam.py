@@ -106,8 +106,8 @@ class BeamSearch:
         return [beam.tokens[-1] for beam in self.beams]
 
     def first(self, logits: torch.Tensor) -> bool:
-        """The prompt's last logits ([1, V]), from which every beam starts (the cache holds the prompt in each of
-        its slots by then); the first selection. True once the request has been answered."""
+        """The prompt's last logits ([1, V]), from which every beam starts (the update pass then copies the prompt
+        into each beam's slot); the first selection. True once the request has been answered."""
         host, count = self.host, self.num_beams
         rules = host.rules
         eos = tuple(sorted(rules.eos_token_ids))
@@ -300,14 +300,12 @@ def update_searches(batch: DecodeBatch, spans: list[tuple[RowFeed, range]], logi
                 first.add(id(feed.state))
     for search in [search for search in batch.searches if id(search.host) in rows]:
         wanted = logits[rows[id(search.host)]]
-        if id(search.host) in first:
-            batch.reorder_search(search, [0] * search.num_beams)  # the prompt into every beam's slot
+        starting = id(search.host) in first
+        if starting:
             search.host.status = RequestStatus.RUNNING
-            done = search.first(wanted)
-        else:
-            done = search.next(wanted)
-        if not done:
-            batch.reorder_search(search, search.parents)
+        if not (search.first(wanted) if starting else search.next(wanted)):
+            # every beam starts from the prompt, whichever parent the first selection names: one copy of it
+            batch.reorder_search(search, [0] * search.num_beams if starting else search.parents)
 
 
 def _fork(host: SequenceState, matcher: Matcher | None, history: list[int]) -> Matcher | None:

@@ -95,7 +95,9 @@ def _matrices(weights: LayerWeights, layer: Any) -> _Matrices:
 
     def matrix(linear: object, *parts: torch.Tensor) -> torch.Tensor:
         plain = plain_weight(linear)
-        return plain if plain is not None else torch.cat([part.detach() for part in parts])
+        if plain is not None:
+            return plain
+        return parts[0].detach() if len(parts) == 1 else torch.cat([part.detach() for part in parts])
 
     return _Matrices(
         qkv=matrix(weights.qkv, attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight),
