@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# The CUDA check, prepared for one short call on a GPU machine (device tool: `run`, about 4 minutes).
+# The CUDA check, prepared for one short call on a GPU machine (device tool: `run`, at most 6 minutes).
 #
-# The model files cannot travel to that machine (its working-tree limit is 64 MiB) and it has no
-# network, so this runs the slot forward on a random-weight model of the default model's exact
-# shape (speed does not depend on the weights), in bf16 and fp32, with model.generate() as the
-# baseline in the same run, plus the bit-identical-in-a-batch check on CUDA; then the engine's own
-# decode loop (bench/gpu_engine.py: scheduler thread, sampling, stop rules; 1/16/64 streams, bf16)
-# on the same shape with the real tokenizer, with the default kernels and with --batch-invariant on (Triton).
-# It needs torch, transformers, tokenizers, numpy and triton (CUDA builds of torch bring it), which that
-# machine's image has. Figures land in $OUT (or bench/gpu-out locally): env.txt, step-bfloat16.{txt,json},
-# engine-bfloat16.{txt,json}, engine-invariant.{txt,json} (7 files).
+# The model files cannot travel to that machine (its working-tree limit is 64 MiB) and it has no network, so the
+# models are random-weight ones of the default model's exact shape and of Llama-3.1-8B's (its vocabulary the carried
+# tokenizer's), built on the GPU itself (speed does not depend on the weights). It measures:
+#   env.txt           torch, the card, and the card's copy bandwidth (the HBM read roofline of the run)
+#   step.json         the eager slot forward against model.generate() at one row (bench/step.py), bf16
+#   engine-graphs     the engine's loop (bench/gpu_engine.py) on the default shape, steps replayed as CUDA graphs
+#   engine-eager      the same with --no-cuda-graphs (the figure before graphs)
+#   engine-invariant  graphs with --batch-invariant on: the Triton kernels' products; request 0 alone against among
+#                     16, 64 and 128, bit for bit
+#   engine-8b         graphs on Llama-3.1-8B's shape (the 1-stream target: 70% of the copy bandwidth)
+# each engine run at 1, 16, 64 (and 128) streams: tok/s, TTFT, step time, determinism. Files in $OUT (or
+# bench/gpu-out locally): env.txt, log.txt (everything printed), step.json and the four engine-*.json (7 files).
+# It needs torch, transformers, tokenizers, numpy and triton (CUDA builds of torch bring it), which that machine's
+# image has; no constraint library (JSON on every request is not measured here yet).
 #
 # The tokenizer files (3.4 MiB, no weights) are git-ignored, so make them here first and carry them:
 #
 #   .venv/bin/python bench/gpu_engine.py --prepare   # copies 5 files to .proctor/gpu-tokenizer
-#   run: command "bash bench/gpu.sh", carry [".proctor/gpu-tokenizer"], timeout_s 600
+#   run: command "bash bench/gpu.sh", carry [".proctor/gpu-tokenizer"], timeout_s 420
 #
 #   bash bench/gpu.sh            # from the repository root (PYTHON=... to pick the interpreter)
 set -euo pipefail
@@ -24,32 +29,43 @@ py="${PYTHON:-python3}"
 mkdir -p "$out"
 {
   "$py" - <<'PY'
-import torch, transformers
+import time, torch, transformers
 print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.cuda.is_available(),
       torch.cuda.get_device_name() if torch.cuda.is_available() else "")
+if torch.cuda.is_available():  # the read roofline: a 4 GiB device-to-device copy reads 4 GiB and writes 4 GiB
+    a = torch.empty(2**31, dtype=torch.bfloat16, device="cuda"); b = torch.empty_like(a)
+    for _ in range(3): b.copy_(a)
+    torch.cuda.synchronize(); times = []
+    for _ in range(10):
+        start = time.perf_counter(); b.copy_(a); torch.cuda.synchronize(); times.append(time.perf_counter() - start)
+    times.sort()
+    print(f"copy bandwidth: {2 * a.numel() * 2 / times[5] / 1e9:.0f} GB/s read+write, median of 10 copies of 4 GiB")
 PY
   nvidia-smi || echo "nvidia-smi: not available"
   "$py" -m pip list 2>/dev/null | grep -iE '^(torch|transformers|tokenizers|numpy|triton|pytorch-triton) ' || echo "pip list: not available"
 } 2>&1 | tee "$out/env.txt"
 export PYTHONUNBUFFERED=1
 failed=()
-check() {  # check NAME COMMAND...: output teed to $out/NAME.txt; a failure is noted and the next check runs
+check() {  # check NAME COMMAND...: output appended to $out/log.txt; a failure is noted and the next check runs
   local name=$1 rc
   shift
-  "$@" 2>&1 | tee "$out/$name.txt" && rc=0 || rc=$?
+  echo "=== $name: $*" | tee -a "$out/log.txt"
+  "$@" 2>&1 | tee -a "$out/log.txt" && rc=0 || rc=$?
   if ((rc == 124)); then failed+=("$name (timed out)"); elif ((rc)); then failed+=("$name (exit $rc)"); fi
 }
 tokenizer=.proctor/gpu-tokenizer
-[[ -f $tokenizer/tokenizer.json ]] || echo "WARNING: no $tokenizer (not carried?): the engine check will fail" \
+[[ -f $tokenizer/tokenizer.json ]] || echo "WARNING: no $tokenizer (not carried?): the engine checks will fail" \
   | tee -a "$out/env.txt"
-check step-bfloat16 timeout 120 "$py" bench/step.py --device cuda --dtype bfloat16 --random \
-  --batches 1,4,16,32,64 --new-tokens 128 --json "$out/step-bfloat16.json"
-check engine-bfloat16 timeout 120 "$py" bench/gpu_engine.py --device cuda --dtype bfloat16 --tokenizer "$tokenizer" \
-  --streams 1,16,64 --new-tokens 128 --json "$out/engine-bfloat16.json"
-# The same engine with --batch-invariant on (executor/invariant_step.py: Triton kernels whose reduction order does not
-# depend on the batch): its tok/s against the run above, and request 0 alone against among 16 and 64, bit for bit.
-check engine-invariant timeout 150 "$py" bench/gpu_engine.py --device cuda --dtype bfloat16 --tokenizer "$tokenizer" \
-  --streams 1,16,64 --new-tokens 64 --batch-invariant on --json "$out/engine-invariant.json"
+engine=("$py" bench/gpu_engine.py --device cuda --dtype bfloat16 --tokenizer "$tokenizer")
+check step timeout 60 "$py" bench/step.py --device cuda --dtype bfloat16 --random --batches 1,16,64 \
+  --new-tokens 64 --json "$out/step.json"
+check engine-graphs timeout 75 "${engine[@]}" --streams 1,16,64,128 --new-tokens 128 --json "$out/engine-graphs.json"
+check engine-eager timeout 60 "${engine[@]}" --cuda-graphs off --streams 1,16,64 --new-tokens 64 \
+  --json "$out/engine-eager.json"
+check engine-invariant timeout 75 "${engine[@]}" --batch-invariant on --streams 1,16,64,128 --new-tokens 128 \
+  --json "$out/engine-invariant.json"
+check engine-8b timeout 90 "${engine[@]}" --shape llama-8b --streams 1,16,64 --new-tokens 64 \
+  --json "$out/engine-8b.json"
 if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]}" | tee -a "$out/env.txt"
   exit 1

@@ -56,6 +56,11 @@ from proctor.models import LoadedModel  # noqa: E402
 SMOLLM2_135M = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
                 "num_key_value_heads": 3, "vocab_size": 49152, "max_position_embeddings": 8192,
                 "rope_theta": 100000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": True}  # as bench/step.py
+# Llama-3.1-8B's shape, but for the vocabulary: the carried tokenizer's (49,152 rows of LM head, not 128,256).
+LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "vocab_size": 49152, "max_position_embeddings": 8192, "rope_theta": 500000.0,
+            "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+SHAPES = {"default": SMOLLM2_135M, "llama-8b": LLAMA_8B}
 SOURCE = ROOT / ".proctor" / "models" / "SmolLM2-135M-Instruct"
 TOKENIZER_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                    "chat_template.jinja")
@@ -125,8 +130,9 @@ def prepare(source: Path, target: Path) -> None:
     print(f"copied {len(TOKENIZER_FILES)} files ({size / 2**20:.1f} MiB) to {target}; carry it to the GPU machine")
 
 
-def build(tokenizer_dir: Path, device: torch.device, dtype: torch.dtype) -> LoadedModel:
-    """The random-weight default-shape model with the real tokenizer, as tests/conftest.py ``tiny_loaded``."""
+def build(tokenizer_dir: Path, device: torch.device, dtype: torch.dtype, shape: str = "default") -> LoadedModel:
+    """A random-weight model of ``shape`` with the real tokenizer, as tests/conftest.py ``tiny_loaded``, built on
+    ``device`` itself (8B's weights never exist on the host)."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     if not (tokenizer_dir / "tokenizer.json").is_file():
@@ -134,18 +140,25 @@ def build(tokenizer_dir: Path, device: torch.device, dtype: torch.dtype) -> Load
                          "that directory")
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), clean_up_tokenization_spaces=False,
                                               local_files_only=True)
-    if len(tokenizer) != SMOLLM2_135M["vocab_size"]:
-        raise CheckError(f"the tokenizer has {len(tokenizer)} tokens, the model shape {SMOLLM2_135M['vocab_size']}")
+    dimensions = SHAPES[shape]
+    if len(tokenizer) != dimensions["vocab_size"]:
+        raise CheckError(f"the tokenizer has {len(tokenizer)} tokens, the model shape {dimensions['vocab_size']}")
     # initializer_range 0.2 (as tests/conftest.py): at the default 0.02 the random model repeats one token with
     # near-flat logits, which leaves the stop checks nothing to find. The shape, hence the speed, is the same.
-    config = LlamaConfig(**SMOLLM2_135M, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    config = LlamaConfig(**dimensions, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, initializer_range=0.2)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with device:
+            model = LlamaForCausalLM(config).eval()
+    finally:
+        torch.set_default_dtype(default_dtype)
     model.requires_grad_(False)
     return LoadedModel(
-        model=model, tokenizer=tokenizer, model_id="smollm2-135m-random", path=tokenizer_dir,
+        model=model, tokenizer=tokenizer, model_id=f"{shape}-random", path=tokenizer_dir,
         weights_sha256="random-seed-0", tokenizer_sha256="gpu-check", dtype=dtype, device=device,
         eos_token_ids=(tokenizer.eos_token_id,), pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id, context_length=CONTEXT, vocab_size=len(tokenizer),
@@ -255,6 +268,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--batch-invariant", default="auto", choices=["auto", "on", "off"],
                         help="the engine's --batch-invariant (on: the invariant Triton kernels on CUDA)")
+    parser.add_argument("--cuda-graphs", default="on", choices=["on", "off"],
+                        help="the engine's --cuda-graphs (on: steps padded to row buckets, replayed as CUDA graphs)")
+    parser.add_argument("--shape", default="default", choices=sorted(SHAPES),
+                        help="the random model's shape: the default model's, or Llama-3.1-8B's")
     parser.add_argument("--prepare", action="store_true", help=f"copy the tokenizer files from {SOURCE} and exit")
     args = parser.parse_args()
     if args.prepare:
@@ -268,10 +285,11 @@ def main() -> int:
         raise CheckError("--streams must start with 1 (request 0 alone is the determinism reference)")
     import transformers
 
-    loaded = build(args.tokenizer, device, dtype)
+    loaded = build(args.tokenizer, device, dtype, args.shape)
     settings = Settings.load({"device": device.type, "dtype": str(dtype).removeprefix("torch."), "warmup": False,
                               "max_batch_size": max(streams), "max_waiting": max(streams) + 8,
-                              "batch_invariant": args.batch_invariant}, environ={})
+                              "batch_invariant": args.batch_invariant, "cuda_graphs": args.cuda_graphs == "on"},
+                             environ={})
     engine = Engine(loaded, settings)
     steps = Steps()
     engine.observer = steps
@@ -279,6 +297,7 @@ def main() -> int:
     figures: dict[str, Any] = {
         "device": str(device), "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
         "transformers": transformers.__version__, "random_weights": True, "new_tokens": args.new_tokens,
+        "shape": args.shape, "parameters": sum(p.numel() for p in loaded.model.parameters()),
         "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}
     try:
         run(engine, [greedy(i, 8) for i in range(2)], args.timeout)  # warm-up: kernels, allocator, tokenizer caches
@@ -289,7 +308,8 @@ def main() -> int:
             "drafts_and_jump_forward": engine._batch.capabilities.extend,  # False on CUDA (executor/protocol.py)
             "batch_invariant": {"asked": args.batch_invariant,
                                 "rows_own_bits": engine._batch.capabilities.rows_own_bits},
-            "cuda_graphs_or_torch_compile": False}  # the engine has neither: eager PyTorch on every device
+            "cuda_graphs": {"asked": args.cuda_graphs, "captured": getattr(runner, "captures", None),
+                            "given_up": getattr(runner, "graphs_failed", None)}}
         rows, solo, together = [], None, {}
         for n in streams:
             row, first = throughput(engine, steps, n, args.new_tokens, args.timeout)
@@ -301,6 +321,7 @@ def main() -> int:
             else:
                 together[n] = first
         figures["runs"] = rows
+        figures["engine_paths"]["cuda_graphs"]["captured"] = getattr(runner, "captures", None)
         assert solo is not None
         figures["determinism"] = {f"request0_alone_eq_among_{n}": {
             "token_ids_equal": s.ids == solo.ids, "logprobs_equal": s.logprobs == solo.logprobs,

@@ -30,6 +30,10 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    "batch-invariant Triton kernels, Llama's arithmetic, --weights dense; no start where they cannot "
                    "serve), off does not; the audit record says which, and replay is refused across a difference "
                    "(PROCTOR_BATCH_INVARIANT)")
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
+                   help="on CUDA, steps padded to row counts 1, 2, 4, … up to --max-step-tokens, each captured once "
+                   "as a CUDA graph and replayed (Llama's arithmetic, --weights dense; default on; "
+                   "PROCTOR_CUDA_GRAPHS)")
     p.add_argument("--threads", type=int, help="torch CPU threads: N pins exactly N; 0 (default) = the CPUs "
                    "this process may use (affinity, cgroup quota), tuned under load by measurement")
     p.add_argument("--max-batch-size", type=int, help="requests decoded together (default 32)")
@@ -120,8 +124,8 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _serve(args: argparse.Namespace) -> int:
-    keys = ("host", "port", "model", "model_store", "device", "dtype", "weights", "batch_invariant", "threads",
-            "max_batch_size",
+    keys = ("host", "port", "model", "model_store", "device", "dtype", "weights", "batch_invariant", "cuda_graphs",
+            "threads", "max_batch_size",
             "max_waiting", "kv_cache_mb", "max_step_tokens", "prefill_chunk_tokens",
             "prefix_cache_mb", "jump_forward", "max_forced_tokens", "speculation", "speculation_tokens",
             "speculation_max_rows",

@@ -90,6 +90,7 @@ class Settings:
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
     weights: str = "auto"  # auto | dense | fp16 | q8: how the linear layers run (executor/weights.py)
     batch_invariant: str = "auto"  # auto | on | off: whether rows must be batch-invariant (BATCH_INVARIANT_MODES)
+    cuda_graphs: bool = True  # CUDA: steps padded to row buckets and replayed as graphs (executor/graph_step.py)
     threads: int = 0  # torch intra-op threads on CPU: N pinned; 0 = CPU budget, tuned (engine/thread_tuner.py)
     default_max_new_tokens: int = 256
     max_new_tokens_limit: int = 4096

@@ -34,15 +34,12 @@ from proctor.engine.live import LiveRequests
 from proctor.engine.loaded_model import LoadedModel
 from proctor.engine.prefix_cache import PrefixCache
 from proctor.engine.preprocess import PreparedRequest, prepare_controls, prepare_request
+from proctor.engine.runner import build_runner
 from proctor.engine.scheduler import Scheduler, StepPlan
 from proctor.engine.sequence import EventSink, SequenceState
 from proctor.engine.status import RequestStatus
 from proctor.engine.thread_tuner import PinnedThreads, ThreadPolicy, thread_policy
 from proctor.engine.verify import verify
-from proctor.executor.model_runner import make_runner
-from proctor.executor.protocol import Executor
-from proctor.executor.slot_weights import release_dense
-from proctor.executor.smoothing import calibration_ids
 
 if TYPE_CHECKING:
     from proctor.constraints.service import ConstraintService
@@ -69,7 +66,7 @@ class Engine:
         self.prefix_cache = PrefixCache(settings.prefix_cache_mb * 1024 * 1024,
                                         f"{loaded.weights_sha256}:{loaded.weights}:{loaded.dtype}:{loaded.device}",
                                         settings.prefill_chunk_tokens)
-        self._batch = DecodeBatch(lambda: self._make_runner(rows, release_dense_weights), rows,
+        self._batch = DecodeBatch(lambda: build_runner(loaded, settings, rows, release_dense_weights), rows,
                                   settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens, self.prefix_cache)
         self._drafter = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size)
         self._scheduler = Scheduler(settings.max_waiting, settings.max_step_tokens,
@@ -87,18 +84,6 @@ class Engine:
         self.observer: StepObserver | None = None  # metrics (observability/hooks.py); None: nothing recorded
         self.healthy = True
         self._thread = threading.Thread(target=self._run, name="proctor-engine", daemon=True)
-
-    def _make_runner(self, rows: int, release_dense_weights: bool) -> Executor:
-        """The slot runner in the loaded weights mode; with ``release_dense_weights`` (a server's own
-        model) the model's dense projections are dropped once the runner holds its copies."""
-        loaded, invariant = self.loaded, self.settings.batch_invariant
-        calibration = calibration_ids(loaded.tokenizer) if loaded.weights == "q8" else None
-        runner = make_runner(loaded.model, rows, loaded.device, loaded.weights, calibration, invariant)
-        if release_dense_weights:  # a no-op unless the runner built slot weights of its own (slot_weights.py)
-            freed = release_dense(loaded.model)
-            if freed:
-                log.info("weights %s: %.0f MB of dense projection weights released", loaded.weights, freed / 2**20)
-        return runner
 
     # --- public API (any thread) ------------------------------------------------------------
     def start(self) -> None:

@@ -48,6 +48,12 @@ def uses_invariant_step(model: Any, device: torch.device, asked: str, weights: s
     return asked == "on" and not slot_rows_own_bits(device) and invariant_step_problem(model, weights) is None
 
 
+def uses_graph_step(model: Any, device: torch.device, cuda_graphs: bool, weights: str) -> bool:
+    """Whether ``make_runner`` builds the graphed step (executor/graph_step.py): on CUDA with ``--cuda-graphs``, for a
+    model its kernels serve (its products are the kernels' only with ``--batch-invariant on``)."""
+    return cuda_graphs and device.type == "cuda" and invariant_step_problem(model, weights) is None
+
+
 def rows_own_bits(model: Any, device: torch.device, asked: str = "auto", weights: str = "dense") -> bool:
     """Whether the runner ``make_runner`` builds for ``model`` on ``device`` keeps every row's bits its own (the
     per-slot runner runs each row alone: always)."""

@@ -40,19 +40,28 @@ class _Matrices:
 
 
 class InvariantSlots(LlamaSlots):
-    def __init__(self, model: Any, max_slots: int, device: torch.device) -> None:
+    """``invariant``: products and norms by the kernels (every row its own bits); False: by PyTorch (cuBLAS on
+    CUDA: faster, the batch's shape picks the kernel), the attention the kernel's either way (the graphed step,
+    executor/graph_step.py, serves both modes through ``rows_hidden``)."""
+
+    def __init__(self, model: Any, max_slots: int, device: torch.device, invariant: bool = True) -> None:
         problem = invariant_step_problem(model, "dense")
         if problem is not None:
             raise ValueError(f"the batch-invariant step cannot serve this model: {problem}")
         super().__init__(model, max_slots, device, "dense")
+        self.invariant = invariant
         self._matrices = [_matrices(weights, layer) for weights, layer in zip(self._layers, model.model.layers,
                                                                                strict=True)]
         head = plain_weight(self._lm_head)
         self._head_matrix = head if head is not None else model.lm_head.weight.detach()
+        self._rope_key = self.family.rope_keys[0]
 
     @property
     def capabilities(self) -> Capabilities:
-        """Every row its own bits on any device: drafts and prompts in pieces everywhere."""
+        """Every row its own bits on any device with the kernels' products: drafts and prompts in pieces
+        everywhere. With PyTorch's products on CUDA, as the slot forward (no drafts there)."""
+        if not self.invariant:
+            return super().capabilities
         return Capabilities(device=self.device, extend=True, split_prompts=True, spans=True, rows_own_bits=True,
                             thread_invariant=True)
 
@@ -62,30 +71,58 @@ class InvariantSlots(LlamaSlots):
 
     def _decode_invariant(self, token_ids: list[int], slots: list[int], positions: list[int],
                           wanted: list[int] | None = None) -> torch.Tensor:
-        """Row ``r``: token ``token_ids[r]`` at ``positions[r]`` of slot ``slots[r]``. Every row's keys and values
-        are written first, then each row attends to its slot's first ``positions[r] + 1`` positions."""
-        rows, dtype = len(token_ids), self.dtype
-        self.reserve(max(slots) + 1, max(positions) + 1)
-        where = torch.tensor(positions, dtype=torch.long, device=self.device)
-        slot_index = torch.tensor(slots, dtype=torch.long, device=self.device)
-        h = self._embed(torch.tensor(token_ids, dtype=torch.long, device=self.device))
-        cos, sin = self._rope(h, where, max(positions) + 1)[self.family.rope_keys[0]]
-        for index, (layer, matrices) in enumerate(zip(self._layers, self._matrices, strict=True)):
-            x = kernels.rms_norm(h, layer.in_norm, self.eps).to(dtype)
-            heads = kernels.matmul(x, matrices.qkv).to(dtype).view(rows, -1, self.head_dim)
-            qk = rotate(heads[:, :self.heads + self.kv_heads], cos, sin)
-            keys, values = self._keys[index], self._values[index]
-            keys[slot_index, :, where] = qk[:, self.heads:].to(keys.dtype)
-            values[slot_index, :, where] = heads[:, self.heads + self.kv_heads:].to(values.dtype)
-            out = kernels.decode_attention(qk[:, :self.heads], keys, values, slot_index, where + 1).to(dtype)
-            h = h + kernels.matmul(out.reshape(rows, -1), matrices.o).to(dtype)
-            x = kernels.rms_norm(h, layer.post_norm, self.eps).to(dtype)
-            gate_part, up = kernels.matmul(x, matrices.gate_up).to(dtype).chunk(2, dim=-1)
-            h = h + kernels.matmul(gate(gate_part, self.family) * up, matrices.down).to(dtype)
+        """Row ``r``: token ``token_ids[r]`` at ``positions[r]`` of slot ``slots[r]``."""
+        self.ready_for(max(slots) + 1, max(positions) + 1)
+        ids, slot_index, where = (torch.tensor(values, dtype=torch.long, device=self.device)
+                                  for values in (token_ids, slots, positions))
         if wanted == []:
             return torch.empty(0, self._vocab_width, device=self.device)
-        h = h if wanted is None else h[wanted]
-        return kernels.matmul(kernels.rms_norm(h, self._final_norm, self.eps).to(dtype), self._head_matrix)
+        h = self.rows_hidden(ids, slot_index, where, where + 1)
+        return self.head(h if wanted is None else h[wanted])
+
+    def ready_for(self, rows: int, length: int) -> None:
+        """The cache and the rotary table grown for ``rows`` slots of ``length`` positions: ``rows_hidden`` then
+        allocates nothing that outlives it (what a captured CUDA graph needs)."""
+        self.reserve(rows, length)
+        self._rope_tables(self._final_norm, length, self._rope_key)
+
+    def rows_hidden(self, ids: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
+                    lengths: torch.Tensor) -> torch.Tensor:
+        """Row ``r``: token ``ids[r]`` written at ``positions[r]`` of slot ``slots[r]``, then attending to that
+        slot's first ``lengths[r]`` positions (``positions[r] + 1`` for a real row); every row's last hidden state.
+        Tensors in, tensors out, nothing read back to the host: a CUDA graph captures it (``ready_for`` first)."""
+        dtype, matmul, norm = self.dtype, self._matmul, self._norm_rows
+        rows = ids.shape[0]
+        cos, sin = (table[positions] for table in self._rope_tables_by_key[self._rope_key])
+        h = self._embed(ids)
+        for index, (layer, matrices) in enumerate(zip(self._layers, self._matrices, strict=True)):
+            heads = matmul(norm(h, layer.in_norm), matrices.qkv).view(rows, -1, self.head_dim)
+            qk = rotate(heads[:, :self.heads + self.kv_heads], cos, sin)
+            keys, values = self._keys[index], self._values[index]
+            keys[slots, :, positions] = qk[:, self.heads:].to(keys.dtype)
+            values[slots, :, positions] = heads[:, self.heads + self.kv_heads:].to(values.dtype)
+            out = kernels.decode_attention(qk[:, :self.heads], keys, values, slots, lengths).to(dtype)
+            h = h + matmul(out.reshape(rows, -1), matrices.o)
+            gate_part, up = matmul(norm(h, layer.post_norm), matrices.gate_up).chunk(2, dim=-1)
+            h = h + matmul(gate(gate_part, self.family) * up, matrices.down)
+        return h
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """The float32 logits of hidden states ``h`` (the kernels' product is float32 already)."""
+        x = self._norm_rows(h, self._final_norm)
+        if self.invariant:
+            return kernels.matmul(x, self._head_matrix)
+        return torch.nn.functional.linear(x, self._head_matrix).float()
+
+    def _matmul(self, x: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+        if self.invariant:
+            return kernels.matmul(x, matrix).to(self.dtype)
+        return torch.nn.functional.linear(x, matrix)
+
+    def _norm_rows(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if self.invariant:
+            return kernels.rms_norm(h, weight, self.eps).to(self.dtype)
+        return self._norm(h, weight)
 
 
 def _matrices(weights: LayerWeights, layer: Any) -> _Matrices:

@@ -21,7 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from proctor.executor.families import unsupported_reason
-from proctor.executor.invariance import uses_invariant_step
+from proctor.executor.invariance import uses_graph_step, uses_invariant_step
 from proctor.executor.llama_step import LlamaSlots
 from proctor.executor.protocol import Capabilities, Executor, Feed
 
@@ -90,11 +90,17 @@ class PerSlotRunner:
 
 
 def make_runner(model: Any, max_slots: int, device: torch.device, weights: str = "dense",
-                calibration_ids: list[int] | None = None, batch_invariant: str = "auto") -> Executor:
-    """The slot forward when the architecture allows it (through the batch-invariant kernels where
-    ``--batch-invariant on`` needs them: executor/invariance.py), else the generic per-slot runner (which runs the
-    model's own dense weights whatever ``weights`` says)."""
+                calibration_ids: list[int] | None = None, batch_invariant: str = "auto", cuda_graphs: bool = False,
+                step_tokens: int = 256) -> Executor:
+    """The slot forward when the architecture allows it (on CUDA with ``cuda_graphs``, its steps padded to row
+    buckets up to ``step_tokens`` and replayed as graphs: executor/graph_step.py; through the batch-invariant kernels
+    where ``--batch-invariant on`` needs them: executor/invariance.py), else the generic per-slot runner (which runs
+    the model's own dense weights whatever ``weights`` says)."""
     reason = unsupported_reason(model)
+    if uses_graph_step(model, device, cuda_graphs, weights):
+        from proctor.executor.graph_step import GraphSlots  # imports triton: only where it runs
+
+        return GraphSlots(model, max_slots, device, invariant=batch_invariant == "on", largest_bucket=step_tokens)
     if uses_invariant_step(model, device, batch_invariant, weights):
         from proctor.executor.invariant_step import InvariantSlots  # imports triton: only where it runs
 

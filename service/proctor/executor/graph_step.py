@@ -1,0 +1,166 @@
+"""The slot forward's steps padded to a few row counts and replayed as CUDA graphs (issue 43).
+
+Why: an eager step on CUDA is launch-bound. The default model's 30 layers are hundreds of small kernels, each
+a few microseconds of launch for less work than that (measured on a lent H200: 14–16 ms a step at any width,
+slower at one stream than this project's 2-core CPU). A graph captured once and replayed is one launch a step.
+vLLM and SGLang do the same per batch size.
+
+How:
+- A step's rows (prompt pieces, decode rows and drafts alike: each position a row, as the slot forward feeds
+  them) are padded to the next of ``row_buckets`` (1, 2, 4, … up to the step budget). Rows past the largest
+  bucket run eagerly: the same arithmetic.
+- Each bucket's inputs (token, slot, position, attended length) sit in one static buffer, copied in before a
+  replay, and its outputs (every row's logits) in another, from which the wanted rows are copied out.
+- Padding rows write their key and value at the cache's last position of slot 0 and attend to one position.
+  No row reads a position before writing it, and a step's own rows stay below that position (``ready_for``
+  keeps one spare), so the padding is never read.
+- The cache holds every slot's row from the start. A graph holds the addresses of the cache and the rotary
+  table: when either grows (the cache's length in steps of ``KV_GROWTH_TOKENS``), the graphs are dropped and
+  each is captured again at its next use.
+- The arithmetic is ``InvariantSlots.rows_hidden``: the kernels' products and norms with ``invariant`` (every
+  row its own bits at any bucket), cuBLAS's without. Attention is the kernel's in both, so it reads each row's
+  own prefix whatever the others' lengths.
+
+On the CPU nothing is captured: the same padded step runs eagerly. The tests hold its padding, buffers and
+re-capture to the unpadded step, bit for bit, under Triton's interpreter (tests/unit/test_graph_step.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from proctor.executor.invariant_step import InvariantSlots
+
+log = logging.getLogger("proctor.executor")
+
+Step = Callable[[], torch.Tensor]  # a step over one bucket's static buffers: its logits buffer
+Capture = Callable[[Step], Step]  # a step → a replay of it
+
+
+def row_buckets(largest: int) -> tuple[int, ...]:
+    """Powers of two from 1 up to ``largest`` rounded up to one: the row counts steps are padded to."""
+    buckets = [1]
+    while buckets[-1] < largest:
+        buckets.append(buckets[-1] * 2)
+    return tuple(buckets)
+
+
+def bucket_for(rows: int, buckets: tuple[int, ...]) -> int | None:
+    """The smallest bucket of at least ``rows`` rows (None: more rows than the largest)."""
+    return next((bucket for bucket in buckets if bucket >= rows), None)
+
+
+def eager(step: Step) -> Step:
+    """No capture: the step runs as it is at every call (the CPU)."""
+    return step
+
+
+class CudaGraphs:
+    """Captures a step as a CUDA graph; every graph shares one memory pool (one replays at a time, and its
+    wanted rows are copied out before the next)."""
+
+    def __init__(self) -> None:
+        self._pool = torch.cuda.graph_pool_handle()
+
+    def __call__(self, step: Step) -> Step:
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # one eager run first: Triton compiles, cuBLAS sets up its handles
+            step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            out = step()
+
+        def replay() -> torch.Tensor:
+            graph.replay()
+            return out
+
+        return replay
+
+
+@dataclass
+class _Bucket:
+    inputs: torch.Tensor  # [4, rows] on the device: token, slot, position, attended length
+    replay: Step
+
+
+class GraphSlots(InvariantSlots):
+    """``InvariantSlots`` whose steps are padded to ``row_buckets(largest_bucket)`` and replayed (``capture``:
+    CUDA graphs on CUDA, eager elsewhere)."""
+
+    def __init__(self, model: Any, max_slots: int, device: torch.device, invariant: bool, largest_bucket: int,
+                 capture: Capture | None = None) -> None:
+        super().__init__(model, max_slots, device, invariant)
+        self.buckets = row_buckets(largest_bucket)
+        self._capture: Capture = capture if capture is not None else CudaGraphs() if device.type == "cuda" else eager
+        self._graphs: dict[int, _Bucket] = {}
+        self._signature: tuple[int, ...] = ()
+        # pinned on CUDA, so the copy to a bucket's inputs does not wait; flat, so a bucket's [4, rows] is contiguous
+        self._staging = torch.empty(4 * self.buckets[-1], dtype=torch.long, pin_memory=device.type == "cuda")
+        self.captures = 0  # graphs captured so far (diagnostics and tests)
+        self.graphs_failed = ""  # why capture was given up (then every step runs eagerly)
+        self.reserve(max_slots, 1)  # every slot's row now: only the cache's length grows (and moves the graphs)
+
+    def _decode_invariant(self, token_ids: list[int], slots: list[int], positions: list[int],
+                          wanted: list[int] | None = None) -> torch.Tensor:
+        rows = len(token_ids)
+        bucket = bucket_for(rows, self.buckets)
+        if bucket is None or self.graphs_failed:
+            return super()._decode_invariant(token_ids, slots, positions, wanted)
+        self.ready_for(max(slots) + 1, max(positions) + 2)  # + 2: the last position stays free for the padding
+        padding = bucket - rows
+        staged = torch.tensor([token_ids + [0] * padding, slots + [0] * padding,
+                               positions + [self._capacity - 1] * padding,
+                               [position + 1 for position in positions] + [1] * padding], dtype=torch.long)
+        self._staged(bucket).copy_(staged)
+        graph = self._graph(bucket)
+        if graph is None:
+            return super()._decode_invariant(token_ids, slots, positions, wanted)
+        graph.inputs.copy_(self._staged(bucket), non_blocking=True)
+        logits = graph.replay()
+        if wanted is None:
+            return logits[:rows].clone()  # out of the static buffer, which the next replay overwrites
+        return logits.index_select(0, torch.tensor(wanted, dtype=torch.long, device=self.device))
+
+    def _graph(self, bucket: int) -> _Bucket | None:
+        """The bucket's captured step, captured now if the cache or the rotary table moved since (None: capture
+        failed, and every step runs eagerly from now on)."""
+        signature = self._addresses()
+        if signature != self._signature:
+            self._graphs.clear()
+            self._signature = signature
+        graph = self._graphs.get(bucket)
+        if graph is not None:
+            return graph
+        inputs = torch.zeros((4, bucket), dtype=torch.long, device=self.device)
+        inputs.copy_(self._staged(bucket))
+        ids, slots, positions, lengths = inputs
+
+        def step() -> torch.Tensor:
+            return self.head(self.rows_hidden(ids, slots, positions, lengths))
+
+        try:
+            replay = self._capture(step)
+        except Exception as exc:  # a driver or compiler that will not capture must not stop the service
+            self.graphs_failed = f"{type(exc).__name__}: {exc}"
+            log.warning("CUDA graphs given up, steps run eagerly: %s", self.graphs_failed)
+            return None
+        self.captures += 1
+        graph = self._graphs[bucket] = _Bucket(inputs, replay)
+        return graph
+
+    def _staged(self, bucket: int) -> torch.Tensor:
+        return self._staging[:4 * bucket].view(4, bucket)
+
+    def _addresses(self) -> tuple[int, ...]:
+        """What a captured graph holds the addresses of: the cache's and the rotary table's storage (and the cache's
+        shape, which its strides follow)."""
+        tables = self._rope_tables_by_key[self._rope_key]
+        return (self._capacity, self._rows, *(cache.data_ptr() for cache in self._keys + self._values),
+                *(table.data_ptr() for table in tables))

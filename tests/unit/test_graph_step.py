@@ -1,0 +1,161 @@
+"""The graphed step (executor/graph_step.py) on the CPU, where nothing is captured but everything else runs: steps
+padded to row buckets through static buffers give every real row the unpadded step's bits, a bucket's step is
+captured once and replayed with new inputs, captured again when the cache moves, and a capture that fails leaves
+the step eager. Under Triton's interpreter, on a tiny Llama of 256 tokens (the interpreter runs the LM head's tiles
+one by one: the real vocabulary's 49,152 would take minutes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.requirements import require_module
+
+require_module("proctor.executor.invariant_kernels")  # before anything else imports triton
+
+from proctor.executor.graph_step import GraphSlots, Step, bucket_for, row_buckets  # noqa: E402
+from proctor.executor.invariant_step import InvariantSlots  # noqa: E402
+from proctor.executor.protocol import Feed  # noqa: E402
+
+CPU = torch.device("cpu")
+PROMPT = [2, 45, 200, 17, 82, 9, 61, 241, 13]
+
+
+@pytest.fixture(scope="module")
+def small_model():  # type: ignore[no-untyped-def]
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=256, max_position_embeddings=512,
+                         tie_word_embeddings=True, initializer_range=0.2)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).float().eval().requires_grad_(False)
+
+
+class CountingCapture:
+    """Stands in for CUDA's capture only: runs the step once, as the warm-up does, and hands back the very step,
+    so a replay computes from whatever the bucket's static buffers hold at that moment."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+
+    def __call__(self, step: Step) -> Step:
+        step()
+        self.steps.append(step)
+        return step
+
+
+def test_buckets_are_powers_of_two_up_to_the_step_budget() -> None:
+    assert row_buckets(256) == (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    assert row_buckets(100)[-1] == 128 and row_buckets(1) == (1,)
+    assert [bucket_for(rows, row_buckets(16)) for rows in (1, 2, 3, 5, 16, 17)] == [1, 2, 4, 8, 16, None]
+
+
+def test_padded_steps_give_every_row_the_unpadded_steps_bits(small_model) -> None:  # type: ignore[no-untyped-def]
+    """Prompt pieces, decode rows and drafts in steps of 3, 5, 1, 6 and 19 rows (padded to 4, 8, 1, 8; 19 past the
+    largest bucket, eager): logits, lengths and every held cache position the same bits as the unpadded step."""
+    capture = CountingCapture()
+    graphed = GraphSlots(small_model, 4, CPU, invariant=True, largest_bucket=8, capture=capture)
+    plain = InvariantSlots(small_model, 4, CPU)
+    steps = [
+        [Feed(0, PROMPT[:3], 1)],
+        [Feed(0, [77], 1), Feed(1, PROMPT[:4], 0)],
+        [Feed(1, PROMPT[4:5], 1)],
+        [Feed(0, [78, 79], 2), Feed(1, [80], 1), Feed(2, [81, 82, 83], 1)],
+        [Feed(3, PROMPT * 2, 1), Feed(0, [84], 1)],
+    ]
+    with torch.inference_mode():
+        for feeds in steps:
+            assert torch.equal(graphed.forward(feeds), plain.forward(feeds))
+            assert graphed.lengths == plain.lengths
+    assert graphed.captures == 3 and len(capture.steps) == 3  # buckets 4, 8 and 1; the 19-row step eager
+    for layer in range(len(graphed._keys)):
+        for slot, length in enumerate(plain.lengths):
+            assert torch.equal(graphed._keys[layer][slot, :, :length], plain._keys[layer][slot, :, :length])
+            assert torch.equal(graphed._values[layer][slot, :, :length], plain._values[layer][slot, :, :length])
+
+
+def test_a_bucket_is_replayed_with_new_inputs_and_captured_again_when_the_cache_moves(small_model, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from proctor.executor import slot_cache
+
+    monkeypatch.setattr(slot_cache, "KV_GROWTH_TOKENS", 16)  # the cache grows in steps of 16 positions, not 256
+    capture = CountingCapture()
+    graphed = GraphSlots(small_model, 2, CPU, invariant=True, largest_bucket=4, capture=capture)
+    plain = InvariantSlots(small_model, 2, CPU)
+    long_prompt = (PROMPT * 2)[:10]
+    with torch.inference_mode():
+        for runner in (graphed, plain):
+            runner.forward([Feed(0, long_prompt, 1)])  # 10 rows: past the largest bucket, eager
+        for token in (5, 6, 7):  # one row each: bucket 1, captured once, replayed with each token and position
+            assert torch.equal(graphed.forward([Feed(0, [token], 1)]), plain.forward([Feed(0, [token], 1)]))
+        assert graphed.captures == 1
+        first_cache = graphed._keys[0]
+        for token in (8, 9, 10):  # positions 13 … 15: a step keeps one spare, so the last grows the cache past 16
+            assert torch.equal(graphed.forward([Feed(0, [token], 1)]), plain.forward([Feed(0, [token], 1)]))
+    assert graphed._keys[0].data_ptr() != first_cache.data_ptr()
+    assert graphed.captures == 2  # the bucket's graph held the old cache's address: captured again
+
+
+def test_a_capture_that_fails_leaves_every_step_eager_and_right(small_model) -> None:  # type: ignore[no-untyped-def]
+    def refuse(step: Step) -> Step:
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    graphed = GraphSlots(small_model, 2, CPU, invariant=True, largest_bucket=4, capture=refuse)
+    plain = InvariantSlots(small_model, 2, CPU)
+    with torch.inference_mode():
+        for feeds in ([Feed(0, PROMPT, 2)], [Feed(0, [5], 1), Feed(1, [6, 7], 1)]):
+            assert torch.equal(graphed.forward(feeds), plain.forward(feeds))
+    assert graphed.captures == 0 and "stream is capturing" in graphed.graphs_failed
+
+
+@pytest.mark.parametrize("invariant", [True, False])
+def test_both_modes_compute_the_models_logits(small_model, invariant: bool) -> None:  # type: ignore[no-untyped-def]
+    """PyTorch's products (``--batch-invariant off``) and the kernels' give the model's own logits to float
+    tolerance, padded."""
+    graphed = GraphSlots(small_model, 2, CPU, invariant=invariant, largest_bucket=16, capture=CountingCapture())
+    with torch.inference_mode():
+        mine = graphed.forward([Feed(0, PROMPT, len(PROMPT))])
+        theirs = small_model(torch.tensor([PROMPT])).logits[0].float()
+    assert torch.allclose(mine, theirs, atol=2e-4, rtol=1e-4)
+    # on the CPU PyTorch's products keep each row's bits too (executor/invariance.py), so drafts run in both modes
+    assert graphed.capabilities.rows_own_bits and graphed.capabilities.extend
+
+
+def test_the_graph_step_is_chosen_on_cuda_for_the_models_its_kernels_serve(tiny_model) -> None:  # type: ignore[no-untyped-def]
+    from proctor.executor.invariance import uses_graph_step
+
+    cuda = torch.device("cuda")  # a device value only: nothing is allocated on it
+    assert uses_graph_step(tiny_model, cuda, True, "dense")
+    assert not uses_graph_step(tiny_model, cuda, False, "dense")  # --no-cuda-graphs
+    assert not uses_graph_step(tiny_model, CPU, True, "dense")  # nothing to capture on the CPU
+    assert not uses_graph_step(tiny_model, cuda, True, "fp16")  # the kernels multiply the model's own matrices
+
+
+def test_the_engine_serves_on_the_graph_step_with_the_default_steps_tokens(make_engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The engine on GraphSlots, as ``--cuda-graphs`` builds it on CUDA (chosen here on the CPU, eager): plain and
+    beam requests in one batch, a prompt in pieces of a 16-token step budget, give the default step's tokens."""
+    from helpers.engine import Collector
+
+    from proctor.domain import GenerationRequest, SamplingParams, StoppingParams
+    from proctor.executor import model_runner
+
+    def requests() -> list[GenerationRequest]:
+        stopping = StoppingParams(max_new_tokens=4, ignore_eos=True)
+        return [GenerationRequest(request_id="plain", prompt="The printing press changed Europe", stopping=stopping),
+                GenerationRequest(request_id="beams", prompt="The printing press", stopping=stopping,
+                                  sampling=SamplingParams(num_beams=2))]
+
+    def serve(engine) -> list[list[int]]:  # type: ignore[no-untyped-def]
+        sinks = [Collector() for _ in range(2)]
+        for request, sink in zip(requests(), sinks, strict=True):
+            engine.submit(engine.prepare(request), sink)
+        for sink in sinks:
+            sink.wait(300)
+            assert sink.final.error is None, sink.final.error
+        return [sink.token_ids for sink in sinks]
+
+    expected = serve(make_engine(max_step_tokens=16, max_batch_size=4))
+    monkeypatch.setattr(model_runner, "uses_graph_step", lambda *args: True)
+    engine = make_engine(max_step_tokens=16, max_batch_size=4)
+    assert serve(engine) == expected
+    runner = engine._batch._runner
+    assert isinstance(runner, GraphSlots) and runner.buckets[-1] == 16 and runner.captures > 0
