@@ -215,6 +215,42 @@ def test_greedy_constrained_steps_take_one_kernel_pass_with_the_general_paths_de
     assert fast[0].allowed_count == 3 and fast[3].allowed_count == -1 and fast[3].token_id == top[3]
 
 
+class CountingAllowedSet(AllowedSet):
+    fills = 0
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        CountingAllowedSet.fills += 1
+        super().fill_bitmask(bitmask, row)
+
+
+@pytest.mark.parametrize("kind", ["greedy", "mixed"])
+def test_constraints_filled_ahead_of_the_logits_give_the_same_decisions_with_no_second_fill(kind: str) -> None:
+    """The bitmasks the engine fills while the forward runs (masks.constraints_ahead) stand in for the pipeline's own
+    fill: the same decisions on the constraint-only greedy path and on the general one (a sampled row, a forbidden
+    token), and every matcher filled once, ahead."""
+    from proctor.decoding.masks import constraints_ahead
+
+    def rows() -> list[Row]:
+        constrained = [greedy_row(matcher=CountingAllowedSet([5, 7, 150]), top_logprobs=2),
+                       greedy_row(matcher=CountingAllowedSet([3, 64, 199])), greedy_row()]
+        if kind == "mixed":
+            constrained += [Row(SamplingParams(temperature=1.0, seed=4), generator=torch.Generator().manual_seed(4),
+                                 matcher=CountingAllowedSet([9, 10, 11])), sampling_row(5, banned=(1, 2))]
+        return constrained
+
+    logits = logits_for(5 if kind == "mixed" else 3, seed=8)
+    expected = run_pipeline(logits.clone(), rows())
+    ahead_rows = rows()
+    CountingAllowedSet.fills = 0
+    ahead = constraints_ahead(ahead_rows, VOCAB)
+    assert ahead is not None and CountingAllowedSet.fills == (3 if kind == "mixed" else 2)
+    seen: list[float] = []
+    assert run_pipeline(logits.clone(), ahead_rows, lambda seconds, _removed: seen.append(seconds), ahead) == expected
+    assert CountingAllowedSet.fills == (3 if kind == "mixed" else 2)  # nothing filled again
+    assert seen and seen[0] >= ahead.seconds  # the mask time reported counts the part filled ahead
+    assert constraints_ahead([greedy_row()], VOCAB) is None
+
+
 def test_a_draw_follows_the_row_s_distribution_and_only_its_tokens_left() -> None:
     """decoding/sampler.py's draw: over many seeded draws each token's share is its probability, and a token
     at -inf is never drawn."""

@@ -14,6 +14,7 @@ the phrase that the best remaining token would have completed is named.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -47,7 +48,28 @@ class Masks:
     constraint_only: bool = False  # only the constraint layer masked: a row is left with nothing iff its count is 0
 
 
-def build_masks(logits: torch.Tensor, rows: Sequence[MaskedRow], top: list[int]) -> Masks:
+@dataclass(frozen=True, slots=True)
+class ConstraintAhead:
+    """The constraint layer of a step's rows ([B, W] bitmasks, as ``constraint_bitmask`` makes them), filled while the
+    device ran the forward (``constraints_ahead``), and how long that took."""
+
+    bitmask: torch.Tensor
+    seconds: float
+
+
+def constraints_ahead(rows: Sequence[MaskedRow], vocab: int) -> ConstraintAhead | None:
+    """The constraint bitmasks of ``rows`` as their matchers stand, before the step's logits are read: on CUDA the
+    forward runs on the device while the host fills them (xgrammar's and vLLM's overlap). None: no row has one."""
+    constrained = [index for index, row in enumerate(rows) if row.matcher is not None]
+    if not constrained:
+        return None
+    start = time.perf_counter()
+    bitmask = constraint_bitmask(rows, constrained, vocab)
+    return ConstraintAhead(bitmask, time.perf_counter() - start)
+
+
+def build_masks(logits: torch.Tensor, rows: Sequence[MaskedRow], top: list[int],
+                ahead: ConstraintAhead | None = None) -> Masks:
     size, vocab = logits.shape
     removed = [""] * size
     dead = [""] * size
@@ -59,7 +81,7 @@ def build_masks(logits: torch.Tensor, rows: Sequence[MaskedRow], top: list[int])
     if not constrained and not layered:
         return Masks(None, removed, dead, counts)
     if constrained:
-        bitmask = constraint_bitmask(rows, constrained, vocab)
+        bitmask = ahead.bitmask if ahead is not None else constraint_bitmask(rows, constrained, vocab)
         banned, allowed = _unpack(bitmask.to(logits.device), vocab)
         for index in constrained:
             counts[index] = int(allowed[index])

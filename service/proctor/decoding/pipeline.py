@@ -39,7 +39,15 @@ import torch
 
 from proctor.decoding import logits_ops
 from proctor.decoding.lookahead import DeadEndSearch
-from proctor.decoding.masks import MaskedRow, Masks, apply_banned, build_masks, constraint_bitmask, only_constraints
+from proctor.decoding.masks import (
+    ConstraintAhead,
+    MaskedRow,
+    Masks,
+    apply_banned,
+    build_masks,
+    constraint_bitmask,
+    only_constraints,
+)
 from proctor.decoding.penalties import PenaltyState
 from proctor.decoding.sampler import sample_one, sample_rows
 from proctor.decoding.warpers import warp
@@ -95,20 +103,22 @@ def _per_row(rows: Sequence[DecodeRow], attr: str, device: torch.device, dtype: 
 
 
 def run_pipeline(logits: torch.Tensor, rows: Sequence[DecodeRow],
-                 on_masks: Callable[[float, list[str]], None] | None = None) -> list[RowDecision]:
+                 on_masks: Callable[[float, list[str]], None] | None = None,
+                 ahead: ConstraintAhead | None = None) -> list[RowDecision]:
     """Process a [B, V] float32 logits tensor (consumed in place) and choose one token per row.
 
-    ``on_masks`` (metrics) is told how long building a step's masks took, and which layer removed
-    each row's top choice, on the steps that have any mask."""
+    ``on_masks`` (metrics) is told how long building a step's masks took (the part filled ``ahead``, while the
+    forward ran, included), and which layer removed each row's top choice, on the steps that have any mask.
+    ``ahead``: the rows' constraint bitmasks, filled before the logits were read (masks.constraints_ahead)."""
     raw_lse = logits_ops.row_logsumexp(logits)  # log-probabilities are logits - lse, computed where needed
     top = logits_ops.row_argmax(logits)
-    picked = _greedy_under_constraints(logits, rows, top, raw_lse, on_masks)
+    picked = _greedy_under_constraints(logits, rows, top, raw_lse, on_masks, ahead)
     if picked is not None:
         return picked
     start = time.perf_counter()
-    masks = build_masks(logits, rows, top)
+    masks = build_masks(logits, rows, top, ahead)
     if on_masks is not None and masks.banned is not None:
-        on_masks(time.perf_counter() - start, masks.removed_by)
+        on_masks(time.perf_counter() - start + (ahead.seconds if ahead is not None else 0.0), masks.removed_by)
     processed = masks.banned is not None
     # The steps below edit logits in place; the raw ones are kept only when some step will.
     will_edit = processed or any(row.processors or row.penalties is not None for row in rows)
@@ -150,7 +160,8 @@ def run_pipeline(logits: torch.Tensor, rows: Sequence[DecodeRow],
 
 
 def _greedy_under_constraints(logits: torch.Tensor, rows: Sequence[DecodeRow], top: list[int], raw_lse: torch.Tensor,
-                              on_masks: Callable[[float, list[str]], None] | None) -> list[RowDecision] | None:
+                              on_masks: Callable[[float, list[str]], None] | None,
+                              ahead: ConstraintAhead | None = None) -> list[RowDecision] | None:
     """The common constrained step — every row greedy, no processor or penalty, and the constraint the only
     mask — chosen from the raw logits and the constraint's bitmasks in one kernel pass, with no [B, V] mask,
     copy or fill (the same tokens and bits as the general path; ~0.2 ms less a step at one row). None when
@@ -161,7 +172,7 @@ def _greedy_under_constraints(logits: torch.Tensor, rows: Sequence[DecodeRow], t
     if not constrained or not logits_ops.suits(logits):  # (checked first: the fallback fills the masks itself)
         return None
     start = time.perf_counter()
-    bitmask = constraint_bitmask(rows, constrained, logits.shape[-1])
+    bitmask = ahead.bitmask if ahead is not None else constraint_bitmask(rows, constrained, logits.shape[-1])
     picked = logits_ops.masked_pick(logits, bitmask)
     if picked is None:
         return None
@@ -171,7 +182,7 @@ def _greedy_under_constraints(logits: torch.Tensor, rows: Sequence[DecodeRow], t
     removed = ["constraint" if row.matcher is not None and chosen[index] != top[index] else ""
                for index, row in enumerate(rows)]
     if on_masks is not None:
-        on_masks(time.perf_counter() - start, removed)
+        on_masks(time.perf_counter() - start + (ahead.seconds if ahead is not None else 0.0), removed)
     dead = [index for index in constrained if counts[index] == 0]
     masks = Masks(None, removed, [""] * len(rows), counts, constraint_only=True)
     return _decisions(logits, logits, rows, chosen, raw_lse, final_lse, dead, masks)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from proctor.config import Settings
+from proctor.decoding.masks import ConstraintAhead, constraints_ahead
 from proctor.decoding.pipeline import run_pipeline
 from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
@@ -298,15 +299,24 @@ class Engine:
         decoding = sum(not feed.prompt for feed in plan.feeds)
         self._threads.before_step(len(plan.feeds))
         start = time.monotonic()
-        logits = batch.forward(plan.feeds)
-        self._update(plan.feeds, logits)
+        logits = batch.forward(plan.feeds)  # on CUDA this returns once launched: the masks below overlap it
+        self._update(plan.feeds, logits, self._constraints_ahead(plan.feeds))
         elapsed = time.monotonic() - start
         self._threads.after_step(elapsed)
         self._observe(elapsed, decoding, plan)
         self.steps += 1
         return True
 
-    def _update(self, feeds: list[RowFeed], logits: torch.Tensor) -> None:
+    def _constraints_ahead(self, feeds: list[RowFeed]) -> tuple[ConstraintAhead | None, ConstraintAhead | None]:
+        """The constraint bitmasks of the rows the update samples first (the decoding rows', then the completed
+        prompts'), filled before the logits are read: while the device runs the forward."""
+        decoding = [feed.state for feed in feeds if not feed.prompt and feed.beam is None]
+        completed = [feed.state for feed in feeds if feed.prompt and feed.completes and feed.beam is None]
+        vocab = self.loaded.vocab_size
+        return constraints_ahead(decoding, vocab), constraints_ahead(completed, vocab)
+
+    def _update(self, feeds: list[RowFeed], logits: torch.Tensor,
+                ahead: tuple[ConstraintAhead | None, ConstraintAhead | None] = (None, None)) -> None:
         """The update pass: the decoding rows get their token (and their drafts, verified position by position:
         engine/verify.py), the beam searches their selection (engine/beam.py), the rows whose prompt completed
         their first token; then the finished rows leave. ``logits`` hold each feed's wanted positions in the
@@ -319,7 +329,7 @@ class Engine:
         if decoding:
             states = [feed.state for feed in decoding]
             drafts = [feed.tokens[1:] for feed in decoding]
-            kept = verify(states, drafts, logits[:drafted], time.monotonic, masks)
+            kept = verify(states, drafts, logits[:drafted], time.monotonic, masks, ahead[0])
             self._batch.settle(kept)
             if drafted > len(decoding):
                 self._drafter.learn(states, drafts, kept)
@@ -327,7 +337,8 @@ class Engine:
         if completed:
             for state, _ in completed:
                 state.status = RequestStatus.RUNNING
-            decisions = run_pipeline(logits[[row for _, row in completed]], [state for state, _ in completed], masks)
+            decisions = run_pipeline(logits[[row for _, row in completed]], [state for state, _ in completed], masks,
+                                     ahead[1])
             now = time.monotonic()
             for (state, _), decision in zip(completed, decisions, strict=True):
                 state.commit(decision, now)

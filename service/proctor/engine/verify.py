@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from proctor.decoding.masks import ConstraintAhead
 from proctor.decoding.pipeline import run_pipeline
 from proctor.engine.sequence import SequenceState
 
@@ -20,8 +21,9 @@ MasksObserver = Callable[[float, list[str]], None]
 
 
 def verify(states: list[SequenceState], drafts: list[list[int]], logits: torch.Tensor, now: Callable[[], float],
-           on_masks: MasksObserver | None = None) -> list[int]:
-    """Commit each row's verified tokens; return how many fed positions each row keeps in its cache."""
+           on_masks: MasksObserver | None = None, ahead: ConstraintAhead | None = None) -> list[int]:
+    """Commit each row's verified tokens; return how many fed positions each row keeps in its cache. ``ahead``: the
+    rows' constraint bitmasks as they stand before round 0 (filled while the forward ran)."""
     first = [0]
     for draft in drafts:
         first.append(first[-1] + 1 + len(draft))
@@ -37,7 +39,7 @@ def verify(states: list[SequenceState], drafts: list[list[int]], logits: torch.T
         else:
             rows = torch.tensor([first[i] + position for i in active], dtype=torch.long, device=logits.device)
             picked = logits.index_select(0, rows)
-        decisions = run_pipeline(picked, [states[i] for i in active], on_masks)
+        decisions = run_pipeline(picked, [states[i] for i in active], on_masks, ahead if position == 0 else None)
         at = now()
         for i, decision in zip(active, decisions, strict=True):
             kept[i] += 1

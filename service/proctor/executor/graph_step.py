@@ -9,8 +9,10 @@ How:
 - A step's rows (prompt pieces, decode rows and drafts alike: each position a row, as the slot forward feeds
   them) are padded to the next of ``row_buckets`` (1, 2, 4, … up to the step budget). Rows past the largest
   bucket run eagerly: the same arithmetic.
-- Each bucket's inputs (token, slot, position, attended length) sit in one static buffer, copied in before a
-  replay, and its outputs (every row's logits) in another, from which the wanted rows are copied out.
+- Each bucket's inputs (token, slot, position, attended length, and which rows' logits are wanted) sit in one
+  static buffer, copied in from pinned memory before a replay, and its outputs (every row's logits) in another,
+  from which the wanted rows are copied out. Nothing in a step waits for the device, so the engine fills the
+  constraints' masks while it computes (decoding/masks.py ``constraints_ahead``).
 - Padding rows write their key and value at the cache's last position of slot 0 and attend to one position.
   No row reads a position before writing it, and a step's own rows stay below that position (``ready_for``
   keeps one spare), so the padding is never read.
@@ -86,7 +88,7 @@ class CudaGraphs:
 
 @dataclass
 class _Bucket:
-    inputs: torch.Tensor  # [4, rows] on the device: token, slot, position, attended length
+    inputs: torch.Tensor  # [5, rows] on the device: token, slot, position, attended length; the wanted rows
     replay: Step
 
 
@@ -102,7 +104,7 @@ class GraphSlots(InvariantSlots):
         self._graphs: dict[int, _Bucket] = {}
         self._signature: tuple[int, ...] = ()
         # pinned on CUDA, so the copy to a bucket's inputs does not wait; flat, so a bucket's [4, rows] is contiguous
-        self._staging = torch.empty(4 * self.buckets[-1], dtype=torch.long, pin_memory=device.type == "cuda")
+        self._staging = torch.empty(5 * self.buckets[-1], dtype=torch.long, pin_memory=device.type == "cuda")
         self.captures = 0  # graphs captured so far (diagnostics and tests)
         self.graphs_failed = ""  # why capture was given up (then every step runs eagerly)
         self.reserve(max_slots, 1)  # every slot's row now: only the cache's length grows (and moves the graphs)
@@ -115,18 +117,18 @@ class GraphSlots(InvariantSlots):
             return super()._decode_invariant(token_ids, slots, positions, wanted)
         self.ready_for(max(slots) + 1, max(positions) + 2)  # + 2: the last position stays free for the padding
         padding = bucket - rows
+        chosen = list(range(rows)) if wanted is None else wanted
         staged = torch.tensor([token_ids + [0] * padding, slots + [0] * padding,
                                positions + [self._capacity - 1] * padding,
-                               [position + 1 for position in positions] + [1] * padding], dtype=torch.long)
+                               [position + 1 for position in positions] + [1] * padding,
+                               chosen + [0] * (bucket - len(chosen))], dtype=torch.long)
         self._staged(bucket).copy_(staged)
         graph = self._graph(bucket)
         if graph is None:
             return super()._decode_invariant(token_ids, slots, positions, wanted)
-        graph.inputs.copy_(self._staged(bucket), non_blocking=True)
-        logits = graph.replay()
-        if wanted is None:
-            return logits[:rows].clone()  # out of the static buffer, which the next replay overwrites
-        return logits.index_select(0, torch.tensor(wanted, dtype=torch.long, device=self.device))
+        graph.inputs.copy_(self._staged(bucket), non_blocking=True)  # nothing here waits for the device
+        # the wanted rows copied out of the static buffer, which the next replay overwrites
+        return graph.replay().index_select(0, graph.inputs[4, :len(chosen)])
 
     def _graph(self, bucket: int) -> _Bucket | None:
         """The bucket's captured step, captured now if the cache or the rotary table moved since (None: capture
@@ -138,9 +140,9 @@ class GraphSlots(InvariantSlots):
         graph = self._graphs.get(bucket)
         if graph is not None:
             return graph
-        inputs = torch.zeros((4, bucket), dtype=torch.long, device=self.device)
+        inputs = torch.zeros((5, bucket), dtype=torch.long, device=self.device)
         inputs.copy_(self._staged(bucket))
-        ids, slots, positions, lengths = inputs
+        ids, slots, positions, lengths = inputs[:4]
 
         def step() -> torch.Tensor:
             return self.head(self.rows_hidden(ids, slots, positions, lengths))
@@ -156,7 +158,7 @@ class GraphSlots(InvariantSlots):
         return graph
 
     def _staged(self, bucket: int) -> torch.Tensor:
-        return self._staging[:4 * bucket].view(4, bucket)
+        return self._staging[:5 * bucket].view(5, bucket)
 
     def _addresses(self) -> tuple[int, ...]:
         """What a captured graph holds the addresses of: the cache's and the rotary table's storage (and the cache's
