@@ -6,7 +6,8 @@
 # tokenizer's), built on the GPU itself (speed does not depend on the weights). It measures:
 #   env.txt           torch, the card, and the card's copy bandwidth (the HBM read roofline of the run)
 #   step.json         the eager slot forward against model.generate() at one row (bench/step.py), bf16
-#   engine-graphs     the engine's loop (bench/gpu_engine.py) on the default shape, steps replayed as CUDA graphs
+#   engine-graphs     the engine's loop (bench/gpu_engine.py) on the default shape, steps replayed as CUDA graphs,
+#                     then again with a JSON schema on every request (llguidance): JSON ÷ plain
 #   engine-eager      the same with --no-cuda-graphs (the figure before graphs)
 #   engine-invariant  graphs with --batch-invariant on: the Triton kernels' products; request 0 alone against among
 #                     16, 64 and 128, bit for bit
@@ -14,11 +15,11 @@
 # each engine run at 1, 16, 64 (and 128) streams: tok/s, TTFT, step time, determinism. Files in $OUT (or
 # bench/gpu-out locally): env.txt, log.txt (everything printed), step.json and the four engine-*.json (7 files).
 # It needs torch, transformers, tokenizers, numpy and triton (CUDA builds of torch bring it), which that machine's
-# image has; no constraint library (JSON on every request is not measured here yet).
+# image has; llguidance and jsonschema come as wheels in the carried directory (--prepare downloads them).
 #
 # The tokenizer files (3.4 MiB, no weights) are git-ignored, so make them here first and carry them:
 #
-#   .venv/bin/python bench/gpu_engine.py --prepare   # copies 5 files to .proctor/gpu-tokenizer
+#   .venv/bin/python bench/gpu_engine.py --prepare   # 5 files and 10 wheels (8 MiB) in .proctor/gpu-tokenizer
 #   run: command "bash bench/gpu.sh", carry [".proctor/gpu-tokenizer"], timeout_s 420
 #
 #   bash bench/gpu.sh            # from the repository root (PYTHON=... to pick the interpreter)
@@ -56,15 +57,32 @@ check() {  # check NAME COMMAND...: output appended to $out/log.txt; a failure i
 tokenizer=.proctor/gpu-tokenizer
 [[ -f $tokenizer/tokenizer.json ]] || echo "WARNING: no $tokenizer (not carried?): the engine checks will fail" \
   | tee -a "$out/env.txt"
+# --schema needs llguidance and jsonschema, which that machine lacks: install what is missing from the carried wheels
+site="${TMPDIR:-/tmp}/proctor-gpu-site"
+missing=$("$py" - <<'PY'
+import importlib.util
+wanted = {"llguidance": "llguidance", "jsonschema": "jsonschema", "referencing": "referencing",
+          "jsonschema_specifications": "jsonschema-specifications", "attrs": "attrs", "rpds": "rpds-py",
+          "typing_extensions": "typing-extensions"}
+print(" ".join(dist for module, dist in wanted.items() if importlib.util.find_spec(module) is None))
+PY
+)
+if [[ -n $missing ]]; then
+  # shellcheck disable=SC2086  # one word a distribution
+  "$py" -m pip install --quiet --no-index --no-deps --target "$site" --find-links "$tokenizer/wheels" $missing 2>&1 \
+    | tail -3 | tee -a "$out/env.txt" && echo "installed from the carried wheels: $missing" | tee -a "$out/env.txt"
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 engine=("$py" bench/gpu_engine.py --device cuda --dtype bfloat16 --tokenizer "$tokenizer")
-check step timeout 60 "$py" bench/step.py --device cuda --dtype bfloat16 --random --batches 1,16,64 \
+check step timeout 45 "$py" bench/step.py --device cuda --dtype bfloat16 --random --batches 1,16,64 \
   --new-tokens 64 --json "$out/step.json"
-check engine-graphs timeout 75 "${engine[@]}" --streams 1,16,64,128 --new-tokens 128 --json "$out/engine-graphs.json"
-check engine-eager timeout 60 "${engine[@]}" --cuda-graphs off --streams 1,16,64 --new-tokens 64 \
+check engine-graphs timeout 110 "${engine[@]}" --schema --streams 1,16,64,128 --new-tokens 128 \
+  --json "$out/engine-graphs.json"
+check engine-eager timeout 50 "${engine[@]}" --cuda-graphs off --streams 1,16,64 --new-tokens 64 \
   --json "$out/engine-eager.json"
 check engine-invariant timeout 75 "${engine[@]}" --batch-invariant on --streams 1,16,64,128 --new-tokens 128 \
   --json "$out/engine-invariant.json"
-check engine-8b timeout 90 "${engine[@]}" --shape llama-8b --streams 1,16,64 --new-tokens 64 \
+check engine-8b timeout 80 "${engine[@]}" --shape llama-8b --streams 1,16,64 --new-tokens 64 \
   --json "$out/engine-8b.json"
 if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]}" | tee -a "$out/env.txt"

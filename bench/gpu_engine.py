@@ -8,10 +8,12 @@ model files cannot travel to the GPU machine), with the real tokenizer, and repo
 * 1, 16 and 64 concurrent greedy requests of 128 new tokens (EOS ignored): aggregate tokens/s,
   median time to first token, median decode step;
 * determinism: request 0's tokens (and logprobs) alone equal its tokens among the others;
-* a stop string, a stop token, a forbidden phrase and a seeded sampled request, each checked.
+* a stop string, a stop token, a forbidden phrase and a seeded sampled request, each checked;
+* with ``--schema``, the same widths again with a JSON schema on every request (llguidance: its wheel and
+  jsonschema's travel in the tokenizer directory, ``wheels/``), its tok/s and step against the plain run's.
 
-Needs only torch, transformers, tokenizers and numpy (no llguidance, no network). The tokenizer
-directory holds the default model's small files only (``--prepare`` makes it; no weights):
+Needs only torch, transformers, tokenizers and numpy (and, for ``--schema``, the carried wheels; no network).
+The tokenizer directory holds the default model's small files only (``--prepare`` makes it; no weights):
 
     python bench/gpu_engine.py --prepare                      # once, here: .proctor/gpu-tokenizer
     python bench/gpu_engine.py --device cpu --dtype float32 --streams 1,4 --new-tokens 16   # local try
@@ -27,6 +29,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -43,6 +46,7 @@ import torch  # noqa: E402
 from proctor.config import Settings  # noqa: E402
 from proctor.decoding.forbidden.normalize import fold_text  # noqa: E402
 from proctor.domain import (  # noqa: E402
+    ConstraintRequest,
     FinishReason,
     ForbiddenParams,
     GenerationRequest,
@@ -65,6 +69,16 @@ SOURCE = ROOT / ".proctor" / "models" / "SmolLM2-135M-Instruct"
 TOKENIZER_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                    "chat_template.jinja")
 CONTEXT = 2048
+# Every request's schema under --schema: 50 short strings at least, so 128 tokens never close it (each request runs
+# its full length, as the plain ones do), with a structural token every few tokens.
+SCHEMA = json.dumps({"type": "object", "required": ["name", "age", "notes"], "properties": {
+    "name": {"type": "string", "maxLength": 40}, "age": {"type": "integer", "minimum": 0},
+    "notes": {"type": "array", "minItems": 50, "items": {"type": "string", "maxLength": 24}}}})
+# What --schema needs that a GPU machine's image lacks (no network there): downloaded by --prepare, for each Python a
+# machine may run (rpds-py, under jsonschema, is built per version; llguidance is abi3).
+WHEELS = ("llguidance==1.9.1", "jsonschema", "referencing", "jsonschema-specifications", "attrs", "rpds-py",
+          "typing-extensions")
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 STORY = ("Once upon a time, in a small village by the sea, there lived an old fisherman who told stories about "
          "the storms he had seen, the ships he had lost and the friends who had sailed with him. ")
 
@@ -127,7 +141,17 @@ def prepare(source: Path, target: Path) -> None:
     for name in TOKENIZER_FILES:
         shutil.copy2(source / name, target / name)
     size = sum((target / name).stat().st_size for name in TOKENIZER_FILES)
-    print(f"copied {len(TOKENIZER_FILES)} files ({size / 2**20:.1f} MiB) to {target}; carry it to the GPU machine")
+    print(f"copied {len(TOKENIZER_FILES)} files ({size / 2**20:.1f} MiB) to {target}")
+    wheels = target / "wheels"
+    wheels.mkdir(exist_ok=True)
+    for version in PYTHONS:  # binary wheels only, for a manylinux x86_64 machine of each Python
+        platforms = [arg for tag in ("manylinux2014", "manylinux_2_17", "manylinux_2_31")
+                     for arg in ("--platform", f"{tag}_x86_64")]  # pip matches only the tags named
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                        *platforms, "--python-version", version, "-d", str(wheels), *WHEELS], check=True)
+    size = sum(path.stat().st_size for path in wheels.iterdir())
+    print(f"downloaded {len(list(wheels.iterdir()))} wheels ({size / 2**20:.1f} MiB) to {wheels}; carry {target} to "
+          "the GPU machine")
 
 
 def build(tokenizer_dir: Path, device: torch.device, dtype: torch.dtype, shape: str = "default") -> LoadedModel:
@@ -172,6 +196,18 @@ def prompt(index: int) -> str:
     return f"Story {index}. " + STORY[: 30 + (index * 37) % (len(STORY) - 30)]
 
 
+def constrained(engine: Engine, tokenizer_dir: Path) -> None:
+    """Give ``engine`` llguidance (in this process: no compile workers), for ``--schema``."""
+    from proctor.constraints.compiler import ConstraintCompiler
+    from proctor.constraints.service import ConstraintService
+
+    loaded = engine.loaded
+    compiler = ConstraintCompiler(tokenizer=loaded.tokenizer, model_path=str(tokenizer_dir),
+                                  vocab_size=loaded.vocab_size, eos_token_ids=loaded.eos_token_ids,
+                                  tokenizer_fingerprint="gpu-check", isolate=False)
+    engine.constraints = ConstraintService(compiler)
+
+
 def greedy(index: int, new_tokens: int, **fields: Any) -> GenerationRequest:
     stopping = fields.pop("stopping", StoppingParams(max_new_tokens=new_tokens, ignore_eos=True))
     return GenerationRequest(request_id=f"r{index}-{uuid.uuid4().hex[:8]}", prompt=prompt(index), stopping=stopping,
@@ -198,10 +234,14 @@ def run(engine: Engine, requests: list[GenerationRequest], timeout_s: float) -> 
 Figures = dict[str, Any]
 
 
-def throughput(engine: Engine, steps: Steps, streams: int, new_tokens: int, timeout_s: float) -> tuple[Figures, Sink]:
-    """``streams`` concurrent greedy requests, each exactly ``new_tokens`` tokens; the figures and request 0."""
+def throughput(engine: Engine, steps: Steps, streams: int, new_tokens: int, timeout_s: float,
+               schema: bool = False) -> tuple[Figures, Sink]:
+    """``streams`` concurrent greedy requests, each exactly ``new_tokens`` tokens (each under SCHEMA with
+    ``schema``); the figures and request 0."""
     steps.decode.clear()
-    sinks, wall = run(engine, [greedy(i, new_tokens) for i in range(streams)], timeout_s)
+    fields: dict[str, Any] = {"constraint": ConstraintRequest("json_schema", text=SCHEMA, backend="llguidance")
+                              } if schema else {}
+    sinks, wall = run(engine, [greedy(i, new_tokens, **fields) for i in range(streams)], timeout_s)
     for i, sink in enumerate(sinks):
         if len(sink.ids) != new_tokens or sink.final.finish_reason is not FinishReason.LENGTH:
             raise CheckError(f"stream {i} of {streams}: {len(sink.ids)} tokens, {sink.final.finish_reason}")
@@ -272,6 +312,8 @@ def main() -> int:
                         help="the engine's --cuda-graphs (on: steps padded to row buckets, replayed as CUDA graphs)")
     parser.add_argument("--shape", default="default", choices=sorted(SHAPES),
                         help="the random model's shape: the default model's, or Llama-3.1-8B's")
+    parser.add_argument("--schema", action="store_true",
+                        help="also run every width with a JSON schema on every request (llguidance)")
     parser.add_argument("--prepare", action="store_true", help=f"copy the tokenizer files from {SOURCE} and exit")
     args = parser.parse_args()
     if args.prepare:
@@ -291,6 +333,8 @@ def main() -> int:
                               "batch_invariant": args.batch_invariant, "cuda_graphs": args.cuda_graphs == "on"},
                              environ={})
     engine = Engine(loaded, settings)
+    if args.schema:
+        constrained(engine, args.tokenizer)
     steps = Steps()
     engine.observer = steps
     engine.start()
@@ -321,6 +365,14 @@ def main() -> int:
             else:
                 together[n] = first
         figures["runs"] = rows
+        if args.schema:
+            json_rows = [throughput(engine, steps, n, args.new_tokens, args.timeout, schema=True)[0] for n in streams]
+            for plain, row in zip(rows, json_rows, strict=True):
+                row["json_over_plain_tokens_per_s"] = row["tokens_per_s"] / plain["tokens_per_s"]
+                row["plain_over_json_step"] = plain["step_ms_median_full_batch"] / row["step_ms_median_full_batch"]
+                print(f"streams={row['streams']} JSON: {row['tokens_per_s']:.0f} tok/s "
+                      f"({row['json_over_plain_tokens_per_s']:.2f}x plain)", file=sys.stderr, flush=True)
+            figures["json_runs"] = json_rows
         figures["engine_paths"]["cuda_graphs"]["captured"] = getattr(runner, "captures", None)
         assert solo is not None
         figures["determinism"] = {f"request0_alone_eq_among_{n}": {
@@ -356,6 +408,10 @@ def report(figures: dict[str, Any]) -> None:
     for r in figures["runs"]:
         print(f"| {r['streams']} | {r['tokens_per_s']:.0f} | {r['ttft_median_ms']:.1f} | {r['ttft_max_ms']:.1f} | "
               f"{r['step_ms_median_full_batch']:.2f} | {r['decode_steps']} | {r['wall_s']:.2f} |")
+    for r in figures.get("json_runs", []):
+        print(f"| {r['streams']} JSON ({r['json_over_plain_tokens_per_s']:.2f}x) | {r['tokens_per_s']:.0f} | "
+              f"{r['ttft_median_ms']:.1f} | {r['ttft_max_ms']:.1f} | {r['step_ms_median_full_batch']:.2f} | "
+              f"{r['decode_steps']} | {r['wall_s']:.2f} |")
     print()
     for name, d in figures["determinism"].items():
         print(f"determinism {name}: tokens {d['token_ids_equal']}, logprobs {d['logprobs_equal']}")
