@@ -68,10 +68,11 @@ def test_modules_stay_small() -> None:
 
 
 def test_proofs_are_checked_with_the_client_package_alone() -> None:
-    """A counterparty installs proctor-client only: verify-proof must not need the server, torch or a store."""
+    """A counterparty installs proctor-client only: verify-proof and verify-receipt need no server, torch or store."""
     code = ("import sys\n"
             "from proctor_client.tlog.proof import verify_proof\n"
-            "from proctor_client.tlog.cli import run_verify_proof\n"
+            "from proctor_client.tlog.cli import run_verify_proof, run_verify_receipt\n"
+            "from proctor_client.tlog.receipt import verify_receipt\n"
             "from proctor_client.cli import main\n"
             "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('proctor', 'torch', 'transformers', "
             "'sqlite3', 'psycopg'))\n"

@@ -169,7 +169,7 @@ def test_commands_mount_on_another_parser(fake, capsys) -> None:
     subparsers = parser.add_subparsers(dest="command", required=True)
     subparsers.add_parser("serve")
     mounted = cli.add_client_commands(subparsers)
-    assert set(mounted) == {"generate", "info", "schemas", "verify-proof"}
+    assert set(mounted) == {"generate", "info", "schemas", "verify-proof", "verify-receipt"}
     args = parser.parse_args(["info", "--addr", addr])
     assert args.func(args) == 0
     assert "fake/model" in capsys.readouterr().out

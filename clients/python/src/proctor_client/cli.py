@@ -108,10 +108,11 @@ def add_client_commands(subparsers: argparse._SubParsersAction) -> dict[str, arg
     )
     _add_common(schemas, timeout_s=10.0)
     schemas.set_defaults(func=run_schemas)
-    from proctor_client.tlog.cli import add_verify_proof_command
+    from proctor_client.tlog.cli import add_verify_proof_command, add_verify_receipt_command
 
     verify = add_verify_proof_command(subparsers)
-    return {"generate": generate, "info": info, "schemas": schemas, "verify-proof": verify}
+    receipt = add_verify_receipt_command(subparsers)
+    return {"generate": generate, "info": info, "schemas": schemas, "verify-proof": verify, "verify-receipt": receipt}
 
 
 def _add_constraint_flags(parser: argparse.ArgumentParser) -> None:

@@ -59,3 +59,45 @@ def run_verify_proof(args: argparse.Namespace) -> int:
     record = report.record or {}
     print(f"VERIFIED: {record.get('kind', 'record')} {record.get('audit_id', '')} is in the log".replace("  ", " "))
     return 0
+
+
+def add_verify_receipt_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "verify-receipt", help="check a response's receipt offline against the log's public key",
+        description="Check the receipt a response carried (`proctor_client.tlog.receipt`) with no store and no "
+                    "server: the log's signature, the log it names, and optionally the record and the output it "
+                    "is for. Exit 0 when every check holds, 1 naming the one that failed, 2 when it cannot be read.")
+    parser.add_argument("receipt", help="the receipt file (- reads stdin)")
+    parser.add_argument("--public-key", required=True,
+                        help="the log's key: its vkey (`proctor audit public-key`), or a raw Ed25519 key (base64, "
+                             "PEM file) taken as the key of the origin the receipt names")
+    parser.add_argument("--audit-id", help="the record the receipt must be for")
+    parser.add_argument("--output-file", metavar="FILE", help="the output text the response returned (UTF-8)")
+    parser.set_defaults(func=run_verify_receipt)
+    return parser
+
+
+def run_verify_receipt(args: argparse.Namespace) -> int:
+    from proctor_client.tlog.note import NoteError, load_verifier, parse_note
+    from proctor_client.tlog.receipt import ReceiptError, parse_receipt, verify_receipt
+
+    try:
+        text = sys.stdin.read() if args.receipt == "-" else Path(args.receipt).read_text(encoding="utf-8")
+        output = Path(args.output_file).read_text(encoding="utf-8") if args.output_file else None
+        named = parse_receipt(parse_note(text).text)
+        verifier = load_verifier(args.public_key, named.origin)
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except NoteError as exc:
+        print(f"NOT VERIFIED: {exc}")
+        return 1
+    try:
+        receipt = verify_receipt(text, verifier, audit_id=args.audit_id, output=output)
+    except ReceiptError as exc:
+        print(f"NOT VERIFIED: the {exc.check} check failed ({exc})")
+        return 1
+    checked = ", ".join(name for name, asked in (("record", args.audit_id), ("output", output is not None)) if asked)
+    print(f"VERIFIED: record {receipt.audit_id} at index {receipt.index} of log {receipt.origin}, committed at "
+          f"{receipt.time_ms} ms" + (f" ({checked} checked)" if checked else ""))
+    return 0
