@@ -279,7 +279,7 @@ async def start_server(settings: Settings) -> RunningServer:
     sink = await asyncio.to_thread(open_sink, settings)
     observability.watch_audit(sink)
     audit = AuditTrail(sink, privacy_policy(settings), compliance=settings.audit_compliance,
-                       top_n=settings.audit_top_n)
+                       top_n=settings.audit_top_n, receipts=settings.audit_receipts)
     servicer = GenerationServicer(settings, audit)
     generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
     contracts = ContractsServicer(servicer.runner, load_templates(settings))

@@ -95,6 +95,13 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     audit.add_argument("--audit-signing-key", help="Ed25519 PEM key for checkpoints (default <audit db>.key)")
     audit.add_argument("--audit-origin", help="the log's name in its signed checkpoints (default "
                                               "proctor.audit/<key hash>; PROCTOR_AUDIT_ORIGIN)")
+    audit.add_argument("--audit-checkpoint-every", type=int,
+                       help="records between signed checkpoints (default 1000): an inclusion proof needs one")
+    audit.add_argument("--audit-checkpoint-interval", dest="audit_checkpoint_interval_s", type=float,
+                       help="seconds between signed checkpoints while records arrive (default 60)")
+    audit.add_argument("--audit-receipts", action=argparse.BooleanOptionalAction, default=None,
+                       help="every answer waits for its record's commit and carries the log's signed receipt "
+                       "(default on; docs/audit-format.md \"Receipts\")")
     audit.add_argument("--audit-witnesses", help="witness vkeys (comma-separated) whose cosignatures are kept "
                                                  "(default: any that verifies; PROCTOR_AUDIT_WITNESSES)")
     sec = p.add_argument_group("security (README: Security)")
@@ -136,7 +143,8 @@ def _serve(args: argparse.Namespace) -> int:
             "fallback_temperature", "schema_dir", "template_dir", "forbidden_file", "plugins", "input_screens",
             "output_moderators", "audit",
             "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",
-            "audit_hmac_key_file", "audit_signing_key", "audit_origin", "audit_witnesses", "tls_cert_file",
+            "audit_hmac_key_file", "audit_signing_key", "audit_origin", "audit_witnesses", "audit_checkpoint_every",
+            "audit_checkpoint_interval_s", "audit_receipts", "tls_cert_file",
             "tls_key_file",
             "tls_client_ca_file",
             "callers_file", "insecure", "reflection_needs_auth",

@@ -192,6 +192,7 @@ class Settings:
     audit_witnesses: str = ""  # witnesses' vkeys (comma-separated) whose cosignatures are kept; empty: any valid one
     audit_checkpoint_every: int = 1000
     audit_checkpoint_interval_s: float = 60.0
+    audit_receipts: bool = True  # every answer waits for its record's commit and carries a signed receipt
     audit_queue_size: int = 1024
     # Security (api/gate.py, api/tls.py, api/callers.py). Off loopback the server refuses to start
     # without TLS and a callers file unless `insecure` is set; on loopback without a callers file it is open.

@@ -76,8 +76,8 @@ def test_a_future_cancelled_before_the_writer_takes_it_is_still_written(
     second = sink.submit(body(2))
     assert second.cancel()  # its waiter gave up while the record was queued
     store.release()
-    assert first.result(10) == 1
-    assert sink.submit(body(3)).result(10) == 3  # the writer lives on; record 2 took seq 2
+    assert first.result(10).seq == 1
+    assert sink.submit(body(3)).result(10).seq == 3  # the writer lives on; record 2 took seq 2
     assert sink.alive and second.cancelled()
     sink.close()
     assert records_in(tmp_path) == 3
@@ -91,7 +91,7 @@ def test_a_future_the_writer_took_cannot_be_cancelled_and_resolves(
     assert store.entered.wait(10)
     assert not future.cancel()  # being written: the waiter may stop waiting, the record stays
     store.release()
-    assert future.result(10) == 1
+    assert future.result(10).seq == 1
 
 
 def test_an_asyncio_waiter_past_its_deadline_leaves_the_writer_serving(
@@ -108,7 +108,7 @@ def test_an_asyncio_waiter_past_its_deadline_leaves_the_writer_serving(
 
     asyncio.run(wait_with_deadline(sink.submit(body(2))))
     store.release()
-    assert sink.submit(body(3)).result(10) == 3
+    assert sink.submit(body(3)).result(10).seq == 3
     assert sink.alive
     sink.close()
     assert records_in(tmp_path) == 3
@@ -133,7 +133,7 @@ def test_an_unexpected_error_fails_its_batch_and_the_writer_goes_on(
     with pytest.raises(AuditUnavailable, match="observer bug"):
         sink.submit(body(1)).result(10)
     assert sink.alive
-    assert sink.submit(body(2)).result(10) == 2  # (record 1 was committed; only its report failed)
+    assert sink.submit(body(2)).result(10).seq == 2  # (record 1 was committed; only its report failed)
 
 
 def test_stalled_counts_only_while_records_wait_untaken(latched: tuple[AuditSink, LatchedStore]) -> None:

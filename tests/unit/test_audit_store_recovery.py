@@ -48,12 +48,12 @@ def test_a_connection_the_server_dropped_is_reopened_and_the_batch_written_once(
     _, app_dsn = schema
     store = PostgresAuditStore(app_dsn)
     sink = AuditSink(store, load_or_create_signing_key(tmp_path / "k.pem"), checkpoint_file=tmp_path / "c")
-    assert sink.submit(body(1)).result(10) == 1
+    assert sink.submit(body(1)).result(10).seq == 1
     backend = store._conn.info.backend_pid
     # (A role may end its own backends; the owner is not a superuser.)
     (terminated,) = as_owner(app_dsn, "SELECT pg_terminate_backend(%s)", (backend,))
     assert terminated == (True,)  # as a PostgreSQL restart would: the server side of the connection is gone
-    assert sink.submit(body(2)).result(10) == 2  # reconnected, retried, written once
+    assert sink.submit(body(2)).result(10).seq == 2  # reconnected, retried, written once
     assert store._conn.info.backend_pid != backend and sink.store_healthy
     sink.close()
     result = verified(app_dsn, tmp_path / "k.pem", tmp_path / "c")
@@ -73,7 +73,7 @@ def test_a_store_that_refuses_records_is_reported_down_then_up_without_a_write(
     sink = AuditSink(PostgresAuditStore(app_dsn), load_or_create_signing_key(tmp_path / "k.pem"),
                      checkpoint_file=tmp_path / "c")
     sink.on_store_health = note
-    assert sink.submit(body(1)).result(10) == 1
+    assert sink.submit(body(1)).result(10).seq == 1
     as_owner(owner_dsn, "ALTER TABLE audit_log RENAME TO audit_log_away")  # the appender can no longer write
     with pytest.raises(AuditUnavailable, match="could not be written"):
         sink.submit(body(2)).result(10)

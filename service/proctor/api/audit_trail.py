@@ -3,7 +3,10 @@
 ``begin`` opens a record when a call arrives (audit id, server time, caller identity); the servicer
 fills it as the call runs; ``commit`` submits it once. In compliance mode ``commit`` waits until
 the record is durably written and raises ``AuditWriteFailed`` otherwise, so the caller gets an
-error instead of unaudited output. Without a sink (audit off) every method is a no-op.
+error instead of unaudited output. With receipts (``--audit-receipts``, the default) an answered call
+waits for its commit too, and gets the log's signed receipt (proctor_client.tlog.receipt): where the
+record sits and the digests of its request and of the output answered. Without a sink (audit off)
+every method is a no-op.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import grpc
 from google.rpc import code_pb2
 
 from proctor.api.gate import current_identity
+from proctor.audit.canonical import canonical
 from proctor.audit.records import CallRecord, PrivacyPolicy, build_body
-from proctor.audit.sink import AuditSink, AuditUnavailable
+from proctor.audit.sink import AuditSink, AuditUnavailable, Committed
 from proctor.domain import EngineFault, ShuttingDown
 from proctor.observability.calls import AUDIT_COMMIT, bind_call, stage
+from proctor_client.tlog.receipt import Receipt, output_digest, sign_receipt
 
 MODEL_FIELDS = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "weights", "weights_revision",
                 "sampler_revision", "device", "prefill_chunk_tokens", "batch_invariant")
@@ -76,11 +81,13 @@ def caller_identity(context: grpc.aio.ServicerContext) -> dict[str, str]:
 
 
 class AuditTrail:
-    def __init__(self, sink: AuditSink | None, policy: PrivacyPolicy, *, compliance: bool, top_n: int) -> None:
+    def __init__(self, sink: AuditSink | None, policy: PrivacyPolicy, *, compliance: bool, top_n: int,
+                 receipts: bool = False) -> None:
         self.sink = sink
         self.policy = policy
         self.compliance = compliance
         self.top_n = top_n
+        self.receipts = receipts
         self.model: dict[str, Any] = {}
         self.server: dict[str, Any] = {}  # server-side context of every call (version, server-wide ban list)
 
@@ -103,10 +110,13 @@ class AuditTrail:
                                     received_ms=int(time.time() * 1000), caller=caller_identity(context),
                                     model=self.model))
 
-    async def commit(self, call: CallRecord, *, wait: bool | None = None) -> None:
-        """Submit the call's record (once). Waits for the commit in compliance mode (or when asked)."""
+    async def commit(self, call: CallRecord, *, wait: bool | None = None, answered: str | None = None) -> None:
+        """Submit the call's record (once). Waits for the commit in compliance mode (or when asked), and, with
+        receipts, for a call answered with text ``answered``: then ``call.receipt`` is the log's signed receipt."""
         if self.sink is None or call.submitted:
             return
+        receipt = self.receipts and answered is not None and wait is not False
+        wait = True if receipt else wait
         call.submitted = True
         body = build_body(call, int(time.time() * 1000), self.policy)
         body["server"] = self.server
@@ -121,11 +131,22 @@ class AuditTrail:
                 attributes["proctor.audit.waited"] = bool(self.compliance if wait is None else wait)
                 if attributes["proctor.audit.waited"]:
                     # A cancel here (the client left, the deadline passed) stops the wait, not the write.
-                    await asyncio.wrap_future(future)
+                    committed = await asyncio.wrap_future(future)
+                    if receipt and answered is not None:
+                        call.receipt = self.receipt(call.audit_id, body, committed, answered)
         except AuditTrailDown:
             raise
         except Exception as exc:
             raise AuditWriteFailed(f"the audit record could not be written, so the output is withheld: {exc}") from exc
+
+    def receipt(self, audit_id: str, body: dict[str, Any], committed: Committed, answered: str) -> str:
+        """The log's signed receipt of record ``audit_id`` (``body``), committed as ``committed``, answered with
+        ``answered`` (docs/audit-format.md "Receipts")."""
+        assert self.sink is not None
+        signer = self.sink.signer
+        return sign_receipt(Receipt(signer.name, committed.seq - 1, committed.leaf_hash, committed.time_ms, audit_id,
+                                    hashlib.sha256(canonical(body.get("request"))).hexdigest(),
+                                    output_digest(answered)), signer)
 
     def status_from(self, call: CallRecord, exc: BaseException) -> None:
         """Record how a failed call ended (the gRPC code name and message)."""

@@ -93,6 +93,13 @@ class GenerationEngine(Protocol[P]):
     def abort(self, request_id: str) -> None: ...
 
 
+def with_receipt(events: list[TokenEvent], call: CallRecord) -> list[TokenEvent]:
+    """The answered events, the final one carrying the record's receipt (when the log gave one)."""
+    if not call.receipt:
+        return events
+    return [*events[:-1], dataclasses.replace(events[-1], receipt=call.receipt)]
+
+
 class CallRunner(Generic[P]):
     """Runs calls once ``attach`` gave it a started engine; before that every call is UNAVAILABLE."""
 
@@ -148,12 +155,12 @@ class CallRunner(Generic[P]):
             released = await self.moderated(call, events)
             if before_commit is not None:
                 before_commit(call, released)
-            await self.audit.commit(call)
+            await self.audit.commit(call, answered="".join(event.text for event in released))
         except BaseException as exc:
             await self.fail(call, exc, context)
             raise
         await self.deadline_status(events[-1], context)
-        return released, call.audit_id
+        return with_receipt(released, call), call.audit_id
 
     async def _start(self, request: GenerationRequest, call: CallRecord) -> asyncio.Queue[TokenEvent]:
         engine = self.engine

@@ -104,7 +104,7 @@ class ContractsServicer(cpb_grpc.ContractsServicer):
             request_id=request.request_id, template=template.ref, schema_ref=template.schema.ref,
             contract_json=text, valid=verdict.valid, errors=list(verdict.errors),
             required_clauses=[cpb.ClauseCheck(id=c.id, title=c.title, present=c.present) for c in verdict.clauses],
-            audit_id=audit_id, attempts=attempts,
+            audit_id=audit_id, attempts=attempts, receipt=final.receipt,
             schema_sha256=specialised.schema_sha256,
             language=request.language, usage=usage, total_ms=(time.monotonic() - started) * 1000)
 
@@ -186,7 +186,7 @@ def _attempt_to_proto(plan: AttemptPlan, audit_id: str, final: TokenEvent, check
         max_new_tokens=plan.max_new_tokens, repetition_penalty=plan.repetition_penalty, reason=plan.reason,
         completion_tokens=final.usage.completion_tokens if final.usage else 0,
         finish_reason=FINISH_TO_PROTO[final.finish_reason], valid=check.valid, errors=list(check.errors),
-        total_ms=elapsed_s * 1000)
+        total_ms=elapsed_s * 1000, receipt=final.receipt)
 
 
 def _template_to_proto(template: ContractTemplate) -> cpb.ContractTemplate:

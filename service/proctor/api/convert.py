@@ -230,7 +230,7 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
             min_top2_gap=confidence.min_top2_gap))
     target.sequences.extend(
         pb.ReturnedSequence(token_ids=s.token_ids, text=s.text, score=s.score, audit_id=s.audit_id or audit_id,
-                            finish_reason=FINISH_TO_PROTO[s.finish_reason],
+                            finish_reason=FINISH_TO_PROTO[s.finish_reason], receipt=s.receipt,
                             tokens=details_to_proto(s.details, request) if request is not None else [])
         for s in event.sequences)
     if event.prompt_truncation is not None:
@@ -242,6 +242,7 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
     target.moderation.extend(pb.ModerationVerdict(name=v.name, version=v.version, kind=v.kind,
                                                   decision=DECISION_TO_PROTO[v.verdict], score=v.score, reason=v.reason)
                              for v in event.moderation)
+    target.receipt = event.receipt
     if event.timings is not None:
         target.timings.queue_ms = event.timings.queue_ms
         target.timings.time_to_first_token_ms = event.timings.time_to_first_token_ms

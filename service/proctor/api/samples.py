@@ -60,4 +60,4 @@ def _returned(events: list[TokenEvent], audit_id: str) -> ReturnedSequence:
     assert final.finish_reason is not None
     score = sum(detail.final_logprob for event in events for detail in event.details)
     return ReturnedSequence(tuple(t for e in events for t in e.token_ids), "".join(e.text for e in events), score,
-                            final.finish_reason, audit_id, tuple(d for e in events for d in e.details))
+                            final.finish_reason, audit_id, tuple(d for e in events for d in e.details), final.receipt)

@@ -15,7 +15,7 @@ import grpc
 
 from proctor import __version__
 from proctor.api.audit_trail import MODEL_FIELDS, AuditTrail
-from proctor.api.call_runner import GONE, CallRunner, GenerationEngine
+from proctor.api.call_runner import GONE, CallRunner, GenerationEngine, with_receipt
 from proctor.api.check_request import check_request
 from proctor.api.convert import chunk_from_event, default_plugin_calls, response_from_events
 from proctor.api.errors import abort_with
@@ -159,8 +159,10 @@ class GenerationServicer(pb_grpc.GenerationServicer):
                         continue
                     runner.final_status(event, call)
                     released = await runner.moderated(call, list(call.events))
-                    await self.audit.commit(call)  # compliance: the final chunk waits for the record
+                    # the final chunk waits for the record (compliance; receipts: the answered text, all of it)
+                    await self.audit.commit(call, answered="".join(out.text for out in released))
                     await runner.deadline_status(event, context)
+                    released = with_receipt(released, call)
                     for out in released if held else released[-1:]:
                         if out.token_ids or out.text or out.finished:
                             yield chunk_from_event(out, request, call.audit_id)

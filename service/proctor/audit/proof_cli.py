@@ -9,14 +9,22 @@ from pathlib import Path
 
 from proctor.audit.cli_common import fail, open_readonly, settings_of, store_flags
 from proctor_client.cli import add_credential_flags
+from proctor_client.tlog.receipt import Receipt
 
 
 def add_proof_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     prove = sub.add_parser("prove", help="write a record's inclusion proof in a signed checkpoint "
                                          "(c2sp.org/tlog-proof@v1), checkable offline with verify-proof")
-    prove.add_argument("audit_id")
+    prove.add_argument("audit_id", nargs="?", help="the record (or --from-receipt)")
     store_flags(prove)
+    prove.add_argument("--from-receipt", metavar="FILE",
+                       help="the receipt a response carried: prove its record, and refuse when the stored row is not "
+                            "the leaf the log signed")
     prove.add_argument("--checkpoint", default="latest", help="latest (default), or a checkpoint's tree size")
+    prove.add_argument("--addr", help="a running server of this log: when no checkpoint covers the record yet, ask it "
+                                      "for one (CreateCheckpoint, audit:write) instead of failing")
+    prove.add_argument("--timeout", type=float, default=30.0, help="seconds for the call to --addr (default 30)")
+    add_credential_flags(prove)
     prove.add_argument("--out", help="the proof file (default <audit id>.tlog-proof; - for stdout)")
     prove.set_defaults(func=_prove)
 
@@ -67,7 +75,8 @@ def add_proof_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _prove(args: argparse.Namespace) -> int:
-    from proctor.audit.proofs import ProofUnavailable, inclusion
+    from proctor.audit.proofs import NotFound, ProofUnavailable, inclusion
+    from proctor_client.tlog.merkle import leaf_hash
 
     wanted: str | int = args.checkpoint
     if wanted != "latest":
@@ -75,19 +84,64 @@ def _prove(args: argparse.Namespace) -> int:
             return fail(f"--checkpoint {wanted!r}: latest, or a tree size")
         wanted = int(wanted)
     try:
-        proof = inclusion(open_readonly(args), args.audit_id, wanted)
+        receipt = _receipt(args) if args.from_receipt else None
+    except (OSError, ValueError) as exc:
+        return fail(f"--from-receipt {args.from_receipt}: {exc}")
+    audit_id = receipt.audit_id if receipt is not None else args.audit_id
+    if not audit_id or (receipt is not None and args.audit_id not in (None, audit_id)):
+        return fail("name one record: an audit id, or --from-receipt (whose record it is)")
+    try:
+        try:
+            proof = inclusion(open_readonly(args), audit_id, wanted)
+        except ProofUnavailable as exc:
+            if isinstance(exc, NotFound) or not args.addr or wanted != "latest":
+                raise ProofUnavailable(f"{exc}{'' if args.addr else ' (or --addr: ask the running server for one)'}"
+                                       ) from None
+            _ask_for_checkpoint(args)
+            proof = inclusion(open_readonly(args), audit_id, wanted)
     except ProofUnavailable as exc:
         return fail(str(exc), 1)
     except Exception as exc:
         return fail(str(exc))
+    if receipt is not None and (proof.index != receipt.index or leaf_hash(proof.extra or b"") != receipt.leaf_hash):
+        return fail(f"record {audit_id} is stored at index {proof.index} with another leaf than the receipt's (index "
+                    f"{receipt.index}): the log does not hold what it signed", 1)
     text = proof.render()
     if args.out == "-":
         sys.stdout.write(text)
         return 0
-    out = Path(args.out or f"{args.audit_id}.tlog-proof")
+    out = Path(args.out or f"{audit_id}.tlog-proof")
     out.write_text(text, encoding="utf-8")
-    print(f"wrote {out}: record index {proof.index}, {len(proof.path)} path hashes", file=sys.stderr)
+    print(f"wrote {out}: record index {proof.index}, {len(proof.path)} path hashes"
+          + (", the receipt's leaf" if receipt is not None else ""), file=sys.stderr)
     return 0
+
+
+def _receipt(args: argparse.Namespace) -> Receipt:
+    """The receipt of --from-receipt, its signature checked with the log's key when this machine holds it."""
+    from proctor.audit.setup import signing_key_path
+    from proctor_client.tlog.note import load_verifier, parse_note
+    from proctor_client.tlog.receipt import parse_receipt, verify_receipt
+
+    text = Path(args.from_receipt).read_text(encoding="utf-8")
+    receipt = parse_receipt(parse_note(text).text)
+    key = signing_key_path(settings_of(args))
+    if key.is_file():
+        verify_receipt(text, load_verifier(str(key), receipt.origin))
+    return receipt
+
+
+def _ask_for_checkpoint(args: argparse.Namespace) -> None:
+    """Have the server at --addr write a checkpoint over what it committed (the record asked for among it)."""
+    from proctor_client import ProctorError
+    from proctor_client.cli import client_from_args
+
+    try:
+        with client_from_args(args, args.timeout) as client:
+            checkpoint = client.create_checkpoint()
+    except ProctorError as exc:
+        raise ValueError(f"{args.addr} wrote no checkpoint: {exc}") from exc
+    print(f"{args.addr} wrote a checkpoint of {checkpoint.tree_size} rows", file=sys.stderr)
 
 
 def _consistency(args: argparse.Namespace) -> int:

@@ -77,6 +77,7 @@ class CallRecord:
     moderation: tuple[ModerationVerdict, ...] = ()
     moderation_reply: str | None = None
     output_withheld: bool = False
+    receipt: str = ""  # the log's signed receipt, once the record is committed (api/audit_trail.py)
 
 
 def request_to_dict(request: GenerationRequest, seed: int | None) -> dict[str, Any]:

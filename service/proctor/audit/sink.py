@@ -1,9 +1,9 @@
 """The audit sink: a bounded queue feeding one writer thread that commits records in batches.
 
-``submit`` returns a future that resolves (to the record's sequence number) once the record is
-durably committed, or fails with the write error. In compliance mode the API waits for it before
-completing a response, so no output leaves unaudited. A full queue blocks ``submit``: that is
-back-pressure on admission, never on the decode loop (which does not touch the sink).
+``submit`` returns a future that resolves (to ``Committed``: the record's row number, its Merkle leaf hash and the
+commit time, what a receipt states) once the record is durably committed, or fails with the write error. In
+compliance mode the API waits for it before completing a response, so no output leaves unaudited. A full queue
+blocks ``submit``: that is back-pressure on admission, never on the decode loop (which does not touch the sink).
 
 The writer tracks whether the store takes writes (``store_healthy``, reported to ``on_store_health``):
 a failed commit marks it down; while down and idle, the writer asks the store for its head every
@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,8 +51,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("proctor.audit")
 BATCH_MAX = 256
 STORE_PROBE_S = 1.0  # while the store is down and no record waits: how often the writer asks it again
-_Item = tuple[bytes, tuple[str, int, str, str, str], Future[int]]  # stored body, filter columns, its future
 CHECKPOINT_NOW: dict[str, Any] = {}  # queued in place of a record: a checkpoint is asked for (request_checkpoint)
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """Where a record landed: its row (``seq``; leaf index ``seq - 1``), its leaf hash, and when it was committed."""
+
+    seq: int
+    leaf_hash: bytes
+    time_ms: int
+
+
+_Item = tuple[bytes, tuple[str, int, str, str, str], "Future[Committed]"]  # stored body, filter columns, its future
+_Queued = tuple[dict[str, Any], "Future[Any]"]  # a record (Future[Committed]) or CHECKPOINT_NOW (Future[int])
 
 
 class AuditUnavailable(RuntimeError):
@@ -69,7 +82,7 @@ class AuditSink:
         self._checkpoint_file = checkpoint_file
         self._every = checkpoint_every
         self._interval = checkpoint_interval_s
-        self._queue: queue.Queue[tuple[dict[str, Any], Future[int]] | None] = queue.Queue(maxsize=queue_size)
+        self._queue: queue.Queue[_Queued | None] = queue.Queue(maxsize=queue_size)
         last = store.last()
         self._since_checkpoint = 0 if last is None or last.kind == "checkpoint" else 1
         self._last_checkpoint = time.monotonic()
@@ -100,17 +113,17 @@ class AuditSink:
         if self._dead or not self._thread.is_alive():
             raise AuditUnavailable("the audit writer has stopped; no record can be written")
 
-    def submit(self, body: dict[str, Any]) -> Future[int]:
+    def submit(self, body: dict[str, Any]) -> Future[Committed]:
         self._check_open()
-        future: Future[int] = Future()
+        future: Future[Committed] = Future()
         self._queue.put((body, future))
         self._after_put()
         return future
 
-    def try_submit(self, body: dict[str, Any]) -> Future[int] | None:
+    def try_submit(self, body: dict[str, Any]) -> Future[Committed] | None:
         """``submit`` if the queue has room now, else None (without blocking: for the event loop)."""
         self._check_open()
-        future: Future[int] = Future()
+        future: Future[Committed] = Future()
         try:
             self._queue.put_nowait((body, future))
         except queue.Full:
@@ -150,8 +163,8 @@ class AuditSink:
         # the committer needs the GIL for every row it binds, and orjson holds it ~100 µs a record.)
         stopping = False
         while not stopping:
-            batch: list[tuple[dict[str, Any], Future[int]]] = []
-            asked: list[Future[int]] = []
+            batch: list[_Queued] = []
+            asked: list[Future[Any]] = []
             try:
                 batch, stopping = self._next_batch()
                 self._progress = time.monotonic()
@@ -170,7 +183,7 @@ class AuditSink:
                 self._fail_queued(batch)
                 raise
 
-    def _fail_queued(self, batch: list[tuple[dict[str, Any], Future[int]]]) -> None:
+    def _fail_queued(self, batch: list[_Queued]) -> None:
         """Fail the records of a dying writer: its batch and every one still queued."""
         error = AuditUnavailable("the audit writer has stopped; no record can be written")
         for _, future in batch:
@@ -203,9 +216,9 @@ class AuditSink:
             except Exception:  # a listener must not stop the writer
                 log.exception("audit store health listener failed")
 
-    def _next_batch(self) -> tuple[list[tuple[dict[str, Any], Future[int]]], bool]:
+    def _next_batch(self) -> tuple[list[_Queued], bool]:
         """Up to BATCH_MAX queued records (waiting at most until the next checkpoint is due); and "stop"."""
-        batch: list[tuple[dict[str, Any], Future[int]]] = []
+        batch: list[_Queued] = []
         wait = max(0.05, self._interval - (time.monotonic() - self._last_checkpoint))
         if not self.store_healthy:
             wait = min(wait, STORE_PROBE_S)
@@ -225,12 +238,12 @@ class AuditSink:
                 return batch, False
 
     @staticmethod
-    def _claim(item: tuple[dict[str, Any], Future[int]]) -> tuple[dict[str, Any], Future[int]]:
+    def _claim(item: _Queued) -> _Queued:
         """Mark the record's future as being written: from here its waiter can no longer cancel it
         (a future cancelled before stays cancelled; its record is written all the same)."""
         item[1].set_running_or_notify_cancel()
         return item
-    def _serialise(self, batch: list[tuple[dict[str, Any], Future[int]]]) -> list[_Item]:
+    def _serialise(self, batch: list[_Queued]) -> list[_Item]:
         """Stored body (compressed canonical JSON) and filter columns of each record; a record that
         has none fails alone."""
         items: list[_Item] = []
@@ -242,7 +255,7 @@ class AuditSink:
                 _reject(future, AuditUnavailable(f"the audit record cannot be serialised: {exc}"))
         return items
 
-    def _commit(self, items: list[_Item], final: bool, waiting: list[Future[int]] | None = None) -> None:
+    def _commit(self, items: list[_Item], final: bool, waiting: list[Future[Any]] | None = None) -> None:
         """Chain, checkpoint and commit one batch in one transaction; then resolve its futures.
 
         The chain continues from the head the store reads *inside* the write transaction, so
@@ -288,6 +301,7 @@ class AuditSink:
         self._set_store_health(True, "a write succeeded")
         if self.observer is not None:
             self.observer.audit_written(time.perf_counter() - start, len(items), True)
+        committed_ms = int(time.time() * 1000)
         records = [row for row in rows if row.kind == "request"]
         for row in rows:
             if row.kind == "checkpoint":
@@ -299,7 +313,7 @@ class AuditSink:
         self.written += len(records)
         for (_, _, future), row in zip(items, records, strict=True):
             if future.running():  # not cancelled by its waiter (the record is written either way)
-                future.set_result(row.seq)
+                future.set_result(Committed(row.seq, row_leaf_hash(row), committed_ms))
         checkpoint = max((row.seq for row in rows if row.kind == "checkpoint"), default=0)
         for future in waiting or []:
             if future.running():
@@ -332,7 +346,7 @@ class AuditSink:
             os.fsync(handle.fileno())
 
 
-def _reject(future: Future[int], exc: Exception) -> None:
+def _reject(future: Future[Any], exc: Exception) -> None:
     """Fail a record's future unless its waiter gave up on it or it is already settled."""
     if future.running():
         future.set_exception(exc)

@@ -147,6 +147,7 @@ class ReturnedSequence:
     finish_reason: FinishReason
     audit_id: str = ""  # samples: each completion's own record ("": the call's)
     details: tuple[TokenDetail, ...] = ()  # each token's details (beams: for the audit record, when it keeps them)
+    receipt: str = ""  # samples: the log's signed receipt of the completion's own record
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +209,7 @@ class TokenEvent:
     prompt_truncation: PromptTruncation | None = None  # final event only, when the input was shortened
     sequences: tuple[ReturnedSequence, ...] = ()  # final event only, beam search: the returned beams, best first
     moderation: tuple[ModerationVerdict, ...] = ()  # final event only: the screens' and moderators' verdicts
+    receipt: str = ""  # final event only, as answered: the log's signed receipt of the call's record
 
     @property
     def finished(self) -> bool:

@@ -69,7 +69,7 @@ class ClauseCheck(_message.Message):
     def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., present: _Optional[bool] = ...) -> None: ...
 
 class ContractAttempt(_message.Message):
-    __slots__ = ("attempt", "audit_id", "seed", "temperature", "max_new_tokens", "repetition_penalty", "reason", "completion_tokens", "finish_reason", "valid", "errors", "total_ms")
+    __slots__ = ("attempt", "audit_id", "seed", "temperature", "max_new_tokens", "repetition_penalty", "reason", "completion_tokens", "finish_reason", "valid", "errors", "total_ms", "receipt")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     AUDIT_ID_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class ContractAttempt(_message.Message):
     VALID_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     audit_id: str
     seed: int
@@ -94,10 +95,11 @@ class ContractAttempt(_message.Message):
     valid: bool
     errors: _containers.RepeatedScalarFieldContainer[str]
     total_ms: float
-    def __init__(self, attempt: _Optional[int] = ..., audit_id: _Optional[str] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_new_tokens: _Optional[int] = ..., repetition_penalty: _Optional[float] = ..., reason: _Optional[str] = ..., completion_tokens: _Optional[int] = ..., finish_reason: _Optional[_Union[_generation_pb2.FinishReason, str]] = ..., valid: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ..., total_ms: _Optional[float] = ...) -> None: ...
+    receipt: str
+    def __init__(self, attempt: _Optional[int] = ..., audit_id: _Optional[str] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_new_tokens: _Optional[int] = ..., repetition_penalty: _Optional[float] = ..., reason: _Optional[str] = ..., completion_tokens: _Optional[int] = ..., finish_reason: _Optional[_Union[_generation_pb2.FinishReason, str]] = ..., valid: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ..., total_ms: _Optional[float] = ..., receipt: _Optional[str] = ...) -> None: ...
 
 class DraftContractResponse(_message.Message):
-    __slots__ = ("request_id", "template", "schema_ref", "contract_json", "valid", "errors", "required_clauses", "audit_id", "attempts", "schema_sha256", "language", "usage", "total_ms")
+    __slots__ = ("request_id", "template", "schema_ref", "contract_json", "valid", "errors", "required_clauses", "audit_id", "attempts", "schema_sha256", "language", "usage", "total_ms", "receipt")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_REF_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +113,7 @@ class DraftContractResponse(_message.Message):
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     template: str
     schema_ref: str
@@ -124,7 +127,8 @@ class DraftContractResponse(_message.Message):
     language: str
     usage: _generation_pb2.Usage
     total_ms: float
-    def __init__(self, request_id: _Optional[str] = ..., template: _Optional[str] = ..., schema_ref: _Optional[str] = ..., contract_json: _Optional[str] = ..., valid: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ..., required_clauses: _Optional[_Iterable[_Union[ClauseCheck, _Mapping]]] = ..., audit_id: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[ContractAttempt, _Mapping]]] = ..., schema_sha256: _Optional[str] = ..., language: _Optional[str] = ..., usage: _Optional[_Union[_generation_pb2.Usage, _Mapping]] = ..., total_ms: _Optional[float] = ...) -> None: ...
+    receipt: str
+    def __init__(self, request_id: _Optional[str] = ..., template: _Optional[str] = ..., schema_ref: _Optional[str] = ..., contract_json: _Optional[str] = ..., valid: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ..., required_clauses: _Optional[_Iterable[_Union[ClauseCheck, _Mapping]]] = ..., audit_id: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[ContractAttempt, _Mapping]]] = ..., schema_sha256: _Optional[str] = ..., language: _Optional[str] = ..., usage: _Optional[_Union[_generation_pb2.Usage, _Mapping]] = ..., total_ms: _Optional[float] = ..., receipt: _Optional[str] = ...) -> None: ...
 
 class ListTemplatesRequest(_message.Message):
     __slots__ = ()

@@ -183,20 +183,22 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., no_repeat_ngram_size: _Optional[int] = ..., seed: _Optional[int] = ..., typical_p: _Optional[float] = ..., greedy_first_tokens: _Optional[int] = ..., forced_tokens: _Optional[_Mapping[int, int]] = ..., num_beams: _Optional[int] = ..., length_penalty: _Optional[float] = ..., early_stopping: _Optional[_Union[BeamEarlyStopping, str]] = ..., first_tokens_temperature: _Optional[float] = ...) -> None: ...
 
 class ReturnedSequence(_message.Message):
-    __slots__ = ("token_ids", "text", "score", "finish_reason", "audit_id", "tokens")
+    __slots__ = ("token_ids", "text", "score", "finish_reason", "audit_id", "tokens", "receipt")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     AUDIT_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
     score: float
     finish_reason: FinishReason
     audit_id: str
     tokens: _containers.RepeatedCompositeFieldContainer[TokenDetail]
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., audit_id: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ...) -> None: ...
+    receipt: str
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., audit_id: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., receipt: _Optional[str] = ...) -> None: ...
 
 class StoppingParams(_message.Message):
     __slots__ = ("max_new_tokens", "min_new_tokens", "stop", "stop_token_ids", "ignore_eos", "repetition", "must_include")
@@ -494,7 +496,7 @@ class Timings(_message.Message):
     def __init__(self, queue_ms: _Optional[float] = ..., time_to_first_token_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "tokens", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts", "confidence", "must_include", "prompt_truncation", "moderation", "sequences")
+    __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "tokens", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts", "confidence", "must_include", "prompt_truncation", "moderation", "sequences", "receipt")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -514,6 +516,7 @@ class GenerateResponse(_message.Message):
     PROMPT_TRUNCATION_FIELD_NUMBER: _ClassVar[int]
     MODERATION_FIELD_NUMBER: _ClassVar[int]
     SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -533,10 +536,11 @@ class GenerateResponse(_message.Message):
     prompt_truncation: PromptTruncation
     moderation: _containers.RepeatedCompositeFieldContainer[ModerationVerdict]
     sequences: _containers.RepeatedCompositeFieldContainer[ReturnedSequence]
-    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ..., confidence: _Optional[_Union[Confidence, _Mapping]] = ..., must_include: _Optional[_Iterable[_Union[PhraseInclusion, _Mapping]]] = ..., prompt_truncation: _Optional[_Union[PromptTruncation, _Mapping]] = ..., moderation: _Optional[_Iterable[_Union[ModerationVerdict, _Mapping]]] = ..., sequences: _Optional[_Iterable[_Union[ReturnedSequence, _Mapping]]] = ...) -> None: ...
+    receipt: str
+    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ..., confidence: _Optional[_Union[Confidence, _Mapping]] = ..., must_include: _Optional[_Iterable[_Union[PhraseInclusion, _Mapping]]] = ..., prompt_truncation: _Optional[_Union[PromptTruncation, _Mapping]] = ..., moderation: _Optional[_Iterable[_Union[ModerationVerdict, _Mapping]]] = ..., sequences: _Optional[_Iterable[_Union[ReturnedSequence, _Mapping]]] = ..., receipt: _Optional[str] = ...) -> None: ...
 
 class GenerateChunk(_message.Message):
-    __slots__ = ("request_id", "token_ids", "text", "tokens", "finish_reason", "usage", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts", "confidence", "must_include", "prompt_truncation", "moderation", "sequences")
+    __slots__ = ("request_id", "token_ids", "text", "tokens", "finish_reason", "usage", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts", "confidence", "must_include", "prompt_truncation", "moderation", "sequences", "receipt")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -556,6 +560,7 @@ class GenerateChunk(_message.Message):
     PROMPT_TRUNCATION_FIELD_NUMBER: _ClassVar[int]
     MODERATION_FIELD_NUMBER: _ClassVar[int]
     SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
@@ -575,7 +580,8 @@ class GenerateChunk(_message.Message):
     prompt_truncation: PromptTruncation
     moderation: _containers.RepeatedCompositeFieldContainer[ModerationVerdict]
     sequences: _containers.RepeatedCompositeFieldContainer[ReturnedSequence]
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ..., confidence: _Optional[_Union[Confidence, _Mapping]] = ..., must_include: _Optional[_Iterable[_Union[PhraseInclusion, _Mapping]]] = ..., prompt_truncation: _Optional[_Union[PromptTruncation, _Mapping]] = ..., moderation: _Optional[_Iterable[_Union[ModerationVerdict, _Mapping]]] = ..., sequences: _Optional[_Iterable[_Union[ReturnedSequence, _Mapping]]] = ...) -> None: ...
+    receipt: str
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ..., confidence: _Optional[_Union[Confidence, _Mapping]] = ..., must_include: _Optional[_Iterable[_Union[PhraseInclusion, _Mapping]]] = ..., prompt_truncation: _Optional[_Union[PromptTruncation, _Mapping]] = ..., moderation: _Optional[_Iterable[_Union[ModerationVerdict, _Mapping]]] = ..., sequences: _Optional[_Iterable[_Union[ReturnedSequence, _Mapping]]] = ..., receipt: _Optional[str] = ...) -> None: ...
 
 class GetModelInfoRequest(_message.Message):
     __slots__ = ()
