@@ -85,7 +85,7 @@ def test_a_store_that_refuses_records_is_reported_down_then_up_without_a_write(
     as_owner(owner_dsn, "ALTER TABLE audit_log_away RENAME TO audit_log")
     assert changed.wait(5 * STORE_PROBE_S), "the writer never noticed the store came back"
     assert changes[-1][0] is True and sink.store_healthy  # up again, with no record submitted meanwhile
-    assert sink.submit(body(3)).result(10) == 2  # the chain goes on from the last committed record
+    assert sink.submit(body(3)).result(10).seq == 2  # the chain goes on from the last committed record
     sink.close()
     result = verified(app_dsn, tmp_path / "k.pem", tmp_path / "c")
     assert result.ok and result.records == 2, result
