@@ -74,3 +74,21 @@ def test_the_command_checks_a_receipt_file_and_names_the_failed_check(signer: Si
     output.write_text('{"ok": false}', encoding="utf-8")
     assert main(["verify-receipt", str(receipt), "--public-key", str(key), "--output-file", str(output)]) == 1
     assert "the output check failed" in capsys.readouterr().out
+
+
+def test_the_server_signs_receipts_with_libsodium_byte_for_byte_as_the_note_signer(signer: Signer) -> None:
+    """audit/receipts.py signs with PyNaCl (it lets go of the GIL): Ed25519 is deterministic, so its note is the very
+    one ``sign_receipt`` writes with the same key, and verifies with the log's key."""
+    from proctor.audit.receipts import ReceiptSigner
+    from proctor.audit.sink import Committed
+
+    receipt = Receipt(ORIGIN, 7, hashlib.sha256(b"leaf").digest(), 1, "id-8", "0" * 64, output_digest("x"))
+    fast = ReceiptSigner(signer)
+    assert fast.sign(receipt) == sign_receipt(receipt, signer)
+    body = {"request": {"prompt": "Hello", "sampling": {"seed": "3"}}}
+    note = fast.receipt("id-8", body, Committed(8, receipt.leaf_hash, 5), "answer")
+    checked = verify_receipt(note, signer.verifier, audit_id="id-8", output="answer")
+    assert checked.index == 7 and checked.time_ms == 5
+    assert checked.request_sha256 == hashlib.sha256(b'{"prompt":"Hello","sampling":{"seed":"3"}}').hexdigest()
+    with pytest.raises(ValueError, match="its own key"):
+        ReceiptSigner(Signer("proctor.audit/other", signer.key)).sign(receipt)

@@ -21,12 +21,11 @@ import grpc
 from google.rpc import code_pb2
 
 from proctor.api.gate import current_identity
-from proctor.audit.canonical import canonical
+from proctor.audit.receipts import ReceiptSigner
 from proctor.audit.records import CallRecord, PrivacyPolicy, build_body
 from proctor.audit.sink import AuditSink, AuditUnavailable, Committed
 from proctor.domain import EngineFault, ShuttingDown
 from proctor.observability.calls import AUDIT_COMMIT, bind_call, stage
-from proctor_client.tlog.receipt import Receipt, output_digest, sign_receipt
 
 MODEL_FIELDS = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "weights", "weights_revision",
                 "sampler_revision", "device", "prefill_chunk_tokens", "batch_invariant")
@@ -88,6 +87,7 @@ class AuditTrail:
         self.compliance = compliance
         self.top_n = top_n
         self.receipts = receipts
+        self._receipts: ReceiptSigner | None = None  # the log's key for receipts, made at the first
         self.model: dict[str, Any] = {}
         self.server: dict[str, Any] = {}  # server-side context of every call (version, server-wide ban list)
 
@@ -142,11 +142,10 @@ class AuditTrail:
     def receipt(self, audit_id: str, body: dict[str, Any], committed: Committed, answered: str) -> str:
         """The log's signed receipt of record ``audit_id`` (``body``), committed as ``committed``, answered with
         ``answered`` (docs/audit-format.md "Receipts")."""
-        assert self.sink is not None
-        signer = self.sink.signer
-        return sign_receipt(Receipt(signer.name, committed.seq - 1, committed.leaf_hash, committed.time_ms, audit_id,
-                                    hashlib.sha256(canonical(body.get("request"))).hexdigest(),
-                                    output_digest(answered)), signer)
+        if self._receipts is None:
+            assert self.sink is not None
+            self._receipts = ReceiptSigner(self.sink.signer)
+        return self._receipts.receipt(audit_id, body, committed, answered)
 
     def status_from(self, call: CallRecord, exc: BaseException) -> None:
         """Record how a failed call ended (the gRPC code name and message)."""
