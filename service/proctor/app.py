@@ -25,6 +25,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from proctor import __version__
+from proctor.api.access_log import AccessLog
 from proctor.api.audit_servicer import AuditServicer
 from proctor.api.audit_trail import AuditTrail
 from proctor.api.contracts_servicer import ContractsServicer
@@ -277,6 +278,8 @@ async def start_server(settings: Settings) -> RunningServer:
     await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     sink = await asyncio.to_thread(open_sink, settings)
+    if sink is not None:  # every Audit call from here on appends its access record
+        gate.access = AccessLog(sink)
     observability.watch_audit(sink)
     audit = AuditTrail(sink, privacy_policy(settings), compliance=settings.audit_compliance,
                        top_n=settings.audit_top_n, receipts=settings.audit_receipts)

@@ -19,6 +19,7 @@ import grpc
 
 from proctor.api.call_runner import CallRunner
 from proctor.api.errors import abort_with
+from proctor.audit.kinds import RECORD_KINDS, REQUEST
 from proctor.audit.proofs import (
     CosignatureRefused,
     NotFound,
@@ -69,9 +70,12 @@ class AuditServicer(apb_grpc.AuditServicer):
 
     async def ExportRecords(self, request: apb.ExportRecordsRequest, context: grpc.aio.ServicerContext
                             ) -> AsyncIterator[apb.AuditRecord]:
+        if request.kind not in ("", *RECORD_KINDS):
+            await abort_with(context, RequestValidationError.single(
+                "kind", f"kind is one of {', '.join(RECORD_KINDS)} (empty: request), not {request.kind!r}"))
         filters = Filters(since_ms=request.since_ms or None, until_ms=request.until_ms or None,
                           caller=request.caller or None, request_id=request.request_id or None,
-                          finish_reason=request.finish_reason or None)
+                          finish_reason=request.finish_reason or None, kind=request.kind or REQUEST)
         rows = iter(self._store.iterate(filters))
         while True:
             page = await asyncio.to_thread(lambda: [row for _, row in zip(range(200), rows, strict=False)])

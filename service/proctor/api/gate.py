@@ -21,7 +21,7 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -41,6 +41,15 @@ from proctor.domain import Overloaded, RequestValidationError
 
 log = logging.getLogger("proctor.auth")
 OFF_LOOP_DECODE_BYTES = 256 * 1024
+
+
+class AccessRecorder(Protocol):
+    """Records the calls of the methods it watches when they end (api/access_log.py: the reads of the log)."""
+
+    def watches(self, method: str) -> bool: ...
+
+    def record(self, method: str, request: Any, context: grpc.aio.ServicerContext, returned: int,
+               error: BaseException | None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +103,7 @@ class ServerGate(grpc.aio.ServerInterceptor):
         self.book = book
         self.reflection_needs_auth = reflection_needs_auth
         self.limiter = CallerLimiter()
+        self.access: AccessRecorder | None = None  # set by the server: each Audit call, let through or refused
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:
@@ -106,15 +116,15 @@ class ServerGate(grpc.aio.ServerInterceptor):
         slot = admit is not None and method in GENERATING_METHODS  # holds a concurrent-generation slot
         if handler.unary_unary is not None:
             return handler._replace(unary_unary=self._unary(handler.unary_unary, handler.request_deserializer,
-                                                            admit, slot), request_deserializer=None)
+                                                            admit, slot, method), request_deserializer=None)
         if handler.unary_stream is not None:
             return handler._replace(unary_stream=self._stream(handler.unary_stream, handler.request_deserializer,
-                                                              admit, slot), request_deserializer=None)
+                                                              admit, slot, method), request_deserializer=None)
         if admit is None:
             return handler
         if handler.stream_unary is not None:
-            return handler._replace(stream_unary=self._unary(handler.stream_unary, None, admit, slot))
-        return handler._replace(stream_stream=self._stream(handler.stream_stream, None, admit, slot))
+            return handler._replace(stream_unary=self._unary(handler.stream_unary, None, admit, slot, method))
+        return handler._replace(stream_stream=self._stream(handler.stream_stream, None, admit, slot, method))
 
     def admission(self, method: str) -> Callable[[grpc.aio.ServicerContext], Awaitable[Identity]]:
         role = None if method.startswith(REFLECTION_PREFIXES) else role_for(method)  # reflection: any caller
@@ -130,6 +140,7 @@ class ServerGate(grpc.aio.ServerInterceptor):
                 await context.abort(refused.code, str(refused))
                 raise
             caller = identity.caller
+            CURRENT_IDENTITY.set(identity)  # known from here: a refusal's access record names the caller
             if role is not None and not caller.may(role):
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                     f"caller {caller.name!r} lacks the role {role!r} that {method} needs")
@@ -137,7 +148,6 @@ class ServerGate(grpc.aio.ServerInterceptor):
             if wait_ms is not None:
                 await abort_with(context, Overloaded(
                     f"caller {caller.name!r} is over its {caller.limits.requests_per_second:g} requests/s", wait_ms))
-            CURRENT_IDENTITY.set(identity)
             return identity
 
         return admit
@@ -160,34 +170,55 @@ class ServerGate(grpc.aio.ServerInterceptor):
         finally:
             self.limiter.close_stream(caller)
 
-    def _unary(self, behaviour: Any, deserialize: Any, admit: Any, slot: bool) -> Any:
+    def _unary(self, behaviour: Any, deserialize: Any, admit: Any, slot: bool, method: str) -> Any:
+        access = self.access if self.access is not None and self.access.watches(method) else None
+
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if deserialize is not None:
-                request = await _decode(deserialize, request, context)
-            identity = await admit(context) if admit is not None else None
-            async with self.generation_slot(slot, identity, context):
-                result = behaviour(request, context)
-                return await result if inspect.isawaitable(result) else result
+            decoded = None
+            try:
+                decoded = await _decode(deserialize, request, context) if deserialize is not None else request
+                identity = await admit(context) if admit is not None else None
+                async with self.generation_slot(slot, identity, context):
+                    result = behaviour(decoded, context)
+                    answer = await result if inspect.isawaitable(result) else result
+            except BaseException as exc:
+                if access is not None:
+                    access.record(method, decoded, context, 0, exc)
+                raise
+            if access is not None:
+                access.record(method, decoded, context, 1, None)
+            return answer
 
         return unary
 
-    def _stream(self, behaviour: Any, deserialize: Any, admit: Any, slot: bool) -> Any:
+    def _stream(self, behaviour: Any, deserialize: Any, admit: Any, slot: bool, method: str) -> Any:
+        access = self.access if self.access is not None and self.access.watches(method) else None
+
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            if deserialize is not None:
-                request = await _decode(deserialize, request, context)
-            identity = await admit(context) if admit is not None else None
-            async with self.generation_slot(slot, identity, context):
-                responses = behaviour(request, context)
-                try:
-                    if hasattr(responses, "__aiter__"):
-                        async for response in responses:
-                            yield response
-                    else:
-                        for response in responses:
-                            yield response
-                finally:
-                    if hasattr(responses, "aclose"):
-                        await responses.aclose()  # its cleanup (the engine abort of a cancelled stream) runs now
+            decoded, sent = None, 0
+            try:
+                decoded = await _decode(deserialize, request, context) if deserialize is not None else request
+                identity = await admit(context) if admit is not None else None
+                async with self.generation_slot(slot, identity, context):
+                    responses = behaviour(decoded, context)
+                    try:
+                        if hasattr(responses, "__aiter__"):
+                            async for response in responses:
+                                yield response
+                                sent += 1
+                        else:
+                            for response in responses:
+                                yield response
+                                sent += 1
+                    finally:
+                        if hasattr(responses, "aclose"):
+                            await responses.aclose()  # its cleanup (the engine abort of a cancelled stream) runs now
+            except BaseException as exc:
+                if access is not None:
+                    access.record(method, decoded, context, sent, exc)
+                raise
+            if access is not None:
+                access.record(method, decoded, context, sent, None)
 
         return stream
 

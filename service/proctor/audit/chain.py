@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from proctor.audit import FORMAT_V1, FORMAT_V2, FORMAT_V3, FORMATS
 from proctor.audit.canonical import canonical
+from proctor.audit.kinds import CHECKPOINT, RECORD_KINDS
 from proctor.audit.records import finish_reason_of
 from proctor.audit.store import RawRow
 from proctor.audit.stored_body import is_compressed, record_json
@@ -166,10 +167,10 @@ class ChainWalk:
         form = chained_format(body) if chained else _v1_or_none(row)
         if form is None:
             return _unknown_format(body) or "the record's content does not match its hash (it was modified)"
-        if chained and kind == "request":
+        if chained and kind in RECORD_KINDS:  # the hash covers the columns and the body: nothing else to check
             self.records += 1
             return ""
-        if chained and kind != "checkpoint":
+        if chained and kind != CHECKPOINT:
             return f"unknown record kind {kind!r}"
         try:
             record = orjson.loads(record_json(body))  # canonical JSON, which orjson reads

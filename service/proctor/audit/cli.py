@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor.audit.cli_common import fail, open_readonly, settings_of, store_flags
+from proctor.audit.kinds import RECORD_KINDS, REQUEST
 from proctor.audit.proof_cli import add_proof_commands
 from proctor.audit.store import Filters
 from proctor.audit.verify_parallel import PROCESSES_MIN_ROWS
@@ -41,6 +42,8 @@ def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     export.add_argument("--caller", help="only this caller identity")
     export.add_argument("--request-id", help="only this request id")
     export.add_argument("--finish-reason", help="only this finish reason (eos, length, constraint_complete, ...)")
+    export.add_argument("--kind", choices=RECORD_KINDS, default=REQUEST,
+                        help="request (default): the calls; access: who read the log through the Audit service")
     export.set_defaults(func=_export)
 
     verify = sub.add_parser("verify", help="check the hash chain, checkpoint signatures and checkpoint file")
@@ -179,7 +182,8 @@ def _export(args: argparse.Namespace) -> int:
 
     try:
         filters = Filters(since_ms=_time(args.since, "--since"), until_ms=_time(args.until, "--until"),
-                          caller=args.caller, request_id=args.request_id, finish_reason=args.finish_reason)
+                          caller=args.caller, request_id=args.request_id, finish_reason=args.finish_reason,
+                          kind=args.kind)
         store = open_readonly(args)
     except Exception as exc:
         return fail(str(exc))

@@ -8,11 +8,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from proctor.audit.kinds import ACCESS
 from proctor.audit.store import AuditStore, Filters, Row
 
 CSV_COLUMNS = ["seq", "audit_id", "time_utc", "caller", "request_id", "method", "status", "finish_reason",
                "model_id", "weights_sha256", "prompt_tokens", "completion_tokens", "prompt", "output",
                "schema_valid", "tokens_json", "hash"]
+ACCESS_CSV_COLUMNS = ["seq", "audit_id", "time_utc", "caller", "method", "status", "target_json", "returned", "hash"]
 
 
 def iso(ms: int) -> str:
@@ -35,17 +37,24 @@ def csv_row(row: Row, body: dict[str, Any]) -> list[object]:
             json.dumps(body.get("tokens", []), ensure_ascii=False, separators=(",", ":")), row.hash]
 
 
+def access_csv_row(row: Row, body: dict[str, Any]) -> list[object]:
+    return [row.seq, row.audit_id, iso(row.time_ms), row.caller, body.get("method", ""), body["status"]["code"],
+            json.dumps(body.get("target", {}), ensure_ascii=False, separators=(",", ":")), body.get("returned", 0),
+            row.hash]
+
+
 def export_records(store: AuditStore, out: TextIO, fmt: str, filters: Filters,
                    progress: Callable[[int], None] | None = None) -> int:
     """Write the matching records; returns how many."""
+    access = filters.kind == ACCESS
     writer = csv.writer(out) if fmt == "csv" else None
     if writer is not None:
-        writer.writerow(CSV_COLUMNS)
+        writer.writerow(ACCESS_CSV_COLUMNS if access else CSV_COLUMNS)
     count = 0
     for row in store.iterate(filters):
         body = json.loads(row.record_json())
         if writer is not None:
-            writer.writerow(csv_row(row, body))
+            writer.writerow(access_csv_row(row, body) if access else csv_row(row, body))
         else:
             out.write(json.dumps({"seq": row.seq, "hash": row.hash, "prev_hash": row.prev_hash, "record": body},
                                  ensure_ascii=False) + "\n")

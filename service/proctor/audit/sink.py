@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from proctor.audit import FORMAT
 from proctor.audit.canonical import canonical
 from proctor.audit.chain import checkpoint_message, log_signer, public_key_text, row_hash, row_head, sign
-from proctor.audit.records import finish_reason_of
+from proctor.audit.kinds import CHECKPOINT, Columns, filter_columns
 from proctor.audit.store import AuditStore, Row, TreeBorder
 from proctor.audit.stored_body import compress
 from proctor.audit.tree import head_digests, row_leaf_hash
@@ -63,7 +63,7 @@ class Committed:
     time_ms: int
 
 
-_Item = tuple[bytes, tuple[str, int, str, str, str], "Future[Committed]"]  # stored body, filter columns, its future
+_Item = tuple[bytes, Columns, "Future[Committed]"]  # stored body, kind and filter columns, its future
 _Queued = tuple[dict[str, Any], "Future[Any]"]  # a record (Future[Committed]) or CHECKPOINT_NOW (Future[int])
 
 
@@ -249,7 +249,7 @@ class AuditSink:
         items: list[_Item] = []
         for body, future in batch:
             try:
-                items.append((compress(canonical(body)), _columns(body), future))
+                items.append((compress(canonical(body)), filter_columns(body), future))
             except Exception as exc:
                 log.exception("audit record %s cannot be serialised", body.get("audit_id"))
                 _reject(future, AuditUnavailable(f"the audit record cannot be serialised: {exc}"))
@@ -271,12 +271,12 @@ class AuditSink:
         def build(head_seq: int, head_hash: str, tree: TreeBorder) -> list[Row]:
             rows: list[Row] = []
             seq, prev, pending = head_seq, head_hash, self._since_checkpoint
-            for data, (audit_id, time_ms, caller, request_id, finish), _ in items:
+            for data, (kind, audit_id, time_ms, caller, request_id, finish), _ in items:
                 seq += 1
-                head = row_head(seq, prev, "request", audit_id, time_ms, caller, request_id, finish)
+                head = row_head(seq, prev, kind, audit_id, time_ms, caller, request_id, finish)
                 digest, leaf = head_digests(head, data)
                 tree.append(leaf)
-                rows.append(Row(seq, audit_id, "request", time_ms, caller, request_id, finish, data, prev, digest))
+                rows.append(Row(seq, audit_id, kind, time_ms, caller, request_id, finish, data, prev, digest))
                 prev, pending = digest, pending + 1
                 if pending >= self._every:
                     seq += 1
@@ -302,7 +302,7 @@ class AuditSink:
         if self.observer is not None:
             self.observer.audit_written(time.perf_counter() - start, len(items), True)
         committed_ms = int(time.time() * 1000)
-        records = [row for row in rows if row.kind == "request"]
+        records = [row for row in rows if row.kind != CHECKPOINT]
         for row in rows:
             if row.kind == "checkpoint":
                 self._since_checkpoint = 0
@@ -350,13 +350,3 @@ def _reject(future: Future[Any], exc: Exception) -> None:
     """Fail a record's future unless its waiter gave up on it or it is already settled."""
     if future.running():
         future.set_exception(exc)
-
-
-def _columns(body: dict[str, Any]) -> tuple[str, int, str, str, str]:
-    """The filter columns of a request record (audit_id, time_ms, caller, request_id, finish_reason),
-    taken before the write so that a malformed record fails alone, not its whole batch."""
-    if body.get("format") != FORMAT or body.get("kind") != "request":
-        raise ValueError(f"this writer writes {FORMAT} request records, not {body.get('format')!r} "
-                         f"{body.get('kind')!r}")
-    return (str(body["audit_id"]), int(body["received_ms"]), str(body["caller"]["identity"]), str(body["request_id"]),
-            finish_reason_of(body))

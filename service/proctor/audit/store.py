@@ -61,7 +61,8 @@ class Filters:
     caller: str | None = None
     request_id: str | None = None
     finish_reason: str | None = None
-    include_checkpoints: bool = False
+    include_checkpoints: bool = False  # every row, whatever its kind (else only ``kind``'s)
+    kind: str = "request"  # audit/kinds.py: request (calls) or access (reads of the log)
 
 
 class AuditStore(Protocol):
@@ -133,7 +134,8 @@ def filter_sql(filters: Filters | None, placeholder: str) -> tuple[list[str], li
     if filters is None:
         return where, params
     if not filters.include_checkpoints:
-        where.append("kind = 'request'")
+        where.append(f"kind = {placeholder}")
+        params.append(filters.kind)
     for column, op, value in (("time_ms", ">=", filters.since_ms), ("time_ms", "<", filters.until_ms),
                               ("caller", "=", filters.caller), ("request_id", "=", filters.request_id),
                               ("finish_reason", "=", filters.finish_reason)):

@@ -87,18 +87,20 @@ class AuditRecord(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., audit_id: _Optional[str] = ..., record_json: _Optional[str] = ..., hash: _Optional[str] = ..., prev_hash: _Optional[str] = ...) -> None: ...
 
 class ExportRecordsRequest(_message.Message):
-    __slots__ = ("since_ms", "until_ms", "caller", "request_id", "finish_reason")
+    __slots__ = ("since_ms", "until_ms", "caller", "request_id", "finish_reason", "kind")
     SINCE_MS_FIELD_NUMBER: _ClassVar[int]
     UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
     CALLER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     since_ms: int
     until_ms: int
     caller: str
     request_id: str
     finish_reason: str
-    def __init__(self, since_ms: _Optional[int] = ..., until_ms: _Optional[int] = ..., caller: _Optional[str] = ..., request_id: _Optional[str] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+    kind: str
+    def __init__(self, since_ms: _Optional[int] = ..., until_ms: _Optional[int] = ..., caller: _Optional[str] = ..., request_id: _Optional[str] = ..., finish_reason: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class VerifyLogRequest(_message.Message):
     __slots__ = ()
