@@ -32,7 +32,7 @@ from proctor.api.contracts_servicer import ContractsServicer
 from proctor.api.security import bind, build_gate
 from proctor.api.servicer import GenerationServicer
 from proctor.api.telemetry import TelemetryInterceptor
-from proctor.audit.setup import checkpoint_path, open_sink, privacy_policy
+from proctor.audit.setup import checkpoint_path, key_store, open_sink, privacy_policy
 from proctor.audit.sink import AuditSink
 from proctor.config import Settings
 from proctor.contracts.templates import TemplateRegistry
@@ -281,8 +281,10 @@ async def start_server(settings: Settings) -> RunningServer:
     if sink is not None:  # every Audit call from here on appends its access record
         gate.access = AccessLog(sink)
     observability.watch_audit(sink)
+    keys = key_store(settings, existing=True) if sink is not None else None
     audit = AuditTrail(sink, privacy_policy(settings), compliance=settings.audit_compliance,
-                       top_n=settings.audit_top_n, receipts=settings.audit_receipts)
+                       top_n=settings.audit_top_n, receipts=settings.audit_receipts,
+                       keys=keys if settings.audit_encryption == "subject" else None)
     servicer = GenerationServicer(settings, audit)
     generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
     contracts = ContractsServicer(servicer.runner, load_templates(settings))
@@ -291,7 +293,8 @@ async def start_server(settings: Settings) -> RunningServer:
              reflection.SERVICE_NAME]
     if sink is not None:
         audit_pb2_grpc.add_AuditServicer_to_server(
-            AuditServicer(settings, sink.store, servicer.runner, checkpoint_path(settings), sink.request_checkpoint),
+            AuditServicer(settings, sink.store, servicer.runner, checkpoint_path(settings), sink.request_checkpoint,
+                          keys),
             server)
         names.append(AUDIT_SERVICE_NAME)
     if settings.reflection_enabled:

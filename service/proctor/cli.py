@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from proctor import __version__
-from proctor.config import BATCH_INVARIANT_MODES, WEIGHT_MODES, Settings
+from proctor.config import AUDIT_ENCRYPTION_MODES, BATCH_INVARIANT_MODES, WEIGHT_MODES, Settings
 
 
 def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -102,6 +102,11 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     audit.add_argument("--audit-receipts", action=argparse.BooleanOptionalAction, default=None,
                        help="every answer waits for its record's commit and carries the log's signed receipt "
                        "(default on; docs/audit-format.md \"Receipts\")")
+    audit.add_argument("--audit-encryption", choices=AUDIT_ENCRYPTION_MODES,
+                       help="subject: each record's prompt, output and tokens sealed (AES-256-GCM) under its subject's "
+                       "key, so `proctor audit erase --subject` erases them with every proof intact (default off; "
+                       "docs/compliance.md)")
+    audit.add_argument("--audit-key-dir", help="the subjects' keys, outside the log (default <audit db>.keys)")
     audit.add_argument("--audit-witnesses", help="witness vkeys (comma-separated) whose cosignatures are kept "
                                                  "(default: any that verifies; PROCTOR_AUDIT_WITNESSES)")
     sec = p.add_argument_group("security (README: Security)")
@@ -144,7 +149,7 @@ def _serve(args: argparse.Namespace) -> int:
             "output_moderators", "audit",
             "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",
             "audit_hmac_key_file", "audit_signing_key", "audit_origin", "audit_witnesses", "audit_checkpoint_every",
-            "audit_checkpoint_interval_s", "audit_receipts", "tls_cert_file",
+            "audit_checkpoint_interval_s", "audit_receipts", "audit_encryption", "audit_key_dir", "tls_cert_file",
             "tls_key_file",
             "tls_client_ca_file",
             "callers_file", "insecure", "reflection_needs_auth",

@@ -38,6 +38,7 @@ SAMPLER_REVISION = 2
 # to start where it cannot serve the model); off: not required. The audit record says what the rows were, and a
 # replay is refused across a difference.
 BATCH_INVARIANT_MODES = ("auto", "on", "off")
+AUDIT_ENCRYPTION_MODES = ("off", "subject")  # subject: sealed under the subject's key (audit/sealing.py)
 
 
 def default_audit_db() -> str:
@@ -193,6 +194,8 @@ class Settings:
     audit_checkpoint_every: int = 1000
     audit_checkpoint_interval_s: float = 60.0
     audit_receipts: bool = True  # every answer waits for its record's commit and carries a signed receipt
+    audit_encryption: str = "off"  # off | subject: each record's content sealed under its subject's key (erasure)
+    audit_key_dir: str = ""  # the subjects' keys (audit/keystore.py); empty: <audit db>.keys
     audit_queue_size: int = 1024
     # Security (api/gate.py, api/tls.py, api/callers.py). Off loopback the server refuses to start
     # without TLS and a callers file unless `insecure` is set; on loopback without a callers file it is open.
@@ -233,6 +236,9 @@ class Settings:
         for name in ("prefix_cache_mb", "max_forced_tokens", "speculation_tokens", "speculation_max_rows"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
+        if self.audit_encryption not in AUDIT_ENCRYPTION_MODES:
+            raise ValueError(f"audit_encryption must be one of {', '.join(AUDIT_ENCRYPTION_MODES)}, "
+                             f"got {self.audit_encryption!r}")
         if self.batch_invariant not in BATCH_INVARIANT_MODES:
             raise ValueError(f"batch_invariant must be one of {', '.join(BATCH_INVARIANT_MODES)}, "
                              f"got {self.batch_invariant!r}")

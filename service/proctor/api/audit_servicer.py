@@ -19,6 +19,8 @@ import grpc
 
 from proctor.api.call_runner import CallRunner
 from proctor.api.errors import abort_with
+from proctor.audit.erasure import erased_problem, opened_json
+from proctor.audit.keystore import KeyStore
 from proctor.audit.kinds import RECORD_KINDS, REQUEST
 from proctor.audit.proofs import (
     CosignatureRefused,
@@ -42,16 +44,13 @@ from proctor_client.v1 import audit_pb2_grpc as apb_grpc
 _T = TypeVar("_T")
 
 
-def _record(row: Row) -> apb.AuditRecord:
-    return apb.AuditRecord(seq=row.seq, audit_id=row.audit_id, record_json=row.record_json().decode("utf-8"),
-                           hash=row.hash, prev_hash=row.prev_hash)
-
-
 class AuditServicer(apb_grpc.AuditServicer):
     def __init__(self, settings: Settings, store: AuditStore, generation: CallRunner[Any],
-                 checkpoint_file: Path | None, checkpoint_now: Callable[[], Future[int]] | None = None) -> None:
+                 checkpoint_file: Path | None, checkpoint_now: Callable[[], Future[int]] | None = None,
+                 keys: KeyStore | None = None) -> None:
         self._settings = settings
         self._store = store
+        self._keys = keys  # the subjects' keys: sealed records are answered opened, or marked erased
         self._checkpoint_now = checkpoint_now  # the sink's request_checkpoint
         self._generation = generation
         self._checkpoint_file = checkpoint_file
@@ -66,7 +65,13 @@ class AuditServicer(apb_grpc.AuditServicer):
         return row
 
     async def GetRecord(self, request: apb.GetRecordRequest, context: grpc.aio.ServicerContext) -> apb.AuditRecord:
-        return _record(await self._get(request.audit_id, context))
+        return self._record(await self._get(request.audit_id, context))
+
+    def _record(self, row: Row) -> apb.AuditRecord:
+        """The row as answered: ``record_json`` the record as written (a sealed one opened, or marked erased; the
+        stored bytes, which ``hash`` covers, are the proofs')."""
+        return apb.AuditRecord(seq=row.seq, audit_id=row.audit_id, record_json=opened_json(row, self._keys),
+                               hash=row.hash, prev_hash=row.prev_hash)
 
     async def ExportRecords(self, request: apb.ExportRecordsRequest, context: grpc.aio.ServicerContext
                             ) -> AsyncIterator[apb.AuditRecord]:
@@ -82,7 +87,7 @@ class AuditServicer(apb_grpc.AuditServicer):
             if not page:
                 return
             for row in page:
-                yield _record(row)
+                yield self._record(row)
 
     async def VerifyLog(self, request: apb.VerifyLogRequest, context: grpc.aio.ServicerContext
                         ) -> apb.VerifyLogResponse:
@@ -149,8 +154,8 @@ class AuditServicer(apb_grpc.AuditServicer):
             raise AssertionError("unreachable") from exc
 
     async def Replay(self, request: apb.ReplayRequest, context: grpc.aio.ServicerContext) -> apb.ReplayResponse:
-        body = json.loads((await self._get(request.audit_id, context)).record_json())
-        problem = self._replay_problem(body)
+        body = json.loads(opened_json(await self._get(request.audit_id, context), self._keys))
+        problem = erased_problem(body, self._store) or self._replay_problem(body)
         if problem:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, problem)
         generation = self._generation

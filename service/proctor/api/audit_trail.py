@@ -21,8 +21,10 @@ import grpc
 from google.rpc import code_pb2
 
 from proctor.api.gate import current_identity
+from proctor.audit.keystore import KeyStore
 from proctor.audit.receipts import ReceiptSigner
 from proctor.audit.records import CallRecord, PrivacyPolicy, build_body
+from proctor.audit.sealing import seal
 from proctor.audit.sink import AuditSink, AuditUnavailable, Committed
 from proctor.domain import EngineFault, ShuttingDown
 from proctor.observability.calls import AUDIT_COMMIT, bind_call, stage
@@ -81,8 +83,9 @@ def caller_identity(context: grpc.aio.ServicerContext) -> dict[str, str]:
 
 class AuditTrail:
     def __init__(self, sink: AuditSink | None, policy: PrivacyPolicy, *, compliance: bool, top_n: int,
-                 receipts: bool = False) -> None:
+                 receipts: bool = False, keys: KeyStore | None = None) -> None:
         self.sink = sink
+        self.keys = keys  # --audit-encryption subject: each record's content sealed under its subject's key
         self.policy = policy
         self.compliance = compliance
         self.top_n = top_n
@@ -122,10 +125,11 @@ class AuditTrail:
         body["server"] = self.server
         try:
             with stage(AUDIT_COMMIT) as attributes:
+                stored = self._sealed(body, call)
                 try:
-                    future = self.sink.try_submit(body)  # on the loop while the queue has room (no thread hop)
+                    future = self.sink.try_submit(stored)  # on the loop while the queue has room (no thread hop)
                     if future is None:
-                        future = await asyncio.to_thread(self.sink.submit, body)  # a full queue blocks, off the loop
+                        future = await asyncio.to_thread(self.sink.submit, stored)  # a full queue blocks, off the loop
                 except AuditUnavailable as exc:
                     raise AuditTrailDown(f"{exc}: calls are refused (retry on another replica)") from exc
                 attributes["proctor.audit.waited"] = bool(self.compliance if wait is None else wait)
@@ -138,6 +142,16 @@ class AuditTrail:
             raise
         except Exception as exc:
             raise AuditWriteFailed(f"the audit record could not be written, so the output is withheld: {exc}") from exc
+
+    def _sealed(self, body: dict[str, Any], call: CallRecord) -> dict[str, Any]:
+        """The record as stored: its content sealed under its subject's key (the request's ``subject_id``, else the
+        caller) when the log is encrypted."""
+        if self.keys is None:
+            return body
+        subject = call.request.subject_id if call.request is not None and call.request.subject_id else \
+            str(call.caller.get("identity", ""))
+        key_id, key = self.keys.key_for(subject)
+        return seal(body, key_id, key)
 
     def receipt(self, audit_id: str, body: dict[str, Any], committed: Committed, answered: str) -> str:
         """The log's signed receipt of record ``audit_id`` (``body``), committed as ``committed``, answered with

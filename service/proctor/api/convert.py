@@ -173,6 +173,7 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
         context_overflow=CONTEXT_OVERFLOW_FROM_PROTO[message.context_overflow],
         speculation=SPECULATION_FROM_PROTO[message.speculation],
         **_present(message, ("cache_prompt",)),
+        subject_id=message.subject_id,
         input_screens=_moderation_plugins(message.input_screens, "input_screens", settings),
         output_moderators=_moderation_plugins(message.output_moderators, "output_moderators", settings),
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor.audit.cli_common import fail, open_readonly, settings_of, store_flags
+from proctor.audit.erasure_cli import add_erasure_commands
 from proctor.audit.kinds import RECORD_KINDS, REQUEST
 from proctor.audit.proof_cli import add_proof_commands
 from proctor.audit.store import Filters
@@ -27,6 +28,8 @@ from proctor_client.cli import add_credential_flags
 def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     audit = subparsers.add_parser("audit", help="read, export, verify, prove and replay the audit trail")
     sub = audit.add_subparsers(dest="audit_command", required=True)
+
+    add_erasure_commands(sub)
 
     show = sub.add_parser("show", help="one record as a readable table of its tokens")
     show.add_argument("audit_id", help="the record's audit id, or a .tlog-proof file (read without any store)")
@@ -100,7 +103,11 @@ def _show(args: argparse.Namespace) -> int:
         return fail(str(exc))
     if row is None:
         return fail(f"no audit record {args.audit_id!r}", 1)
-    for line in render_record(json.loads(row.record_json()), row.seq, row.hash):
+    from proctor.audit.erasure import opened_json
+    from proctor.audit.setup import key_store
+
+    for line in render_record(json.loads(opened_json(row, key_store(settings_of(args), existing=True))), row.seq,
+                              row.hash):
         print(line)
     return 0
 
@@ -148,6 +155,7 @@ def render_record(body: dict[str, Any], seq: int, hash_: str) -> list[str]:
         if part:
             text = part.get("text", "")
             shown = (("… " if len(text) > 300 else "") + repr(text[-300:]) if part["policy"] == "full"
+                     else "erased (its subject's key is destroyed)" if part["policy"] == "erased"
                      else f"hmac-sha256 {part['hmac_sha256']}")
             lines.append(f"{label:<10} {shown}")
     if body.get("constraint"):
@@ -179,6 +187,7 @@ def _export(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from proctor.audit.export import export_records
+    from proctor.audit.setup import key_store
 
     try:
         filters = Filters(since_ms=_time(args.since, "--since"), until_ms=_time(args.until, "--until"),
@@ -190,7 +199,8 @@ def _export(args: argparse.Namespace) -> int:
     out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8", newline="")  # noqa: SIM115
     try:
         with tqdm(total=store.count(), unit="rec", desc="export", file=sys.stderr, disable=args.out == "-") as bar:
-            count = export_records(store, out, args.format, filters, progress=lambda n: bar.update(n))
+            count = export_records(store, out, args.format, filters, progress=lambda n: bar.update(n),
+                                   keys=key_store(settings_of(args), existing=True))
     finally:
         if out is not sys.stdout:
             out.close()

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from proctor.audit.erasure import opened_json
+from proctor.audit.keystore import KeyStore
 from proctor.audit.kinds import ACCESS
 from proctor.audit.store import AuditStore, Filters, Row
 
@@ -24,6 +26,8 @@ def iso(ms: int) -> str:
 def _text(part: dict[str, Any] | None) -> str:
     if not part:
         return ""
+    if part.get("policy") == "erased":
+        return "erased"
     return part.get("text", "") if part.get("policy") == "full" else f"hmac-sha256:{part.get('hmac_sha256', '')}"
 
 
@@ -44,15 +48,15 @@ def access_csv_row(row: Row, body: dict[str, Any]) -> list[object]:
 
 
 def export_records(store: AuditStore, out: TextIO, fmt: str, filters: Filters,
-                   progress: Callable[[int], None] | None = None) -> int:
-    """Write the matching records; returns how many."""
+                   progress: Callable[[int], None] | None = None, keys: KeyStore | None = None) -> int:
+    """Write the matching records (sealed ones opened with ``keys``, or marked erased); returns how many."""
     access = filters.kind == ACCESS
     writer = csv.writer(out) if fmt == "csv" else None
     if writer is not None:
         writer.writerow(ACCESS_CSV_COLUMNS if access else CSV_COLUMNS)
     count = 0
     for row in store.iterate(filters):
-        body = json.loads(row.record_json())
+        body = json.loads(opened_json(row, keys))
         if writer is not None:
             writer.writerow(access_csv_row(row, body) if access else csv_row(row, body))
         else:

@@ -3,6 +3,7 @@
 - ``request``: one call through the generation API (api/audit_trail.py), whatever its outcome.
 - ``access``: one call to the Audit service, which reads the log (api/access_log.py): who read what, and whether
   they were let (the trail of the trail, as CloudTrail's data events).
+- ``erasure``: a subject's key destroyed (audit/erasure.py): who, when, which subject, how many records, why.
 - ``checkpoint``: the writer's signed checkpoint over every row before it (audit/sink.py).
 
 Every row, whatever its kind, is a link of the chain and a leaf of the Merkle tree.
@@ -15,8 +16,8 @@ from typing import Any
 from proctor.audit import FORMAT
 from proctor.audit.records import finish_reason_of
 
-REQUEST, ACCESS, CHECKPOINT = "request", "access", "checkpoint"
-RECORD_KINDS = (REQUEST, ACCESS)  # what the writer takes from the server's callers
+REQUEST, ACCESS, ERASURE, CHECKPOINT = "request", "access", "erasure", "checkpoint"
+RECORD_KINDS = (REQUEST, ACCESS, ERASURE)  # what the writer takes from its callers
 KINDS = (*RECORD_KINDS, CHECKPOINT)
 
 Columns = tuple[str, str, int, str, str, str]  # kind, audit_id, time_ms, caller, request_id, finish_reason
@@ -29,7 +30,7 @@ def filter_columns(body: dict[str, Any]) -> Columns:
     if body.get("format") != FORMAT or kind not in RECORD_KINDS:
         raise ValueError(f"this writer writes {FORMAT} records of kinds {', '.join(RECORD_KINDS)}, not "
                          f"{body.get('format')!r} {kind!r}")
-    if kind == ACCESS:
-        return ACCESS, str(body["audit_id"]), int(body["time_ms"]), str(body["caller"]["identity"]), "", ""
+    if kind != REQUEST:
+        return kind, str(body["audit_id"]), int(body["time_ms"]), str(body["caller"]["identity"]), "", ""
     return (REQUEST, str(body["audit_id"]), int(body["received_ms"]), str(body["caller"]["identity"]),
             str(body["request_id"]), finish_reason_of(body))

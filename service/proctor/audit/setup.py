@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from proctor.audit.chain import load_or_create_signing_key, public_key_text
+from proctor.audit.keystore import FileKeyStore
 from proctor.audit.records import PrivacyPolicy
 from proctor.audit.sink import AuditSink
 from proctor.audit.store import AuditStore
@@ -37,6 +38,19 @@ def signing_key_path(settings: Settings) -> Path:
 def checkpoint_path(settings: Settings) -> Path:
     return Path(settings.audit_checkpoint_file) if settings.audit_checkpoint_file \
         else Path(f"{_base(settings)}.checkpoints")
+
+
+def key_dir(settings: Settings) -> Path:
+    return Path(settings.audit_key_dir) if settings.audit_key_dir else Path(f"{_base(settings)}.keys")
+
+
+def key_store(settings: Settings, *, existing: bool = False) -> FileKeyStore | None:
+    """The subjects' key store: with --audit-encryption subject (or, ``existing``, wherever one was kept: a reader
+    opens the records sealed under it); else None."""
+    path = key_dir(settings)
+    if settings.audit_encryption == "subject" or (existing and path.is_dir()):
+        return FileKeyStore(path)
+    return None
 
 
 def privacy_policy(settings: Settings) -> PrivacyPolicy:

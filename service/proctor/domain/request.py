@@ -187,6 +187,7 @@ class GenerationRequest:
     output_moderators: tuple[PluginCall, ...] = ()  # run on the finished output (server defaults first)
     speculation: str = Speculation.DEFAULT  # prompt-lookup drafts (Speculation); never changes the output
     cache_prompt: bool = True  # the caller's wish: this prompt's chunks may outlive the request in the prefix cache
+    subject_id: str = ""  # whose data the call holds (audit erasure and retention); "": the caller's
     # The prefix cache's namespace for this prompt's chunks, set by the server (api/call_runner.admit): the
     # caller's name ("" when the server is open); None: nothing of the prompt outlives the request, and
     # nothing cached is read for it.

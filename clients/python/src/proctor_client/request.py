@@ -94,6 +94,7 @@ def build_request(
     num_return_sequences: int | None = None,
     speculation: SpeculationName | None = None,
     cache_prompt: bool | None = None,
+    subject_id: str = "",
 ) -> generation_pb2.GenerateRequest:
     """Return a request with exactly one of ``prompt`` (raw text) or ``messages`` (chat turns).
 
@@ -182,6 +183,8 @@ def build_request(
         request.speculation = generation_pb2.Speculation.Value(f"SPECULATION_{speculation.upper()}")
     if cache_prompt is not None:
         request.cache_prompt = cache_prompt
+    if subject_id:
+        request.subject_id = subject_id
     if top_logprobs is not None:
         request.top_logprobs = top_logprobs
     _set_masks(request, forbidden, forbidden_case_insensitive, forbidden_whole_word, logit_bias, allowed_token_ids)

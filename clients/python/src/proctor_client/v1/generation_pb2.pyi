@@ -271,7 +271,7 @@ class ModerationVerdict(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[str] = ..., decision: _Optional[_Union[ModerationDecision, str]] = ..., score: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "prompt", "messages", "sampling", "stopping", "top_logprobs", "token_details", "json_schema", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace", "constraint_exact_only", "forbidden", "logit_bias", "allowed_token_ids", "logits_processors", "stopping_criteria", "confidence", "context_overflow", "input_screens", "output_moderators", "num_return_sequences", "speculation", "cache_prompt")
+    __slots__ = ("request_id", "prompt", "messages", "sampling", "stopping", "top_logprobs", "token_details", "json_schema", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace", "constraint_exact_only", "forbidden", "logit_bias", "allowed_token_ids", "logits_processors", "stopping_criteria", "confidence", "context_overflow", "input_screens", "output_moderators", "num_return_sequences", "speculation", "cache_prompt", "subject_id")
     class LogitBiasEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -306,6 +306,7 @@ class GenerateRequest(_message.Message):
     NUM_RETURN_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     SPECULATION_FIELD_NUMBER: _ClassVar[int]
     CACHE_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt: str
     messages: ChatMessages
@@ -333,7 +334,8 @@ class GenerateRequest(_message.Message):
     num_return_sequences: int
     speculation: Speculation
     cache_prompt: bool
-    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingParams, _Mapping]] = ..., top_logprobs: _Optional[int] = ..., token_details: _Optional[bool] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Union[ChoiceConstraint, _Mapping]] = ..., grammar: _Optional[_Union[GrammarConstraint, _Mapping]] = ..., schema_ref: _Optional[str] = ..., constraint_backend: _Optional[_Union[ConstraintBackend, str]] = ..., json_whitespace: _Optional[_Union[JsonWhitespace, str]] = ..., constraint_exact_only: _Optional[bool] = ..., forbidden: _Optional[_Union[ForbiddenPhrases, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., logits_processors: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., stopping_criteria: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., confidence: _Optional[bool] = ..., context_overflow: _Optional[_Union[ContextOverflow, str]] = ..., input_screens: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., output_moderators: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., num_return_sequences: _Optional[int] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., cache_prompt: _Optional[bool] = ...) -> None: ...
+    subject_id: str
+    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingParams, _Mapping]] = ..., top_logprobs: _Optional[int] = ..., token_details: _Optional[bool] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Union[ChoiceConstraint, _Mapping]] = ..., grammar: _Optional[_Union[GrammarConstraint, _Mapping]] = ..., schema_ref: _Optional[str] = ..., constraint_backend: _Optional[_Union[ConstraintBackend, str]] = ..., json_whitespace: _Optional[_Union[JsonWhitespace, str]] = ..., constraint_exact_only: _Optional[bool] = ..., forbidden: _Optional[_Union[ForbiddenPhrases, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., logits_processors: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., stopping_criteria: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., confidence: _Optional[bool] = ..., context_overflow: _Optional[_Union[ContextOverflow, str]] = ..., input_screens: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., output_moderators: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., num_return_sequences: _Optional[int] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., cache_prompt: _Optional[bool] = ..., subject_id: _Optional[str] = ...) -> None: ...
 
 class ChoiceConstraint(_message.Message):
     __slots__ = ("options",)

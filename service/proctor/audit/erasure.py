@@ -1,0 +1,84 @@
+"""Erasure by crypto-shredding: destroy a subject's key and record that it was done (GDPR Art. 17).
+
+``erase`` counts the records sealed under the subject's key (audit/sealing.py), destroys the key
+(audit/keystore.py), and appends an ``erasure`` record: who, when, which subject, which key, how many records and
+why. Nothing in the log changes: every row, the chain, the Merkle tree, every checkpoint and every proof handed out
+stay valid, and the erased content can no longer be read by anyone, with the database or without.
+
+Readers go through ``opened_json``: a sealed record comes back opened, or, its key destroyed, marked ``erased``;
+``erased_problem`` is why a replay of one is refused (naming the erasure record).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from proctor.audit import FORMAT
+from proctor.audit.canonical import canonical
+from proctor.audit.keystore import KeyStore
+from proctor.audit.kinds import ERASURE
+from proctor.audit.sealing import open_body, sealed_key_id
+from proctor.audit.store import AuditStore, Filters, Row
+
+
+class NothingToErase(LookupError):
+    """The subject has no live key here (never recorded under encryption, or erased already)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Erased:
+    subject: str
+    key_id: str
+    records: int
+    audit_id: str  # the erasure record's
+
+
+def opened_json(row: Row, keys: KeyStore | None) -> str:
+    """The row's record as JSON: as stored, or, sealed, opened (its key live) or marked erased."""
+    stored = row.record_json()
+    if b'"sealed":' not in stored:
+        return stored.decode("utf-8")
+    return canonical(open_body(json.loads(stored), keys)).decode("utf-8")
+
+
+def erased_problem(body: dict[str, Any], store: AuditStore) -> str:
+    """Why an opened record cannot be replayed because it was erased ("" when it was not)."""
+    erased = body.get("erased")
+    if not erased:
+        return ""
+    found = erasure_of(store, str(erased.get("key_id")))
+    when = f" by erasure record {found['audit_id']} ({found['reason']!r})" if found else ""
+    return f"the record's content was erased{when}: its subject's key is destroyed, so there is nothing to replay"
+
+
+def erasure_of(store: AuditStore, key_id: str) -> dict[str, Any] | None:
+    """The erasure record that destroyed ``key_id`` (None: none found)."""
+    for row in store.iterate(Filters(kind=ERASURE)):
+        body = json.loads(row.record_json())
+        if body.get("key_id") == key_id:
+            return dict(body)
+    return None
+
+
+def erase(store: AuditStore, keys: KeyStore, subject: str, reason: str, operator: str,
+          append: Callable[[dict[str, Any]], str], progress: Callable[[int], None] | None = None) -> Erased:
+    """Destroy ``subject``'s key and append the erasure record with ``append`` (which returns its audit id)."""
+    key_id = keys.key_id(subject)
+    if key_id is None:
+        raise NothingToErase(f"subject {subject!r} has no key here: none of its records is sealed, or it was "
+                             "erased already")
+    count = 0
+    for row in store.iterate(Filters()):
+        if b'"sealed":' in (stored := row.record_json()) and sealed_key_id(json.loads(stored)) == key_id:
+            count += 1
+        if progress is not None:
+            progress(1)
+    keys.destroy(subject)
+    body = {"format": FORMAT, "kind": ERASURE, "audit_id": f"erasure-{key_id}", "time_ms": int(time.time() * 1000),
+            "caller": {"identity": operator, "source": "proctor audit erase"}, "subject": subject, "key_id": key_id,
+            "records": count, "reason": reason}
+    return Erased(subject, key_id, count, append(body))
