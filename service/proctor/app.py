@@ -32,6 +32,7 @@ from proctor.api.contracts_servicer import ContractsServicer
 from proctor.api.security import bind, build_gate
 from proctor.api.servicer import GenerationServicer
 from proctor.api.telemetry import TelemetryInterceptor
+from proctor.audit.retention import RetentionSweeper
 from proctor.audit.setup import checkpoint_path, key_store, open_sink, privacy_policy
 from proctor.audit.sink import AuditSink
 from proctor.config import Settings
@@ -83,6 +84,7 @@ class RunningServer:
     _audit_ok: bool = field(default=True, init=False)  # the audit store takes records (last write or probe)
     _progress_ok: bool = field(default=True, init=False)  # the watchdog sees every part move (or is off)
     _watchdog: asyncio.Task[None] | None = field(default=None, init=False)
+    retention: RetentionSweeper | None = None  # --audit-retention-days: the keys past it destroyed hourly
 
     def __post_init__(self) -> None:
         if self.audit_sink is not None:
@@ -154,6 +156,8 @@ class RunningServer:
         await self.health.enter_graceful_shutdown()
         if self._watchdog is not None:  # a closing sink and a draining engine are no wedge
             self._watchdog.cancel()
+        if self.retention is not None:
+            self.retention.stop()
         if notice_s > 0:
             log.info("draining: health NOT_SERVING for %.1f s before the listener closes (calls still served)",
                      notice_s)
@@ -306,7 +310,10 @@ async def start_server(settings: Settings) -> RunningServer:
     observability.serve(settings)
     running = RunningServer(settings, server, port, health, servicer, asyncio.get_running_loop(), audit_sink=sink,
                             observability=observability, health_server=health_server, health_port=health_port,
-                            http=http)
+                            http=http, retention=RetentionSweeper(sink, keys, settings.audit_retention_days)
+                            if sink is not None and keys is not None and settings.audit_retention_days else None)
+    if running.retention is not None:
+        running.retention.start()
     log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", settings.host, port)
     return running
 

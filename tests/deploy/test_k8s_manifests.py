@@ -5,6 +5,7 @@ offline (kubernetes-validate, strict), and its numbers agree with each other and
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -183,3 +184,28 @@ def test_the_witness_cronjob_runs_a_real_witness_command(rendered: tuple[str, li
     assert all(pod["metadata"]["labels"].get(k) == v for k, v in admitted.items())
     secrets = {v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v}
     assert secrets == {"proctor-witness"}  # not proctor-audit-keys: a witness holds no log key
+
+
+def test_the_retention_component_renders_validates_and_runs_the_real_sweep_command(tmp_path: Path) -> None:
+    """deploy/k8s/components/retention on the base (not in an overlay: only for encrypted logs): a valid CronJob
+    whose command line is the real ``proctor audit sweep``'s."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        missing("kubectl (with its built-in kustomize) is not installed")
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base, component = (os.path.relpath(K8S / part, overlay) for part in ("base", "components/retention"))
+    (overlay / "kustomization.yaml").write_text(  # kustomize takes relative paths only
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {base}\ncomponents:\n  - {component}\n")
+    result = subprocess.run([str(kubectl), "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(overlay)],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    cronjob = one([doc for doc in yaml.safe_load_all(result.stdout) if doc], "CronJob")
+    for version in (OLDEST_SUPPORTED, kubernetes_validate.latest_version()):
+        kubernetes_validate.validate(cronjob, version, strict=True)
+    from proctor.cli import build_parser
+
+    command = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    args = build_parser().parse_args(command[1:])
+    assert args.audit_command == "sweep" and args.retention_days >= 183  # the EU AI Act's six months at least

@@ -144,13 +144,14 @@ class AuditTrail:
             raise AuditWriteFailed(f"the audit record could not be written, so the output is withheld: {exc}") from exc
 
     def _sealed(self, body: dict[str, Any], call: CallRecord) -> dict[str, Any]:
-        """The record as stored: its content sealed under its subject's key (the request's ``subject_id``, else the
-        caller) when the log is encrypted."""
+        """The record as stored: its content sealed under its subject's key of the day it arrived (the subject: the
+        request's ``subject_id``, else the caller) when the log is encrypted."""
         if self.keys is None:
             return body
-        subject = call.request.subject_id if call.request is not None and call.request.subject_id else \
-            str(call.caller.get("identity", ""))
-        key_id, key = self.keys.key_for(subject)
+        caller = str(call.caller.get("identity", ""))
+        subject = call.request.subject_id if call.request is not None and call.request.subject_id else caller
+        day = time.strftime("%Y-%m-%d", time.gmtime(call.received_ms / 1000))
+        key_id, key = self.keys.key_for(subject, day, caller)
         return seal(body, key_id, key)
 
     def receipt(self, audit_id: str, body: dict[str, Any], committed: Committed, answered: str) -> str:

@@ -82,7 +82,7 @@ def _positive(value: str) -> int:
     return number
 
 
-def _time(value: str | None, flag: str) -> int | None:
+def parse_time(value: str | None, flag: str) -> int | None:
     if value is None:
         return None
     if value.isdigit():
@@ -190,7 +190,7 @@ def _export(args: argparse.Namespace) -> int:
     from proctor.audit.setup import key_store
 
     try:
-        filters = Filters(since_ms=_time(args.since, "--since"), until_ms=_time(args.until, "--until"),
+        filters = Filters(since_ms=parse_time(args.since, "--since"), until_ms=parse_time(args.until, "--until"),
                           caller=args.caller, request_id=args.request_id, finish_reason=args.finish_reason,
                           kind=args.kind)
         store = open_readonly(args)

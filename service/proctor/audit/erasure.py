@@ -12,6 +12,7 @@ Readers go through ``opened_json``: a sealed record comes back opened, or, its k
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ from typing import Any
 
 from proctor.audit import FORMAT
 from proctor.audit.canonical import canonical
-from proctor.audit.keystore import KeyStore
+from proctor.audit.holds import Held, active_holds
+from proctor.audit.keystore import KeyEntry, KeyStore
 from proctor.audit.kinds import ERASURE
 from proctor.audit.sealing import open_body, sealed_key_id
 from proctor.audit.store import AuditStore, Filters, Row
@@ -31,10 +33,10 @@ class NothingToErase(LookupError):
 
 @dataclass(frozen=True, slots=True)
 class Erased:
-    subject: str
-    key_id: str
+    key_ids: tuple[str, ...]
     records: int
-    audit_id: str  # the erasure record's
+    held: tuple[str, ...]  # keys a hold kept (the sweep)
+    audit_id: str  # the erasure record's ("" when nothing was destroyed)
 
 
 def opened_json(row: Row, keys: KeyStore | None) -> str:
@@ -59,26 +61,43 @@ def erasure_of(store: AuditStore, key_id: str) -> dict[str, Any] | None:
     """The erasure record that destroyed ``key_id`` (None: none found)."""
     for row in store.iterate(Filters(kind=ERASURE)):
         body = json.loads(row.record_json())
-        if body.get("key_id") == key_id:
+        if key_id in body.get("key_ids", ()):
             return dict(body)
     return None
 
 
 def erase(store: AuditStore, keys: KeyStore, subject: str, reason: str, operator: str,
           append: Callable[[dict[str, Any]], str], progress: Callable[[int], None] | None = None) -> Erased:
-    """Destroy ``subject``'s key and append the erasure record with ``append`` (which returns its audit id)."""
-    key_id = keys.key_id(subject)
-    if key_id is None:
+    """Destroy every key of ``subject`` and append the erasure record with ``append`` (which returns its audit id).
+    ``Held`` (naming the hold) when a hold in force covers any of them: nothing is destroyed then."""
+    entries = [entry for entry in keys.entries() if entry.subject == subject]
+    if not entries:
         raise NothingToErase(f"subject {subject!r} has no key here: none of its records is sealed, or it was "
                              "erased already")
+    holds = active_holds(store)
+    for entry in entries:
+        for hold in holds:
+            if hold.covers(entry):
+                raise Held(hold, f"subject {subject!r}")
+    return destroy(store, keys, entries, {"subject": subject, "reason": reason}, operator, append, progress)
+
+
+def destroy(store: AuditStore, keys: KeyStore, entries: list[KeyEntry], about: dict[str, Any], operator: str,
+            append: Callable[[dict[str, Any]], str], progress: Callable[[int], None] | None = None,
+            held: tuple[str, ...] = ()) -> Erased:
+    """Destroy the keys of ``entries`` and append one erasure record (``about``: its subject and reason): the keys,
+    the subjects and days they sealed, and how many records they sealed."""
+    wanted = {entry.key_id for entry in entries}
     count = 0
     for row in store.iterate(Filters()):
-        if b'"sealed":' in (stored := row.record_json()) and sealed_key_id(json.loads(stored)) == key_id:
+        if b'"sealed":' in (stored := row.record_json()) and sealed_key_id(json.loads(stored)) in wanted:
             count += 1
         if progress is not None:
             progress(1)
-    keys.destroy(subject)
-    body = {"format": FORMAT, "kind": ERASURE, "audit_id": f"erasure-{key_id}", "time_ms": int(time.time() * 1000),
-            "caller": {"identity": operator, "source": "proctor audit erase"}, "subject": subject, "key_id": key_id,
-            "records": count, "reason": reason}
-    return Erased(subject, key_id, count, append(body))
+    for entry in entries:
+        keys.destroy(entry.key_id)
+    body = {"format": FORMAT, "kind": ERASURE, "audit_id": f"erasure-{secrets.token_hex(8)}",
+            "time_ms": int(time.time() * 1000), "caller": {"identity": operator, "source": "proctor audit"}, **about,
+            "key_ids": sorted(wanted), "keys": [{"subject": e.subject, "day": e.day} for e in entries],
+            "records": count}
+    return Erased(tuple(sorted(wanted)), count, held, append(body))

@@ -1,64 +1,157 @@
-"""``proctor audit erase``: crypto-shredding from the command line (audit/erasure.py; docs/compliance.md)."""
+"""``proctor audit erase | hold | release | sweep``: erasure, legal holds and retention from the command line
+(audit/erasure.py, audit/holds.py, audit/retention.py; docs/compliance.md).
+
+Each appends its record to the log through a writer of its own on the same store (SQLite serialises it with the
+server's; PostgreSQL chains it inside the write transaction), signed with the log's key.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from proctor.audit.cli_common import fail, settings_of, store_flags
+from proctor.audit.keystore import FileKeyStore
+from proctor.audit.store import AuditStore
 
 
 def add_erasure_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    erase = sub.add_parser("erase", help="erase a subject's records by destroying its key (every proof stays valid), "
+    erase = sub.add_parser("erase", help="erase a subject's records by destroying its keys (every proof stays valid), "
                                          "and record the erasure")
     erase.add_argument("--subject", required=True, help="the subject: a request's subject_id, or a caller's name")
     erase.add_argument("--reason", required=True, help="why (kept in the erasure record): a request's reference")
-    erase.add_argument("--operator", default="", help="who erases (default: this user's login name)")
-    store_flags(erase)
-    erase.add_argument("--key-dir", help="the subjects' keys (default: the server's, <db>.keys)")
-    erase.add_argument("--signing-key", help="the log's Ed25519 key, which signs the erasure's checkpoint "
-                                             "(default: the server's, <db>.key or PROCTOR_AUDIT_SIGNING_KEY)")
+    _common(erase)
     erase.set_defaults(func=_erase)
 
+    hold = sub.add_parser("hold", help="place a legal hold: erasure and retention leave what it covers alone")
+    scope = hold.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--subject", help="every record of this subject")
+    scope.add_argument("--caller", help="every record this caller made")
+    scope.add_argument("--from", dest="start", help="records from this time (ISO 8601 or epoch ms; with --to)")
+    hold.add_argument("--to", dest="end", help="records before this time (with --from)")
+    hold.add_argument("--reason", required=True, help="why (kept in the hold record): a case reference")
+    _common(hold)
+    hold.set_defaults(func=_hold)
 
-def _erase(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    release = sub.add_parser("release", help="end a legal hold (recorded in the log)")
+    release.add_argument("hold_id", help="the hold's id (hold-…)")
+    release.add_argument("--reason", required=True, help="why it ends")
+    _common(release)
+    release.set_defaults(func=_release)
 
+    sweep = sub.add_parser("sweep", help="destroy the keys of records past retention that no hold covers (a CronJob)")
+    sweep.add_argument("--retention-days", type=int, default=None,
+                       help="days records are kept (default: the server's --audit-retention-days)")
+    _common(sweep)
+    sweep.set_defaults(func=_sweep)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--operator", default="", help="who does it (default: this user's login name)")
+    store_flags(parser)
+    parser.add_argument("--key-dir", help="the subjects' keys (default: the server's, <db>.keys)")
+    parser.add_argument("--signing-key", help="the log's Ed25519 key, which signs the record's checkpoint "
+                                              "(default: the server's, <db>.key or PROCTOR_AUDIT_SIGNING_KEY)")
+
+
+@contextlib.contextmanager
+def _log(args: argparse.Namespace) -> Iterator[tuple[AuditStore, FileKeyStore, Callable[[dict[str, Any]], str]]]:
+    """The store, the key store, and an ``append`` that commits a record (its audit id back)."""
     from proctor.audit.chain import load_or_create_signing_key
-    from proctor.audit.erasure import NothingToErase, erase
-    from proctor.audit.keystore import FileKeyStore
     from proctor.audit.setup import checkpoint_path, key_dir, open_store, signing_key_path
     from proctor.audit.sink import AuditSink
 
     settings = settings_of(args)
-    try:
-        keys = FileKeyStore(Path(args.key_dir) if args.key_dir else key_dir(settings))
-        store = open_store(settings)
-        signing = Path(args.signing_key) if args.signing_key else signing_key_path(settings)
-        if not signing.is_file():
-            raise FileNotFoundError(f"no log key at {signing}: name it with --signing-key")
-        sink = AuditSink(store, load_or_create_signing_key(signing),
-                         checkpoint_file=checkpoint_path(settings), origin=settings.audit_origin)
-    except Exception as exc:
-        return fail(str(exc))
+    signing = Path(args.signing_key) if args.signing_key else signing_key_path(settings)
+    if not signing.is_file():
+        raise FileNotFoundError(f"no log key at {signing}: name it with --signing-key")
+    store = open_store(settings)
+    keys = FileKeyStore(Path(args.key_dir) if args.key_dir else key_dir(settings))
+    sink = AuditSink(store, load_or_create_signing_key(signing), checkpoint_file=checkpoint_path(settings),
+                     origin=settings.audit_origin)
 
     def append(body: dict[str, Any]) -> str:
         sink.submit(body).result(timeout=60)
         return str(body["audit_id"])
 
-    operator = args.operator or getpass.getuser()
     try:
-        with tqdm(total=store.count(), unit="rec", desc="scan", file=sys.stderr) as bar:
-            done = erase(store, keys, args.subject, args.reason, operator, append, progress=lambda n: bar.update(n))
-    except NothingToErase as exc:
+        yield store, keys, append
+    finally:
+        sink.close()
+
+
+def _operator(args: argparse.Namespace) -> str:
+    return str(args.operator or getpass.getuser())
+
+
+def _erase(args: argparse.Namespace) -> int:
+    from proctor.audit.erasure import NothingToErase, erase
+    from proctor.audit.holds import Held
+
+    try:
+        with _log(args) as (store, keys, append):
+            done = erase(store, keys, args.subject, args.reason, _operator(args), append)
+    except (NothingToErase, Held) as exc:
         return fail(str(exc), 1)
     except Exception as exc:
         return fail(f"the erasure did not complete: {exc}")
-    finally:
-        sink.close()
-    print(f"erased subject {done.subject!r}: key {done.key_id} destroyed, {done.records} records unreadable; erasure "
-          f"record {done.audit_id}", file=sys.stderr)
+    print(f"erased subject {args.subject!r}: {len(done.key_ids)} keys destroyed, {done.records} records unreadable; "
+          f"erasure record {done.audit_id}", file=sys.stderr)
+    return 0
+
+
+def _hold(args: argparse.Namespace) -> int:
+    from proctor.audit.cli import parse_time
+    from proctor.audit.holds import hold_body
+
+    try:
+        if args.start is not None or args.end is not None:
+            if args.start is None or args.end is None:
+                return fail("a time range needs --from and --to")
+            scope: dict[str, Any] = {"from_ms": parse_time(args.start, "--from"), "to_ms": parse_time(args.end, "--to")}
+        else:
+            scope = {"subject": args.subject} if args.subject is not None else {"caller": args.caller}
+        body = hold_body(scope, args.reason, _operator(args))
+        with _log(args) as (_, _, append):
+            hold_id = append(body)
+    except Exception as exc:
+        return fail(str(exc))
+    print(hold_id)
+    print(f"hold {hold_id} placed", file=sys.stderr)
+    return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    from proctor.audit.holds import release
+
+    try:
+        with _log(args) as (store, _, append):
+            hold = release(store, args.hold_id, args.reason, _operator(args), append)
+    except LookupError as exc:
+        return fail(str(exc), 1)
+    except Exception as exc:
+        return fail(str(exc))
+    print(f"released {hold.describe()}", file=sys.stderr)
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from proctor.audit.retention import sweep
+
+    days = args.retention_days if args.retention_days is not None else settings_of(args).audit_retention_days
+    if days <= 0:
+        return fail("retention is off: pass --retention-days N (or run the server with --audit-retention-days)")
+    try:
+        with _log(args) as (store, keys, append):
+            done = sweep(store, keys, days, int(time.time() * 1000), _operator(args), append)
+    except Exception as exc:
+        return fail(f"the sweep did not complete: {exc}")
+    print(f"swept: {len(done.key_ids)} keys destroyed ({done.records} records), {len(done.held)} kept by holds"
+          + (f"; erasure record {done.audit_id}" if done.audit_id else ""), file=sys.stderr)
     return 0

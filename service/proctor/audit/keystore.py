@@ -1,15 +1,20 @@
-"""The subjects' data keys, kept outside the log: destroying one erases its subject's records (crypto-shredding).
+"""The subjects' data keys, kept outside the log: destroying one erases what it sealed (crypto-shredding).
 
 Why outside: the log is append-only and every row is a leaf of a Merkle tree whose roots were signed and handed
-out, so no record can be deleted without breaking every proof. A record's personal content is sealed under its
-subject's key instead (audit/sealing.py); destroying the key leaves the sealed bytes, the chain, the tree, every
-checkpoint and every proof as they were, and the content unreadable by anyone.
+out, so no record can be deleted without breaking every proof. A record's personal content is sealed under a key
+instead (audit/sealing.py); destroying the key leaves the sealed bytes, the chain, the tree, every checkpoint and
+every proof as they were, and the content unreadable by anyone.
+
+A key seals one subject's records of one UTC day, so erasure (all of a subject's keys) and retention (the keys of
+the days past it, audit/retention.py) are both a matter of destroying keys. Each key's entry names its subject,
+its day and the callers whose records it sealed (what a hold on a caller covers). A key id is random: the records
+name it, never the subject.
 
 ``FileKeyStore`` (the default: ``<audit db>.keys/``, mode 0700) keeps one file of 32 random bytes per key and an
-index from subject to key id. A key id is random: the records name it, never the subject. ``destroy`` overwrites
-the key's file, syncs and unlinks it, and forgets the subject. (Overwriting is best effort on flash storage and
-copy-on-write file systems; a KMS keeps keys where destruction is guaranteed: implement ``KeyStore`` for it.)
-One machine's file store serves the servers on that machine; replicas sharing a PostgreSQL log share a KMS.
+index of the entries. ``destroy`` overwrites a key's file, syncs and unlinks it, and drops its entry.
+(Overwriting is best effort on flash storage and copy-on-write file systems; a KMS keeps keys where destruction
+is guaranteed: implement ``KeyStore`` for it.) One machine's file store serves the servers on that machine;
+replicas sharing a PostgreSQL log share a KMS.
 """
 
 from __future__ import annotations
@@ -18,27 +23,36 @@ import json
 import os
 import secrets
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 KEY_BYTES = 32  # AES-256-GCM
 
 
+@dataclass(frozen=True, slots=True)
+class KeyEntry:
+    key_id: str
+    subject: str
+    day: str  # UTC, ISO 8601 (2026-12-05)
+    callers: tuple[str, ...]
+
+
 class KeyStore(Protocol):
-    def key_for(self, subject: str) -> tuple[str, bytes]:
-        """(key id, key) of ``subject``, created at its first record."""
+    def key_for(self, subject: str, day: str, caller: str) -> tuple[str, bytes]:
+        """(key id, key) sealing ``subject``'s records of ``day`` (``caller`` wrote this one), made at the first."""
         ...
 
     def key(self, key_id: str) -> bytes | None:
         """The key ``key_id`` names; None once destroyed (or never made here)."""
         ...
 
-    def key_id(self, subject: str) -> str | None:
-        """The key id of ``subject``'s records (None: no live key)."""
+    def entries(self) -> list[KeyEntry]:
+        """Every live key."""
         ...
 
-    def destroy(self, subject: str) -> str | None:
-        """Destroy ``subject``'s key; its id (None: it had none)."""
+    def destroy(self, key_id: str) -> bool:
+        """Destroy a key; whether it was live."""
         ...
 
 
@@ -46,22 +60,25 @@ class FileKeyStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._index = directory / "subjects.json"
+        self._index = directory / "keys.json"
         self._lock = threading.Lock()
         self._cache: dict[str, bytes] = {}
 
-    def key_for(self, subject: str) -> tuple[str, bytes]:
+    def key_for(self, subject: str, day: str, caller: str) -> tuple[str, bytes]:
         with self._lock:
-            subjects = self._subjects()
-            key_id = subjects.get(subject)
-            if key_id is not None:
-                key = self._read(key_id)
-                if key is not None:
-                    return key_id, key
+            index = self._entries()
+            for key_id, entry in index.items():
+                if entry.subject == subject and entry.day == day:
+                    key = self._read(key_id)
+                    if key is not None:
+                        if caller not in entry.callers:
+                            index[key_id] = KeyEntry(key_id, subject, day, tuple(sorted({*entry.callers, caller})))
+                            self._save(index)
+                        return key_id, key
             key_id, key = secrets.token_hex(16), secrets.token_bytes(KEY_BYTES)
             _write_private(self.directory / f"{key_id}.key", key)
-            subjects[subject] = key_id
-            _write_private(self._index, json.dumps(subjects, sort_keys=True).encode())
+            index[key_id] = KeyEntry(key_id, subject, day, (caller,))
+            self._save(index)
             self._cache[key_id] = key
             return key_id, key
 
@@ -71,16 +88,14 @@ class FileKeyStore:
         with self._lock:
             return self._read(key_id)
 
-    def key_id(self, subject: str) -> str | None:
+    def entries(self) -> list[KeyEntry]:
         with self._lock:
-            return self._subjects().get(subject)
+            return list(self._entries().values())
 
-    def destroy(self, subject: str) -> str | None:
+    def destroy(self, key_id: str) -> bool:
         with self._lock:
-            subjects = self._subjects()
-            key_id = subjects.pop(subject, None)
-            if key_id is None:
-                return None
+            index = self._entries()
+            live = index.pop(key_id, None) is not None
             path = self.directory / f"{key_id}.key"
             if path.exists():
                 with open(path, "r+b") as handle:  # overwrite before unlinking (best effort; see the module note)
@@ -88,15 +103,22 @@ class FileKeyStore:
                     handle.flush()
                     os.fsync(handle.fileno())
                 path.unlink()
+                live = True
             self._cache.pop(key_id, None)
-            _write_private(self._index, json.dumps(subjects, sort_keys=True).encode())
+            self._save(index)
             _sync_directory(self.directory)
-            return key_id
+            return live
 
-    def _subjects(self) -> dict[str, str]:
+    def _entries(self) -> dict[str, KeyEntry]:
         if not self._index.exists():
             return {}
-        return dict(json.loads(self._index.read_text(encoding="utf-8")))
+        return {key_id: KeyEntry(key_id, str(entry["subject"]), str(entry["day"]), tuple(entry["callers"]))
+                for key_id, entry in json.loads(self._index.read_text(encoding="utf-8")).items()}
+
+    def _save(self, index: dict[str, KeyEntry]) -> None:
+        saved = {key_id: {"subject": entry.subject, "day": entry.day, "callers": list(entry.callers)}
+                 for key_id, entry in index.items()}
+        _write_private(self._index, json.dumps(saved, sort_keys=True).encode())
 
     def _read(self, key_id: str) -> bytes | None:
         path = self.directory / f"{key_id}.key"

@@ -3,7 +3,10 @@
 - ``request``: one call through the generation API (api/audit_trail.py), whatever its outcome.
 - ``access``: one call to the Audit service, which reads the log (api/access_log.py): who read what, and whether
   they were let (the trail of the trail, as CloudTrail's data events).
-- ``erasure``: a subject's key destroyed (audit/erasure.py): who, when, which subject, how many records, why.
+- ``erasure``: keys destroyed (audit/erasure.py, audit/retention.py): who, when, which subject, how many records,
+  why.
+- ``hold`` and ``release``: a legal hold placed on a subject, a caller or a time range, and its end
+  (audit/holds.py): erasure and retention leave what a hold covers alone.
 - ``checkpoint``: the writer's signed checkpoint over every row before it (audit/sink.py).
 
 Every row, whatever its kind, is a link of the chain and a leaf of the Merkle tree.
@@ -16,8 +19,9 @@ from typing import Any
 from proctor.audit import FORMAT
 from proctor.audit.records import finish_reason_of
 
-REQUEST, ACCESS, ERASURE, CHECKPOINT = "request", "access", "erasure", "checkpoint"
-RECORD_KINDS = (REQUEST, ACCESS, ERASURE)  # what the writer takes from its callers
+REQUEST, ACCESS, ERASURE, HOLD, RELEASE = "request", "access", "erasure", "hold", "release"
+CHECKPOINT = "checkpoint"
+RECORD_KINDS = (REQUEST, ACCESS, ERASURE, HOLD, RELEASE)  # what the writer takes from its callers
 KINDS = (*RECORD_KINDS, CHECKPOINT)
 
 Columns = tuple[str, str, int, str, str, str]  # kind, audit_id, time_ms, caller, request_id, finish_reason
