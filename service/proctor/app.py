@@ -245,7 +245,11 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
     from proctor.executor.invariance import invariance_problem
     from proctor.models import load_model
     from proctor.models.info import model_info
+    from proctor.models.loader import resolve_source
+    from proctor.models.signature import checked_signature
 
+    signature = checked_signature(settings, resolve_source(settings).path)  # before any byte of it is loaded
+    log.info("model signature: %s", signature.detail)
     loaded = load_model(settings)
     problem = runner_problem(loaded.model, loaded.weights, settings.weights) or invariance_problem(
         settings.batch_invariant, loaded.model, loaded.device, loaded.weights)
@@ -257,7 +261,7 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
                     plugins=plugins, server_forbidden=forbidden, release_dense_weights=True)
     if observability is not None:
         observability.watch_engine(engine)
-    info = model_info(loaded, settings)
+    info = {**model_info(loaded, settings), "model_signature": signature.status, "model_signer": signature.signer}
     log.info("runner: %s", info["runner"])
     engine.start()
     if settings.warmup:

@@ -30,6 +30,11 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    "batch-invariant Triton kernels, Llama's arithmetic, --weights dense; no start where they cannot "
                    "serve), off does not; the audit record says which, and replay is refused across a difference "
                    "(PROCTOR_BATCH_INVARIANT)")
+    p.add_argument("--model-signing-key", help="PEM public key of the model's signer: its OpenSSF model signature "
+                   "(model.sig in the directory, FILE.gguf.sig beside a GGUF) is checked before loading and recorded "
+                   "(PROCTOR_MODEL_SIGNING_KEY)")
+    p.add_argument("--require-model-signature", action=argparse.BooleanOptionalAction, default=None,
+                   help="refuse to start unless the model's signature verifies with --model-signing-key")
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="on CUDA, steps padded to row counts 1, 2, 4, … up to --max-step-tokens, each captured once "
                    "as a CUDA graph and replayed (Llama's arithmetic, --weights dense; default on; "
@@ -139,7 +144,8 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _serve(args: argparse.Namespace) -> int:
-    keys = ("host", "port", "model", "model_store", "device", "dtype", "weights", "batch_invariant", "cuda_graphs",
+    keys = ("host", "port", "model", "model_store", "device", "dtype", "weights", "batch_invariant",
+            "model_signing_key", "require_model_signature", "cuda_graphs",
             "threads", "max_batch_size",
             "max_waiting", "kv_cache_mb", "max_step_tokens", "prefill_chunk_tokens",
             "prefix_cache_mb", "jump_forward", "max_forced_tokens", "speculation", "speculation_tokens",
@@ -182,6 +188,36 @@ def _add_model(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     install = sub.add_parser("install-default", help="fetch and convert the embedded default model (idempotent)")
     install.add_argument("--store", type=Path, help="model store directory (PROCTOR_MODEL_STORE)")
     install.set_defaults(func=_install_default)
+    sign = sub.add_parser("sign", help="sign a local model (directory or GGUF) with an OpenSSF model signature")
+    sign.add_argument("model", type=Path, help="the model directory or .gguf file")
+    sign.add_argument("--key", type=Path, required=True,
+                      help="elliptic-curve PEM private key (a P-256 one is made there when missing); its public half "
+                      "is written beside it as KEY.pub, for --model-signing-key")
+    sign.set_defaults(func=_sign_model)
+    verify = sub.add_parser("verify", help="check a local model's signature with its signer's public key")
+    verify.add_argument("model", type=Path, help="the model directory or .gguf file")
+    verify.add_argument("--public-key", required=True, help="the signer's PEM public key")
+    verify.set_defaults(func=_verify_model)
+
+
+def _sign_model(args: argparse.Namespace) -> int:
+    from proctor.models.signature import sign_model
+
+    try:
+        signature, public = sign_model(args.model, args.key)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"signed {args.model}: {signature}; verifiers use --model-signing-key {public}", file=sys.stderr)
+    return 0
+
+
+def _verify_model(args: argparse.Namespace) -> int:
+    from proctor.models.signature import VERIFIED, check_signature
+
+    found = check_signature(args.model, args.public_key)
+    print(f"{found.status}: {found.detail}", file=sys.stderr)
+    return 0 if found.status == VERIFIED else 1
 
 
 def _install_default(args: argparse.Namespace) -> int:

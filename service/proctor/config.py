@@ -91,6 +91,8 @@ class Settings:
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
     weights: str = "auto"  # auto | dense | fp16 | q8: how the linear layers run (executor/weights.py)
     batch_invariant: str = "auto"  # auto | on | off: whether rows must be batch-invariant (BATCH_INVARIANT_MODES)
+    model_signing_key: str = ""  # PEM public key of the model's signer (models/signature.py); "": not checked
+    require_model_signature: bool = False  # refuse to start a model whose signature is missing or fails
     cuda_graphs: bool = True  # CUDA: steps padded to row buckets and replayed as graphs (executor/graph_step.py)
     threads: int = 0  # torch intra-op threads on CPU: N pinned; 0 = CPU budget, tuned (engine/thread_tuner.py)
     default_max_new_tokens: int = 256

@@ -30,7 +30,8 @@ from proctor.domain import EngineFault, ShuttingDown
 from proctor.observability.calls import AUDIT_COMMIT, bind_call, stage
 
 MODEL_FIELDS = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "weights", "weights_revision",
-                "sampler_revision", "device", "prefill_chunk_tokens", "batch_invariant")
+                "sampler_revision", "device", "prefill_chunk_tokens", "batch_invariant", "model_signature",
+                "model_signer")
 ASSERTED = "metadata (asserted by the client)"
 DEADLINE_SLACK_S = 0.05  # gRPC cancels a call at its deadline; a cancel this close to it is the deadline
 

@@ -590,7 +590,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "device", "context_length_tokens", "vocab_size", "eos_token_ids", "pad_token_id", "bos_token_id", "server_version", "max_new_tokens_limit", "default_max_new_tokens", "weights", "weights_revision", "runner", "sampler_revision", "prefill_chunk_tokens", "batch_invariant")
+    __slots__ = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "device", "context_length_tokens", "vocab_size", "eos_token_ids", "pad_token_id", "bos_token_id", "server_version", "max_new_tokens_limit", "default_max_new_tokens", "weights", "weights_revision", "runner", "sampler_revision", "prefill_chunk_tokens", "batch_invariant", "model_signature", "model_signer")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_SHA256_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -610,6 +610,8 @@ class ModelInfo(_message.Message):
     SAMPLER_REVISION_FIELD_NUMBER: _ClassVar[int]
     PREFILL_CHUNK_TOKENS_FIELD_NUMBER: _ClassVar[int]
     BATCH_INVARIANT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_SIGNER_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     weights_sha256: str
     tokenizer_sha256: str
@@ -629,7 +631,9 @@ class ModelInfo(_message.Message):
     sampler_revision: int
     prefill_chunk_tokens: int
     batch_invariant: bool
-    def __init__(self, model_id: _Optional[str] = ..., weights_sha256: _Optional[str] = ..., tokenizer_sha256: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., context_length_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., pad_token_id: _Optional[int] = ..., bos_token_id: _Optional[int] = ..., server_version: _Optional[str] = ..., max_new_tokens_limit: _Optional[int] = ..., default_max_new_tokens: _Optional[int] = ..., weights: _Optional[str] = ..., weights_revision: _Optional[int] = ..., runner: _Optional[str] = ..., sampler_revision: _Optional[int] = ..., prefill_chunk_tokens: _Optional[int] = ..., batch_invariant: _Optional[bool] = ...) -> None: ...
+    model_signature: str
+    model_signer: str
+    def __init__(self, model_id: _Optional[str] = ..., weights_sha256: _Optional[str] = ..., tokenizer_sha256: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., context_length_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., pad_token_id: _Optional[int] = ..., bos_token_id: _Optional[int] = ..., server_version: _Optional[str] = ..., max_new_tokens_limit: _Optional[int] = ..., default_max_new_tokens: _Optional[int] = ..., weights: _Optional[str] = ..., weights_revision: _Optional[int] = ..., runner: _Optional[str] = ..., sampler_revision: _Optional[int] = ..., prefill_chunk_tokens: _Optional[int] = ..., batch_invariant: _Optional[bool] = ..., model_signature: _Optional[str] = ..., model_signer: _Optional[str] = ...) -> None: ...
 
 class ListSchemasRequest(_message.Message):
     __slots__ = ()
