@@ -206,7 +206,10 @@ def test_a_server_audits_into_postgresql(tmp_path: Path) -> None:
     finally:
         background.stop()
     result = verify_log(PostgresAuditStore(dsn), checkpoint_file=tmp_path / "pg.checkpoints")
-    assert result.ok and result.records == 1 and result.checkpoints == 1
+    # the call's record, and the access records of the two reads of the log (GetRecord, VerifyLog)
+    assert result.ok and result.records == 3 and result.checkpoints == 1
+    kinds = [row.kind for row in PostgresAuditStore(dsn).iterate(None) if row.kind != "checkpoint"]
+    assert kinds == ["request", "access", "access"]
 
 
 def test_a_fallback_request_records_its_attempts_and_replays_them(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]

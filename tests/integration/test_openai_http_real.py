@@ -229,6 +229,14 @@ def test_the_audit_id_is_shown_and_replayed_exactly(client: Any, model_id: str, 
     assert record["method"] == "POST /v1/chat/completions" and record["request"]["forbidden"]["phrases"] == ["paper"]
     assert replay.exact_match and replay.steps_compared == response.usage.completion_tokens, replay
     assert record["output"]["text"] == response.choices[0].message.content
+    from proctor.audit.chain import load_or_create_signing_key, log_signer
+    from proctor.audit.setup import signing_key_path
+    from proctor_client.tlog.receipt import verify_receipt
+
+    settings = http_server.settings  # the log's receipt came in the answer's proctor extension
+    verifier = log_signer(load_or_create_signing_key(signing_key_path(settings)), settings.audit_origin).verifier
+    verify_receipt(response.model_extra["proctor"]["receipt"], verifier, audit_id=audit_id,
+                   output=response.choices[0].message.content)
 
 
 def test_unknown_token_wrong_role_and_overload(base_url: str, model_id: str) -> None:

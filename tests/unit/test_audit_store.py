@@ -596,3 +596,31 @@ def test_a_checkpoint_asked_for_is_written_at_once(tmp_path: Path) -> None:
         assert verify_proof(proof.render(), log_signer(key).verifier.vkey()).ok
     finally:
         sink.close()
+
+
+def test_an_old_log_takes_the_new_kinds_of_records_and_still_verifies(make_log: Callable[[int], Log]) -> None:
+    """A log of v1, v2 and v3 rows (and a v3 one) goes on taking records: access, hold, release and erasure rows
+    (issue 44) are chained after the old ones, and the whole log verifies (chain, checkpoints, tree)."""
+    from proctor.audit.holds import hold_body
+
+    log = make_log(6)
+    sink = AuditSink(log.reopen_writer(), load_or_create_signing_key(log.key_path), checkpoint_file=log.checkpoints,
+                     checkpoint_every=CHECKPOINT_EVERY, checkpoint_interval_s=3600)
+    hold = hold_body({"subject": "alice"}, "case 1", "counsel")
+    access = {"format": FORMAT, "kind": "access", "audit_id": "access-1", "time_ms": 1_764_000_000_500,
+              "caller": {"identity": "officer"}, "method": "GetRecord", "target": {"audit_id": "id-0001"},
+              "returned": 1, "status": {"code": "OK", "message": ""}}
+    release = {"format": FORMAT, "kind": "release", "audit_id": "release-1", "time_ms": 1_764_000_000_600,
+               "caller": {"identity": "counsel"}, "hold_id": hold["audit_id"], "reason": "closed"}
+    erasure = {"format": FORMAT, "kind": "erasure", "audit_id": "erasure-1", "time_ms": 1_764_000_000_700,
+               "caller": {"identity": "dpo"}, "subject": "alice", "reason": "GDPR", "key_ids": [], "keys": [],
+               "records": 0}
+    for record in (access, hold, release, erasure, body(99)):
+        sink.submit(record).result(10)
+    sink.close()
+    result = log.verify()
+    assert result.ok, result.problem
+    assert result.records == 6 + 5
+    kinds = [row.kind for row in log.reopen().iterate(Filters(include_checkpoints=True))]
+    assert [kind for kind in kinds if kind not in ("request", "checkpoint")] == ["access", "hold", "release",
+                                                                                  "erasure"]

@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from proctor.audit.cli_common import fail, open_readonly, settings_of, store_flags
+from proctor.audit.cli_common import fail, open_readonly, parse_time, settings_of, store_flags
 from proctor.audit.erasure_cli import add_erasure_commands
 from proctor.audit.kinds import RECORD_KINDS, REQUEST
 from proctor.audit.proof_cli import add_proof_commands
@@ -80,17 +79,6 @@ def _positive(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
     return number
-
-
-def parse_time(value: str | None, flag: str) -> int | None:
-    if value is None:
-        return None
-    if value.isdigit():
-        return int(value)
-    try:
-        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        raise ValueError(f"{flag} {value!r}: use ISO 8601 (2026-11-30T08:00:00Z) or epoch milliseconds") from None
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime
 
 from proctor.audit.store import AuditStore
 from proctor.config import Settings
@@ -29,3 +30,14 @@ def open_readonly(args: argparse.Namespace) -> AuditStore:
 def fail(message: str, status: int = 2) -> int:
     print(f"error: {message}", file=sys.stderr)
     return status
+
+
+def parse_time(value: str | None, flag: str) -> int | None:
+    if value is None:
+        return None
+    if value.isdigit():
+        return int(value)
+    try:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        raise ValueError(f"{flag} {value!r}: use ISO 8601 (2026-11-30T08:00:00Z) or epoch milliseconds") from None

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from proctor.audit.cli_common import fail, settings_of, store_flags
+from proctor.audit.cli_common import fail, parse_time, settings_of, store_flags
 from proctor.audit.keystore import FileKeyStore
 from proctor.audit.store import AuditStore
 
@@ -107,7 +107,6 @@ def _erase(args: argparse.Namespace) -> int:
 
 
 def _hold(args: argparse.Namespace) -> int:
-    from proctor.audit.cli import parse_time
     from proctor.audit.holds import hold_body
 
     try:

@@ -57,28 +57,35 @@ class KeyStore(Protocol):
 
 
 class FileKeyStore:
+    """Keys in ``directory``; the index held in memory and read again whenever its file changed (another process,
+    ``proctor audit erase``, may have destroyed keys), so a record's key costs a dictionary look-up and a stat."""
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._index = directory / "keys.json"
+        self._index_file = directory / "keys.json"
         self._lock = threading.Lock()
         self._cache: dict[str, bytes] = {}
+        self._entries: dict[str, KeyEntry] = {}
+        self._by_day: dict[tuple[str, str], str] = {}  # (subject, day) -> key id
+        self._seen: tuple[int, int, int] | None = None  # the index file's (inode, size, mtime) when read
 
     def key_for(self, subject: str, day: str, caller: str) -> tuple[str, bytes]:
         with self._lock:
-            index = self._entries()
-            for key_id, entry in index.items():
-                if entry.subject == subject and entry.day == day:
-                    key = self._read(key_id)
-                    if key is not None:
-                        if caller not in entry.callers:
-                            index[key_id] = KeyEntry(key_id, subject, day, tuple(sorted({*entry.callers, caller})))
-                            self._save(index)
-                        return key_id, key
+            self._refresh()
+            key_id = self._by_day.get((subject, day))
+            key = self._read(key_id) if key_id is not None else None
+            if key_id is not None and key is not None:
+                entry = self._entries[key_id]
+                if caller not in entry.callers:
+                    self._entries[key_id] = KeyEntry(key_id, subject, day, tuple(sorted({*entry.callers, caller})))
+                    self._save()
+                return key_id, key
             key_id, key = secrets.token_hex(16), secrets.token_bytes(KEY_BYTES)
             _write_private(self.directory / f"{key_id}.key", key)
-            index[key_id] = KeyEntry(key_id, subject, day, (caller,))
-            self._save(index)
+            self._entries[key_id] = KeyEntry(key_id, subject, day, (caller,))
+            self._by_day[(subject, day)] = key_id
+            self._save()
             self._cache[key_id] = key
             return key_id, key
 
@@ -90,12 +97,16 @@ class FileKeyStore:
 
     def entries(self) -> list[KeyEntry]:
         with self._lock:
-            return list(self._entries().values())
+            self._refresh()
+            return list(self._entries.values())
 
     def destroy(self, key_id: str) -> bool:
         with self._lock:
-            index = self._entries()
-            live = index.pop(key_id, None) is not None
+            self._refresh()
+            entry = self._entries.pop(key_id, None)
+            if entry is not None:
+                self._by_day.pop((entry.subject, entry.day), None)
+            live = entry is not None
             path = self.directory / f"{key_id}.key"
             if path.exists():
                 with open(path, "r+b") as handle:  # overwrite before unlinking (best effort; see the module note)
@@ -105,20 +116,32 @@ class FileKeyStore:
                 path.unlink()
                 live = True
             self._cache.pop(key_id, None)
-            self._save(index)
+            self._save()
             _sync_directory(self.directory)
             return live
 
-    def _entries(self) -> dict[str, KeyEntry]:
-        if not self._index.exists():
-            return {}
-        return {key_id: KeyEntry(key_id, str(entry["subject"]), str(entry["day"]), tuple(entry["callers"]))
-                for key_id, entry in json.loads(self._index.read_text(encoding="utf-8")).items()}
+    def _refresh(self) -> None:
+        """Read the index again if its file changed since this store last read or wrote it."""
+        try:
+            stat = self._index_file.stat()
+        except FileNotFoundError:
+            self._entries, self._by_day, self._seen = {}, {}, None
+            return
+        seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if seen == self._seen:
+            return
+        saved = json.loads(self._index_file.read_text(encoding="utf-8"))
+        self._entries = {key_id: KeyEntry(key_id, str(entry["subject"]), str(entry["day"]), tuple(entry["callers"]))
+                         for key_id, entry in saved.items()}
+        self._by_day = {(entry.subject, entry.day): key_id for key_id, entry in self._entries.items()}
+        self._seen = seen
 
-    def _save(self, index: dict[str, KeyEntry]) -> None:
+    def _save(self) -> None:
         saved = {key_id: {"subject": entry.subject, "day": entry.day, "callers": list(entry.callers)}
-                 for key_id, entry in index.items()}
-        _write_private(self._index, json.dumps(saved, sort_keys=True).encode())
+                 for key_id, entry in self._entries.items()}
+        _write_private(self._index_file, json.dumps(saved, sort_keys=True).encode())
+        stat = self._index_file.stat()
+        self._seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
     def _read(self, key_id: str) -> bytes | None:
         path = self.directory / f"{key_id}.key"

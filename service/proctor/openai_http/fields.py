@@ -39,7 +39,7 @@ STANDARD: dict[str, str] = {
 EXTENSIONS: dict[str, str] = {name: path for path in (
     "request_id", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace",
     "constraint_exact_only", "forbidden", "allowed_token_ids", "logits_processors", "stopping_criteria",
-    "confidence", "context_overflow", "input_screens", "output_moderators", "speculation", "cache_prompt",
+    "confidence", "context_overflow", "input_screens", "output_moderators", "speculation", "cache_prompt", "subject_id",
     "sampling.top_k", "sampling.min_p", "sampling.repetition_penalty", "sampling.no_repeat_ngram_size",
     "sampling.typical_p", "sampling.greedy_first_tokens", "sampling.forced_tokens", "sampling.num_beams",
     "sampling.length_penalty", "sampling.early_stopping", "sampling.first_tokens_temperature",
