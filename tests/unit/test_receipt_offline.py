@@ -86,9 +86,49 @@ def test_the_server_signs_receipts_with_libsodium_byte_for_byte_as_the_note_sign
     fast = ReceiptSigner(signer)
     assert fast.sign(receipt) == sign_receipt(receipt, signer)
     body = {"request": {"prompt": "Hello", "sampling": {"seed": "3"}}}
-    note = fast.receipt("id-8", body, Committed(8, receipt.leaf_hash, 5), "answer")
+    note = fast.sign(fast.receipt("id-8", body, Committed(8, receipt.leaf_hash, 5), "answer"))
     checked = verify_receipt(note, signer.verifier, audit_id="id-8", output="answer")
     assert checked.index == 7 and checked.time_ms == 5
     assert checked.request_sha256 == hashlib.sha256(b'{"prompt":"Hello","sampling":{"seed":"3"}}').hexdigest()
     with pytest.raises(ValueError, match="its own key"):
         ReceiptSigner(Signer("proctor.audit/other", signer.key)).sign(receipt)
+
+
+def test_receipts_committed_together_share_one_signature_and_each_verifies_alone(signer: Signer) -> None:
+    """A group of receipts signed once (a Merkle tree of their texts, a signed group note): each verifies on its own
+    with the log's key, as the server's libsodium signer writes it byte for byte; an edited receipt, or one moved
+    to another place of the group, fails."""
+    from proctor.audit.receipts import ReceiptSigner
+    from proctor_client.tlog.receipt import sign_receipts
+
+    receipts = [Receipt(ORIGIN, index, hashlib.sha256(bytes([index])).digest(), 1000 + index, f"id-{index}",
+                        "0" * 64, output_digest(f"answer {index}")) for index in range(5)]
+    notes = sign_receipts(receipts, signer)
+    assert notes == ReceiptSigner(signer).sign_all(receipts)
+    assert len({note.rsplit("\n\n", 1)[1] for note in notes}) == 1  # one signature line for the group
+    for index, note in enumerate(notes):
+        checked = verify_receipt(note, signer.verifier, audit_id=f"id-{index}", output=f"answer {index}")
+        assert checked == receipts[index]
+    edited = notes[2].replace("id-2", "id-7")
+    moved = notes[2].replace("group 2 5", "group 3 5")
+    for forged in (edited, moved):
+        with pytest.raises(ReceiptError) as caught:
+            verify_receipt(forged, signer.verifier)
+        assert caught.value.check == "signature"
+    with pytest.raises(ReceiptError) as wrong:
+        verify_receipt(notes[0], Signer(ORIGIN, Ed25519PrivateKey.generate()).verifier)
+    assert wrong.value.check == "signature"
+    assert sign_receipts(receipts[:1], signer) == [sign_receipt(receipts[0], signer)]  # a lone one: a plain note
+
+
+def test_the_group_tree_is_rfc_9162s_at_every_size() -> None:
+    """Every leaf of groups of 1 to 40 receipts proves into the root with the RFC 9162 verifier (which knows
+    nothing of how the tree was built), so the level-by-level tree is MTH's."""
+    from proctor_client.tlog.merkle import leaf_hash, verify_inclusion
+    from proctor_client.tlog.receipt import tree_levels, tree_path
+
+    for size in range(1, 41):
+        leaves = [leaf_hash(bytes([size, index])) for index in range(size)]
+        levels = tree_levels(leaves)
+        for index in range(size):
+            verify_inclusion(index, size, leaves[index], tree_path(index, levels), levels[-1][0])

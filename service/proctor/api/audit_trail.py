@@ -28,12 +28,16 @@ from proctor.audit.sealing import seal
 from proctor.audit.sink import AuditSink, AuditUnavailable, Committed
 from proctor.domain import EngineFault, ShuttingDown
 from proctor.observability.calls import AUDIT_COMMIT, bind_call, stage
+from proctor_client.tlog.receipt import Receipt
 
 MODEL_FIELDS = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "weights", "weights_revision",
                 "sampler_revision", "device", "prefill_chunk_tokens", "batch_invariant", "model_signature",
                 "model_signer")
 ASSERTED = "metadata (asserted by the client)"
 DEADLINE_SLACK_S = 0.05  # gRPC cancels a call at its deadline; a cancel this close to it is the deadline
+# Receipts of records committed within this window are signed together, one signature a group: under load the
+# writer commits records in batches, and one signature for a batch keeps signing off its back (bench/receipts.py).
+RECEIPT_WINDOW_S = 0.002
 
 
 class AuditWriteFailed(EngineFault):
@@ -92,6 +96,7 @@ class AuditTrail:
         self.top_n = top_n
         self.receipts = receipts
         self._receipts: ReceiptSigner | None = None  # the log's key for receipts, made at the first
+        self._unsigned: list[tuple[Receipt, asyncio.Future[str]]] = []  # receipts of records committed together
         self.model: dict[str, Any] = {}
         self.server: dict[str, Any] = {}  # server-side context of every call (version, server-wide ban list)
 
@@ -138,7 +143,7 @@ class AuditTrail:
                     # A cancel here (the client left, the deadline passed) stops the wait, not the write.
                     committed = await asyncio.wrap_future(future)
                     if receipt and answered is not None:
-                        call.receipt = self.receipt(call.audit_id, body, committed, answered)
+                        call.receipt = await self.receipt(call.audit_id, body, committed, answered)
         except AuditTrailDown:
             raise
         except Exception as exc:
@@ -155,13 +160,33 @@ class AuditTrail:
         key_id, key = self.keys.key_for(subject, day, caller)
         return seal(body, key_id, key)
 
-    def receipt(self, audit_id: str, body: dict[str, Any], committed: Committed, answered: str) -> str:
+    async def receipt(self, audit_id: str, body: dict[str, Any], committed: Committed, answered: str) -> str:
         """The log's signed receipt of record ``audit_id`` (``body``), committed as ``committed``, answered with
-        ``answered`` (docs/audit-format.md "Receipts")."""
+        ``answered`` (docs/audit-format.md "Receipts"). The receipts of the calls whose records committed within
+        ``RECEIPT_WINDOW_S`` of this one are signed as one group, one signature for all of them."""
         if self._receipts is None:
             assert self.sink is not None
             self._receipts = ReceiptSigner(self.sink.signer)
-        return self._receipts.receipt(audit_id, body, committed, answered)
+        loop = asyncio.get_running_loop()
+        signed: asyncio.Future[str] = loop.create_future()
+        self._unsigned.append((self._receipts.receipt(audit_id, body, committed, answered), signed))
+        if len(self._unsigned) == 1:  # the first of a group: the others committed with it join within the window
+            loop.call_later(RECEIPT_WINDOW_S, self._sign_unsigned)
+        return await signed
+
+    def _sign_unsigned(self) -> None:
+        unsigned, self._unsigned = self._unsigned, []
+        assert self._receipts is not None
+        try:
+            notes = self._receipts.sign_all([receipt for receipt, _ in unsigned])
+        except Exception as exc:  # each waiting call fails as its record's commit would
+            for _, signed in unsigned:
+                if not signed.done():
+                    signed.set_exception(exc)
+            return
+        for (_, signed), note in zip(unsigned, notes, strict=True):
+            if not signed.done():
+                signed.set_result(note)
 
     def status_from(self, call: CallRecord, exc: BaseException) -> None:
         """Record how a failed call ended (the gRPC code name and message)."""

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from proctor.audit.canonical import canonical
 from proctor.audit.sink import Committed
 from proctor_client.tlog.note import DASH, Signer
-from proctor_client.tlog.receipt import Receipt, output_digest
+from proctor_client.tlog.receipt import Receipt, output_digest, signed_receipts
 
 
 class ReceiptSigner:
@@ -35,15 +35,19 @@ class ReceiptSigner:
 
     def sign(self, receipt: Receipt) -> str:
         """The receipt as a signed note (byte for byte what ``sign_receipt`` writes with the same key)."""
-        if receipt.origin != self.origin:
-            raise ValueError(f"a receipt of log {receipt.origin!r} is signed by its own key, not {self.origin!r}")
-        text = receipt.text()
-        signature = self._key.sign(text.encode()).signature
-        return f"{text}\n{DASH}{self.origin} {base64.b64encode(self._key_id + signature).decode()}\n"
+        return self.sign_all([receipt])[0]
 
-    def receipt(self, audit_id: str, body: dict[str, Any], committed: Committed, answered: str) -> str:
-        """The signed receipt of record ``audit_id`` (its ``body``), committed as ``committed``, answered with the
-        text ``answered``."""
+    def sign_all(self, receipts: list[Receipt]) -> list[str]:
+        """Receipts committed together: one signature over their group's tree (a lone one signed plainly)."""
+        return signed_receipts(receipts, self.origin, self._signature_line)
+
+    def receipt(self, audit_id: str, body: dict[str, Any], committed: Committed, answered: str) -> Receipt:
+        """The receipt (unsigned) of record ``audit_id`` (its ``body``), committed as ``committed``, answered with
+        the text ``answered``."""
         request = hashlib.sha256(canonical(body.get("request"))).hexdigest()
-        return self.sign(Receipt(self.origin, committed.seq - 1, committed.leaf_hash, committed.time_ms, audit_id,
-                                 request, output_digest(answered)))
+        return Receipt(self.origin, committed.seq - 1, committed.leaf_hash, committed.time_ms, audit_id, request,
+                       output_digest(answered))
+
+    def _signature_line(self, text: str) -> str:
+        signature = self._key.sign(text.encode()).signature
+        return f"{DASH}{self.origin} {base64.b64encode(self._key_id + signature).decode()}\n"
