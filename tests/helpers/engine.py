@@ -1,9 +1,11 @@
-"""Helpers for engine tests: settings without warm-up and an event sink that collects a request's events."""
+"""Helpers for engine tests: settings without warm-up, an event sink that collects a request's events, and a
+plain and a beam request served together."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from proctor.config import Settings
 from proctor.domain import TokenEvent
@@ -45,3 +47,21 @@ class Collector:
     @property
     def final(self) -> TokenEvent:
         return self.events[-1]
+
+
+def serve_plain_and_beams(engine: Any, prompt: str = "The printing press") -> list[list[int]]:
+    """A plain request and a 2-beam one of 4 tokens each, in one batch on ``engine``: each one's token ids (the
+    engine tests of the other executors compare them with the default step's)."""
+    from proctor.domain import GenerationRequest, SamplingParams, StoppingParams
+
+    stopping = StoppingParams(max_new_tokens=4, ignore_eos=True)
+    requests = [GenerationRequest(request_id="plain", prompt=prompt, stopping=stopping),
+                GenerationRequest(request_id="beams", prompt="The printing press", stopping=stopping,
+                                  sampling=SamplingParams(num_beams=2))]
+    sinks = [Collector() for _ in requests]
+    for request, sink in zip(requests, sinks, strict=True):
+        engine.submit(engine.prepare(request), sink)
+    for sink in sinks:
+        sink.wait(300)
+        assert sink.final.error is None, sink.final.error
+    return [sink.token_ids for sink in sinks]

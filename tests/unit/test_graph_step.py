@@ -133,29 +133,14 @@ def test_the_graph_step_is_chosen_on_cuda_for_the_models_its_kernels_serve(tiny_
 def test_the_engine_serves_on_the_graph_step_with_the_default_steps_tokens(make_engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The engine on GraphSlots, as ``--cuda-graphs`` builds it on CUDA (chosen here on the CPU, eager): plain and
     beam requests in one batch, a prompt in pieces of a 16-token step budget, give the default step's tokens."""
-    from helpers.engine import Collector
+    from helpers.engine import serve_plain_and_beams
 
-    from proctor.domain import GenerationRequest, SamplingParams, StoppingParams
     from proctor.executor import model_runner
 
-    def requests() -> list[GenerationRequest]:
-        stopping = StoppingParams(max_new_tokens=4, ignore_eos=True)
-        return [GenerationRequest(request_id="plain", prompt="The printing press changed Europe", stopping=stopping),
-                GenerationRequest(request_id="beams", prompt="The printing press", stopping=stopping,
-                                  sampling=SamplingParams(num_beams=2))]
-
-    def serve(engine) -> list[list[int]]:  # type: ignore[no-untyped-def]
-        sinks = [Collector() for _ in range(2)]
-        for request, sink in zip(requests(), sinks, strict=True):
-            engine.submit(engine.prepare(request), sink)
-        for sink in sinks:
-            sink.wait(300)
-            assert sink.final.error is None, sink.final.error
-        return [sink.token_ids for sink in sinks]
-
-    expected = serve(make_engine(max_step_tokens=16, max_batch_size=4))
+    prompt = "The printing press changed Europe"
+    expected = serve_plain_and_beams(make_engine(max_step_tokens=16, max_batch_size=4), prompt)
     monkeypatch.setattr(model_runner, "uses_graph_step", lambda *args: True)
     engine = make_engine(max_step_tokens=16, max_batch_size=4)
-    assert serve(engine) == expected
+    assert serve_plain_and_beams(engine, prompt) == expected
     runner = engine._batch._runner
     assert isinstance(runner, GraphSlots) and runner.buckets[-1] == 16 and runner.captures > 0

@@ -80,28 +80,12 @@ def test_the_engine_serves_plain_and_beam_requests_on_the_invariant_step(make_en
     """The engine on InvariantSlots, as ``--batch-invariant on`` builds it on CUDA (the selection is made here on the
     CPU, where the default step is invariant already): plain and beam requests in one batch give the default step's
     tokens (the tiny model's margins are far above the two steps' float differences)."""
-    from helpers.engine import Collector
+    from helpers.engine import serve_plain_and_beams
 
-    from proctor.domain import GenerationRequest, SamplingParams, StoppingParams
     from proctor.executor import model_runner
 
-    def requests() -> list[GenerationRequest]:
-        stopping = StoppingParams(max_new_tokens=4, ignore_eos=True)
-        return [GenerationRequest(request_id="plain", prompt="The printing press", stopping=stopping),
-                GenerationRequest(request_id="beams", prompt="The printing press", stopping=stopping,
-                                  sampling=SamplingParams(num_beams=2))]
-
-    def serve(engine) -> list[list[int]]:  # type: ignore[no-untyped-def]
-        sinks = [Collector() for _ in range(2)]
-        for request, sink in zip(requests(), sinks, strict=True):
-            engine.submit(engine.prepare(request), sink)
-        for sink in sinks:
-            sink.wait(300)
-            assert sink.final.error is None, sink.final.error
-        return [sink.token_ids for sink in sinks]
-
-    expected = serve(make_engine())
+    expected = serve_plain_and_beams(make_engine())
     monkeypatch.setattr(model_runner, "uses_invariant_step", lambda *args: True)
     engine = make_engine(batch_invariant="on")
-    assert serve(engine) == expected
+    assert serve_plain_and_beams(engine) == expected
     assert isinstance(engine._batch._runner, InvariantSlots)

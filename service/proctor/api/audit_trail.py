@@ -131,7 +131,8 @@ class AuditTrail:
         body["server"] = self.server
         try:
             with stage(AUDIT_COMMIT) as attributes:
-                stored = self._sealed(body, call)
+                # sealing may make a subject's key of the day (files, synced): off the loop
+                stored = await asyncio.to_thread(self._sealed, body, call) if self.keys is not None else body
                 try:
                     future = self.sink.try_submit(stored)  # on the loop while the queue has room (no thread hop)
                     if future is None:
@@ -151,9 +152,8 @@ class AuditTrail:
 
     def _sealed(self, body: dict[str, Any], call: CallRecord) -> dict[str, Any]:
         """The record as stored: its content sealed under its subject's key of the day it arrived (the subject: the
-        request's ``subject_id``, else the caller) when the log is encrypted."""
-        if self.keys is None:
-            return body
+        request's ``subject_id``, else the caller)."""
+        assert self.keys is not None
         caller = str(call.caller.get("identity", ""))
         subject = call.request.subject_id if call.request is not None and call.request.subject_id else caller
         day = time.strftime("%Y-%m-%d", time.gmtime(call.received_ms / 1000))

@@ -14,7 +14,8 @@ name it, never the subject.
 index of the entries. ``destroy`` overwrites a key's file, syncs and unlinks it, and drops its entry.
 (Overwriting is best effort on flash storage and copy-on-write file systems; a KMS keeps keys where destruction
 is guaranteed: implement ``KeyStore`` for it.) One machine's file store serves the servers on that machine;
-replicas sharing a PostgreSQL log share a KMS.
+replicas sharing a PostgreSQL log share a KMS. The index is rewritten whole when a key is made (once a subject a
+day): fine for thousands of keys; a log of many more subjects wants a KMS too.
 """
 
 from __future__ import annotations
