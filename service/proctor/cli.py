@@ -33,8 +33,10 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--model-signing-key", help="PEM public key of the model's signer: its OpenSSF model signature "
                    "(model.sig in the directory, FILE.gguf.sig beside a GGUF) is checked before loading and recorded "
                    "(PROCTOR_MODEL_SIGNING_KEY)")
+    p.add_argument("--model-signing-ca", help="or the PEM CA certificate(s) the signing certificate chains to "
+                   "(certificate mode; PROCTOR_MODEL_SIGNING_CA)")
     p.add_argument("--require-model-signature", action=argparse.BooleanOptionalAction, default=None,
-                   help="refuse to start unless the model's signature verifies with --model-signing-key")
+                   help="refuse to start unless the model's signature verifies with --model-signing-key or -ca")
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="on CUDA, steps padded to row counts 1, 2, 4, … up to --max-step-tokens, each captured once "
                    "as a CUDA graph and replayed (Llama's arithmetic, --weights dense; default on; "
@@ -145,7 +147,7 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def _serve(args: argparse.Namespace) -> int:
     keys = ("host", "port", "model", "model_store", "device", "dtype", "weights", "batch_invariant",
-            "model_signing_key", "require_model_signature", "cuda_graphs",
+            "model_signing_key", "model_signing_ca", "require_model_signature", "cuda_graphs",
             "threads", "max_batch_size",
             "max_waiting", "kv_cache_mb", "max_step_tokens", "prefill_chunk_tokens",
             "prefix_cache_mb", "jump_forward", "max_forced_tokens", "speculation", "speculation_tokens",
@@ -193,10 +195,14 @@ def _add_model(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     sign.add_argument("--key", type=Path, required=True,
                       help="elliptic-curve PEM private key (a P-256 one is made there when missing); its public half "
                       "is written beside it as KEY.pub, for --model-signing-key")
+    sign.add_argument("--cert", type=Path, help="certificate mode: the signing certificate of --key (PEM)")
+    sign.add_argument("--chain", type=Path, nargs="*", default=[], help="the certificates up to its CA (PEM)")
     sign.set_defaults(func=_sign_model)
     verify = sub.add_parser("verify", help="check a local model's signature with its signer's public key")
     verify.add_argument("model", type=Path, help="the model directory or .gguf file")
-    verify.add_argument("--public-key", required=True, help="the signer's PEM public key")
+    trust = verify.add_mutually_exclusive_group(required=True)
+    trust.add_argument("--public-key", help="the signer's PEM public key (key mode)")
+    trust.add_argument("--ca", help="the CA certificate(s) its signing certificate chains to (certificate mode)")
     verify.set_defaults(func=_verify_model)
 
 
@@ -204,18 +210,19 @@ def _sign_model(args: argparse.Namespace) -> int:
     from proctor.models.signature import sign_model
 
     try:
-        signature, public = sign_model(args.model, args.key)
+        signature, public = sign_model(args.model, args.key, args.cert, tuple(args.chain))
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"signed {args.model}: {signature}; verifiers use --model-signing-key {public}", file=sys.stderr)
+    trust = "--model-signing-ca with the CA of --cert" if args.cert else f"--model-signing-key {public}"
+    print(f"signed {args.model}: {signature}; verifiers use {trust}", file=sys.stderr)
     return 0
 
 
 def _verify_model(args: argparse.Namespace) -> int:
     from proctor.models.signature import VERIFIED, check_signature
 
-    found = check_signature(args.model, args.public_key)
+    found = check_signature(args.model, args.public_key or "", args.ca or "")
     print(f"{found.status}: {found.detail}", file=sys.stderr)
     return 0 if found.status == VERIFIED else 1
 

@@ -92,6 +92,7 @@ class Settings:
     weights: str = "auto"  # auto | dense | fp16 | q8: how the linear layers run (executor/weights.py)
     batch_invariant: str = "auto"  # auto | on | off: whether rows must be batch-invariant (BATCH_INVARIANT_MODES)
     model_signing_key: str = ""  # PEM public key of the model's signer (models/signature.py); "": not checked
+    model_signing_ca: str = ""  # or the PEM CA certificate(s) its signing certificate chains to
     require_model_signature: bool = False  # refuse to start a model whose signature is missing or fails
     cuda_graphs: bool = True  # CUDA: steps padded to row buckets and replayed as graphs (executor/graph_step.py)
     threads: int = 0  # torch intra-op threads on CPU: N pinned; 0 = CPU budget, tuned (engine/thread_tuner.py)

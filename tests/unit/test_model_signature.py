@@ -67,3 +67,52 @@ def test_unsigned_and_unchecked_models_are_said_so_and_required_signatures_refus
     found = checked_signature(Settings(require_model_signature=True, model_signing_key=str(public)), model)
     assert found.status == VERIFIED
     assert checked_signature(Settings(), model).status == UNVERIFIED  # not required: recorded, not refused
+
+
+def test_a_certificate_signed_model_verifies_against_its_ca_and_names_the_certificate(tmp_path: Path) -> None:
+    """Certificate mode, offline: signed as a code-signing certificate of a CA, the model verifies against that CA's
+    certificate and the signer is the certificate's subject; against another CA, or tampered, it fails."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    usage = {name: False for name in ("digital_signature", "content_commitment", "key_encipherment",
+                                      "data_encipherment", "key_agreement", "key_cert_sign", "crl_sign",
+                                      "encipher_only", "decipher_only")}
+
+    def certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name | None,
+                    issuer_key: ec.EllipticCurvePrivateKey, ca: bool) -> x509.Certificate:
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+        builder = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer or name)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=9))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+                   .add_extension(x509.KeyUsage(**{**usage, "key_cert_sign": ca, "crl_sign": ca,
+                                                   "digital_signature": not ca}), critical=True))
+        if not ca:
+            builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    def pem(path: Path, item: x509.Certificate | ec.EllipticCurvePrivateKey) -> Path:
+        path.write_bytes(item.public_bytes(serialization.Encoding.PEM) if isinstance(item, x509.Certificate) else
+                         item.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                            serialization.NoEncryption()))
+        return path
+
+    ca_key, other_key, key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca = certificate("Model CA", ca_key, None, ca_key, True)
+    other = certificate("Another CA", other_key, None, other_key, True)
+    leaf = certificate("release team", key, ca.subject, ca_key, False)
+    model = model_dir(tmp_path)
+    sign_model(model, pem(tmp_path / "leaf.key", key), pem(tmp_path / "leaf.pem", leaf),
+               (pem(tmp_path / "ca.pem", ca),))
+    found = check_signature(model, "", str(tmp_path / "ca.pem"))
+    assert found.status == VERIFIED and found.signer.startswith("CN=release team (sha256 ")
+    assert check_signature(model, "", str(pem(tmp_path / "other.pem", other))).status == FAILED
+    (model / "config.json").write_text('{"model_type": "llama", "tampered": true}')
+    failed = check_signature(model, "", str(tmp_path / "ca.pem"))
+    assert failed.status == FAILED and "config.json" in failed.detail
