@@ -32,7 +32,7 @@ from proctor.api.contracts_servicer import ContractsServicer
 from proctor.api.security import bind, build_gate
 from proctor.api.servicer import GenerationServicer
 from proctor.api.telemetry import TelemetryInterceptor
-from proctor.audit.retention import RetentionSweeper
+from proctor.audit.retention import RetentionPolicy, RetentionSweeper
 from proctor.audit.setup import checkpoint_path, key_store, open_sink, privacy_policy
 from proctor.audit.sink import AuditSink
 from proctor.config import Settings
@@ -290,6 +290,7 @@ async def start_server(settings: Settings) -> RunningServer:
         gate.access = AccessLog(sink)
     observability.watch_audit(sink)
     keys = key_store(settings, existing=True) if sink is not None else None
+    policy = RetentionPolicy.load(settings.audit_retention_days, settings.audit_retention_file)
     audit = AuditTrail(sink, privacy_policy(settings), compliance=settings.audit_compliance,
                        top_n=settings.audit_top_n, receipts=settings.audit_receipts,
                        keys=keys if settings.audit_encryption == "subject" else None)
@@ -314,8 +315,8 @@ async def start_server(settings: Settings) -> RunningServer:
     observability.serve(settings)
     running = RunningServer(settings, server, port, health, servicer, asyncio.get_running_loop(), audit_sink=sink,
                             observability=observability, health_server=health_server, health_port=health_port,
-                            http=http, retention=RetentionSweeper(sink, keys, settings.audit_retention_days)
-                            if sink is not None and keys is not None and settings.audit_retention_days else None)
+                            http=http, retention=RetentionSweeper(sink, keys, policy)
+                            if sink is not None and keys is not None and policy.on else None)
     if running.retention is not None:
         running.retention.start()
     log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", settings.host, port)

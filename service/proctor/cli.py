@@ -117,6 +117,8 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     audit.add_argument("--audit-retention-days", type=int,
                        help="destroy the keys of records older than this many days, hourly, except what a legal hold "
                        "covers (default 0: off; the EU AI Act asks for at least 183; needs --audit-encryption subject)")
+    audit.add_argument("--audit-retention-file", help="periods per subject and per caller, over --audit-retention-days "
+                       "(YAML: subjects: {NAME: DAYS}, callers: {NAME: DAYS}; 0 keeps for ever)")
     audit.add_argument("--audit-witnesses", help="witness vkeys (comma-separated) whose cosignatures are kept "
                                                  "(default: any that verifies; PROCTOR_AUDIT_WITNESSES)")
     sec = p.add_argument_group("security (README: Security)")
@@ -161,7 +163,7 @@ def _serve(args: argparse.Namespace) -> int:
             "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",
             "audit_hmac_key_file", "audit_signing_key", "audit_origin", "audit_witnesses", "audit_checkpoint_every",
             "audit_checkpoint_interval_s", "audit_receipts", "audit_encryption", "audit_key_dir",
-            "audit_retention_days", "tls_cert_file",
+            "audit_retention_days", "audit_retention_file", "tls_cert_file",
             "tls_key_file",
             "tls_client_ca_file",
             "callers_file", "insecure", "reflection_needs_auth",

@@ -200,6 +200,7 @@ class Settings:
     audit_encryption: str = "off"  # off | subject: each record's content sealed under its subject's key (erasure)
     audit_key_dir: str = ""  # the subjects' keys (audit/keystore.py); empty: <audit db>.keys
     audit_retention_days: int = 0  # 0: off; else the keys of older records are destroyed (audit/retention.py)
+    audit_retention_file: str = ""  # YAML: periods per subject and per caller, over audit_retention_days
     audit_queue_size: int = 1024
     # Security (api/gate.py, api/tls.py, api/callers.py). Off loopback the server refuses to start
     # without TLS and a callers file unless `insecure` is set; on loopback without a callers file it is open.
@@ -242,7 +243,7 @@ class Settings:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.audit_retention_days < 0:
             raise ValueError(f"audit_retention_days must be >= 0 (0: off), got {self.audit_retention_days}")
-        if self.audit_retention_days and self.audit_encryption != "subject":
+        if (self.audit_retention_days or self.audit_retention_file) and self.audit_encryption != "subject":
             raise ValueError("audit_retention_days needs audit_encryption subject: retention destroys the keys that "
                              "seal the records' content, and unsealed records have none")
         if self.audit_encryption not in AUDIT_ENCRYPTION_MODES:

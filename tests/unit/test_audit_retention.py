@@ -93,6 +93,27 @@ def test_a_sweep_destroys_exactly_the_keys_past_retention(log: Log) -> None:
     assert verify_log(log.store, processes=1).ok
 
 
+def test_periods_per_subject_and_per_caller_override_the_default(log: Log, tmp_path: Path) -> None:
+    """A retention file: a subject's period wins, else the longest of the callers' whose records a key seals (0:
+    for ever), else the default."""
+    from proctor.audit.retention import RetentionPolicy
+
+    policy_file = tmp_path / "retention.yaml"
+    policy_file.write_text("subjects: {carol: 3}\ncallers: {billing: 400, archive: 0}\n")
+    policy = RetentionPolicy.load(30, str(policy_file))
+    ids = {"default past": log.record(1, "alice", "svc", 40), "default kept": log.record(2, "bob", "svc", 20),
+           "subject past": log.record(3, "carol", "billing", 5), "caller kept": log.record(4, "dave", "billing", 40),
+           "caller for ever": log.record(5, "erin", "archive", 900)}
+    done = sweep(log.store, log.keys, policy, NOW_MS, "test", log.append)
+    assert done.records == 2
+    assert {name: log.readable(audit_id) for name, audit_id in ids.items()} == {
+        "default past": False, "default kept": True, "subject past": False, "caller kept": True,
+        "caller for ever": True}
+    policy_file.write_text("callers: {billing: -1}\n")
+    with pytest.raises(ValueError, match="whole days >= 0"):
+        RetentionPolicy.load(30, str(policy_file))
+
+
 @pytest.mark.parametrize("scope", [{"subject": "alice"}, {"caller": "legal-svc"}, "range"])
 def test_a_hold_keeps_what_it_covers_refuses_erasure_and_a_release_lets_both_run(log: Log, scope: Any) -> None:
     held_id = log.record(1, "alice", "legal-svc", 30)

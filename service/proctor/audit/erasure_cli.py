@@ -48,6 +48,8 @@ def add_erasure_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     sweep = sub.add_parser("sweep", help="destroy the keys of records past retention that no hold covers (a CronJob)")
     sweep.add_argument("--retention-days", type=int, default=None,
                        help="days records are kept (default: the server's --audit-retention-days)")
+    sweep.add_argument("--retention-file", default=None,
+                       help="periods per subject and per caller (default: the server's --audit-retention-file)")
     _common(sweep)
     sweep.set_defaults(func=_sweep)
 
@@ -141,14 +143,21 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from proctor.audit.retention import sweep
+    from proctor.audit.retention import RetentionPolicy, sweep
 
-    days = args.retention_days if args.retention_days is not None else settings_of(args).audit_retention_days
-    if days <= 0:
-        return fail("retention is off: pass --retention-days N (or run the server with --audit-retention-days)")
+    settings = settings_of(args)
+    try:
+        policy = RetentionPolicy.load(args.retention_days if args.retention_days is not None
+                                      else settings.audit_retention_days,
+                                      args.retention_file if args.retention_file is not None
+                                      else settings.audit_retention_file)
+    except (OSError, ValueError) as exc:
+        return fail(str(exc))
+    if not policy.on:
+        return fail("retention is off: pass --retention-days N or --retention-file (or the server's flags)")
     try:
         with _log(args) as (store, keys, append):
-            done = sweep(store, keys, days, int(time.time() * 1000), _operator(args), append)
+            done = sweep(store, keys, policy, int(time.time() * 1000), _operator(args), append)
     except Exception as exc:
         return fail(f"the sweep did not complete: {exc}")
     print(f"swept: {len(done.key_ids)} keys destroyed ({done.records} records), {len(done.held)} kept by holds"
