@@ -197,7 +197,9 @@ class Settings:
     audit_checkpoint_every: int = 1000
     audit_checkpoint_interval_s: float = 60.0
     audit_receipts: bool = True  # every answer waits for its record's commit and carries a signed receipt
-    audit_encryption: str = "off"  # off | subject: each record's content sealed under its subject's key (erasure)
+    # off | subject: each record's content sealed under its subject's key (erasure). Off by default: the keys must
+    # live somewhere durable (and shared by replicas), and a lost key store erases every record it sealed.
+    audit_encryption: str = "off"
     audit_key_dir: str = ""  # the subjects' keys (audit/keystore.py); empty: <audit db>.keys
     audit_retention_days: int = 0  # 0: off; else the keys of older records are destroyed (audit/retention.py)
     audit_retention_file: str = ""  # YAML: periods per subject and per caller, over audit_retention_days

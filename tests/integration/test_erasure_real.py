@@ -21,7 +21,8 @@ SECRET = "Patient Zelda Quixotic-Hammersmith, born 1957"
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
-def test_erasing_a_subject_leaves_every_proof_valid_and_its_text_unreadable(kind: str, tmp_path: Path) -> None:
+def test_erasing_a_subject_leaves_every_proof_valid_and_its_text_unreadable(
+        kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from cryptography.exceptions import InvalidTag
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -84,6 +85,9 @@ def test_erasing_a_subject_leaves_every_proof_valid_and_its_text_unreadable(kind
     with pytest.raises(InvalidTag):  # not even another subject's key opens it
         AESGCM(bob_key).decrypt(base64.b64decode(sealed["nonce"]), base64.b64decode(sealed["ciphertext"]),
                                 alice.audit_id.encode())
+    assert main(["audit", "show", alice.audit_id, *flags]) == 0  # the operator's view says so too
+    shown = capsys.readouterr().out
+    assert "erased (its subject's key is destroyed)" in shown and SECRET not in shown
     out = tmp_path / "erasures.jsonl"
     assert main(["audit", "export", *flags, "--kind", "erasure", "--out", str(out)]) == 0
     (record,) = [json.loads(line)["record"] for line in out.read_text(encoding="utf-8").splitlines()]
