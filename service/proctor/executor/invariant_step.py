@@ -59,11 +59,11 @@ class InvariantSlots(LlamaSlots):
     @property
     def capabilities(self) -> Capabilities:
         """Every row its own bits on any device with the kernels' products: drafts and prompts in pieces
-        everywhere. With PyTorch's products on CUDA, as the slot forward (no drafts there)."""
-        if not self.invariant:
-            return super().capabilities
-        return Capabilities(device=self.device, extend=True, split_prompts=True, spans=True, rows_own_bits=True,
-                            thread_invariant=True)
+        everywhere. With PyTorch's products on plain matrices (the library picks its kernel by the rows) nothing is
+        known to keep a row's bits, on any device: no drafts."""
+        own = self.invariant
+        return Capabilities(device=self.device, extend=own, split_prompts=True, spans=True, rows_own_bits=own,
+                            thread_invariant=own)
 
     def _forward_rows(self, token_ids: list[int], slots: list[int], positions: list[int],
                       forward: RowForward | None = None, wanted: list[int] | None = None) -> torch.Tensor:
