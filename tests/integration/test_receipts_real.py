@@ -39,7 +39,7 @@ def test_every_answer_carries_a_receipt_that_verifies_offline_and_proves_its_rec
     from proctor.config import Settings
     from proctor_client.tlog.note import parse_note
     from proctor_client.tlog.proof import verify_proof
-    from proctor_client.tlog.receipt import Receipt, ReceiptError, parse_receipt, sign_receipt, verify_receipt
+    from proctor_client.tlog.receipt import ReceiptError, parse_receipt, sign_receipt, verify_receipt
 
     stored = store_settings(kind, tmp_path)
     settings = Settings.load({"port": 0, "host": "127.0.0.1", "warmup": False, **stored,
@@ -83,7 +83,6 @@ def test_every_answer_carries_a_receipt_that_verifies_offline_and_proves_its_rec
             assert main(["audit", "prove", *store_flags, "--from-receipt", str(tmp_path / "forged.receipt"),
                          "--out", str(tmp_path / "forged.tlog-proof")]) == 1
             assert "does not hold what it signed" in capsys.readouterr().err
-            assert isinstance(forged, Receipt)
     finally:
         server.stop()
 

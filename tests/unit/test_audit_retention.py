@@ -19,7 +19,7 @@ from proctor.audit import FORMAT
 from proctor.audit.erasure import NothingToErase, erase, opened_json
 from proctor.audit.holds import DAY_MS, Held, active_holds, day_of, hold_body, release
 from proctor.audit.keystore import FileKeyStore
-from proctor.audit.retention import expired_day, sweep
+from proctor.audit.retention import RetentionPolicy, expired_day, sweep
 from proctor.audit.sealing import seal
 from proctor.audit.sink import AuditSink
 from proctor.audit.store import AuditStore, Filters
@@ -83,12 +83,13 @@ def test_a_sweep_destroys_exactly_the_keys_past_retention(log: Log) -> None:
     old = [log.record(1, "alice", "svc", 30), log.record(2, "bob", "svc", 8)]
     recent = [log.record(3, "alice", "svc", 7), log.record(4, "bob", "svc", 0)]
     assert expired_day(NOW_MS, 7) == day_of(NOW_MS - 8 * DAY_MS)  # 8 days ago: every record of that day is older
-    done = sweep(log.store, log.keys, 7, NOW_MS, "test", log.append)
+    done = sweep(log.store, log.keys, RetentionPolicy(7), NOW_MS, "test", log.append)
     assert done.records == 2 and len(done.key_ids) == 2 and done.held == ()
     assert [log.readable(audit_id) for audit_id in old + recent] == [False, False, True, True]
     (erasure,) = [json.loads(row.record_json()) for row in log.store.iterate(Filters(kind="erasure"))]
     assert erasure["records"] == 2 and erasure["reason"].startswith("retention: 7 days")
-    assert sweep(log.store, log.keys, 7, NOW_MS, "test", log.append).key_ids == ()  # nothing more is due
+    again = sweep(log.store, log.keys, RetentionPolicy(7), NOW_MS, "test", log.append)
+    assert again.key_ids == ()  # nothing more is due
     log.sink.close()
     assert verify_log(log.store, processes=1).ok
 
@@ -96,8 +97,6 @@ def test_a_sweep_destroys_exactly_the_keys_past_retention(log: Log) -> None:
 def test_periods_per_subject_and_per_caller_override_the_default(log: Log, tmp_path: Path) -> None:
     """A retention file: a subject's period wins, else the longest of the callers' whose records a key seals (0:
     for ever), else the default."""
-    from proctor.audit.retention import RetentionPolicy
-
     policy_file = tmp_path / "retention.yaml"
     policy_file.write_text("subjects: {carol: 3}\ncallers: {billing: 400, archive: 0}\n")
     policy = RetentionPolicy.load(30, str(policy_file))
@@ -122,7 +121,7 @@ def test_a_hold_keeps_what_it_covers_refuses_erasure_and_a_release_lets_both_run
         scope = {"from_ms": NOW_MS - 31 * DAY_MS, "to_ms": NOW_MS - 29 * DAY_MS}
     hold_id = log.append(hold_body(scope, "case 2026-117", "counsel"))
     assert [hold.hold_id for hold in active_holds(log.store)] == [hold_id]
-    done = sweep(log.store, log.keys, 7, NOW_MS, "test", log.append)
+    done = sweep(log.store, log.keys, RetentionPolicy(7), NOW_MS, "test", log.append)
     assert len(done.held) == 1 and done.records == 1
     assert log.readable(held_id) and not log.readable(free_id)
     with pytest.raises(Held, match=f"under hold {hold_id} .*case 2026-117"):

@@ -1,5 +1,5 @@
 """The engine fills a step's constraint bitmasks after it launched the forward and before it reads the logits
-(engine.py ``_constraints_ahead``, decoding/masks.py ``constraints_ahead``): on CUDA the host's mask work then runs
+(engine.py ``_update``, decoding/masks.py ``constraints_ahead``): on CUDA the host's mask work then runs
 while the device computes, as xgrammar's overlap does in vLLM and SGLang. Checked here by the order of the calls
 on the CPU, where the forward returns only when done (so the order is the evidence, not the time)."""
 

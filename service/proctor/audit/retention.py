@@ -73,11 +73,10 @@ def expired_day(now_ms: int, days: int) -> str:
     return day_of(now_ms - days * DAY_MS - DAY_MS)
 
 
-def sweep(store: AuditStore, keys: KeyStore, policy: RetentionPolicy | int, now_ms: int, operator: str,
+def sweep(store: AuditStore, keys: KeyStore, policy: RetentionPolicy, now_ms: int, operator: str,
           append: Callable[[dict[str, Any]], str]) -> Erased:
-    """Destroy the keys past their retention (``policy``, or one period in days for all) at ``now_ms`` that no hold
-    covers; one erasure record for them (none when nothing is due)."""
-    policy = policy if isinstance(policy, RetentionPolicy) else RetentionPolicy(policy)
+    """Destroy the keys past their retention at ``now_ms`` that no hold covers; one erasure record for them (none
+    when nothing is due)."""
     if not policy.on:
         raise ValueError("retention is off (--audit-retention-days 0 and no period in a retention file)")
     due = [entry for entry in keys.entries()

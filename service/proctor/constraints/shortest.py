@@ -168,7 +168,7 @@ def _number(node: dict[str, Any], integer: bool) -> int | float:
             if step:
                 multiple = (math.ceil if direction > 0 else math.floor)(bound[0] / step) * step
                 candidates += [multiple, multiple + direction * step]
-    for value in sorted(candidates, key=lambda value: (len(_number_text(value, integer)), abs(value))):
+    for value in sorted(candidates, key=lambda value: (len(_number_text(value)), abs(value))):
         if fits(value):
             return int(value) if float(value).is_integer() else value
     raise NotCovered("number bounds")
@@ -184,7 +184,7 @@ def _bound(node: dict[str, Any], inclusive: str, exclusive: str) -> tuple[float,
     return None
 
 
-def _number_text(value: float, integer: bool) -> str:
+def _number_text(value: float) -> str:
     return json.dumps(int(value) if float(value).is_integer() else value)
 
 

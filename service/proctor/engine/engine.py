@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from proctor.config import Settings
-from proctor.decoding.masks import ConstraintAhead, constraints_ahead
+from proctor.decoding.masks import constraints_ahead
 from proctor.decoding.pipeline import run_pipeline
 from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
@@ -299,24 +299,15 @@ class Engine:
         decoding = sum(not feed.prompt for feed in plan.feeds)
         self._threads.before_step(len(plan.feeds))
         start = time.monotonic()
-        logits = batch.forward(plan.feeds)  # on CUDA this returns once launched: the masks below overlap it
-        self._update(plan.feeds, logits, self._constraints_ahead(plan.feeds))
+        logits = batch.forward(plan.feeds)  # on CUDA this returns once launched: the update fills masks first
+        self._update(plan.feeds, logits)
         elapsed = time.monotonic() - start
         self._threads.after_step(elapsed)
         self._observe(elapsed, decoding, plan)
         self.steps += 1
         return True
 
-    def _constraints_ahead(self, feeds: list[RowFeed]) -> tuple[ConstraintAhead | None, ConstraintAhead | None]:
-        """The constraint bitmasks of the rows the update samples first (the decoding rows', then the completed
-        prompts'), filled before the logits are read: while the device runs the forward."""
-        decoding = [feed.state for feed in feeds if not feed.prompt and feed.beam is None]
-        completed = [feed.state for feed in feeds if feed.prompt and feed.completes and feed.beam is None]
-        vocab = self.loaded.vocab_size
-        return constraints_ahead(decoding, vocab), constraints_ahead(completed, vocab)
-
-    def _update(self, feeds: list[RowFeed], logits: torch.Tensor,
-                ahead: tuple[ConstraintAhead | None, ConstraintAhead | None] = (None, None)) -> None:
+    def _update(self, feeds: list[RowFeed], logits: torch.Tensor) -> None:
         """The update pass: the decoding rows get their token (and their drafts, verified position by position:
         engine/verify.py), the beam searches their selection (engine/beam.py), the rows whose prompt completed
         their first token; then the finished rows leave. ``logits`` hold each feed's wanted positions in the
@@ -326,8 +317,12 @@ class Engine:
         drafted = sum(len(feed.tokens) for feed in decoding)
         after = logit_rows(feeds[len(decoding):], drafted)
         completed = [(feed.state, rows[-1]) for feed, rows in after if feed.beam is None and feed.completes]
+        states = [feed.state for feed in decoding]
+        # The constraint bitmasks of the rows sampled first, filled before any logit is read: on CUDA the forward
+        # (launched, not waited for) still runs on the device meanwhile.
+        vocab = self.loaded.vocab_size
+        ahead = constraints_ahead(states, vocab), constraints_ahead([state for state, _ in completed], vocab)
         if decoding:
-            states = [feed.state for feed in decoding]
             drafts = [feed.tokens[1:] for feed in decoding]
             kept = verify(states, drafts, logits[:drafted], time.monotonic, masks, ahead[0])
             self._batch.settle(kept)
