@@ -28,6 +28,8 @@ CASES = [
     ({"anyOf": [{"type": "string", "minLength": 9}, {"type": "boolean"}]}, "true"),
     ({"type": "string", "format": "date"}, '"2000-01-01"'),
     ({"type": "object", "minProperties": 1, "properties": {"a": {"type": "null"}}}, '{"a":null}'),
+    ({"type": "string", "pattern": "^[A-Z]{3}-\\d$"}, '"AAA-0"'),
+    ({"type": "string", "pattern": "mailto:"}, '"mailto:"'),  # a pattern matches anywhere: nothing around it
 ]
 
 
@@ -37,7 +39,7 @@ def test_each_keyword_gives_its_shortest_value(schema: dict, expected: str) -> N
     assert found is not None and found.text == expected
 
 
-@pytest.mark.parametrize("schema", [{"type": "string", "pattern": "^[A-Z]{3}$"}, {"not": {"type": "null"}},
+@pytest.mark.parametrize("schema", [{"type": "string", "pattern": "^(?=a)b$"}, {"not": {"type": "null"}},
                                     {"type": "array", "minItems": 2, "uniqueItems": True},
                                     {"$ref": "https://example.com/remote.json"}])
 def test_what_it_does_not_cover_it_says_so(schema: dict) -> None:

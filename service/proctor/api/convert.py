@@ -43,6 +43,7 @@ FINISH_TO_PROTO: dict[FinishReason, pb.FinishReason] = {
     FinishReason.DEAD_END: pb.FINISH_REASON_DEAD_END,
     FinishReason.FORBIDDEN_PHRASE: pb.FINISH_REASON_FORBIDDEN_PHRASE,
     FinishReason.REPETITION: pb.FINISH_REASON_REPETITION,
+    FinishReason.CLOSED_AT_BUDGET: pb.FINISH_REASON_CLOSED_AT_BUDGET,
     FinishReason.STOP_CRITERION: pb.FINISH_REASON_STOP_CRITERION,
     FinishReason.BLOCKED: pb.FINISH_REASON_BLOCKED,
     FinishReason.MODERATED: pb.FINISH_REASON_MODERATED,
@@ -152,7 +153,7 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
             forced_tokens=tuple(s.forced_tokens.items()),
         ),
         stopping=StoppingParams(
-            **_present(st, ("max_new_tokens", "min_new_tokens")),
+            **_present(st, ("max_new_tokens", "min_new_tokens", "close_at_budget")),
             stop=tuple(st.stop),
             stop_token_ids=tuple(st.stop_token_ids),
             ignore_eos=st.ignore_eos,
@@ -207,6 +208,7 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
         target.usage.decode_steps = event.usage.decode_steps
         target.usage.drafted_tokens = event.usage.drafted_tokens
         target.usage.accepted_tokens = event.usage.accepted_tokens
+        target.usage.closing_tokens = event.usage.closing_tokens
     if event.schema_check is not None:
         target.schema_validation.valid = event.schema_check.valid
         target.schema_validation.errors.extend(event.schema_check.errors)

@@ -93,6 +93,7 @@ def request_to_dict(request: GenerationRequest, seed: int | None) -> dict[str, A
 
 def request_from_dict(data: dict[str, Any], request_id: str) -> GenerationRequest:
     stopping = dict(data["stopping"])
+    stopping.setdefault("close_at_budget", False)  # recorded before it existed: generated without it
     if stopping.get("repetition"):
         stopping["repetition"] = RepetitionParams(**stopping["repetition"])
     for key in ("stop", "stop_token_ids"):

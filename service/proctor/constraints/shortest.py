@@ -8,10 +8,11 @@ value, an enum's shortest member, a string of ``minLength`` characters, the numb
 
 ``shortest_value`` covers the common keywords (``type`` and its lists, ``const``, ``enum``, ``properties`` with
 ``required``, ``minProperties`` from the optional properties, ``items``/``prefixItems`` with ``minItems``,
-``minLength``/``maxLength``, common ``format``s, number bounds and ``multipleOf``, ``anyOf``/``oneOf``, one-member
-``allOf``, local ``$ref``s) and says plainly what it does not (``None``): a ``pattern``, ``not``, ``uniqueItems``
-with more than one item, ``if``/``then``. Whatever it returns is checked with the server's own validator first,
-so a value it gives is valid, never merely likely to be.
+``minLength``/``maxLength``, common ``format``s, ``pattern``s (constraints/pattern_text.py), number bounds and
+``multipleOf``, ``anyOf``/``oneOf``, one-member ``allOf``, local ``$ref``s) and says plainly what it does not
+(``None``): a pattern with lookarounds, ``not``, ``uniqueItems`` with more than one item, ``if``/``then``.
+Whatever it returns is checked with the server's own validator first, so a value it gives is valid, never merely
+likely to be.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from proctor.constraints.json_validation import validate_json_output
+from proctor.constraints.pattern_text import shortest_completion
 
 FORMATS = {"date": "2000-01-01", "date-time": "2000-01-01T00:00:00Z", "time": "00:00:00Z", "email": "a@b.co",
            "uri": "a:b", "uuid": "00000000-0000-0000-0000-000000000000", "ipv4": "0.0.0.0", "ipv6": "::",
            "hostname": "a", "duration": "P1D"}
-UNCOVERED = ("pattern", "patternProperties", "not", "if", "then", "else", "dependentSchemas", "contains",
+UNCOVERED = ("patternProperties", "not", "if", "then", "else", "dependentSchemas", "contains",
              "propertyNames", "dependencies", "dependentRequired")
 TYPE_ORDER = ("null", "boolean", "integer", "number", "string", "array", "object")  # by the shortest each can be
 
@@ -54,6 +56,15 @@ def shortest_value(schema: dict[str, Any] | bool) -> Shortest | None:
     return Shortest(value, text)
 
 
+def shortest_text(node: Any, root: Any) -> str | None:
+    """The compact JSON text of the shortest value of ``node``, a part of the schema ``root`` (its ``$ref``s
+    resolved against it), unchecked: the closer's guesses are checked by the matcher (constraints/json_closer.py)."""
+    try:
+        return json.dumps(_shortest(node, root, ()), separators=(",", ":"), ensure_ascii=False)
+    except (NotCovered, RecursionError, KeyError, TypeError, ValueError, IndexError):
+        return None
+
+
 def _length(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
@@ -68,7 +79,7 @@ def _shortest(node: Any, root: Any, seen: tuple[str, ...]) -> Any:
         if not ref.startswith("#") or ref in seen:
             raise NotCovered(f"$ref {ref}")
         rest = {key: value for key, value in node.items() if key != "$ref"}
-        target = _pointer(root, ref)
+        target = pointer(root, ref)
         return _shortest({**target, **rest} if rest and isinstance(target, dict) else target, root, (*seen, ref))
     for keyword in UNCOVERED:
         if keyword in node:
@@ -122,6 +133,11 @@ def _of_type(kind: str, node: dict[str, Any], root: Any, seen: tuple[str, ...]) 
     if kind == "string":
         if "format" in node and node["format"] in FORMATS:
             return FORMATS[node["format"]]
+        if "pattern" in node:
+            matched = shortest_completion(str(node["pattern"]))
+            if matched is None or len(matched) < int(node.get("minLength", 0)):
+                raise NotCovered("pattern")
+            return matched
         return "a" * int(node.get("minLength", 0))
     if kind == "array":
         prefix = [_shortest(item, root, seen) for item in node.get("prefixItems", [])]
@@ -150,16 +166,6 @@ def _number(node: dict[str, Any], integer: bool) -> int | float:
     else a bound itself (whole numbers first: no decimals, no exponent)."""
     low, high = _bound(node, "minimum", "exclusiveMinimum"), _bound(node, "maximum", "exclusiveMaximum")
     step = node.get("multipleOf")
-
-    def fits(value: float) -> bool:
-        if low is not None and (value < low[0] or (low[1] and value == low[0])):
-            return False
-        if high is not None and (value > high[0] or (high[1] and value == high[0])):
-            return False
-        if step and abs(value / step - round(value / step)) > 1e-9:
-            return False
-        return not integer or float(value).is_integer()
-
     candidates: list[float] = [0, 1, -1]
     for bound, direction in ((low, 1), (high, -1)):
         if bound is not None:
@@ -169,9 +175,22 @@ def _number(node: dict[str, Any], integer: bool) -> int | float:
                 multiple = (math.ceil if direction > 0 else math.floor)(bound[0] / step) * step
                 candidates += [multiple, multiple + direction * step]
     for value in sorted(candidates, key=lambda value: (len(_number_text(value)), abs(value))):
-        if fits(value):
+        if number_fits(value, node, integer):
             return int(value) if float(value).is_integer() else value
     raise NotCovered("number bounds")
+
+
+def number_fits(value: float, node: dict[str, Any], integer: bool) -> bool:
+    """Whether ``value`` is within ``node``'s bounds and ``multipleOf`` (and whole, for an integer)."""
+    low, high = _bound(node, "minimum", "exclusiveMinimum"), _bound(node, "maximum", "exclusiveMaximum")
+    step = node.get("multipleOf")
+    if low is not None and (value < low[0] or (low[1] and value == low[0])):
+        return False
+    if high is not None and (value > high[0] or (high[1] and value == high[0])):
+        return False
+    if isinstance(step, (int, float)) and step and abs(value / step - round(value / step)) > 1e-9:
+        return False
+    return not integer or float(value).is_integer()
 
 
 def _bound(node: dict[str, Any], inclusive: str, exclusive: str) -> tuple[float, bool] | None:
@@ -188,7 +207,7 @@ def _number_text(value: float) -> str:
     return json.dumps(int(value) if float(value).is_integer() else value)
 
 
-def _pointer(root: Any, ref: str) -> Any:
+def pointer(root: Any, ref: str) -> Any:
     node = root
     for part in ref.removeprefix("#").lstrip("/").split("/") if ref not in ("#", "#/") else []:
         part = part.replace("~1", "/").replace("~0", "~")

@@ -107,6 +107,7 @@ class StoppingParams:
     ignore_eos: bool = False
     repetition: RepetitionParams | None = None
     must_include: tuple[str, ...] = ()  # the end is held off until the output contains each (controls.py)
+    close_at_budget: bool = True  # a JSON output running short of tokens gets its shortest valid ending (budget.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "must_include", tuple(self.must_include))  # (a list when read back from JSON)

@@ -90,6 +90,9 @@ class Drafter:
         if room <= 0 or state.finished:
             return []
         policy, matcher = self.policy, state.matcher
+        closing = state.closing_draft(room) if policy.jump_forward else []
+        if closing:  # the budget's ending (engine/budget.py): forced, so kept whole
+            return closing
         # An engine without its own forced-token API is asked through its mask: one fill more a step, so only
         # after a step the mask forced (forced runs come together; the run's first token is a step of its own).
         if policy.jump_forward and matcher is not None and (state.last_forced or hasattr(matcher, "forced_tokens")):

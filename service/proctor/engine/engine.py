@@ -30,6 +30,7 @@ from proctor.domain import FinishReason, GenerationRequest, RequestValidationErr
 from proctor.engine.attempts import FallbackAttempts
 from proctor.engine.batch import DecodeBatch, RowFeed, logit_rows
 from proctor.engine.beam import BeamSearches, update_searches
+from proctor.engine.budget import BudgetFactsCache, attach_budget
 from proctor.engine.drafting import Drafter, DraftPolicy
 from proctor.engine.live import LiveRequests
 from proctor.engine.loaded_model import LoadedModel
@@ -70,6 +71,7 @@ class Engine:
         self._batch = DecodeBatch(lambda: build_runner(loaded, settings, rows, release_dense_weights), rows,
                                   settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens, self.prefix_cache)
         self._drafter = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size)
+        self._budgets = BudgetFactsCache(loaded.tokenizer, loaded.vocab_size)
         self._scheduler = Scheduler(settings.max_waiting, settings.max_step_tokens,
                                     free_rows=self._batch.free_rows)
         self._eos = frozenset(loaded.eos_token_ids)
@@ -108,7 +110,8 @@ class Engine:
             return prepared
         if self.constraints is None:
             raise RequestValidationError.single(request.constraint.field, "this server has constraints disabled")
-        return dataclasses.replace(prepared, constraint=self.constraints.prepare(request.constraint))
+        return attach_budget(dataclasses.replace(prepared, constraint=self.constraints.prepare(request.constraint)),
+                             self._budgets)
 
     @contextlib.contextmanager
     def admission(self) -> Iterator[None]:

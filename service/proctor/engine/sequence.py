@@ -29,6 +29,7 @@ from proctor.domain import (
     TokenEvent,
 )
 from proctor.domain.events import Timings, Usage
+from proctor.engine.budget import BudgetRule
 from proctor.engine.detokenizer import IncrementalDetokenizer, text_decoder
 from proctor.engine.preprocess import PreparedRequest
 from proctor.engine.status import RequestStatus, status_after
@@ -98,6 +99,8 @@ class SequenceState:
         self.stop_matcher = StopStringMatcher(request.stopping.stop)
         self.constraint = prepared.constraint
         self.matcher: Matcher | None = prepared.constraint.compiled.new_matcher() if prepared.constraint else None
+        self.budget = BudgetRule(prepared.budget, self.matcher, tokenizer, vocab_size) \
+            if prepared.budget is not None and self.matcher is not None else None
         self._text: list[str] = []
         self.status = RequestStatus.WAITING  # set by the engine at each transition (engine/status.py)
         self.lookup: PromptLookup | None = None  # its tokens indexed for prompt lookup (engine/drafting.py)
@@ -208,6 +211,8 @@ class SequenceState:
         if self.matcher is not None:
             reason, detail = self._advance_constraint(token_id, reason, detail)
         piece = self.detokenizer.push(token_id)
+        if self.budget is not None:
+            reason, detail = self._budget_step(piece, reason, detail)
         if self.must_include is not None:
             self.must_include.push(piece)
         scan = self.stop_matcher.push(piece)
@@ -239,6 +244,34 @@ class SequenceState:
         if reason in (None, FinishReason.LENGTH) and self.matcher.must_end():
             return FinishReason.CONSTRAINT_COMPLETE, "the constraint is complete"
         return reason, detail
+
+    def _budget_step(self, piece: str, reason: FinishReason | None, detail: str) -> tuple[FinishReason | None, str]:
+        """Close the JSON when the tokens left come within its ending (or it loops): the ending's tokens become
+        forced steps; the row ends CLOSED_AT_BUDGET with its last one (engine/budget.py)."""
+        budget = self.budget
+        assert budget is not None and self.matcher is not None
+        budget.push(piece)
+        done = len(self.generated)
+        if budget.closing:
+            if done >= budget.closes_at and reason in (None, FinishReason.LENGTH, FinishReason.CONSTRAINT_COMPLETE) \
+                    and self.matcher.can_end():
+                return FinishReason.CLOSED_AT_BUDGET, budget.detail(self.max_new_tokens)
+            return (None, "") if reason is FinishReason.REPETITION else (reason, detail)  # an ending may repeat
+        if reason is not None and reason is not FinishReason.REPETITION:
+            return reason, detail
+        ending = budget.plan(done, self.max_new_tokens - done, now=reason is FinishReason.REPETITION)
+        if ending is None:
+            return reason, detail
+        self._forced.update(zip(range(done, done + len(ending)), ending, strict=True))
+        self._controlled = True
+        return None, ""
+
+    def closing_draft(self, limit: int) -> list[int]:
+        """The ending's tokens still to come but the last (each verified by the one before it), up to ``limit``."""
+        if self.budget is None or not self.budget.closing:
+            return []
+        start = len(self.generated)
+        return [self._forced[p] for p in range(start, min(self.budget.closes_at - 1, start + limit))]
 
     def _guarded(self, name: str, plugin: Callable[..., Any]) -> Callable[..., Any]:
         """Bind a plugin to this request; an exception in it fails this request only."""
@@ -316,7 +349,8 @@ class SequenceState:
             event = TokenEvent(
                 event.request_id, event.token_ids, event.text, event.details, finish_reason=reason,
                 finish_detail=detail, usage=Usage(len(self.prompt_ids), len(self.generated), self.cached_prompt_tokens,
-                                                     self.decode_steps, self.drafted, self.accepted),
+                                                     self.decode_steps, self.drafted, self.accepted,
+                                                     len(self.budget.closing) if self.budget is not None else 0),
                 timings=Timings((started - self.created) * 1000, ttft, (now - self.created) * 1000),
                 seed=self.seed, error=event.error,
                 constraint=self.constraint.summary if self.constraint else None,

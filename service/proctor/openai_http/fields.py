@@ -44,7 +44,7 @@ EXTENSIONS: dict[str, str] = {name: path for path in (
     "sampling.typical_p", "sampling.greedy_first_tokens", "sampling.forced_tokens", "sampling.num_beams",
     "sampling.length_penalty", "sampling.early_stopping", "sampling.first_tokens_temperature",
     "stopping.min_new_tokens", "stopping.stop_token_ids", "stopping.ignore_eos", "stopping.repetition",
-    "stopping.must_include",
+    "stopping.must_include", "stopping.close_at_budget",
 ) for name in (path.rpartition(".")[2],)}
 # The constraint fields: at most one of them, or of response_format, tools and vLLM's keys, per request.
 CONSTRAINT_KEYS = ("regex", "choice", "grammar", "schema_ref")

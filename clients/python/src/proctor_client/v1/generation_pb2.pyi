@@ -71,6 +71,7 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_STOP_CRITERION: _ClassVar[FinishReason]
     FINISH_REASON_BLOCKED: _ClassVar[FinishReason]
     FINISH_REASON_MODERATED: _ClassVar[FinishReason]
+    FINISH_REASON_CLOSED_AT_BUDGET: _ClassVar[FinishReason]
 
 class FormatHandling(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -118,6 +119,7 @@ FINISH_REASON_REPETITION: FinishReason
 FINISH_REASON_STOP_CRITERION: FinishReason
 FINISH_REASON_BLOCKED: FinishReason
 FINISH_REASON_MODERATED: FinishReason
+FINISH_REASON_CLOSED_AT_BUDGET: FinishReason
 FORMAT_HANDLING_UNSPECIFIED: FormatHandling
 FORMAT_HANDLING_ENFORCED: FormatHandling
 FORMAT_HANDLING_VALIDATED: FormatHandling
@@ -201,7 +203,7 @@ class ReturnedSequence(_message.Message):
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., audit_id: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., receipt: _Optional[str] = ...) -> None: ...
 
 class StoppingParams(_message.Message):
-    __slots__ = ("max_new_tokens", "min_new_tokens", "stop", "stop_token_ids", "ignore_eos", "repetition", "must_include")
+    __slots__ = ("max_new_tokens", "min_new_tokens", "stop", "stop_token_ids", "ignore_eos", "repetition", "must_include", "close_at_budget")
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MIN_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +211,7 @@ class StoppingParams(_message.Message):
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
     REPETITION_FIELD_NUMBER: _ClassVar[int]
     MUST_INCLUDE_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_AT_BUDGET_FIELD_NUMBER: _ClassVar[int]
     max_new_tokens: int
     min_new_tokens: int
     stop: _containers.RepeatedScalarFieldContainer[str]
@@ -216,7 +219,8 @@ class StoppingParams(_message.Message):
     ignore_eos: bool
     repetition: RepetitionStop
     must_include: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, max_new_tokens: _Optional[int] = ..., min_new_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., repetition: _Optional[_Union[RepetitionStop, _Mapping]] = ..., must_include: _Optional[_Iterable[str]] = ...) -> None: ...
+    close_at_budget: bool
+    def __init__(self, max_new_tokens: _Optional[int] = ..., min_new_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., repetition: _Optional[_Union[RepetitionStop, _Mapping]] = ..., must_include: _Optional[_Iterable[str]] = ..., close_at_budget: _Optional[bool] = ...) -> None: ...
 
 class RepetitionStop(_message.Message):
     __slots__ = ("ngram_size", "repeats")
@@ -424,20 +428,22 @@ class GenerationAttempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., completion_tokens: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., valid: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "decode_steps", "drafted_tokens", "accepted_tokens")
+    __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "decode_steps", "drafted_tokens", "accepted_tokens", "closing_tokens")
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DECODE_STEPS_FIELD_NUMBER: _ClassVar[int]
     DRAFTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CLOSING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int
     decode_steps: int
     drafted_tokens: int
     accepted_tokens: int
-    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., decode_steps: _Optional[int] = ..., drafted_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ...) -> None: ...
+    closing_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., decode_steps: _Optional[int] = ..., drafted_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., closing_tokens: _Optional[int] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("token_id", "text", "logprob")

@@ -1,0 +1,464 @@
+"""Where a JSON output stands against its schema, and the shortest texts that end it validly (issue 45).
+
+``JsonCloser`` reads the output as it is written, a character at a time, keeping a stack of what is open: the
+objects (their schema, the members written, the key being written), the arrays (their item count), the string,
+number or literal being written. ``endings()`` then says how to finish from there, shortest first: complete the
+open scalar (an escape, an enum member or ``const`` begun, a ``minLength``, a number's missing digits, the rest
+of ``true``), then, container by container outwards, give each missing required property the shortest value its
+schema allows (constraints/shortest.py), add items up to ``minItems``, and close.
+
+A closer is a guess the matcher checks: the engine tokenizes each ending and keeps the first the constraint
+accepts to the end (engine/budget.py), so a schema read differently here than by the engine costs a candidate,
+never a wrong output. Where the closer cannot tell (a ``pattern`` a string has begun, a ``format`` not begun as
+its shortest value) it offers nothing, and the row runs on as it would without a budget rule.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from proctor.constraints.pattern_text import shortest_completion
+from proctor.constraints.shortest import number_fits, pointer, shortest_text
+
+Schema = dict[str, Any]
+LITERALS = ("true", "false", "null")
+NUMBER_CHARS = frozenset("0123456789+-.eE")
+WHITESPACE = frozenset(" \t\n\r")
+GROWTH_NODES = 400  # schema parts growth_texts visits at most (a large schema's margin from its first parts)
+MAX_ENDINGS = 6  # candidates offered, shortest first (each costs the engine a tokenization and a matcher walk)
+
+
+@dataclass(slots=True)
+class _Frame:
+    kind: str  # object | array | string | number | literal
+    options: list[Schema]  # the schemas the value may be under (anyOf/oneOf branches of its type)
+    state: str = "start"  # object: start key colon value after next; array: start value after
+    keys: list[str] = field(default_factory=list)  # object: members written (the one being written included)
+    count: int = 0  # array: items written
+    raw: str = ""  # string/key: the text after the opening quote; number/literal: the text so far
+
+
+class JsonCloser:
+    """The output so far against ``schema`` (a JSON Schema, its local ``$ref``s resolved against it)."""
+
+    def __init__(self, schema: Schema | bool) -> None:
+        self._root: Any = schema
+        self._stack: list[_Frame] = []
+        self._done = False  # the top-level value is complete
+        self._broken = False  # the text left JSON (cannot happen under a JSON constraint): no endings
+        self._shortest: dict[int, str | None] = {}
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def push(self, text: str) -> None:
+        for char in text:
+            if not self._broken:
+                self._char(char)
+
+    # --- reading -------------------------------------------------------------------------------
+    def _char(self, c: str) -> None:
+        if not self._stack:
+            if self._done or c in WHITESPACE:
+                return
+            self._open(c, self._options(self._root))
+            return
+        top = self._stack[-1]
+        handler = getattr(self, "_in_" + top.kind)
+        handler(top, c)
+
+    def _open(self, c: str, options: list[Schema]) -> None:
+        kind = {"{": "object", "[": "array", '"': "string"}.get(c)
+        if kind is None:
+            kind = "number" if c in "-0123456789" else "literal" if c in "tfn" else ""
+        if not kind:
+            self._broken = True
+            return
+        frame = _Frame(kind, _of_type(options, kind))
+        if kind in ("number", "literal"):
+            frame.raw = c
+        self._stack.append(frame)
+
+    def _close(self) -> None:
+        """The top value is complete: its parent takes it."""
+        self._stack.pop()
+        if not self._stack:
+            self._done = True
+            return
+        parent = self._stack[-1]
+        parent.state = "after"
+        if parent.kind == "array":
+            parent.count += 1
+
+    def _in_string(self, top: _Frame, c: str) -> None:
+        if c == '"' and not _escaping(top.raw):
+            self._close()
+        else:
+            top.raw += c
+
+    def _in_number(self, top: _Frame, c: str) -> None:
+        if c in NUMBER_CHARS:
+            top.raw += c
+            return
+        self._close()
+        self._char(c)
+
+    def _in_literal(self, top: _Frame, c: str) -> None:
+        top.raw += c
+        if top.raw in LITERALS:
+            self._close()
+        elif not any(word.startswith(top.raw) for word in LITERALS):
+            self._broken = True
+
+    def _in_array(self, top: _Frame, c: str) -> None:
+        if c in WHITESPACE:
+            return
+        if c == "]":
+            self._close()
+        elif c == ",":
+            top.state = "value"
+        else:
+            self._open(c, self._options(_item_schema(top.options, top.count)))
+
+    def _in_object(self, top: _Frame, c: str) -> None:
+        state = top.state
+        if state == "key":
+            if c == '"' and not _escaping(top.raw):
+                top.keys.append(_decode(top.raw))
+                top.state, top.raw = "colon", ""
+            else:
+                top.raw += c
+            return
+        if c in WHITESPACE:
+            return
+        if c == "}":
+            self._close()
+        elif c == '"' and state in ("start", "next"):
+            top.state, top.raw = "key", ""
+        elif c == ":" and state == "colon":
+            top.state = "value"
+        elif c == "," and state == "after":
+            top.state = "next"
+        elif state == "value":
+            self._open(c, self._options(_member_schema(top.options, top.keys[-1])))
+        else:
+            self._broken = True
+
+    # --- ending --------------------------------------------------------------------------------
+    def endings(self) -> list[str]:
+        """The texts that would end the output validly from here, shortest first ([] when the closer cannot
+        tell; [""] when it is complete)."""
+        if self._broken:
+            return []
+        if self._done:
+            return [""]
+        if not self._stack:
+            text = self._value_text(self._options(self._root))
+            return [text] if text is not None else []
+        tails: list[str] = [""]
+        for depth in range(len(self._stack) - 1, -1, -1):
+            frame = self._stack[depth]
+            inner_open = depth < len(self._stack) - 1  # a child value is being written (its ending is in tails)
+            finishes = self._finish(frame, inner_open)
+            tails = sorted({tail + finish for tail in tails for finish in finishes}, key=len)[:MAX_ENDINGS]
+            if not tails:
+                return []
+        return tails
+
+    def _finish(self, frame: _Frame, inner_open: bool) -> list[str]:
+        finish: list[str] = getattr(self, "_finish_" + frame.kind)(frame, inner_open)
+        return finish
+
+    def _finish_literal(self, frame: _Frame, inner_open: bool) -> list[str]:
+        return [word[len(frame.raw):] for word in LITERALS if word.startswith(frame.raw)][:1]
+
+    def _finish_number(self, frame: _Frame, inner_open: bool) -> list[str]:
+        text = frame.raw + ("0" if frame.raw[-1] in "-+.eE" else "")
+        for extra in ("", "0", "00", "000", "1", "5", "9"):
+            candidate = text + extra
+            if any(_number_fits(candidate, option) for option in frame.options or [{}]):
+                return [candidate[len(frame.raw):]]
+        return []
+
+    def _finish_string(self, frame: _Frame, inner_open: bool) -> list[str]:
+        raw = frame.raw + _escape_rest(frame.raw)
+        found: list[str] = []
+        for option in frame.options or [{}]:
+            ending = _string_rest(raw, option, self._shortest_of(option))
+            if ending is not None:
+                found.append(raw[len(frame.raw):] + ending)
+        return sorted(set(found), key=len)
+
+    def _finish_array(self, frame: _Frame, inner_open: bool) -> list[str]:
+        found: list[str] = []
+        for option in frame.options or [{}]:
+            count, text = frame.count, ""
+            if inner_open:
+                count += 1
+            elif frame.state == "value":  # after a comma: an item must follow
+                item = self._value_text(self._options(_item_schema([option], count)))
+                if item is None:
+                    continue
+                text, count = item, count + 1
+            needed = int(option.get("minItems", 0))
+            while count < needed:
+                item = self._value_text(self._options(_item_schema([option], count)))
+                if item is None:
+                    break
+                text += ("," if count else "") + item
+                count += 1
+            else:
+                found.append(text + "]")
+        return sorted(set(found), key=len)
+
+    def _finish_object(self, frame: _Frame, inner_open: bool) -> list[str]:
+        found: list[str] = []
+        for option in frame.options or [{}]:
+            for head, keys in self._member_heads(frame, option, inner_open):
+                rest = self._missing_members(option, keys)
+                if rest is not None:
+                    found.append(head + rest + "}")
+        return sorted(set(found), key=len)[:MAX_ENDINGS]
+
+    def _member_heads(self, frame: _Frame, option: Schema, inner_open: bool) -> list[tuple[str, list[str]]]:
+        """Ways to finish the member being written: (its text, the keys written after it)."""
+        keys, state = list(frame.keys), frame.state
+        if inner_open or state in ("start", "after"):
+            return [("", keys)]
+        if state in ("colon", "value"):
+            value = self._value_text(self._options(_member_schema([option], keys[-1])))
+            return [] if value is None else [((":" if state == "colon" else "") + value, keys)]
+        prefix = '"' + frame.raw if state == "key" else ""  # "next": after a comma, a member must follow
+        heads = []
+        for name in self._key_choices(option, keys, prefix):
+            value = self._value_text(self._options(_member_schema([option], name)))
+            if value is not None:
+                text = json.dumps(name, ensure_ascii=False)
+                heads.append(((text[len(prefix):] if state == "key" else text) + ":" + value, [*keys, name]))
+        return heads
+
+    def _key_choices(self, option: Schema, keys: list[str], prefix: str) -> list[str]:
+        """Member names that may follow, beginning with ``prefix`` (the key's JSON text so far): the engines write
+        members in ``properties``' order, so the properties after the last one written, up to the first required
+        one (the cheapest: it must be written anyway) first; then the key as written, where additional
+        properties are allowed."""
+        properties = list(option.get("properties", {}))
+        required = option.get("required", [])
+        after = max((properties.index(name) + 1 for name in keys if name in properties), default=0)
+        following = [name for name in properties[after:] if name not in keys]
+        following += [name for name in required if name not in properties and name not in keys]
+        ahead = [name for name in following if json.dumps(name, ensure_ascii=False).startswith(prefix)]
+        first_required = [name for name in ahead if name in required][:1]
+        choices = first_required + [name for name in ahead if name not in first_required][:2]
+        if option.get("additionalProperties", True) is not False and prefix and not _escaping(prefix[1:]):
+            written = _decode(prefix[1:])
+            if written not in keys and written not in choices:
+                choices.append(written)
+        return choices
+
+    def _missing_members(self, option: Schema, keys: list[str]) -> str | None:
+        """The required members not yet written (in the engines' order: ``properties``' first), then optional
+        ones up to ``minProperties``; each after a comma where a member precedes it."""
+        properties = option.get("properties", {})
+        required = option.get("required", [])
+        order = [name for name in properties if name in required]
+        order += [name for name in required if name not in properties]
+        order = [name for name in order if name not in keys]
+        optional = [name for name in properties if name not in keys and name not in order]
+        while len(keys) + len(order) < int(option.get("minProperties", 0)) and optional:
+            order.append(optional.pop(0))
+        text, count = "", len(keys)
+        for name in order:
+            value = self._value_text(self._options(_member_schema([option], name)))
+            if value is None:
+                return None
+            text += ("," if count else "") + json.dumps(name, ensure_ascii=False) + ":" + value
+            count += 1
+        return text
+
+    # --- schemas -------------------------------------------------------------------------------
+    def _options(self, node: Any) -> list[Schema]:
+        return _branches(node, self._root, ())
+
+    def _value_text(self, options: list[Schema]) -> str | None:
+        texts = [text for text in (self._shortest_of(option) for option in options) if text is not None]
+        return min(texts, key=len) if texts else None
+
+    def _shortest_of(self, option: Schema) -> str | None:
+        key = id(option)
+        if key not in self._shortest:
+            self._shortest[key] = shortest_text(option, self._root)
+        return self._shortest[key]
+
+
+def growth_texts(schema: Schema | bool, limit: int = GROWTH_NODES) -> list[str]:
+    """The texts one free token can begin and an ending must then finish: each property's ``"key":value`` and
+    each array item, at their shortest, over the schema's parts (the first ``limit`` reached). Their longest is
+    the most one more token can add to what ending an output costs (engine/budget.py's margin)."""
+    closer = JsonCloser(schema)
+    texts: list[str] = []
+    pending: list[Any] = [schema]
+    seen: set[int] = set()
+    while pending and len(seen) < limit:
+        node = pending.pop()
+        for option in closer._options(node):
+            if id(option) in seen:
+                continue
+            seen.add(id(option))
+            for name, sub in option.get("properties", {}).items():
+                value = closer._value_text(closer._options(sub))
+                if value is not None:
+                    texts.append(json.dumps(name, ensure_ascii=False) + ":" + value)
+                pending.append(sub)
+            items = [*option.get("prefixItems", []), *_listed(option.get("items"))]
+            for extra in ("additionalProperties", "additionalItems"):
+                if isinstance(option.get(extra), dict):
+                    items.append(option[extra])
+            for sub in items:
+                value = closer._value_text(closer._options(sub))
+                if value is not None:
+                    texts.append(value + ",")
+                pending.append(sub)
+    return texts
+
+
+def _listed(items: Any) -> list[Any]:
+    return items if isinstance(items, list) else [items] if isinstance(items, dict) else []
+
+
+# --- helpers (pure) -----------------------------------------------------------------------------
+def _escaping(raw: str) -> bool:
+    """Whether the string text ``raw`` ends inside an escape (an odd run of backslashes, or ``\\u`` unfinished)."""
+    run = len(raw) - len(raw.rstrip("\\"))
+    return run % 2 == 1 or _unicode_left(raw) > 0
+
+
+def _unicode_left(raw: str) -> int:
+    match = re.search(r"(?<!\\)(?:\\\\)*\\u([0-9a-fA-F]{0,3})$", raw)
+    return 4 - len(match.group(1)) if match else 0
+
+
+def _escape_rest(raw: str) -> str:
+    """What finishes an escape ``raw`` ends inside (``n`` after a lone backslash, zeros for ``\\u``)."""
+    left = _unicode_left(raw)
+    if left:
+        return "0" * left
+    run = len(raw) - len(raw.rstrip("\\"))
+    return "n" if run % 2 == 1 else ""
+
+
+def _decode(raw: str) -> str:
+    try:
+        return str(json.loads('"' + raw + '"'))
+    except ValueError:
+        return raw
+
+
+def _string_rest(raw: str, option: Schema, shortest: str | None) -> str | None:
+    """The rest of a string whose text so far is ``raw`` (escapes complete): an enum member or ``const`` it
+    begins, its ``format``'s or pattern's shortest value where it begins that, else padding to ``minLength``."""
+    written = '"' + raw
+    members = option["enum"] if "enum" in option else [option["const"]] if "const" in option else None
+    if members is not None:
+        texts = [json.dumps(m, ensure_ascii=False) for m in members if isinstance(m, str)]
+        fits = [text[len(written):] for text in texts if text.startswith(written)]
+        return min(fits, key=len) if fits else None
+    if "format" in option or "pattern" in option:
+        if shortest is not None and shortest.startswith(written):
+            return shortest[len(written):]
+        if "pattern" in option and "format" not in option:
+            rest = shortest_completion(str(option["pattern"]), _decode(raw))
+            return None if rest is None else rest + '"'
+        return None
+    length = len(_decode(raw))
+    return "a" * max(0, int(option.get("minLength", 0)) - length) + '"'
+
+
+def _number_fits(text: str, option: Schema) -> bool:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return number_fits(value, option, option.get("type") == "integer")
+
+
+def _branches(node: Any, root: Any, seen: tuple[str, ...]) -> list[Schema]:
+    """``node``'s alternatives as plain schemas: local ``$ref``s followed, ``allOf`` merged, ``anyOf``/``oneOf``
+    branches each merged with the keywords beside them (``True``: ``{}``; ``False``: none)."""
+    if node is True:
+        return [{}]
+    if not isinstance(node, dict):
+        return []
+    if "$ref" in node:
+        ref = str(node["$ref"])
+        if not ref.startswith("#") or ref in seen:
+            return []
+        target = pointer(root, ref)
+        rest = {key: value for key, value in node.items() if key != "$ref"}
+        merged = {**target, **rest} if isinstance(target, dict) else target
+        return _branches(merged, root, (*seen, ref))
+    if "allOf" in node:
+        merged = {key: value for key, value in node.items() if key != "allOf"}
+        for member in node["allOf"]:
+            for branch in _branches(member, root, seen)[:1]:
+                merged = _merge(merged, branch)
+        return _branches(merged, root, seen)
+    for combiner in ("anyOf", "oneOf"):
+        if combiner in node:
+            rest = {key: value for key, value in node.items() if key != combiner}
+            out: list[Schema] = []
+            for branch in node[combiner]:
+                out += _branches({**rest, **branch} if isinstance(branch, dict) else branch, root, seen)
+            return out
+    return [node]
+
+
+def _merge(into: Schema, other: Schema) -> Schema:
+    merged = {**other, **into}
+    if "properties" in into or "properties" in other:
+        merged["properties"] = {**other.get("properties", {}), **into.get("properties", {})}
+    if "required" in into or "required" in other:
+        merged["required"] = list(dict.fromkeys([*into.get("required", []), *other.get("required", [])]))
+    return merged
+
+
+def _of_type(options: list[Schema], kind: str) -> list[Schema]:
+    """The options a value opened as ``kind`` can be under (all of them when none says so)."""
+    wanted = {"object": ("object",), "array": ("array",), "string": ("string",),
+              "number": ("number", "integer"), "literal": ("boolean", "null")}[kind]
+    kept = []
+    for option in options:
+        declared = option.get("type")
+        types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else None
+        if types is None or any(t in wanted for t in types):
+            kept.append(option)
+    return kept or options
+
+
+def _member_schema(options: list[Schema], name: str) -> Any:
+    for option in options:
+        properties = option.get("properties", {})
+        if name in properties:
+            return properties[name]
+        for pattern, schema in option.get("patternProperties", {}).items():
+            if re.search(pattern, name):
+                return schema
+        extra = option.get("additionalProperties", True)
+        return extra
+    return True
+
+
+def _item_schema(options: list[Schema], index: int) -> Any:
+    for option in options:
+        prefix = option.get("prefixItems")
+        items = option.get("items", True)
+        if isinstance(items, list):  # draft 4-7 tuples
+            prefix, items = items, option.get("additionalItems", True)
+        if prefix is not None and index < len(prefix):
+            return prefix[index]
+        return items
+    return True
