@@ -55,7 +55,11 @@ def test_registered_schema_yields_valid_json_or_an_honest_length(client: Proctor
 
 
 def test_truncated_json_is_never_reported_valid(client: ProctorClient) -> None:
-    response = client.generate(messages=chat(CONTRACT_PROMPTS[0]), schema_ref="contract/nda", max_new_tokens=6)
+    # With close_at_budget (the default) 6 tokens are refused up front: the NDA's shortest valid output is longer.
+    with pytest.raises(ProctorError, match=r"INVALID_ARGUMENT: stopping.max_new_tokens: 6 tokens cannot hold"):
+        client.generate(messages=chat(CONTRACT_PROMPTS[0]), schema_ref="contract/nda", max_new_tokens=6)
+    response = client.generate(messages=chat(CONTRACT_PROMPTS[0]), schema_ref="contract/nda", max_new_tokens=6,
+                               close_at_budget=False)
     assert response.finish_reason == pb.FINISH_REASON_LENGTH
     assert not response.schema_validation.valid
     assert any("truncated" in e for e in response.schema_validation.errors)

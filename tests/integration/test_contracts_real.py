@@ -1,9 +1,10 @@
 """Contract drafting over gRPC with the real model: required clauses by construction, the audit record of each
-attempt, exact replay, repair when an attempt is cut, Chinese end to end, and input errors named by field."""
+attempt, exact replay, a tight budget closed valid, Chinese end to end, and input errors named by field."""
 
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from typing import Any
 
@@ -58,23 +59,26 @@ def test_an_nda_holds_every_required_clause_party_and_fact(client: ProctorClient
     assert replay.exact_match, replay.message
 
 
-def test_a_cut_attempt_is_repaired_and_every_attempt_is_audited(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]
-    response = client.draft_contract(
-        "contract/service-agreement", parties=["Fabrikam Inc:provider:Delaware", "Tailspin LLC:client"],
-        required_clauses=["5"], max_new_tokens=90, max_attempts=4, request_id="sa-repair", timeout_s=300)
-    attempts = list(response.attempts)
-    assert attempts[0].finish_reason == pb.FINISH_REASON_LENGTH and not attempts[0].valid
-    assert attempts[1].max_new_tokens > attempts[0].max_new_tokens and "cut at 90" in attempts[1].reason
-    assert response.valid == attempts[-1].valid and response.audit_id == attempts[-1].audit_id
-    for attempt in attempts:
-        stored = record(audit, attempt.audit_id)
-        assert stored["contract"]["attempt"] == attempt.attempt
-        assert stored["request_id"] == f"sa-repair#{attempt.attempt}"
-        assert stored["contract"]["check"]["valid"] == attempt.valid
-    if not response.valid:  # never returned as valid when it is not
-        assert response.errors
-    else:
-        assert_valid_json(response.contract_json, registered_schema(client, response.schema_ref))
+def test_a_draft_at_a_tight_budget_is_closed_valid_with_every_required_clause(client: ProctorClient, audit) -> None:  # type: ignore[no-untyped-def]
+    """Issue 45: the clause text that runs long is closed, every required clause still listed; a budget below the
+    shortest valid contract is refused naming the contract's own field, and a closed attempt replays exactly."""
+    parts: dict[str, Any] = {"parties": ["Fabrikam Inc:provider:Delaware", "Tailspin LLC:client"],
+                             "required_clauses": ["5", "7"], "timeout_s": 300}
+    with pytest.raises(ProctorError) as refused:
+        client.draft_contract("contract/service-agreement", max_new_tokens=10, request_id="sa-small", **parts)
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.field_violations[0][0] == "max_new_tokens", refused.value.field_violations
+    minimum = int(re.search(r"ask for at least (\d+)", str(refused.value)).group(1))  # type: ignore[union-attr]
+    response = client.draft_contract("contract/service-agreement", max_new_tokens=minimum + 12,
+                                     request_id="sa-tight", **parts)
+    (attempt,) = response.attempts
+    assert attempt.finish_reason == pb.FINISH_REASON_CLOSED_AT_BUDGET and response.valid, list(response.errors)
+    assert [c.id for c in response.required_clauses if c.present] == ["5", "7"]
+    assert_valid_json(response.contract_json, registered_schema(client, response.schema_ref))
+    stored = record(audit, response.audit_id)
+    assert stored["finish"]["reason"] == "closed_at_budget" and stored["usage"]["closing_tokens"] > 0
+    replay = audit.Replay(audit_pb2.ReplayRequest(audit_id=response.audit_id), timeout=300)
+    assert replay.exact_match, replay.message
 
 
 def test_a_chinese_contract_comes_out_whole(client: ProctorClient, audit, model_dir) -> None:  # type: ignore[no-untyped-def]

@@ -7,6 +7,7 @@ budget: each output must come back valid (``CLOSED_AT_BUDGET``, or ended by itse
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from proctor.domain import (
     FinishReason,
     GenerationRequest,
     RepetitionParams,
+    RequestValidationError,
     SamplingParams,
     StoppingParams,
 )
@@ -99,3 +101,97 @@ def test_at_every_budget_from_the_minimum_up_the_output_is_valid(engine, name: s
                 assert 0 < final.usage.closing_tokens <= final.usage.completion_tokens
                 assert "closed at the budget" in final.finish_detail
     assert closed, "the budget rule closed some of them (a random model never ends a JSON by itself)"
+
+
+def test_below_the_shortest_valid_output_the_request_is_refused_naming_the_field_and_the_minimum(engine) -> None:  # type: ignore[no-untyped-def]
+    schema = SCHEMAS["nested"]
+    minimum = minimum_of(engine, schema)
+    with pytest.raises(RequestValidationError) as raised:
+        engine.prepare(request(schema, minimum - 1))
+    (violation,) = raised.value.violations
+    assert violation.field == "stopping.max_new_tokens"
+    assert f"at least {minimum}" in violation.description and '{"party":{"name":"","address"' in violation.description
+    engine.prepare(request(schema, minimum))  # the minimum itself is served
+    engine.prepare(request(schema, minimum - 1, close=False))  # and without the rule nothing is refused
+
+
+def test_without_the_rule_the_same_requests_are_cut_off_invalid(engine) -> None:  # type: ignore[no-untyped-def]
+    """What the rule changes: the same seeds at the same budgets end at the token limit with broken JSON."""
+    schema = SCHEMAS["nested"]
+    budget = minimum_of(engine, schema) + 4
+    for seed in (1, 2):
+        events = run(engine, request(schema, budget, seed=seed, close=False))
+        assert events[-1].finish_reason is FinishReason.LENGTH
+        assert events[-1].schema_check is not None and not events[-1].schema_check.valid
+        closed = run(engine, request(schema, budget, seed=seed))
+        assert closed[-1].finish_reason is FinishReason.CLOSED_AT_BUDGET
+        # the free tokens before the closing are the unconstrained run's own: the rule only ends it
+        free = closed[-1].usage.completion_tokens - closed[-1].usage.closing_tokens
+        assert [t for e in closed for t in e.token_ids][:free] == [t for e in events for t in e.token_ids][:free]
+
+
+def test_a_closed_output_is_reproduced_exactly_from_its_request_and_seed(engine) -> None:  # type: ignore[no-untyped-def]
+    schema = SCHEMAS["ref"]
+    budget = minimum_of(engine, schema) + 6
+    first = run(engine, request(schema, budget, seed=5))
+    again = run(engine, request(schema, budget, seed=5, request_id="again"))
+    assert first[-1].finish_reason is FinishReason.CLOSED_AT_BUDGET
+    assert [t for e in again for t in e.token_ids] == [t for e in first for t in e.token_ids]
+    assert [d.logprob for e in again for d in e.details] == [d.logprob for e in first for d in e.details]
+    assert again[-1].usage.closing_tokens == first[-1].usage.closing_tokens
+
+
+def test_the_ending_is_verified_several_tokens_to_a_forward(engine) -> None:  # type: ignore[no-untyped-def]
+    schema = SCHEMAS["nested"]
+    final = run(engine, request(schema, minimum_of(engine, schema) + 2, seed=1))[-1]
+    assert final.finish_reason is FinishReason.CLOSED_AT_BUDGET and final.usage.closing_tokens > 3
+    assert final.usage.accepted_tokens >= final.usage.closing_tokens - 1  # drafted and kept whole
+    assert final.usage.decode_steps < final.usage.completion_tokens
+
+
+def test_a_looping_output_is_closed_instead_of_ended_invalid(engine, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    schema = {"type": "object", "properties": {"text": {"type": "string"}, "tags": {"type": "array", "minItems": 1,
+                                                                                     "items": {"type": "string"}}},
+              "required": ["text", "tags"], "additionalProperties": False}
+    (a,) = tokenizer.encode("a", add_special_tokens=False)
+    looping = dataclasses.replace(request(schema, 200, seed=1, repetition=RepetitionParams(ngram_size=1, repeats=8)),
+                                  logit_bias=((a, 100.0),))  # "aaaa…" inside the first string
+    events = run(engine, looping)
+    final, text = events[-1], "".join(event.text for event in events)
+    assert final.finish_reason is FinishReason.CLOSED_AT_BUDGET, final.finish_detail
+    assert "the output looped" in final.finish_detail
+    assert text.startswith('{"text":"') and text.endswith('aaaaaaaa","tags":[""]}'), text  # 8 times, then closed
+    assert final.schema_check is not None and final.schema_check.valid
+    plain = run(engine, dataclasses.replace(looping, stopping=dataclasses.replace(looping.stopping,
+                                                                                   close_at_budget=False)))[-1]
+    assert plain.finish_reason is FinishReason.REPETITION and not plain.schema_check.valid
+
+
+def test_flexible_whitespace_outputs_close_too(engine) -> None:  # type: ignore[no-untyped-def]
+    schema = SCHEMAS["enum"]
+    minimum = minimum_of(engine, schema)
+    for seed in (1, 2, 3):
+        events = run(engine, request(schema, minimum + 5, seed=seed, flexible=True))
+        text = "".join(event.text for event in events)
+        assert events[-1].finish_reason is not FinishReason.LENGTH, text
+        assert validate_json_output(text, schema, truncated=False).valid, text
+
+
+def test_a_contract_draft_at_a_tight_budget_is_valid_and_holds_every_required_clause(engine) -> None:  # type: ignore[no-untyped-def]
+    from test_contracts import NDA, nda_request
+
+    from proctor.contracts.drafting import check_contract, first_plan, generation_request, render_messages
+    from proctor.contracts.specialise import specialise
+
+    contract = nda_request()
+    specialised = specialise(NDA, contract)
+    messages = render_messages(NDA, contract, specialised)
+    plan = first_plan(NDA, contract, seed=1, limit=4096)
+    minimum = engine.prepare(generation_request(contract, NDA, specialised, plan, messages, None)).budget.minimum
+    for extra in (0, 7, 40):
+        tight = dataclasses.replace(plan, max_new_tokens=minimum + extra, temperature=1.0)
+        events = run(engine, generation_request(contract, NDA, specialised, tight, messages, None))
+        check = check_contract("".join(event.text for event in events), NDA, specialised)
+        assert events[-1].finish_reason is FinishReason.CLOSED_AT_BUDGET, events[-1].finish_detail
+        assert check.valid, check.errors
+        assert [c.id for c in check.clauses if c.present] == [c.id for c in specialised.clauses] == ["4.2", "7"]

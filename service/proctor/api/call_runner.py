@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Generic, Protocol, TypeVar
 
 import grpc
@@ -132,18 +132,18 @@ class CallRunner(Generic[P]):
         return request
 
     async def run_call(self, method: str, request: GenerationRequest, context: grpc.aio.ServicerContext,
-                       before_commit: BeforeCommit | None = None, *,
-                       built_here: bool = False) -> tuple[list[TokenEvent], str]:
+                       before_commit: BeforeCommit | None = None, *, built_here: bool = False,
+                       fields: Mapping[str, str] | None = None) -> tuple[list[TokenEvent], str]:
         """Run a request as one audited call of ``method``: ``before_commit`` adds to the record what only the
         calling service knows. ``built_here``: a request the server built itself (a contract attempt), which
-        check_request never saw, so the caller's token cap is applied here. Returns the events the caller
-        gets and the audit id."""
+        check_request never saw, so the caller's token cap is applied here; ``fields``: its fields' names as
+        the caller set them, for a refusal. Returns the events the caller gets and the audit id."""
         return await self.run(self.audit.begin(method, context), request, context, before_commit,
-                              built_here=built_here)
+                              built_here=built_here, fields=fields)
 
     async def run(self, call: CallRecord, request: GenerationRequest, context: grpc.aio.ServicerContext,
-                  before_commit: BeforeCommit | None = None, *,
-                  built_here: bool = False) -> tuple[list[TokenEvent], str]:
+                  before_commit: BeforeCommit | None = None, *, built_here: bool = False,
+                  fields: Mapping[str, str] | None = None) -> tuple[list[TokenEvent], str]:
         """``run_call`` for a call whose record was begun already."""
         try:
             identity = current_identity()
@@ -157,7 +157,8 @@ class CallRunner(Generic[P]):
                 before_commit(call, released)
             await self.audit.commit(call, answered="".join(event.text for event in released))
         except BaseException as exc:
-            await self.fail(call, exc, context)
+            await self.fail(call, exc.renamed(fields) if fields and isinstance(exc, RequestValidationError) else exc,
+                            context)
             raise
         await self.deadline_status(events[-1], context)
         return with_receipt(released, call), call.audit_id

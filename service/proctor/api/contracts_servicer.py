@@ -43,6 +43,7 @@ MAX_PARTIES = 16
 MAX_REQUIRED_CLAUSES = 64
 MAX_FIELD_CHARS = 200  # a name, a clause title, a fact value
 MAX_FORBIDDEN_PHRASES = 256
+ATTEMPT_FIELDS = {"stopping.max_new_tokens": "max_new_tokens"}  # an attempt's refusal, by the contract's fields
 
 
 class ContractsServicer(cpb_grpc.ContractsServicer):
@@ -88,7 +89,7 @@ class ContractsServicer(cpb_grpc.ContractsServicer):
 
             gen = generation_request(request, template, specialised, plan, messages, deadline)
             events, audit_id = await self._runner.run_call("DraftContract", gen, context, annotate,
-                                                                  built_here=True)
+                                                           built_here=True, fields=ATTEMPT_FIELDS)
             final = events[-1]
             assert final.finish_reason is not None
             verdict = check[0]

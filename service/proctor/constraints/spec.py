@@ -7,6 +7,11 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+# Flexible JSON whitespace: at most this many whitespace characters between two JSON tokens (a newline and an
+# indentation of 15; one to three tokens), so a model cannot spend its budget on a run of spaces or newlines
+# (vLLM issue 38696). Compact JSON has none; outlines' flexible pattern is one space at most already.
+MAX_JSON_WHITESPACE = 16
+
 
 class ConstraintKind(enum.Enum):
     JSON_SCHEMA = "json_schema"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -31,6 +32,12 @@ class RequestValidationError(ValueError):
     @classmethod
     def single(cls, field: str, description: str) -> RequestValidationError:
         return cls(FieldViolation(field, description))
+
+    def renamed(self, fields: Mapping[str, str]) -> RequestValidationError:
+        """The same violations under the names the caller set them by (a contract's ``max_new_tokens`` is its
+        attempts' ``stopping.max_new_tokens``)."""
+        return RequestValidationError([FieldViolation(fields.get(v.field, v.field), v.description)
+                                       for v in self.violations])
 
 
 class Overloaded(RuntimeError):

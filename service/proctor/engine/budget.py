@@ -92,8 +92,7 @@ def attach_budget(prepared: PreparedRequest, cache: BudgetFactsCache) -> Prepare
         raise RequestValidationError.single(
             "stopping.max_new_tokens",
             f"{prepared.max_new_tokens} tokens{capped} cannot hold the schema's shortest valid output, "
-            f"{facts.minimum} tokens ({_clip(facts.shortest)}): ask for at least {facts.minimum}, or set "
-            "stopping.close_at_budget false to be cut off instead")
+            f"{facts.minimum} tokens ({_clip(facts.shortest)}): ask for at least {facts.minimum}")
     return dataclasses.replace(prepared, budget=facts)
 
 

@@ -86,6 +86,7 @@ def build_request(
     output_moderators: Sequence[PluginLike] = (),
     repetition: tuple[int, int] | None = None,
     must_include: Sequence[str] | str = (),
+    close_at_budget: bool | None = None,
     confidence: bool = False,
     context_overflow: ContextOverflowName | None = None,
     num_beams: int | None = None,
@@ -107,8 +108,9 @@ def build_request(
 
     Generation controls: ``typical_p`` (locally typical sampling), ``greedy_first_tokens`` (the first N tokens
     greedy, then sampling), ``forced_tokens`` ({generated position: token id}), ``must_include`` (phrases the
-    output must contain before it may end; a bare string is one phrase) and ``confidence`` (ask for the
-    response's ``Confidence`` summary). See docs/generation-controls.md.
+    output must contain before it may end; a bare string is one phrase), ``close_at_budget`` (False: a JSON output
+    that runs out of tokens is cut off instead of ended with its shortest valid ending; unset: on) and
+    ``confidence`` (ask for the response's ``Confidence`` summary). See docs/generation-controls.md.
 
     Screens and moderators (docs/plugins.md): ``input_screens`` run on the input before generation (a block
     answers with the screen's reply, FINISH_REASON_BLOCKED); ``output_moderators`` run on the finished output
@@ -164,6 +166,8 @@ def build_request(
         request.stopping.repetition.ngram_size, request.stopping.repetition.repeats = repetition
     # A bare string is one phrase, not a list of one-character phrases.
     request.stopping.must_include.extend([must_include] if isinstance(must_include, str) else must_include)
+    if close_at_budget is not None:
+        request.stopping.close_at_budget = close_at_budget
     request.confidence = confidence
     if early_stopping is not None:
         if early_stopping not in EARLY_STOPPINGS:

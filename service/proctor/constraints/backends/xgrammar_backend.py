@@ -25,7 +25,7 @@ from proctor.constraints.backend import ConstraintError, bitmask_words
 from proctor.constraints.backends.common import allows_other_than, check_row, checked_schema, eos_row, reason
 from proctor.constraints.backends.vocab import token_bytes
 from proctor.constraints.engines import XGRAMMAR
-from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax, choice_regex
+from proctor.constraints.spec import MAX_JSON_WHITESPACE, ConstraintKind, ConstraintSpec, GrammarSyntax, choice_regex
 
 NAME = XGRAMMAR
 COMPILE_THREADS = 2
@@ -122,7 +122,8 @@ class XGrammarBackend:
     def _compile(self, spec: ConstraintSpec, schema: str) -> Any:
         if spec.kind is ConstraintKind.JSON_SCHEMA:
             if spec.flexible_whitespace:
-                return self._compiler.compile_json_schema(schema, any_whitespace=True, strict_mode=True)
+                return self._compiler.compile_json_schema(schema, any_whitespace=True, strict_mode=True,
+                                                          max_whitespace_cnt=MAX_JSON_WHITESPACE)
             return self._compiler.compile_json_schema(schema, any_whitespace=False, separators=(",", ":"),
                                                       strict_mode=True)
         if spec.kind is ConstraintKind.REGEX:
