@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proctor.config import Settings
 from proctor_client import ProctorClient, ProctorError, build_request
+from proctor_client.v1 import generation_pb2 as pb
 from proctor_client.v1 import generation_pb2_grpc
 from tests.helpers.logs import access_log_json
 
@@ -181,6 +182,21 @@ def test_constraint_cache_and_forbidden_phrase_metrics(observed: Any, client: Pr
     removed = sum(1 for token in forbidden.tokens if token.removed_by == "forbidden")
     assert removed >= 1
     assert delta(middle, after, "proctor:forbidden_phrase_hits_total") == removed
+
+
+def test_closing_within_the_budget_moves_its_metrics_by_what_the_response_reported(observed: Any,
+                                                                                    client: ProctorClient) -> None:
+    server, _ = observed
+    schema = {"type": "object", "properties": {"story": {"type": "string"}, "tags": {"type": "array", "minItems": 2,
+                                                                                      "items": {"type": "string"}}},
+              "required": ["story", "tags"], "additionalProperties": False}
+    before = scrape(server)
+    closed = client.generate("Tell a very long story about a lighthouse, as JSON:", json_schema=schema,
+                             max_new_tokens=30, temperature=0)
+    after = scrape_after(server, before, "Generate", "OK")
+    assert closed.finish_reason == pb.FINISH_REASON_CLOSED_AT_BUDGET and closed.schema_validation.valid
+    assert delta(before, after, "proctor:closing_tokens_total") == closed.usage.closing_tokens > 0
+    assert delta(before, after, "proctor:request_finished_total", reason="closed_at_budget") == 1
 
 
 def spans_of(exporter: InMemorySpanExporter, trace_id: str, root: str, timeout_s: float = 10.0) -> list[Any]:

@@ -203,9 +203,18 @@ def test_vllm_extension_names_constrain_the_output(client: Any, model_id: str) -
 
 def test_a_forced_call_cut_at_the_limit_comes_back_as_a_partial_call(client: Any, model_id: str) -> None:
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER, "strict": True}}
-    answer = client.chat.completions.create(
-        model=model_id, messages=[{"role": "user", "content": "Weather in Paris?"}], max_tokens=9, tools=[tool],
-        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    ask = {"model": model_id, "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [tool],
+           "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+    # By default a call is closed within its budget: too few tokens for the shortest call are refused up front,
+    with pytest.raises(openai.BadRequestError) as small:
+        client.chat.completions.create(**ask, max_tokens=9)
+    assert small.value.body["param"] == "max_tokens" and "shortest valid output" in small.value.body["message"]
+    minimum = int(small.value.body["message"].rsplit("at least ", 1)[1].split()[0].strip(".,"))
+    closed = client.chat.completions.create(**ask, max_tokens=minimum).choices[0]  # and the least is a whole call
+    assert closed.finish_reason == "tool_calls"
+    assert _valid(WEATHER, json.loads(closed.message.tool_calls[0].function.arguments))
+    # without the rule (close_at_budget false) the call is cut at the limit and comes back partial
+    answer = client.chat.completions.create(**ask, max_tokens=9, extra_body={"close_at_budget": False})
     choice = answer.choices[0]
     assert choice.finish_reason == "length" and choice.message.tool_calls
     call = choice.message.tool_calls[0].function

@@ -239,6 +239,46 @@ def test_the_audit_id_is_shown_and_replayed_exactly(client: Any, model_id: str, 
                    output=response.choices[0].message.content)
 
 
+STORY = {"type": "object", "properties": {"story": {"type": "string"},
+                                          "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2}},
+         "required": ["story", "tags"], "additionalProperties": False}
+
+
+def test_a_json_answer_short_of_tokens_is_closed_valid_and_replays(client: Any, model_id: str,
+                                                                   http_server: Any) -> None:
+    """Issue 45 through the OpenAI SDK: a story that runs long is ended with its shortest valid ending; the SDK's
+    parse() takes it (finish_reason "stop"), the extension says it was closed, and the record replays exactly."""
+    from pydantic import BaseModel
+
+    class Story(BaseModel):
+        story: str
+        tags: list[str]
+
+    story_format = {"type": "json_schema", "json_schema": {"name": "story", "schema": STORY, "strict": True}}
+    raw = client.chat.completions.with_raw_response.create(
+        model=model_id, messages=[{"role": "user", "content": "Tell a very long story about a lighthouse, as JSON."}],
+        max_tokens=40, temperature=0, response_format=story_format)
+    response = raw.parse()
+    choice, facts = response.choices[0], response.model_extra["proctor"]
+    assert choice.finish_reason == "stop" and facts["finish_reason"] == "FINISH_REASON_CLOSED_AT_BUDGET"
+    assert int(facts["usage"]["closing_tokens"]) > 0 and response.usage.completion_tokens <= 40
+    document = json.loads(choice.message.content)
+    jsonschema.validate(document, STORY)
+    assert len(document["tags"]) >= 2 and facts["schema_validation"]["valid"] is True
+    record, replay = _replayed(http_server, raw.headers["x-proctor-audit-id"])
+    assert record["finish"]["reason"] == "closed_at_budget" and replay.exact_match, replay.message
+    parsed = client.chat.completions.parse(  # the SDK's structured output: raises on "length", takes this
+        model=model_id, messages=[{"role": "user", "content": "Tell a very long story about a lighthouse."}],
+        max_tokens=40, temperature=0, response_format=Story)
+    assert isinstance(parsed.choices[0].message.parsed, Story)
+    cut = _chat(client, model_id, "Tell a very long story about a lighthouse, as JSON.", max_tokens=40,
+                temperature=0, response_format=story_format, extra_body={"close_at_budget": False})
+    assert cut.choices[0].finish_reason == "length"
+    with pytest.raises(openai.BadRequestError) as small:
+        _chat(client, model_id, "x", max_tokens=5, response_format=story_format)
+    assert small.value.body["param"] == "max_tokens" and "at least" in small.value.body["message"]
+
+
 def test_unknown_token_wrong_role_and_overload(base_url: str, model_id: str) -> None:
     def chat_as(token: str) -> Any:
         other = openai.OpenAI(base_url=f"{base_url}/v1", api_key=token, max_retries=0)
@@ -260,7 +300,7 @@ def test_the_responses_route_keeps_the_doors_guarantees(base_url: str, model_id:
     """Callers, roles, the audit record (its method is the route), the metrics by route and a trace id."""
     def respond(token: str, **options: Any) -> Any:
         other = openai.OpenAI(base_url=f"{base_url}/v1", api_key=token, max_retries=0, timeout=120)
-        return other.responses.create(model=model_id, input="Hi", max_output_tokens=3, **options)
+        return other.responses.create(model=model_id, input="Hi", max_output_tokens=8, **options)
 
     with pytest.raises(openai.AuthenticationError):
         respond("no-such-token")

@@ -260,4 +260,6 @@ def _usage_line(usage: dict[str, Any]) -> str:
         line += f" in {usage['decode_steps']} decode steps"
     if usage.get("drafted_tokens"):
         line += f", {usage.get('accepted_tokens', 0)} of {usage['drafted_tokens']} drafted tokens kept"
+    if usage.get("closing_tokens"):
+        line += f", the last {usage['closing_tokens']} forced to close the JSON within the budget"
     return line

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proctor.constraints.pattern_text import shortest_completion
-from proctor.constraints.shortest import number_fits, pointer, shortest_text
+from proctor.constraints.schema_options import Schema, branches, item_schema, item_schemas, member_schema, of_type
+from proctor.constraints.schema_walk import reachable
+from proctor.constraints.shortest import FORMAT_PATTERNS, number_fits, shortest_text
 
-Schema = dict[str, Any]
 LITERALS = ("true", "false", "null")
 NUMBER_CHARS = frozenset("0123456789+-.eE")
 WHITESPACE = frozenset(" \t\n\r")
-GROWTH_NODES = 400  # schema parts growth_texts visits at most (a large schema's margin from its first parts)
 MAX_ENDINGS = 6  # candidates offered, shortest first (each costs the engine a tokenization and a matcher walk)
 
 
@@ -49,7 +49,8 @@ class JsonCloser:
         self._stack: list[_Frame] = []
         self._done = False  # the top-level value is complete
         self._broken = False  # the text left JSON (cannot happen under a JSON constraint): no endings
-        self._shortest: dict[int, str | None] = {}
+        self._options: dict[int, tuple[Any, list[Schema]]] = {}
+        self._shortest: dict[int, tuple[Schema, str | None]] = {}
 
     @property
     def done(self) -> bool:
@@ -65,7 +66,7 @@ class JsonCloser:
         if not self._stack:
             if self._done or c in WHITESPACE:
                 return
-            self._open(c, self._options(self._root))
+            self._open(c, self.options(self._root))
             return
         top = self._stack[-1]
         handler = getattr(self, "_in_" + top.kind)
@@ -78,7 +79,7 @@ class JsonCloser:
         if not kind:
             self._broken = True
             return
-        frame = _Frame(kind, _of_type(options, kind))
+        frame = _Frame(kind, of_type(options, kind))
         if kind in ("number", "literal"):
             frame.raw = c
         self._stack.append(frame)
@@ -122,7 +123,7 @@ class JsonCloser:
         elif c == ",":
             top.state = "value"
         else:
-            self._open(c, self._options(_item_schema(top.options, top.count)))
+            self._open(c, self.options(item_schema(top.options, top.count)))
 
     def _in_object(self, top: _Frame, c: str) -> None:
         state = top.state
@@ -144,7 +145,7 @@ class JsonCloser:
         elif c == "," and state == "after":
             top.state = "next"
         elif state == "value":
-            self._open(c, self._options(_member_schema(top.options, top.keys[-1])))
+            self._open(c, self.options(member_schema(top.options, top.keys[-1])))
         else:
             self._broken = True
 
@@ -157,7 +158,7 @@ class JsonCloser:
         if self._done:
             return [""]
         if not self._stack:
-            text = self._value_text(self._options(self._root))
+            text = self.value_text(self.options(self._root))
             return [text] if text is not None else []
         tails: list[str] = [""]
         for depth in range(len(self._stack) - 1, -1, -1):
@@ -200,13 +201,13 @@ class JsonCloser:
             if inner_open:
                 count += 1
             elif frame.state == "value":  # after a comma: an item must follow
-                item = self._value_text(self._options(_item_schema([option], count)))
+                item = self.value_text(self.options(item_schema([option], count)))
                 if item is None:
                     continue
                 text, count = item, count + 1
             needed = int(option.get("minItems", 0))
             while count < needed:
-                item = self._value_text(self._options(_item_schema([option], count)))
+                item = self.value_text(self.options(item_schema([option], count)))
                 if item is None:
                     break
                 text += ("," if count else "") + item
@@ -230,12 +231,12 @@ class JsonCloser:
         if inner_open or state in ("start", "after"):
             return [("", keys)]
         if state in ("colon", "value"):
-            value = self._value_text(self._options(_member_schema([option], keys[-1])))
+            value = self.value_text(self.options(member_schema([option], keys[-1])))
             return [] if value is None else [((":" if state == "colon" else "") + value, keys)]
         prefix = '"' + frame.raw if state == "key" else ""  # "next": after a comma, a member must follow
         heads = []
         for name in self._key_choices(option, keys, prefix):
-            value = self._value_text(self._options(_member_schema([option], name)))
+            value = self.value_text(self.options(member_schema([option], name)))
             if value is not None:
                 text = json.dumps(name, ensure_ascii=False)
                 heads.append(((text[len(prefix):] if state == "key" else text) + ":" + value, [*keys, name]))
@@ -273,7 +274,7 @@ class JsonCloser:
             order.append(optional.pop(0))
         text, count = "", len(keys)
         for name in order:
-            value = self._value_text(self._options(_member_schema([option], name)))
+            value = self.value_text(self.options(member_schema([option], name)))
             if value is None:
                 return None
             text += ("," if count else "") + json.dumps(name, ensure_ascii=False) + ":" + value
@@ -281,53 +282,45 @@ class JsonCloser:
         return text
 
     # --- schemas -------------------------------------------------------------------------------
-    def _options(self, node: Any) -> list[Schema]:
-        return _branches(node, self._root, ())
+    def options(self, node: Any) -> list[Schema]:
+        """``node``'s alternatives (constraints/schema_options.py), built once per node: each cache entry holds its
+        node, so an id is never reused while its entry lives (a merged branch is a new object)."""
+        found = self._options.get(id(node))
+        if found is None or found[0] is not node:
+            found = (node, branches(node, self._root))
+            self._options[id(node)] = found
+        return found[1]
 
-    def _value_text(self, options: list[Schema]) -> str | None:
+    def value_text(self, options: list[Schema]) -> str | None:
+        """The shortest value's text under any of ``options``."""
         texts = [text for text in (self._shortest_of(option) for option in options) if text is not None]
         return min(texts, key=len) if texts else None
 
     def _shortest_of(self, option: Schema) -> str | None:
-        key = id(option)
-        if key not in self._shortest:
-            self._shortest[key] = shortest_text(option, self._root)
-        return self._shortest[key]
+        found = self._shortest.get(id(option))
+        if found is None or found[0] is not option:
+            found = (option, shortest_text(option, self._root))
+            self._shortest[id(option)] = found
+        return found[1]
 
 
-def growth_texts(schema: Schema | bool, limit: int = GROWTH_NODES) -> list[str]:
+def growth_texts(schema: Schema | bool) -> list[str]:
     """The texts one free token can begin and an ending must then finish: each property's ``"key":value`` and
-    each array item, at their shortest, over the schema's parts (the first ``limit`` reached). Their longest is
-    the most one more token can add to what ending an output costs (engine/budget.py's margin)."""
+    each array item, at their shortest, over every part of the schema. Their longest is the most one more token
+    can add to what ending an output costs (engine/budget.py's margin)."""
     closer = JsonCloser(schema)
     texts: list[str] = []
-    pending: list[Any] = [schema]
-    seen: set[int] = set()
-    while pending and len(seen) < limit:
-        node = pending.pop()
-        for option in closer._options(node):
-            if id(option) in seen:
-                continue
-            seen.add(id(option))
-            for name, sub in option.get("properties", {}).items():
-                value = closer._value_text(closer._options(sub))
+    for site in reachable(schema):
+        for option in closer.options(site.node):
+            for name, sub in (option.get("properties") or {}).items():
+                value = closer.value_text(closer.options(sub))
                 if value is not None:
                     texts.append(json.dumps(name, ensure_ascii=False) + ":" + value)
-                pending.append(sub)
-            items = [*option.get("prefixItems", []), *_listed(option.get("items"))]
-            for extra in ("additionalProperties", "additionalItems"):
-                if isinstance(option.get(extra), dict):
-                    items.append(option[extra])
-            for sub in items:
-                value = closer._value_text(closer._options(sub))
+            for sub in item_schemas(option):
+                value = closer.value_text(closer.options(sub))
                 if value is not None:
                     texts.append(value + ",")
-                pending.append(sub)
     return texts
-
-
-def _listed(items: Any) -> list[Any]:
-    return items if isinstance(items, list) else [items] if isinstance(items, dict) else []
 
 
 # --- helpers (pure) -----------------------------------------------------------------------------
@@ -360,7 +353,8 @@ def _decode(raw: str) -> str:
 
 def _string_rest(raw: str, option: Schema, shortest: str | None) -> str | None:
     """The rest of a string whose text so far is ``raw`` (escapes complete): an enum member or ``const`` it
-    begins, its ``format``'s or pattern's shortest value where it begins that, else padding to ``minLength``."""
+    begins, its ``format``'s or pattern's shortest value where it begins that, else the shortest completion of
+    its pattern or of a common format's (``FORMAT_PATTERNS``), else padding to ``minLength``."""
     written = '"' + raw
     members = option["enum"] if "enum" in option else [option["const"]] if "const" in option else None
     if members is not None:
@@ -370,10 +364,11 @@ def _string_rest(raw: str, option: Schema, shortest: str | None) -> str | None:
     if "format" in option or "pattern" in option:
         if shortest is not None and shortest.startswith(written):
             return shortest[len(written):]
-        if "pattern" in option and "format" not in option:
-            rest = shortest_completion(str(option["pattern"]), _decode(raw))
-            return None if rest is None else rest + '"'
-        return None
+        pattern = option.get("pattern") if "format" not in option else FORMAT_PATTERNS.get(option["format"])
+        if pattern is None or ("pattern" in option and "format" in option):  # both: not covered
+            return None
+        rest = shortest_completion(str(pattern), _decode(raw))
+        return None if rest is None else rest + '"'
     length = len(_decode(raw))
     return "a" * max(0, int(option.get("minLength", 0)) - length) + '"'
 
@@ -384,81 +379,3 @@ def _number_fits(text: str, option: Schema) -> bool:
     except ValueError:
         return False
     return number_fits(value, option, option.get("type") == "integer")
-
-
-def _branches(node: Any, root: Any, seen: tuple[str, ...]) -> list[Schema]:
-    """``node``'s alternatives as plain schemas: local ``$ref``s followed, ``allOf`` merged, ``anyOf``/``oneOf``
-    branches each merged with the keywords beside them (``True``: ``{}``; ``False``: none)."""
-    if node is True:
-        return [{}]
-    if not isinstance(node, dict):
-        return []
-    if "$ref" in node:
-        ref = str(node["$ref"])
-        if not ref.startswith("#") or ref in seen:
-            return []
-        target = pointer(root, ref)
-        rest = {key: value for key, value in node.items() if key != "$ref"}
-        merged = {**target, **rest} if isinstance(target, dict) else target
-        return _branches(merged, root, (*seen, ref))
-    if "allOf" in node:
-        merged = {key: value for key, value in node.items() if key != "allOf"}
-        for member in node["allOf"]:
-            for branch in _branches(member, root, seen)[:1]:
-                merged = _merge(merged, branch)
-        return _branches(merged, root, seen)
-    for combiner in ("anyOf", "oneOf"):
-        if combiner in node:
-            rest = {key: value for key, value in node.items() if key != combiner}
-            out: list[Schema] = []
-            for branch in node[combiner]:
-                out += _branches({**rest, **branch} if isinstance(branch, dict) else branch, root, seen)
-            return out
-    return [node]
-
-
-def _merge(into: Schema, other: Schema) -> Schema:
-    merged = {**other, **into}
-    if "properties" in into or "properties" in other:
-        merged["properties"] = {**other.get("properties", {}), **into.get("properties", {})}
-    if "required" in into or "required" in other:
-        merged["required"] = list(dict.fromkeys([*into.get("required", []), *other.get("required", [])]))
-    return merged
-
-
-def _of_type(options: list[Schema], kind: str) -> list[Schema]:
-    """The options a value opened as ``kind`` can be under (all of them when none says so)."""
-    wanted = {"object": ("object",), "array": ("array",), "string": ("string",),
-              "number": ("number", "integer"), "literal": ("boolean", "null")}[kind]
-    kept = []
-    for option in options:
-        declared = option.get("type")
-        types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else None
-        if types is None or any(t in wanted for t in types):
-            kept.append(option)
-    return kept or options
-
-
-def _member_schema(options: list[Schema], name: str) -> Any:
-    for option in options:
-        properties = option.get("properties", {})
-        if name in properties:
-            return properties[name]
-        for pattern, schema in option.get("patternProperties", {}).items():
-            if re.search(pattern, name):
-                return schema
-        extra = option.get("additionalProperties", True)
-        return extra
-    return True
-
-
-def _item_schema(options: list[Schema], index: int) -> Any:
-    for option in options:
-        prefix = option.get("prefixItems")
-        items = option.get("items", True)
-        if isinstance(items, list):  # draft 4-7 tuples
-            prefix, items = items, option.get("additionalItems", True)
-        if prefix is not None and index < len(prefix):
-            return prefix[index]
-        return items
-    return True

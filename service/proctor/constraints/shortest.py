@@ -24,10 +24,21 @@ from typing import Any
 
 from proctor.constraints.json_validation import validate_json_output
 from proctor.constraints.pattern_text import shortest_completion
+from proctor.constraints.schema_keywords import resolve_pointer
 
 FORMATS = {"date": "2000-01-01", "date-time": "2000-01-01T00:00:00Z", "time": "00:00:00Z", "email": "a@b.co",
            "uri": "a:b", "uuid": "00000000-0000-0000-0000-000000000000", "ipv4": "0.0.0.0", "ipv6": "::",
            "hostname": "a", "duration": "P1D"}
+_DATE = r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
+_TIME = r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)"
+_OCTET = r"(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+# The formats a closer completes once begun (constraints/json_closer.py): the shortest text to a match, from
+# what was written (constraints/pattern_text.py). Simple forms: what they give is valid, not every valid value.
+FORMAT_PATTERNS = {"date": f"^{_DATE}$", "time": f"^{_TIME}$", "date-time": f"^{_DATE}T{_TIME}$",
+                   "uuid": "^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$",
+                   "ipv4": f"^({_OCTET}\\.){{3}}{_OCTET}$",
+                   "email": "^[A-Za-z0-9._+-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*\\.[A-Za-z]{2,}$",
+                   "hostname": "^[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*$", "uri": "^[A-Za-z][A-Za-z0-9+.-]*:[^ ]*$"}
 UNCOVERED = ("patternProperties", "not", "if", "then", "else", "dependentSchemas", "contains",
              "propertyNames", "dependencies", "dependentRequired")
 TYPE_ORDER = ("null", "boolean", "integer", "number", "string", "array", "object")  # by the shortest each can be
@@ -79,7 +90,9 @@ def _shortest(node: Any, root: Any, seen: tuple[str, ...]) -> Any:
         if not ref.startswith("#") or ref in seen:
             raise NotCovered(f"$ref {ref}")
         rest = {key: value for key, value in node.items() if key != "$ref"}
-        target = pointer(root, ref)
+        target = resolve_pointer(root, ref)
+        if target is None:
+            raise NotCovered(f"$ref {ref}")
         return _shortest({**target, **rest} if rest and isinstance(target, dict) else target, root, (*seen, ref))
     for keyword in UNCOVERED:
         if keyword in node:
@@ -205,11 +218,3 @@ def _bound(node: dict[str, Any], inclusive: str, exclusive: str) -> tuple[float,
 
 def _number_text(value: float) -> str:
     return json.dumps(int(value) if float(value).is_integer() else value)
-
-
-def pointer(root: Any, ref: str) -> Any:
-    node = root
-    for part in ref.removeprefix("#").lstrip("/").split("/") if ref not in ("#", "#/") else []:
-        part = part.replace("~1", "/").replace("~0", "~")
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    return node

@@ -17,67 +17,15 @@ how far its state is from an accepting one, and a shortest path over their autom
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from proctor.constraints.forced import accepted_prefix
-from proctor.constraints.json_closer import JsonCloser, growth_texts
+from proctor.constraints.json_closer import JsonCloser
 from proctor.domain import RequestValidationError
+from proctor.engine.budget_facts import BudgetFacts, BudgetFactsCache, accepts, encode
 
 if TYPE_CHECKING:
     from proctor.constraints.backend import Matcher
-    from proctor.constraints.service import PreparedConstraint
     from proctor.engine.preprocess import PreparedRequest
-
-MARGIN_EXTRA = 2  # tokens beyond the longest member or item one token can open (a separator, a quote)
-FACTS_CACHED = 256  # schemas whose facts are kept (a few tokenizations and a matcher walk each)
-
-
-@dataclass(frozen=True, slots=True)
-class BudgetFacts:
-    """What closing a schema's outputs costs, computed once per compiled schema."""
-
-    schema: Any  # the schema the matcher enforces (the compiled one)
-    minimum: int  # tokens of the shortest valid output (0: the closer does not cover the schema's start)
-    shortest: str  # that output's text
-    margin: int  # the most one more free token can add to an ending's tokens (its longest member or item)
-
-
-class BudgetFactsCache:
-    """``BudgetFacts`` per compiled schema (its spec's hash), kept for the last ``FACTS_CACHED``."""
-
-    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
-        self._tokenizer = tokenizer
-        self._vocab_size = vocab_size
-        self._facts: OrderedDict[str, BudgetFacts] = OrderedDict()
-        self._lock = threading.Lock()  # prepare runs on the callers' worker threads
-
-    def facts(self, constraint: PreparedConstraint) -> BudgetFacts:
-        key = constraint.summary.spec_sha256
-        with self._lock:
-            found = self._facts.get(key)
-            if found is not None:
-                self._facts.move_to_end(key)
-                return found
-        schema: Any = constraint.compiled.spec.schema
-        matcher = constraint.compiled.new_matcher()
-        minimum, shortest = 0, ""
-        for text in JsonCloser(schema).endings():
-            ids = encode(self._tokenizer, text)
-            if accepts(matcher, ids, self._vocab_size):
-                minimum, shortest = len(ids), text
-                break
-        longest = sorted(growth_texts(schema), key=len, reverse=True)[:4]
-        margin = max((len(encode(self._tokenizer, text)) for text in longest), default=0) + MARGIN_EXTRA
-        found = BudgetFacts(schema, minimum, shortest, margin)
-        with self._lock:
-            self._facts[key] = found
-            while len(self._facts) > FACTS_CACHED:
-                self._facts.popitem(last=False)
-        return found
-
 
 def attach_budget(prepared: PreparedRequest, cache: BudgetFactsCache) -> PreparedRequest:
     """The prepared request with its budget facts (a JSON schema, one sequence, ``close_at_budget`` on); refused
@@ -141,26 +89,6 @@ class BudgetRule:
     def detail(self, max_new_tokens: int) -> str:
         why = "the output looped" if self.after_loop else f"max_new_tokens {max_new_tokens} was near"
         return f"closed at the budget: {why}, so the last {len(self.closing)} tokens end the JSON validly"
-
-
-def encode(tokenizer: Any, text: str) -> list[int]:
-    return list(tokenizer.encode(text, add_special_tokens=False))
-
-
-def accepts(matcher: Matcher, ids: list[int], vocab_size: int) -> bool:
-    """Whether the constraint takes ``ids`` from the matcher's state and may end after them (state unchanged)."""
-    if len(accepted_prefix(matcher, ids, vocab_size)) != len(ids):
-        return False
-    advanced = 0
-    try:
-        for token in ids:
-            if not matcher.advance(token):
-                return False
-            advanced += 1
-        return matcher.can_end()
-    finally:
-        if advanced:
-            matcher.rollback(advanced)
 
 
 def _clip(text: str, limit: int = 80) -> str:

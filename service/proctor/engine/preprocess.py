@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from proctor.decoding.plugins import PluginContext, PluginRegistry
     from proctor.decoding.plugins.api import Kind
     from proctor.decoding.plugins.moderation import ModerationPlugin
-    from proctor.engine.budget import BudgetFacts
+    from proctor.engine.budget_facts import BudgetFacts
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,8 @@ class Metrics:
         self.finished = counter("request_finished", "Requests that ran, by finish reason", ("reason",))
         self.schema_invalid = counter("schema_invalid_outputs", "Outputs that did not validate against their schema")
         self.repetition_stops = counter("repetition_stops", "Requests stopped by the repetition detector")
+        self.closing_tokens = counter("closing_tokens", "Tokens forced to end a JSON output validly within its budget "
+                                                        "(close_at_budget; the requests: reason closed_at_budget)")
         self.prefill_time = histogram("prefill_seconds", "A step that fed prompt tokens (its one forward also "
                                       "decodes the running rows; first tokens included)", STEP_BUCKETS)
         self.decode_step_time = histogram("decode_step_seconds", "A step that fed no prompt: one batched decode "
@@ -131,6 +133,7 @@ class Metrics:
         if usage is not None:
             self.prompt_tokens.inc(usage.prompt_tokens)
             self.generation_tokens.inc(usage.completion_tokens)
+            self.closing_tokens.inc(usage.closing_tokens)
         reason = final.finish_reason.value
         self.finished.labels(reason).inc()
         if reason == REPETITION:

@@ -78,6 +78,9 @@ def add_client_commands(subparsers: argparse._SubParsersAction) -> dict[str, arg
                           help="force token ID at generated position POS, 0-based (repeatable)")
     generate.add_argument("--must-include", action="append", default=[], metavar="PHRASE",
                           help="the output may not end before it contains PHRASE (repeatable)")
+    generate.add_argument("--close-at-budget", action=argparse.BooleanOptionalAction, default=None,
+                          help="end a JSON output that runs short of tokens with its shortest valid ending "
+                               "(default: on); --no-close-at-budget cuts it off at max_new_tokens instead")
     generate.add_argument("--num-beams", type=int, help="beam search with this many beams (generate()'s semantics)")
     generate.add_argument("--length-penalty", type=float, help="beam search: score / generated_tokens ** this")
     generate.add_argument("--early-stopping", choices=EARLY_STOPPINGS, help="beam search: when to stop searching")
@@ -376,6 +379,7 @@ def request_from_args(args: argparse.Namespace) -> generation_pb2.GenerateReques
         output_moderators=[parse_plugin(c) for c in args.output_moderator],
         repetition=parse_repetition(args.stop_repetition),
         must_include=args.must_include,
+        close_at_budget=args.close_at_budget,
         confidence=args.confidence,
         context_overflow=args.context_overflow,
         speculation=args.speculation,

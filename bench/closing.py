@@ -1,0 +1,147 @@
+"""Valid within the budget (issue 45): the served MaskBench sample at 128, 256 and 512 new tokens, with the budget
+rule off (``close_at_budget`` false: what every release before it did) and on, through gRPC with the real model.
+
+Per budget: valid outputs (the server's check and an independent ``jsonschema`` one agree), cut at the token
+limit (LENGTH: never valid), closed at the budget, refused up front (the budget is below the schema's shortest
+valid output: INVALID_ARGUMENT naming max_new_tokens), other refusals (a schema the server does not serve), and
+the count reported valid that jsonschema rejects (must be 0). Greedy, the schema shown in the prompt, the same
+schemas every run (constraints_e2e.maskbench_sample), ``--streams`` requests in flight.
+
+The cost on rows far from their budget, two ways: (1) in the same run, the requests that ended by themselves in
+both modes at the largest budget (the same tokens: the rule never fired) are timed again one at a time, off and
+on alternately, and the median ratio of their times per token is printed; (2) the closer's own work per token
+(reading the piece, listing its endings: what a row far from its budget does each step), over the outputs.
+
+    python bench/closing.py [--maskbench 40] [--budgets 128,256,512] [--streams 4] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from constraints_e2e import SCHEMA_PROMPT_CHARS, independent_valid, maskbench_sample
+
+from proctor.app import BackgroundServer
+from proctor.config import Settings
+from proctor.constraints.json_closer import JsonCloser
+from proctor_client import ProctorClient, ProctorError
+from proctor_client.v1 import generation_pb2 as pb
+
+
+def ask(client: ProctorClient, schema: object, budget: int, close: bool) -> dict[str, object]:
+    prompt = f"Produce a short example instance of this JSON Schema:\n{json.dumps(schema)[:SCHEMA_PROMPT_CHARS]}"
+    start = time.perf_counter()
+    try:
+        response = client.generate(messages=[("system", "Reply with JSON only."), ("user", prompt)],
+                                   json_schema=json.dumps(schema), max_new_tokens=budget, temperature=0,
+                                   close_at_budget=close)
+    except ProctorError as exc:
+        refused_budget = any(field == "stopping.max_new_tokens" for field, _ in exc.field_violations)
+        return {"outcome": "refused_budget" if refused_budget else "refused_other"}
+    seconds = time.perf_counter() - start
+    if response.finish_reason == pb.FINISH_REASON_LENGTH:
+        assert not response.schema_validation.valid, "a truncated output was reported valid"
+        outcome = "length"
+    elif not response.schema_validation.valid:
+        outcome = "invalid"
+    else:
+        outcome = "valid" if independent_valid(response.text, schema) else "WRONG"
+    return {"outcome": outcome, "response": response, "seconds": seconds,
+            "closed": response.finish_reason == pb.FINISH_REASON_CLOSED_AT_BUDGET}
+
+
+def closer_cost(outputs: list[tuple[object, str]], tokenizer: object) -> tuple[float, int]:
+    """Microseconds a token of the closer's work (push the piece, list the endings), over ``outputs``."""
+    total, tokens = 0.0, 0
+    for schema, text in outputs:
+        pieces = [tokenizer.decode([t]) for t in tokenizer.encode(text, add_special_tokens=False)]  # type: ignore[attr-defined]
+        closer = JsonCloser(schema)  # type: ignore[arg-type]
+        start = time.perf_counter()
+        for piece in pieces:
+            closer.push(piece)
+            closer.endings()
+        total += time.perf_counter() - start
+        tokens += len(pieces)
+    return (total / tokens * 1e6 if tokens else 0.0), tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--maskbench", type=int, default=40, help="MaskBench schemas, round-robin over the splits")
+    parser.add_argument("--budgets", default="128,256,512")
+    parser.add_argument("--streams", type=int, default=4, help="requests in flight")
+    parser.add_argument("--repeats", type=int, default=3, help="timing rounds (off, on) for the cost per token")
+    args = parser.parse_args()
+    budgets = [int(b) for b in args.budgets.split(",")]
+    sample = maskbench_sample(args.maskbench)
+    server = BackgroundServer(Settings.load({"port": 0})).start()
+    table: dict[tuple[int, bool], dict[str, int]] = {}
+    finished_both: list[int] = []
+    outputs: list[tuple[object, str]] = []
+    ratios: list[float] = []
+    try:
+        with ProctorClient(server.address, timeout_s=900) as client, ThreadPoolExecutor(args.streams) as pool:
+            for budget in budgets:
+                results = {}
+                for close in (False, True):
+                    jobs = [pool.submit(ask, client, schema, budget, close) for _, schema in sample]
+                    results[close] = [job.result() for job in jobs]
+                    counts = table.setdefault((budget, close), {})
+                    for result in results[close]:
+                        outcome = str(result["outcome"])
+                        counts[outcome] = counts.get(outcome, 0) + 1
+                        counts["closed"] = counts.get("closed", 0) + bool(result.get("closed"))
+                    print(f"budget {budget} close_at_budget={close}: {counts}", file=sys.stderr, flush=True)
+                if budget == max(budgets):
+                    for index, (off, on) in enumerate(zip(results[False], results[True], strict=True)):
+                        if "response" not in off or "response" not in on:
+                            continue
+                        outputs.append((sample[index][1], on["response"].text))  # type: ignore[union-attr]
+                        same = list(off["response"].token_ids) == list(on["response"].token_ids)  # type: ignore[union-attr]
+                        if same and not on["closed"] and off["outcome"] != "length":
+                            finished_both.append(index)
+            for _ in range(args.repeats):  # far from the budget: the same tokens with the rule off and on
+                for index in finished_both:
+                    per_token = {}
+                    for close in (False, True):
+                        result = ask(client, sample[index][1], max(budgets), close)
+                        response = result["response"]
+                        per_token[close] = float(result["seconds"]) / max(1, response.usage.completion_tokens)  # type: ignore[union-attr,arg-type]
+                    ratios.append(per_token[True] / per_token[False])
+    finally:
+        server.stop()
+    from transformers import AutoTokenizer
+
+    from proctor.config import default_model_store
+    from proctor.models.default_model import default_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(str(default_model_path(default_model_store())), local_files_only=True)
+    micro, tokens = closer_cost(outputs, tokenizer)
+    command = (f"python bench/closing.py --maskbench {args.maskbench} --budgets {args.budgets} "
+               f"--streams {args.streams} --repeats {args.repeats}")
+    print(f"\nServed MaskBench sample, {len(sample)} schemas, greedy, schema in the prompt (`{command}`):\n")
+    print("| max_new_tokens | close_at_budget | valid | of which closed at the budget | LENGTH (invalid) "
+          "| other invalid | refused: budget below the shortest | refused: schema | reported valid, jsonschema "
+          "disagrees |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (budget, close), c in table.items():
+        print(f"| {budget} | {'on' if close else 'off'} | {c.get('valid', 0)} | {c.get('closed', 0)} | "
+              f"{c.get('length', 0)} | {c.get('invalid', 0)} | {c.get('refused_budget', 0)} | "
+              f"{c.get('refused_other', 0)} | {c.get('WRONG', 0)} |")
+    if ratios:
+        print(f"\nRows far from their budget ({len(finished_both)} requests that ended by themselves at "
+              f"{max(budgets)} tokens, same tokens in both modes, {args.repeats} rounds, one at a time): time per "
+              f"token on ÷ off, median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, "
+              f"max {max(ratios):.3f})")
+    print(f"The closer's own work: {micro:.1f} µs a token (push + endings, {tokens} tokens of the outputs)")
+
+
+if __name__ == "__main__":
+    main()

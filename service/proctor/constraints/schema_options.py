@@ -1,0 +1,108 @@
+"""A JSON value's schemas as plain alternatives, and the schema each member or item is under (issue 45's closer).
+
+``branches`` turns a schema node into the plain schemas a value under it may satisfy: local ``$ref``s followed
+(each once on a path), ``allOf`` members merged (properties and ``required`` joined), ``anyOf``/``oneOf``
+branches each merged with the keywords beside them. ``member_schema`` and ``item_schema`` say what schema a
+property or an array's ``index``-th item is under (``properties``, ``patternProperties``,
+``additionalProperties``; ``prefixItems``, draft 4-7 tuples, ``items``, ``additionalItems``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from proctor.constraints.schema_keywords import resolve_pointer
+
+Schema = dict[str, Any]
+
+
+def branches(node: Any, root: Any, seen: tuple[str, ...] = ()) -> list[Schema]:
+    """``node``'s alternatives as plain schemas: local ``$ref``s followed, ``allOf`` merged, ``anyOf``/``oneOf``
+    branches each merged with the keywords beside them (``True``: ``{}``; ``False``: none)."""
+    if node is True:
+        return [{}]
+    if not isinstance(node, dict):
+        return []
+    if "$ref" in node:
+        ref = str(node["$ref"])
+        if not ref.startswith("#") or ref in seen:
+            return []
+        target = resolve_pointer(root, ref)
+        if target is None:
+            return []
+        rest = {key: value for key, value in node.items() if key != "$ref"}
+        merged = {**target, **rest} if isinstance(target, dict) else target
+        return branches(merged, root, (*seen, ref))
+    if "allOf" in node:
+        merged = {key: value for key, value in node.items() if key != "allOf"}
+        for member in node["allOf"]:
+            for branch in branches(member, root, seen)[:1]:
+                merged = merge_all_of(merged, branch)
+        return branches(merged, root, seen)
+    for combiner in ("anyOf", "oneOf"):
+        if combiner in node:
+            rest = {key: value for key, value in node.items() if key != combiner}
+            out: list[Schema] = []
+            for branch in node[combiner]:
+                out += branches({**rest, **branch} if isinstance(branch, dict) else branch, root, seen)
+            return out
+    return [node]
+
+
+def merge_all_of(into: Schema, other: Schema) -> Schema:
+    merged = {**other, **into}
+    if "properties" in into or "properties" in other:
+        merged["properties"] = {**other.get("properties", {}), **into.get("properties", {})}
+    if "required" in into or "required" in other:
+        merged["required"] = list(dict.fromkeys([*into.get("required", []), *other.get("required", [])]))
+    return merged
+
+
+def of_type(options: list[Schema], kind: str) -> list[Schema]:
+    """The options a value opened as ``kind`` can be under (all of them when none says so)."""
+    wanted = {"object": ("object",), "array": ("array",), "string": ("string",),
+              "number": ("number", "integer"), "literal": ("boolean", "null")}[kind]
+    kept = []
+    for option in options:
+        declared = option.get("type")
+        types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else None
+        if types is None or any(t in wanted for t in types):
+            kept.append(option)
+    return kept or options
+
+
+def member_schema(options: list[Schema], name: str) -> Any:
+    """The schema the member ``name`` is under, in the first of ``options``."""
+    for option in options:
+        properties = option.get("properties", {})
+        if name in properties:
+            return properties[name]
+        for pattern, schema in option.get("patternProperties", {}).items():
+            try:
+                if re.search(pattern, name):
+                    return schema
+            except re.error:  # an ECMA-262 pattern Python does not read: not this one
+                continue
+        return option.get("additionalProperties", True)
+    return True
+
+
+def item_schema(options: list[Schema], index: int) -> Any:
+    """The schema the ``index``-th item is under, in the first of ``options``."""
+    for option in options:
+        prefix = option.get("prefixItems")
+        items = option.get("items", True)
+        if isinstance(items, list):  # draft 4-7 tuples
+            prefix, items = items, option.get("additionalItems", True)
+        if prefix is not None and index < len(prefix):
+            return prefix[index]
+        return items
+    return True
+
+
+def item_schemas(option: Schema) -> list[Any]:
+    """Every schema an item of ``option`` may be under."""
+    items = option.get("items")
+    found = [*option.get("prefixItems", []), *(items if isinstance(items, list) else [items] if items else [])]
+    return found + ([option["additionalItems"]] if isinstance(option.get("additionalItems"), dict) else [])

@@ -1,0 +1,99 @@
+"""The closer (constraints/json_closer.py): from any point of a JSON output, the shortest texts that end it validly.
+
+Checked on hand-made states for each part it finishes, and on MaskBench: every valid instance the matcher
+accepts, cut at eight points; an ending the matcher accepts to an accepting state must give a valid document, and
+nearly every cut must have one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_constraint_backends_suite import maskbench_sample
+
+from proctor.constraints.json_closer import JsonCloser, growth_texts
+from proctor.constraints.json_validation import validate_json_output
+
+OBJECT = {"type": "object", "required": ["name", "tags", "kind"], "properties": {
+    "name": {"type": "string", "minLength": 3}, "note": {"type": "string"},
+    "tags": {"type": "array", "minItems": 2, "items": {"enum": ["red", "green"]}},
+    "kind": {"enum": ["service", "supply"]}, "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d$"},
+    "count": {"type": "integer", "minimum": 10}}}
+
+
+@pytest.mark.parametrize(("written", "ending"), [
+    ("", '{"name":"aaa","tags":["red","red"],"kind":"supply"}'),
+    ('{"name":"a', 'aa","tags":["red","red"],"kind":"supply"}'),  # minLength, then the missing members
+    ('{"name":"abcd\\', 'n","tags":["red","red"],"kind":"supply"}'),  # an escape begun is finished
+    ('{"name":"abc","note', '":"","tags":["red","red"],"kind":"supply"}'),  # a key begun: its shortest value
+    ('{"name":"abc","tags":["gr', 'een","red"],"kind":"supply"}'),  # an enum member begun, then minItems
+    ('{"name":"abc","tags":["red","green"],"kind":"se', 'rvice"}'),
+    ('{"name":"abc","tags":["red","red"],"kind":"supply","code":"X', 'A-0"}'),  # a pattern's shortest completion
+    ('{"name":"abc","tags":["red","red"],"kind":"supply","count":1', '0}'),  # a number below its minimum
+    ('{"name":"abc","tags":["red","red"],"kind":"supply","count":-', None),  # no digit brings it to 10
+    ('{"name":"abc","tags":["red","red"],"kind":"supply"}', ""),
+])
+def test_each_part_is_finished_by_its_shortest_text(written: str, ending: str | None) -> None:
+    closer = JsonCloser(OBJECT)
+    closer.push(written)
+    endings = closer.endings()
+    if ending is None:
+        assert endings == []
+        return
+    assert endings[0] == ending
+    assert validate_json_output(written + ending, OBJECT, truncated=False).valid
+
+
+def test_text_pushed_a_character_or_a_token_at_a_time_reads_the_same() -> None:
+    text = '{"name":"a \\"quoted\\" name","tags":["red"'
+    whole, pieces = JsonCloser(OBJECT), JsonCloser(OBJECT)
+    whole.push(text)
+    for char in text:
+        pieces.push(char)
+    assert whole.endings() == pieces.endings() == [',"red"],"kind":"supply"}']
+
+
+def test_local_refs_and_branches_are_followed() -> None:
+    schema = {"$defs": {"party": {"type": "object", "required": ["id"], "properties": {"id": {"type": "integer"}}}},
+              "anyOf": [{"$ref": "#/$defs/party"}, {"type": "array", "items": {"$ref": "#/$defs/party"},
+                                                       "minItems": 1}]}
+    closer = JsonCloser(schema)
+    closer.push("[")
+    assert closer.endings()[0] == '{"id":0}]'
+    assert '"id":0' in growth_texts(schema)
+
+
+def test_on_maskbench_an_accepted_ending_is_always_valid_and_nearly_every_cut_has_one(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from proctor.constraints.backends import create_backend
+    from proctor.constraints.spec import ConstraintSpec
+    from proctor.engine.budget import accepts
+
+    backend = create_backend("llguidance", tokenizer, len(tokenizer), (tokenizer.eos_token_id,))
+    cuts = ended = 0
+    wrong: list[str] = []
+    for item in maskbench_sample():
+        try:
+            compiled = backend.compile(ConstraintSpec.json_schema(item["schema"]))
+        except Exception:  # not served: nothing to end
+            continue
+        valid = [t["data"] for t in item["tests"] if t["valid"]]
+        ids = tokenizer.encode(json.dumps(valid[0], separators=(",", ":"), ensure_ascii=False),
+                               add_special_tokens=False) if valid else []
+        if not ids or compiled.new_matcher().valid_prefix(ids) != len(ids):  # written in another member order
+            continue
+        for cut in range(0, len(ids), max(1, len(ids) // 8)):
+            matcher = compiled.new_matcher()
+            assert all(matcher.advance(t) for t in ids[:cut])
+            closer = JsonCloser(item["schema"])
+            written = tokenizer.decode(ids[:cut])
+            closer.push(written)
+            cuts += 1
+            for text in closer.endings():
+                if accepts(matcher, tokenizer.encode(text, add_special_tokens=False), len(tokenizer)):
+                    ended += 1
+                    if not validate_json_output(written + text, item["schema"], truncated=False).valid:
+                        wrong.append(f"{item['name']}: {written + text}"[:300])
+                    break
+    assert cuts > 1000
+    assert not wrong, "\n".join(wrong)
+    assert ended >= 0.95 * cuts, f"{ended} of {cuts} cuts ended"
