@@ -30,7 +30,8 @@ from proctor.domain import FinishReason, GenerationRequest, RequestValidationErr
 from proctor.engine.attempts import FallbackAttempts
 from proctor.engine.batch import DecodeBatch, RowFeed, logit_rows
 from proctor.engine.beam import BeamSearches, update_searches
-from proctor.engine.budget import BudgetFactsCache, attach_budget
+from proctor.engine.budget import attach_budget
+from proctor.engine.budget_facts import BudgetFactsCache
 from proctor.engine.drafting import Drafter, DraftPolicy
 from proctor.engine.live import LiveRequests
 from proctor.engine.loaded_model import LoadedModel
