@@ -245,8 +245,8 @@ class JsonCloser:
     def _key_choices(self, option: Schema, keys: list[str], prefix: str) -> list[str]:
         """Member names that may follow, beginning with ``prefix`` (the key's JSON text so far): the engines write
         members in ``properties``' order, so the properties after the last one written, up to the first required
-        one (the cheapest: it must be written anyway) first; then the key as written, where additional
-        properties are allowed."""
+        one (the cheapest: it must be written anyway) first; then the key as written completed by a
+        ``patternProperties`` pattern, or as it stands where additional properties are allowed."""
         properties = list(option.get("properties", {}))
         required = option.get("required", [])
         after = max((properties.index(name) + 1 for name in keys if name in properties), default=0)
@@ -255,10 +255,15 @@ class JsonCloser:
         ahead = [name for name in following if json.dumps(name, ensure_ascii=False).startswith(prefix)]
         first_required = [name for name in ahead if name in required][:1]
         choices = first_required + [name for name in ahead if name not in first_required][:2]
-        if option.get("additionalProperties", True) is not False and prefix and not _escaping(prefix[1:]):
-            written = _decode(prefix[1:])
-            if written not in keys and written not in choices:
-                choices.append(written)
+        if not prefix or _escaping(prefix[1:]):
+            return choices
+        written = _decode(prefix[1:])
+        for pattern in option.get("patternProperties", {}):  # a key its pattern completes
+            rest = shortest_completion(str(pattern), written)
+            if rest is not None and written + rest not in keys and written + rest not in choices:
+                choices.append(written + rest)
+        if option.get("additionalProperties", True) is not False and written not in keys and written not in choices:
+            choices.append(written)
         return choices
 
     def _missing_members(self, option: Schema, keys: list[str]) -> str | None:

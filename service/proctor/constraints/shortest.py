@@ -25,6 +25,7 @@ from typing import Any
 from proctor.constraints.json_validation import validate_json_output
 from proctor.constraints.pattern_text import shortest_completion
 from proctor.constraints.schema_keywords import resolve_pointer
+from proctor.constraints.schema_options import member_schema
 
 FORMATS = {"date": "2000-01-01", "date-time": "2000-01-01T00:00:00Z", "time": "00:00:00Z", "email": "a@b.co",
            "uri": "a:b", "uuid": "00000000-0000-0000-0000-000000000000", "ipv4": "0.0.0.0", "ipv6": "::",
@@ -39,7 +40,7 @@ FORMAT_PATTERNS = {"date": f"^{_DATE}$", "time": f"^{_TIME}$", "date-time": f"^{
                    "ipv4": f"^({_OCTET}\\.){{3}}{_OCTET}$",
                    "email": "^[A-Za-z0-9._+-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*\\.[A-Za-z]{2,}$",
                    "hostname": "^[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*$", "uri": "^[A-Za-z][A-Za-z0-9+.-]*:[^ ]*$"}
-UNCOVERED = ("patternProperties", "not", "if", "then", "else", "dependentSchemas", "contains",
+UNCOVERED = ("not", "if", "then", "else", "dependentSchemas", "contains",
              "propertyNames", "dependencies", "dependentRequired")
 TYPE_ORDER = ("null", "boolean", "integer", "number", "string", "array", "object")  # by the shortest each can be
 
@@ -165,7 +166,7 @@ def _of_type(kind: str, node: dict[str, Any], root: Any, seen: tuple[str, ...]) 
         # in the order of ``properties``, as the constraint engines write an object's members
         order = [name for name in properties if name in required]
         order += [name for name in required if name not in properties]
-        value = {name: _shortest(properties.get(name, True), root, seen) for name in order}
+        value = {name: _shortest(member_schema([node], name), root, seen) for name in order}
         optional = [name for name in properties if name not in value]
         while len(value) < int(node.get("minProperties", 0)) and optional:
             name = optional.pop(0)
