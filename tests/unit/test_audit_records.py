@@ -57,6 +57,15 @@ def test_every_parameter_round_trips_with_the_seed_used() -> None:
     assert rebuilt == dataclasses.replace(REQUEST, sampling=dataclasses.replace(REQUEST.sampling, seed=2**63 - 5))
 
 
+def test_a_record_from_before_close_at_budget_replays_without_it() -> None:
+    """Records written before the field existed were generated without the budget rule: rebuilt without it, so
+    their replay takes the same tokens; a new record keeps what it ran with."""
+    data = json.loads(canonical(request_to_dict(REQUEST, 3)))
+    assert data["stopping"]["close_at_budget"] is True and request_from_dict(data, "r1").stopping.close_at_budget
+    del data["stopping"]["close_at_budget"]
+    assert request_from_dict(data, "r1").stopping.close_at_budget is False
+
+
 def test_full_policy_keeps_text_and_tokens() -> None:
     body = json.loads(canonical(build_body(call(), 2, PrivacyPolicy())))
     assert body["prompt"] == {"policy": "full", "text": "<|user|>Secret plan: buy Acme", "tokens": 5}

@@ -195,3 +195,36 @@ def test_a_contract_draft_at_a_tight_budget_is_valid_and_holds_every_required_cl
         assert events[-1].finish_reason is FinishReason.CLOSED_AT_BUDGET, events[-1].finish_detail
         assert check.valid, check.errors
         assert [c.id for c in check.clauses if c.present] == [c.id for c in specialised.clauses] == ["4.2", "7"]
+
+
+def test_a_closer_that_fails_leaves_its_row_without_the_rule_and_the_others_served(engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from proctor.constraints.json_closer import JsonCloser
+
+    schema = SCHEMAS["nested"]
+    broken_schema = {**schema, "title": "broken"}  # the injected fault hits this schema's rows only
+    budget = minimum_of(engine, schema) + 4
+    real = JsonCloser.endings
+
+    def failing(self: JsonCloser) -> list[str]:
+        if self._root.get("title") == "broken" and self.done is False and self._stack:
+            raise RuntimeError("injected")
+        return real(self)
+
+    monkeypatch.setattr(JsonCloser, "endings", failing)
+    sink, other = Collector(), Collector()
+    engine.submit(engine.prepare(request(broken_schema, budget, seed=1, request_id="broken")), sink)
+    engine.submit(engine.prepare(request(schema, budget, seed=2, request_id="other")), other)
+    assert sink.wait(120)[-1].finish_reason is FinishReason.LENGTH  # cut off as without the rule, not failed
+    assert other.wait(120)[-1].finish_reason is FinishReason.CLOSED_AT_BUDGET
+
+
+def test_a_number_that_would_go_on_ends_where_it_is_a_valid_value(engine, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    (one,) = tokenizer.encode("1", add_special_tokens=False)
+    digits = dataclasses.replace(request({"type": "number"}, 40, seed=1), logit_bias=((one, 100.0),))  # "1111…"
+    events = run(engine, digits)
+    final, text = events[-1], "".join(event.text for event in events)
+    assert final.finish_reason is FinishReason.CLOSED_AT_BUDGET and final.usage.closing_tokens == 0, text
+    assert "complete value" in final.finish_detail and set(text) == {"1"} and len(events) <= 40
+    assert final.schema_check is not None and final.schema_check.valid
+    cut = run(engine, dataclasses.replace(digits, stopping=dataclasses.replace(digits.stopping, close_at_budget=False)))
+    assert cut[-1].finish_reason is FinishReason.LENGTH and not cut[-1].schema_check.valid

@@ -53,6 +53,12 @@ def test_text_pushed_a_character_or_a_token_at_a_time_reads_the_same() -> None:
     assert whole.endings() == pieces.endings() == [',"red"],"kind":"supply"}']
 
 
+def test_a_number_too_large_for_a_float_is_read_without_error() -> None:
+    closer = JsonCloser({"type": "number", "multipleOf": 0.5})
+    closer.push("1" + "0" * 400)
+    assert closer.endings() == []  # no multiple of 0.5 the closer can tell: it offers nothing, it does not raise
+
+
 def test_local_refs_and_branches_are_followed() -> None:
     schema = {"$defs": {"party": {"type": "object", "required": ["id"], "properties": {"id": {"type": "integer"}}}},
               "anyOf": [{"$ref": "#/$defs/party"}, {"type": "array", "items": {"$ref": "#/$defs/party"},

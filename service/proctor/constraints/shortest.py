@@ -202,8 +202,12 @@ def number_fits(value: float, node: dict[str, Any], integer: bool) -> bool:
         return False
     if high is not None and (value > high[0] or (high[1] and value == high[0])):
         return False
-    if isinstance(step, (int, float)) and step and abs(value / step - round(value / step)) > 1e-9:
-        return False
+    if isinstance(step, (int, float)) and step:
+        try:
+            if abs(value / step - round(value / step)) > 1e-9:
+                return False
+        except (OverflowError, ValueError):  # a number too large for a float: not one the closer writes
+            return False
     return not integer or float(value).is_integer()
 
 

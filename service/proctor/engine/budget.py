@@ -17,6 +17,7 @@ how far its state is from an accepting one, and a shortest path over their autom
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import TYPE_CHECKING, Any
 
 from proctor.constraints.json_closer import JsonCloser
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from proctor.constraints.backend import Matcher
     from proctor.engine.preprocess import PreparedRequest
 
+log = logging.getLogger("proctor.engine")
+
 def attach_budget(prepared: PreparedRequest, cache: BudgetFactsCache) -> PreparedRequest:
     """The prepared request with its budget facts (a JSON schema, one sequence, ``close_at_budget`` on); refused
     when ``max_new_tokens`` cannot hold the schema's shortest valid output."""
@@ -34,7 +37,11 @@ def attach_budget(prepared: PreparedRequest, cache: BudgetFactsCache) -> Prepare
     if constraint is None or constraint.schema is None or not request.stopping.close_at_budget \
             or request.sampling.num_beams > 1:
         return prepared
-    facts = cache.facts(constraint)
+    try:
+        facts = cache.facts(constraint)
+    except Exception:  # the closer's reading of a schema failed: served without the rule, never refused for it
+        log.exception("budget facts of %s failed; served without close_at_budget", constraint.summary.spec_sha256)
+        return prepared
     if facts.minimum > prepared.max_new_tokens:
         capped = f" (capped by the context: {prepared.length_detail})" if prepared.length_detail else ""
         raise RequestValidationError.single(
@@ -54,11 +61,22 @@ class BudgetRule:
         self._vocab_size = vocab_size
         self._closer = JsonCloser(facts.schema)
         self.closing: tuple[int, ...] = ()
-        self.closes_at = -1  # the output length at which the ending is complete
+        self.closes_at = -1  # the output length at which the ending is complete (-1: not closing)
         self.after_loop = False  # it closed because the output looped, not for the budget
+        self.failed = False  # the closer raised: the rule is off for this row
 
     def push(self, piece: str) -> None:
-        self._closer.push(piece)
+        if not self.failed:
+            try:
+                self._closer.push(piece)
+            except Exception:
+                self._fail()
+
+    def _fail(self) -> None:
+        """The closer is a reading of the schema, not the engine's: should it fail, this row runs on without the
+        rule (as with ``close_at_budget`` off) and every other row is unaffected."""
+        log.exception("the budget closer failed; this row goes on without it")
+        self.failed = True
 
     @property
     def complete(self) -> bool:
@@ -69,12 +87,24 @@ class BudgetRule:
         """The ending to force from here when it is time (``left`` tokens left, ``now``: close whatever is left,
         the output looped), else None. An ending is kept only when the matcher accepts it to an accepting
         state."""
-        if self.closing:
+        if self.closes_at >= 0 or self.failed:
             return None
+        try:
+            return self._plan(generated, left, now)
+        except Exception:
+            self._fail()
+            return None
+
+    def _plan(self, generated: int, left: int, now: bool) -> tuple[int, ...] | None:
         endings = self._closer.endings()
-        if not endings or not endings[0]:
-            return None
         margin = self._facts.margin
+        if not endings or self._closer.done:  # nothing the closer can tell, or complete: the row ends by itself
+            return None
+        if not endings[0]:  # a value that may go on (a number) and is valid as it stands: it ends here when due
+            if (now or left <= margin) and self._matcher.can_end():
+                self.closes_at, self.after_loop = generated, now
+                return ()
+            return None
         if not now and len(endings[0].encode("utf-8")) + margin < left:  # far: a token is at least a byte
             return None
         for text in endings:
@@ -88,6 +118,8 @@ class BudgetRule:
 
     def detail(self, max_new_tokens: int) -> str:
         why = "the output looped" if self.after_loop else f"max_new_tokens {max_new_tokens} was near"
+        if not self.closing:
+            return f"closed at the budget: {why}, and the output was a complete value: it ends there"
         return f"closed at the budget: {why}, so the last {len(self.closing)} tokens end the JSON validly"
 
 

@@ -257,11 +257,15 @@ class SequenceState:
                     and self.matcher.can_end():
                 return FinishReason.CLOSED_AT_BUDGET, budget.detail(self.max_new_tokens)
             return (None, "") if reason is FinishReason.REPETITION else (reason, detail)  # an ending may repeat
+        if reason is FinishReason.LENGTH and budget.complete and self.matcher.can_end():  # it closed itself, at the end
+            return FinishReason.CONSTRAINT_COMPLETE, f"the JSON is complete at max_new_tokens {self.max_new_tokens}"
         if reason is not None and reason is not FinishReason.REPETITION:
             return reason, detail
         ending = budget.plan(done, self.max_new_tokens - done, now=reason is FinishReason.REPETITION)
         if ending is None:
             return reason, detail
+        if not ending:  # complete as it stands (a number that could go on): it ends here
+            return FinishReason.CLOSED_AT_BUDGET, budget.detail(self.max_new_tokens)
         self._forced.update(zip(range(done, done + len(ending)), ending, strict=True))
         self._controlled = True
         return None, ""
