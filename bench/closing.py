@@ -2,10 +2,11 @@
 rule off (``close_at_budget`` false: what every release before it did) and on, through gRPC with the real model.
 
 Per budget: valid outputs (the server's check and an independent ``jsonschema`` one agree), cut at the token
-limit (LENGTH: never valid), closed at the budget, refused up front (the budget is below the schema's shortest
-valid output: INVALID_ARGUMENT naming max_new_tokens), other refusals (a schema the server does not serve), and
-the count reported valid that jsonschema rejects (must be 0). Greedy, the schema shown in the prompt, the same
-schemas every run (constraints_e2e.maskbench_sample), ``--streams`` requests in flight.
+limit (LENGTH: never valid), closed at the budget, reported invalid (a key the model wrote twice, which the
+engines' masks allow and the server's check catches, or another reason), refused up front (the budget is
+below the schema's shortest valid output: INVALID_ARGUMENT naming max_new_tokens), other refusals (a schema the
+server does not serve), and the count reported valid that jsonschema rejects (must be 0). Greedy, the schema
+shown in the prompt, the same schemas every run (constraints_e2e.maskbench_sample), ``--streams`` in flight.
 
 The cost on rows far from their budget, two ways: (1) in the same run, the requests that ended by themselves in
 both modes at the largest budget (the same tokens: the rule never fired) are timed again one at a time, off and
@@ -49,8 +50,9 @@ def ask(client: ProctorClient, schema: object, budget: int, close: bool) -> dict
     if response.finish_reason == pb.FINISH_REASON_LENGTH:
         assert not response.schema_validation.valid, "a truncated output was reported valid"
         outcome = "length"
-    elif not response.schema_validation.valid:
-        outcome = "invalid"
+    elif not response.schema_validation.valid:  # the model's own: a key written twice (the masks allow it) or other
+        duplicate = any("duplicate object key" in error for error in response.schema_validation.errors)
+        outcome = "duplicate" if duplicate else "invalid"
     else:
         outcome = "valid" if independent_valid(response.text, schema) else "WRONG"
     return {"outcome": outcome, "response": response, "seconds": seconds,
@@ -128,13 +130,13 @@ def main() -> None:
                f"--streams {args.streams} --repeats {args.repeats}")
     print(f"\nServed MaskBench sample, {len(sample)} schemas, greedy, schema in the prompt (`{command}`):\n")
     print("| max_new_tokens | close_at_budget | valid | of which closed at the budget | LENGTH (invalid) "
-          "| other invalid | refused: budget below the shortest | refused: schema | reported valid, jsonschema "
-          "disagrees |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| invalid: a key twice | other invalid | refused: budget below the shortest | refused: schema "
+          "| reported valid, jsonschema disagrees |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for (budget, close), c in table.items():
         print(f"| {budget} | {'on' if close else 'off'} | {c.get('valid', 0)} | {c.get('closed', 0)} | "
-              f"{c.get('length', 0)} | {c.get('invalid', 0)} | {c.get('refused_budget', 0)} | "
-              f"{c.get('refused_other', 0)} | {c.get('WRONG', 0)} |")
+              f"{c.get('length', 0)} | {c.get('duplicate', 0)} | {c.get('invalid', 0)} | "
+              f"{c.get('refused_budget', 0)} | {c.get('refused_other', 0)} | {c.get('WRONG', 0)} |")
     if ratios:
         print(f"\nRows far from their budget ({len(finished_both)} requests that ended by themselves at "
               f"{max(budgets)} tokens, same tokens in both modes, {args.repeats} rounds, one at a time): time per "

@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proctor.constraints.pattern_text import shortest_completion
-from proctor.constraints.schema_options import Schema, branches, item_schema, item_schemas, member_schema, of_type
+from proctor.constraints.schema_options import (
+    DependentSchema,
+    Schema,
+    branches,
+    item_schema,
+    item_schemas,
+    member_schema,
+    of_type,
+    required_names,
+)
 from proctor.constraints.schema_walk import reachable
 from proctor.constraints.shortest import FORMAT_PATTERNS, number_fits, shortest_text
 
@@ -270,7 +279,10 @@ class JsonCloser:
         """The required members not yet written (in the engines' order: ``properties``' first), then optional
         ones up to ``minProperties``; each after a comma where a member precedes it."""
         properties = option.get("properties", {})
-        required = option.get("required", [])
+        try:
+            required = required_names(option, keys)
+        except DependentSchema:
+            return None
         order = [name for name in properties if name in required]
         order += [name for name in required if name not in properties]
         order = [name for name in order if name not in keys]

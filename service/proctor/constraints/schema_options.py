@@ -106,3 +106,26 @@ def item_schemas(option: Schema) -> list[Any]:
     items = option.get("items")
     found = [*option.get("prefixItems", []), *(items if isinstance(items, list) else [items] if items else [])]
     return found + ([option["additionalItems"]] if isinstance(option.get("additionalItems"), dict) else [])
+
+
+def required_names(option: Schema, present: list[str]) -> list[str]:
+    """``required``, and the names the members ``present`` (or so added) require through ``dependentRequired`` or
+    draft 4-7 ``dependencies`` lists. A triggered schema dependency is not followed: ``DependentSchema``."""
+    names = list(dict.fromkeys(name for name in option.get("required", []) if isinstance(name, str)))
+    lists = {**(option.get("dependencies") or {}), **(option.get("dependentRequired") or {})}
+    schemas = {**{k: v for k, v in (option.get("dependencies") or {}).items() if isinstance(v, dict | bool)},
+               **(option.get("dependentSchemas") or {})}
+    pending = [*present, *names]
+    while pending:
+        name = pending.pop()
+        if name in schemas and schemas[name] not in (True, {}):
+            raise DependentSchema(name)
+        for needed in lists.get(name, []) if isinstance(lists.get(name), list) else []:
+            if needed not in names:
+                names.append(needed)
+                pending.append(needed)
+    return names
+
+
+class DependentSchema(ValueError):
+    """A member present triggers a schema dependency (not covered: the object must then satisfy another schema)."""

@@ -25,7 +25,7 @@ from typing import Any
 from proctor.constraints.json_validation import validate_json_output
 from proctor.constraints.pattern_text import shortest_completion
 from proctor.constraints.schema_keywords import resolve_pointer
-from proctor.constraints.schema_options import member_schema
+from proctor.constraints.schema_options import DependentSchema, member_schema, required_names
 
 FORMATS = {"date": "2000-01-01", "date-time": "2000-01-01T00:00:00Z", "time": "00:00:00Z", "email": "a@b.co",
            "uri": "a:b", "uuid": "00000000-0000-0000-0000-000000000000", "ipv4": "0.0.0.0", "ipv6": "::",
@@ -40,8 +40,7 @@ FORMAT_PATTERNS = {"date": f"^{_DATE}$", "time": f"^{_TIME}$", "date-time": f"^{
                    "ipv4": f"^({_OCTET}\\.){{3}}{_OCTET}$",
                    "email": "^[A-Za-z0-9._+-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*\\.[A-Za-z]{2,}$",
                    "hostname": "^[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*$", "uri": "^[A-Za-z][A-Za-z0-9+.-]*:[^ ]*$"}
-UNCOVERED = ("not", "if", "then", "else", "dependentSchemas", "contains",
-             "propertyNames", "dependencies", "dependentRequired")
+UNCOVERED = ("not", "if", "then", "else", "contains")
 TYPE_ORDER = ("null", "boolean", "integer", "number", "string", "array", "object")  # by the shortest each can be
 
 
@@ -162,7 +161,10 @@ def _of_type(kind: str, node: dict[str, Any], root: Any, seen: tuple[str, ...]) 
         return prefix + ([_shortest(items, root, seen)] * count if count else [])
     if kind == "object":
         properties = node.get("properties", {})
-        required = node.get("required", [])
+        try:
+            required = required_names(node, [])
+        except DependentSchema as exc:
+            raise NotCovered(f"dependency of {exc}") from exc
         # in the order of ``properties``, as the constraint engines write an object's members
         order = [name for name in properties if name in required]
         order += [name for name in required if name not in properties]
