@@ -88,6 +88,7 @@ def main() -> None:
     finished_both: list[int] = []
     outputs: list[tuple[object, str]] = []
     ratios: list[float] = []
+    step_ms: list[float] = []  # time per token with the rule off, one request at a time
     try:
         with ProctorClient(server.address, timeout_s=900) as client, ThreadPoolExecutor(args.streams) as pool:
             for budget in budgets:
@@ -96,8 +97,10 @@ def main() -> None:
                     jobs = [pool.submit(ask, client, schema, budget, close) for _, schema in sample]
                     results[close] = [job.result() for job in jobs]
                     counts = table.setdefault((budget, close), {})
-                    for result in results[close]:
+                    for (name, _), result in zip(sample, results[close], strict=True):
                         outcome = str(result["outcome"])
+                        if close and outcome != "valid":
+                            print(f"  {name}: {outcome}", file=sys.stderr)
                         counts[outcome] = counts.get(outcome, 0) + 1
                         counts["closed"] = counts.get("closed", 0) + bool(result.get("closed"))
                     print(f"budget {budget} close_at_budget={close}: {counts}", file=sys.stderr, flush=True)
@@ -117,6 +120,7 @@ def main() -> None:
                         response = result["response"]
                         per_token[close] = float(result["seconds"]) / max(1, response.usage.completion_tokens)  # type: ignore[union-attr,arg-type]
                     ratios.append(per_token[True] / per_token[False])
+                    step_ms.append(per_token[False] * 1000)
     finally:
         server.stop()
     from transformers import AutoTokenizer
@@ -142,7 +146,8 @@ def main() -> None:
               f"{max(budgets)} tokens, same tokens in both modes, {args.repeats} rounds, one at a time): time per "
               f"token on ÷ off, median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, "
               f"max {max(ratios):.3f})")
-    print(f"The closer's own work: {micro:.1f} µs a token (push + endings, {tokens} tokens of the outputs)")
+    share = f", {micro / 1000 / statistics.median(step_ms):.2%} of a token's time" if step_ms else ""
+    print(f"The closer's own work: {micro:.1f} µs a token (push + endings, {tokens} tokens of the outputs){share}")
 
 
 if __name__ == "__main__":

@@ -65,3 +65,15 @@ def serve_plain_and_beams(engine: Any, prompt: str = "The printing press") -> li
         sink.wait(300)
         assert sink.final.error is None, sink.final.error
     return [sink.token_ids for sink in sinks]
+
+
+def with_constraints(engine: Any, loaded: Any, model_dir: Any) -> Any:
+    """``engine`` (not started) with constraints compiled in-process for ``loaded``'s tokenizer, started."""
+    from proctor.constraints.compiler import ConstraintCompiler
+    from proctor.constraints.service import ConstraintService
+
+    compiler = ConstraintCompiler(tokenizer=loaded.tokenizer, model_path=str(model_dir), vocab_size=loaded.vocab_size,
+                                  eos_token_ids=loaded.eos_token_ids, tokenizer_fingerprint="tiny", isolate=False)
+    engine.constraints = ConstraintService(compiler)
+    engine.start()
+    return engine

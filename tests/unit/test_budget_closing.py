@@ -12,11 +12,9 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.engine import Collector
+from helpers.engine import Collector, with_constraints
 
-from proctor.constraints.compiler import ConstraintCompiler
 from proctor.constraints.json_validation import validate_json_output
-from proctor.constraints.service import ConstraintService
 from proctor.domain import (
     ConstraintRequest,
     FinishReason,
@@ -52,13 +50,7 @@ SCHEMAS: dict[str, dict] = {
 
 @pytest.fixture
 def engine(make_engine, tiny_loaded, default_model_dir: Path):  # type: ignore[no-untyped-def]
-    compiler = ConstraintCompiler(tokenizer=tiny_loaded.tokenizer, model_path=str(default_model_dir),
-                                  vocab_size=tiny_loaded.vocab_size, eos_token_ids=tiny_loaded.eos_token_ids,
-                                  tokenizer_fingerprint="tiny", isolate=False)
-    built = make_engine(start=False)
-    built.constraints = ConstraintService(compiler)
-    built.start()
-    return built
+    return with_constraints(make_engine(start=False), tiny_loaded, default_model_dir)
 
 
 def request(schema: dict, budget: int, *, seed: int = 3, close: bool = True, flexible: bool = False,

@@ -9,10 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.engine import Collector
+from helpers.engine import Collector, with_constraints
 
-from proctor.constraints.compiler import ConstraintCompiler
-from proctor.constraints.service import ConstraintService
 from proctor.domain import (
     ConstraintRequest,
     FinishReason,
@@ -64,13 +62,7 @@ def engine(make_engine):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def constrained(make_engine, tiny_loaded, default_model_dir: Path):  # type: ignore[no-untyped-def]
-    compiler = ConstraintCompiler(tokenizer=tiny_loaded.tokenizer, model_path=str(default_model_dir),
-                                  vocab_size=tiny_loaded.vocab_size, eos_token_ids=tiny_loaded.eos_token_ids,
-                                  tokenizer_fingerprint="tiny", isolate=False)
-    built = make_engine(start=False)
-    built.constraints = ConstraintService(compiler)
-    built.start()
-    return built
+    return with_constraints(make_engine(start=False), tiny_loaded, default_model_dir)
 
 
 # --- confidence -----------------------------------------------------------------------------
