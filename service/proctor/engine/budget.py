@@ -116,6 +116,11 @@ class BudgetRule:
                 return self.closing
         return None
 
+    def forced(self, generated: int) -> int:
+        """How many of the output's ``generated`` tokens the ending forced (it may be cut short by a stop)."""
+        start = self.closes_at - len(self.closing)
+        return max(0, min(len(self.closing), generated - start)) if self.closing else 0
+
     def detail(self, max_new_tokens: int) -> str:
         why = "the output looped" if self.after_loop else f"max_new_tokens {max_new_tokens} was near"
         if not self.closing:

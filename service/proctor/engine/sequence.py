@@ -354,7 +354,7 @@ class SequenceState:
                 event.request_id, event.token_ids, event.text, event.details, finish_reason=reason,
                 finish_detail=detail, usage=Usage(len(self.prompt_ids), len(self.generated), self.cached_prompt_tokens,
                                                      self.decode_steps, self.drafted, self.accepted,
-                                                     len(self.budget.closing) if self.budget is not None else 0),
+                                                     self.budget.forced(len(self.generated)) if self.budget else 0),
                 timings=Timings((started - self.created) * 1000, ttft, (now - self.created) * 1000),
                 seed=self.seed, error=event.error,
                 constraint=self.constraint.summary if self.constraint else None,
