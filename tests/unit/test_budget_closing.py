@@ -73,6 +73,13 @@ def minimum_of(engine, schema: dict) -> int:  # type: ignore[no-untyped-def]
     return prepared.budget.minimum
 
 
+def roomy(engine, schema: dict, extra: int) -> int:  # type: ignore[no-untyped-def]
+    """A budget with ``extra`` free tokens before the rule can close (below it, the shortest output is forced
+    from the first token)."""
+    facts = engine.prepare(request(schema, 512)).budget
+    return facts.minimum + facts.margin + extra
+
+
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_at_every_budget_from_the_minimum_up_the_output_is_valid(engine, name: str) -> None:  # type: ignore[no-untyped-def]
     schema = SCHEMAS[name]
@@ -110,7 +117,7 @@ def test_below_the_shortest_valid_output_the_request_is_refused_naming_the_field
 def test_without_the_rule_the_same_requests_are_cut_off_invalid(engine) -> None:  # type: ignore[no-untyped-def]
     """What the rule changes: the same seeds at the same budgets end at the token limit with broken JSON."""
     schema = SCHEMAS["nested"]
-    budget = minimum_of(engine, schema) + 4
+    budget = roomy(engine, schema, 4)
     for seed in (1, 2):
         events = run(engine, request(schema, budget, seed=seed, close=False))
         assert events[-1].finish_reason is FinishReason.LENGTH
@@ -124,7 +131,7 @@ def test_without_the_rule_the_same_requests_are_cut_off_invalid(engine) -> None:
 
 def test_a_closed_output_is_reproduced_exactly_from_its_request_and_seed(engine) -> None:  # type: ignore[no-untyped-def]
     schema = SCHEMAS["ref"]
-    budget = minimum_of(engine, schema) + 6
+    budget = roomy(engine, schema, 6)
     first = run(engine, request(schema, budget, seed=5))
     again = run(engine, request(schema, budget, seed=5, request_id="again"))
     assert first[-1].finish_reason is FinishReason.CLOSED_AT_BUDGET
@@ -135,7 +142,7 @@ def test_a_closed_output_is_reproduced_exactly_from_its_request_and_seed(engine)
 
 def test_the_ending_is_verified_several_tokens_to_a_forward(engine) -> None:  # type: ignore[no-untyped-def]
     schema = SCHEMAS["nested"]
-    final = run(engine, request(schema, minimum_of(engine, schema) + 2, seed=1))[-1]
+    final = run(engine, request(schema, roomy(engine, schema, 6), seed=1))[-1]
     assert final.finish_reason is FinishReason.CLOSED_AT_BUDGET and final.usage.closing_tokens > 3
     assert final.usage.accepted_tokens >= final.usage.closing_tokens - 1  # drafted and kept whole
     assert final.usage.decode_steps < final.usage.completion_tokens
@@ -194,7 +201,7 @@ def test_a_closer_that_fails_leaves_its_row_without_the_rule_and_the_others_serv
 
     schema = SCHEMAS["nested"]
     broken_schema = {**schema, "title": "broken"}  # the injected fault hits this schema's rows only
-    budget = minimum_of(engine, schema) + 4
+    budget = roomy(engine, schema, 8)
     real = JsonCloser.endings
 
     def failing(self: JsonCloser) -> list[str]:
@@ -220,3 +227,40 @@ def test_a_number_that_would_go_on_ends_where_it_is_a_valid_value(engine, tokeni
     assert final.schema_check is not None and final.schema_check.valid
     cut = run(engine, dataclasses.replace(digits, stopping=dataclasses.replace(digits.stopping, close_at_budget=False)))
     assert cut[-1].finish_reason is FinishReason.LENGTH and not cut[-1].schema_check.valid
+
+
+def test_real_schemas_at_budgets_from_their_minimum_to_512_are_valid_or_refused(engine) -> None:  # type: ignore[no-untyped-def]
+    """MaskBench's sample (the ones served exactly whose objects are all closed: with open ones a model may write
+    an additional key twice, which no engine's mask tracks and the server's check refuses): at each budget the
+    output is valid, or the budget was refused up front for being below the minimum; never cut off."""
+    from test_constraint_backends_suite import maskbench_sample
+
+    from proctor.constraints.schema_walk import reachable
+
+    def closed(schema: object) -> bool:
+        objects = [site.node for site in reachable(schema) if isinstance(site.node, dict)
+                   and ("properties" in site.node or site.node.get("type") == "object")]
+        return bool(objects) and all(node.get("additionalProperties") is False for node in objects)
+
+    chosen = []
+    for item in maskbench_sample():
+        if len(chosen) == 8 or not closed(item["schema"]):
+            continue
+        try:
+            prepared = engine.prepare(request(item["schema"], 512))
+        except RequestValidationError:  # not served, or not exactly
+            continue
+        if prepared.constraint.exact and prepared.budget is not None and prepared.budget.minimum:
+            chosen.append((item["name"], item["schema"], prepared.budget.minimum))
+    assert len(chosen) == 8
+    closings = 0
+    for name, schema, minimum in chosen:
+        with pytest.raises(RequestValidationError):
+            engine.prepare(request(schema, minimum - 1))
+        for budget in (minimum, minimum + 7, 512):
+            events = run(engine, request(schema, budget, seed=budget))
+            final, text = events[-1], "".join(event.text for event in events)
+            assert final.finish_reason is not FinishReason.LENGTH, (name, budget, text)
+            assert final.schema_check is not None and final.schema_check.valid, (name, budget, text)
+            closings += final.finish_reason is FinishReason.CLOSED_AT_BUDGET
+    assert closings >= len(chosen)  # the rule did the work (a random model ends little by itself)

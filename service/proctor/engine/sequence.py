@@ -101,6 +101,8 @@ class SequenceState:
         self.matcher: Matcher | None = prepared.constraint.compiled.new_matcher() if prepared.constraint else None
         self.budget = BudgetRule(prepared.budget, self.matcher, tokenizer, vocab_size) \
             if prepared.budget is not None and self.matcher is not None else None
+        if self.budget is not None:  # a budget too tight for even one free token: the shortest output from the start
+            self._force_ending(self.budget.plan(0, self.max_new_tokens) or ())
         self._text: list[str] = []
         self.status = RequestStatus.WAITING  # set by the engine at each transition (engine/status.py)
         self.lookup: PromptLookup | None = None  # its tokens indexed for prompt lookup (engine/drafting.py)
@@ -266,9 +268,16 @@ class SequenceState:
             return reason, detail
         if not ending:  # complete as it stands (a number that could go on): it ends here
             return FinishReason.CLOSED_AT_BUDGET, budget.detail(self.max_new_tokens)
-        self._forced.update(zip(range(done, done + len(ending)), ending, strict=True))
-        self._controlled = True
+        self._force_ending(ending)
         return None, ""
+
+    def _force_ending(self, ending: tuple[int, ...]) -> None:
+        """The ending's tokens as forced steps from the next position on."""
+        if ending:
+            done = len(self.generated)
+            self._forced.update(zip(range(done, done + len(ending)), ending, strict=True))
+            self._controlled = True
+            self._plan_step()
 
     def closing_draft(self, limit: int) -> list[int]:
         """The ending's tokens still to come but the last (each verified by the one before it), up to ``limit``."""
