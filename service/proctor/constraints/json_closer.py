@@ -9,8 +9,8 @@ schema allows (constraints/shortest.py), add items up to ``minItems``, and close
 
 A closer is a guess the matcher checks: the engine tokenizes each ending and keeps the first the constraint
 accepts to the end (engine/budget.py), so a schema read differently here than by the engine costs a candidate,
-never a wrong output. Where the closer cannot tell (a ``pattern`` a string has begun, a ``format`` not begun as
-its shortest value) it offers nothing, and the row runs on as it would without a budget rule.
+never a wrong output. Where the closer cannot tell (a pattern with lookarounds, a ``format`` without a simple
+pattern, ``not``, a triggered schema dependency) it offers nothing, and the row runs on as without the rule.
 """
 
 from __future__ import annotations
