@@ -28,8 +28,8 @@ from proctor.constraints.schema_options import (
     item_schema,
     item_schemas,
     member_schema,
+    members_to_write,
     of_type,
-    required_names,
 )
 from proctor.constraints.schema_walk import reachable
 from proctor.constraints.shortest import FORMAT_PATTERNS, number_fits, shortest_text
@@ -278,17 +278,10 @@ class JsonCloser:
     def _missing_members(self, option: Schema, keys: list[str]) -> str | None:
         """The required members not yet written (in the engines' order: ``properties``' first), then optional
         ones up to ``minProperties``; each after a comma where a member precedes it."""
-        properties = option.get("properties", {})
         try:
-            required = required_names(option, keys)
+            order = members_to_write(option, keys)
         except DependentSchema:
             return None
-        order = [name for name in properties if name in required]
-        order += [name for name in required if name not in properties]
-        order = [name for name in order if name not in keys]
-        optional = [name for name in properties if name not in keys and name not in order]
-        while len(keys) + len(order) < int(option.get("minProperties", 0)) and optional:
-            order.append(optional.pop(0))
         text, count = "", len(keys)
         for name in order:
             value = self.value_text(self.options(member_schema([option], name)))

@@ -127,5 +127,19 @@ def required_names(option: Schema, present: list[str]) -> list[str]:
     return names
 
 
+def members_to_write(option: Schema, present: list[str]) -> list[str]:
+    """The members an object under ``option`` still needs besides ``present``, in the order the engines write
+    them: the required ones (dependencies included) in ``properties``' order, then required ones it does not
+    list, then optional properties up to ``minProperties``. Raises ``DependentSchema``."""
+    properties = option.get("properties", {})
+    required = required_names(option, present)
+    order = [name for name in properties if name in required] + [name for name in required if name not in properties]
+    order = [name for name in order if name not in present]
+    optional = [name for name in properties if name not in present and name not in order]
+    while len(present) + len(order) < int(option.get("minProperties", 0)) and optional:
+        order.append(optional.pop(0))
+    return order
+
+
 class DependentSchema(ValueError):
     """A member present triggers a schema dependency (not covered: the object must then satisfy another schema)."""

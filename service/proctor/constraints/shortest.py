@@ -25,7 +25,7 @@ from typing import Any
 from proctor.constraints.json_validation import validate_json_output
 from proctor.constraints.pattern_text import shortest_completion
 from proctor.constraints.schema_keywords import resolve_pointer
-from proctor.constraints.schema_options import DependentSchema, member_schema, required_names
+from proctor.constraints.schema_options import DependentSchema, member_schema, members_to_write
 
 FORMATS = {"date": "2000-01-01", "date-time": "2000-01-01T00:00:00Z", "time": "00:00:00Z", "email": "a@b.co",
            "uri": "a:b", "uuid": "00000000-0000-0000-0000-000000000000", "ipv4": "0.0.0.0", "ipv6": "::",
@@ -160,20 +160,11 @@ def _of_type(kind: str, node: dict[str, Any], root: Any, seen: tuple[str, ...]) 
         items = node.get("items", True)
         return prefix + ([_shortest(items, root, seen)] * count if count else [])
     if kind == "object":
-        properties = node.get("properties", {})
         try:
-            required = required_names(node, [])
+            order = members_to_write(node, [])
         except DependentSchema as exc:
             raise NotCovered(f"dependency of {exc}") from exc
-        # in the order of ``properties``, as the constraint engines write an object's members
-        order = [name for name in properties if name in required]
-        order += [name for name in required if name not in properties]
-        value = {name: _shortest(member_schema([node], name), root, seen) for name in order}
-        optional = [name for name in properties if name not in value]
-        while len(value) < int(node.get("minProperties", 0)) and optional:
-            name = optional.pop(0)
-            value[name] = _shortest(properties[name], root, seen)
-        return value
+        return {name: _shortest(member_schema([node], name), root, seen) for name in order}
     raise NotCovered(f"type {kind}")
 
 
