@@ -10,10 +10,12 @@ shown in the prompt, the same schemas every run (constraints_e2e.maskbench_sampl
 
 The cost on rows far from their budget, two ways: (1) in the same run, the requests that ended by themselves in
 both modes at the largest budget (the same tokens: the rule never fired) are timed again one at a time, off and
-on alternately, and the median ratio of their times per token is printed; (2) the closer's own work per token
-(reading the piece, listing its endings: what a row far from its budget does each step), over the outputs.
+on alternately, and the median ratio of their times per token is printed; (2) the rule's own work per token
+over the outputs at the largest budget, as a row runs it (``BudgetRule``: read the piece; list the endings only
+when they could come within reach), beside listing them at every token. ``--rule-only`` measures (2) alone,
+without a server, over the sample's first valid instances.
 
-    python bench/closing.py [--maskbench 40] [--budgets 128,256,512] [--streams 4] [--repeats 3]
+    python bench/closing.py [--maskbench 40] [--budgets 128,256,512] [--streams 4] [--repeats 3] [--rule-only]
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from constraints_e2e import SCHEMA_PROMPT_CHARS, independent_valid, maskbench_sample
+from constraints_e2e import MASKBENCH, SCHEMA_PROMPT_CHARS, independent_valid, maskbench_sample
 
 from proctor.app import BackgroundServer
 from proctor.config import Settings
@@ -59,19 +62,62 @@ def ask(client: ProctorClient, schema: object, budget: int, close: bool) -> dict
             "closed": response.finish_reason == pb.FINISH_REASON_CLOSED_AT_BUDGET}
 
 
-def closer_cost(outputs: list[tuple[object, str]], tokenizer: object) -> tuple[float, int]:
-    """Microseconds a token of the closer's work (push the piece, list the endings), over ``outputs``."""
-    total, tokens = 0.0, 0
+def rule_cost(outputs: list[tuple[object, str]], tokenizer: Any, budget: int) -> tuple[float, float, int]:
+    """Microseconds a token: (the rule as a row runs it at ``budget``, listing the endings at every token), over
+    ``outputs`` (their schemas compiled by llguidance, the matcher advanced with the tokens)."""
+    from proctor.constraints.backends import create_backend
+    from proctor.constraints.spec import ConstraintSpec
+    from proctor.engine.budget import BudgetRule
+    from proctor.engine.budget_facts import budget_facts
+
+    backend = create_backend("llguidance", tokenizer, len(tokenizer), (tokenizer.eos_token_id,))
+    rule_s = every_s = 0.0
+    tokens = 0
     for schema, text in outputs:
-        pieces = [tokenizer.decode([t]) for t in tokenizer.encode(text, add_special_tokens=False)]  # type: ignore[attr-defined]
+        try:
+            compiled = backend.compile(ConstraintSpec.json_schema(schema))
+        except Exception:  # a schema llguidance does not take: not timed
+            continue
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        if compiled.new_matcher().valid_prefix(ids) != len(ids) or len(ids) >= budget:
+            continue
+        pieces = [tokenizer.decode([t]) for t in ids]
+        matcher = compiled.new_matcher()
+        rule = BudgetRule(budget_facts(schema, compiled.new_matcher(), tokenizer, len(tokenizer)), matcher,
+                          tokenizer, len(tokenizer))
         closer = JsonCloser(schema)  # type: ignore[arg-type]
-        start = time.perf_counter()
-        for piece in pieces:
+        for done, (token, piece) in enumerate(zip(ids, pieces, strict=True), start=1):
+            matcher.advance(token)
+            start = time.perf_counter()
+            rule.push(piece)
+            rule.plan(done, budget - done)
+            middle = time.perf_counter()
             closer.push(piece)
             closer.endings()
-        total += time.perf_counter() - start
-        tokens += len(pieces)
-    return (total / tokens * 1e6 if tokens else 0.0), tokens
+            every_s += time.perf_counter() - middle
+            rule_s += middle - start
+        tokens += len(ids)
+    return (rule_s / tokens * 1e6, every_s / tokens * 1e6, tokens) if tokens else (0.0, 0.0, 0)
+
+
+def first_valid_instances(sample: list[tuple[str, dict[str, object]]]) -> list[tuple[object, str]]:
+    found = []
+    for name, schema in sample:
+        split, stem = name.split("/", 1)
+        tests = json.loads((MASKBENCH / f"{split}---{stem}.json").read_text(encoding="utf-8"))["tests"]
+        valid = [t["data"] for t in tests if t["valid"]]
+        if valid:
+            found.append((schema, json.dumps(valid[0], separators=(",", ":"), ensure_ascii=False)))
+    return found
+
+
+def load_tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    from proctor.config import default_model_store
+    from proctor.models.default_model import default_model_path
+
+    return AutoTokenizer.from_pretrained(str(default_model_path(default_model_store())), local_files_only=True)
 
 
 def main() -> None:
@@ -80,9 +126,16 @@ def main() -> None:
     parser.add_argument("--budgets", default="128,256,512")
     parser.add_argument("--streams", type=int, default=4, help="requests in flight")
     parser.add_argument("--repeats", type=int, default=3, help="timing rounds (off, on) for the cost per token")
+    parser.add_argument("--rule-only", action="store_true", help="only the rule's own work, over valid instances")
     args = parser.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
     sample = maskbench_sample(args.maskbench)
+    if args.rule_only:
+        rule, every, tokens = rule_cost(first_valid_instances(sample), load_tokenizer(), max(budgets))
+        print(f"The rule's own work at max_new_tokens {max(budgets)} (`python bench/closing.py --rule-only "
+              f"--maskbench {args.maskbench} --budgets {args.budgets}`, {tokens} tokens of valid instances): "
+              f"{rule:.1f} µs a token as a row runs it; {every:.1f} µs listing the endings at every token")
+        return
     server = BackgroundServer(Settings.load({"port": 0})).start()
     table: dict[tuple[int, bool], dict[str, int]] = {}
     finished_both: list[int] = []
@@ -123,13 +176,7 @@ def main() -> None:
                     step_ms.append(per_token[False] * 1000)
     finally:
         server.stop()
-    from transformers import AutoTokenizer
-
-    from proctor.config import default_model_store
-    from proctor.models.default_model import default_model_path
-
-    tokenizer = AutoTokenizer.from_pretrained(str(default_model_path(default_model_store())), local_files_only=True)
-    micro, tokens = closer_cost(outputs, tokenizer)
+    rule, every, tokens = rule_cost(outputs, load_tokenizer(), max(budgets))
     command = (f"python bench/closing.py --maskbench {args.maskbench} --budgets {args.budgets} "
                f"--streams {args.streams} --repeats {args.repeats}")
     print(f"\nServed MaskBench sample, {len(sample)} schemas, greedy, schema in the prompt (`{command}`):\n")
@@ -146,8 +193,9 @@ def main() -> None:
               f"{max(budgets)} tokens, same tokens in both modes, {args.repeats} rounds, one at a time): time per "
               f"token on ÷ off, median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, "
               f"max {max(ratios):.3f})")
-    share = f", {micro / 1000 / statistics.median(step_ms):.2%} of a token's time" if step_ms else ""
-    print(f"The closer's own work: {micro:.1f} µs a token (push + endings, {tokens} tokens of the outputs){share}")
+    share = f", {rule / 1000 / statistics.median(step_ms):.2%} of a token's time" if step_ms else ""
+    print(f"The rule's own work at {max(budgets)}: {rule:.1f} µs a token as a row runs it{share}; {every:.1f} µs "
+          f"listing the endings at every token ({tokens} tokens of the outputs)")
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ class BudgetRule:
         self.closes_at = -1  # the output length at which the ending is complete (-1: not closing)
         self.after_loop = False  # it closed because the output looped, not for the budget
         self.failed = False  # the closer raised: the rule is off for this row
+        self._quiet_until = 0  # the output length before which the ending cannot come within reach (far)
 
     def push(self, piece: str) -> None:
         if not self.failed:
@@ -87,7 +88,7 @@ class BudgetRule:
         """The ending to force from here when it is time (``left`` tokens left, ``now``: close whatever is left,
         the output looped), else None. An ending is kept only when the matcher accepts it to an accepting
         state."""
-        if self.closes_at >= 0 or self.failed:
+        if self.closes_at >= 0 or self.failed or (generated < self._quiet_until and not now):
             return None
         try:
             return self._plan(generated, left, now)
@@ -105,7 +106,11 @@ class BudgetRule:
                 self.closes_at, self.after_loop = generated, now
                 return ()
             return None
-        if not now and len(endings[0].encode("utf-8")) + margin < left:  # far: a token is at least a byte
+        reach = len(endings[0].encode("utf-8")) + margin  # a token is at least a byte: a bound of the ending's tokens
+        if not now and reach < left:
+            # Far: one free token adds at most ``margin`` tokens to the ending (what the margin is), so it cannot come
+            # within reach for the next ceil((left - reach) / (margin + 1)) tokens; the closer only reads them.
+            self._quiet_until = generated - (reach - left) // (margin + 1)
             return None
         for text in endings:
             ids = encode(self._tokenizer, text)

@@ -49,22 +49,26 @@ class BudgetFactsCache:
             if found is not None:
                 self._facts.move_to_end(key)
                 return found
-        schema: Any = constraint.compiled.spec.schema
-        matcher = constraint.compiled.new_matcher()
-        minimum, shortest = 0, ""
-        for text in JsonCloser(schema).endings():
-            ids = encode(self._tokenizer, text)
-            if accepts(matcher, ids, self._vocab_size):
-                minimum, shortest = len(ids), text
-                break
-        longest = sorted(growth_texts(schema), key=len, reverse=True)[:4]
-        margin = max((len(encode(self._tokenizer, text)) for text in longest), default=0) + MARGIN_EXTRA
-        found = BudgetFacts(schema, minimum, shortest, margin)
+        found = budget_facts(constraint.compiled.spec.schema, constraint.compiled.new_matcher(), self._tokenizer,
+                             self._vocab_size)
         with self._lock:
             self._facts[key] = found
             while len(self._facts) > FACTS_CACHED:
                 self._facts.popitem(last=False)
         return found
+
+
+def budget_facts(schema: Any, matcher: Matcher, tokenizer: Any, vocab_size: int) -> BudgetFacts:
+    """The facts of ``schema`` (``matcher``: a fresh one of its compiled constraint)."""
+    minimum, shortest = 0, ""
+    for text in JsonCloser(schema).endings():
+        ids = encode(tokenizer, text)
+        if accepts(matcher, ids, vocab_size):
+            minimum, shortest = len(ids), text
+            break
+    longest = sorted(growth_texts(schema), key=len, reverse=True)[:4]
+    margin = max((len(encode(tokenizer, text)) for text in longest), default=0) + MARGIN_EXTRA
+    return BudgetFacts(schema, minimum, shortest, margin)
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:
