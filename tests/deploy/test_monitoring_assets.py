@@ -1,7 +1,8 @@
 """deploy/prometheus and deploy/grafana: the alert rules pass ``promtool check`` and their unit tests (each
 alert fires past its threshold, not below it), the dashboard JSON is what its generator writes, every
 dashboard query parses, and every metric the rules and the dashboard name is one a real metrics endpoint
-of the server exports (scraped over HTTP).
+of the server exports (scraped over HTTP), or, for the witness's ``proctor_witness_*``, a real witness's.
+The Compose stack's scrape config and its jobs: test_compose_files.py.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ RULES = DEPLOY / "prometheus" / "alerts.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "alerts_test.yml"
 DASHBOARD = DEPLOY / "grafana" / "proctor-dashboard.json"
 METRIC = re.compile(r"\bproctor:[a-z0-9_]+")
+WITNESS_METRIC = re.compile(r"\bproctor_witness_[a-z0-9_]+")  # the witness's own names (no colon)
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
@@ -136,6 +138,37 @@ def test_every_metric_the_rules_and_the_dashboard_name_is_exported() -> None:
     named = {name for expr in rule_expressions() + dashboard_queries() for name in METRIC.findall(expr)}
     assert named, "no metric found in the queries"
     assert named <= exported, f"not exported by the server: {sorted(named - exported)}"
+
+
+def test_every_witness_metric_the_rules_name_is_one_the_witness_exports(tmp_path: Path) -> None:
+    """The rules also read the witness's own endpoint (``proctor audit witness --metrics-port``, the
+    ``proctor-witness`` job: ProctorAuditLogInconsistent); a real witness serves every such name."""
+    from proctor.audit.chain import load_or_create_signing_key, log_signer
+
+    named = {name for expr in rule_expressions() for name in WITNESS_METRIC.findall(expr)}
+    assert "proctor_witness_inconsistent" in named
+    vkey = log_signer(load_or_create_signing_key(tmp_path / "log.key")).verifier.vkey()
+    port, nowhere = free_port(), free_port()  # the log it watches does not answer: the endpoint serves anyway
+    log = tmp_path / "witness.log"
+    with log.open("w") as stderr:
+        witness = subprocess.Popen([sys.executable, "-m", "proctor.cli", "audit", "witness", "--log",
+                                    f"127.0.0.1:{nowhere}", "--log-key", vkey, "--key", str(tmp_path / "witness.key"),
+                                    "--state", str(tmp_path / "state"), "--interval", "3600", "--timeout", "2",
+                                    "--metrics-port", str(port)], stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 60
+        text = ""
+        while not text:
+            assert witness.poll() is None, f"the witness exited {witness.returncode}: {log.read_text()}"
+            assert time.monotonic() < deadline, f"no metrics on {port}: {log.read_text()}"
+            with contextlib.suppress(OSError):
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            time.sleep(0.2)
+    finally:
+        witness.terminate()
+        witness.wait(30)
+    exported = {re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line and line[0] != "#"}
+    assert named <= exported, f"not exported by the witness: {sorted(named - exported)}"
 
 
 @pytest.mark.parametrize("path", ["provisioning/dashboards/proctor.yaml", "provisioning/datasources/prometheus.yaml"])
