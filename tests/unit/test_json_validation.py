@@ -73,7 +73,7 @@ def test_not_json(text: str, reason: str) -> None:
 def test_truncated_is_invalid_even_when_the_prefix_parses() -> None:
     # "12" cut from "123" (or a complete-looking object cut before the engine allowed the end) parses fine.
     cut_number = validate_json_output("12", {"type": "integer"}, truncated=True)
-    assert cut_number == ValidationResult(False, (TRUNCATED_ERROR,))
+    assert cut_number == ValidationResult(False, (TRUNCATED_ERROR,), (("", "truncated"),))
     complete = '{"name": "Ada", "tags": []}'
     assert validate_json_output(complete, PERSON, truncated=True).errors == (TRUNCATED_ERROR,)
     assert validate_json_output(complete, PERSON, truncated=False).valid
@@ -202,3 +202,12 @@ def test_a_local_ref_that_points_nowhere_is_refused_naming_it() -> None:
     assert "'$ref' at #/properties/a points to '#/$defs/missing'" in str(refused.value)
     json_validation.check_json_schema({"$defs": {"x": {}}, "properties": {"a": {"$ref": "#/$defs/x"}}})
     json_validation.check_json_schema({"properties": {"a": {"$ref": "#"}}})
+
+
+def test_each_error_names_its_path_and_keyword_in_order() -> None:
+    # What the audit record keeps readable when it seals the messages (which quote the output).
+    schema = {"type": "object", "properties": {"name": {"enum": ["Ada"]}, "age": {"type": "integer"}}}
+    result = validate_json_output('{"name": "Zelda", "age": "old"}', schema, truncated=False)
+    assert result.sites == (("$.age", "type"), ("$.name", "enum"))
+    assert len(result.errors) == 2 and "'Zelda'" in result.errors[1]
+    assert validate_json_output("{", schema, truncated=False).sites == (("", "json"),)

@@ -31,7 +31,7 @@ from proctor.audit.proofs import (
     inclusion,
     signed_checkpoint,
 )
-from proctor.audit.records import request_from_dict
+from proctor.audit.records import recorded_subject, request_from_dict
 from proctor.audit.sink import AuditUnavailable
 from proctor.audit.store import AuditStore, Filters, Row
 from proctor.audit.verify import verify_log
@@ -163,7 +163,8 @@ class AuditServicer(apb_grpc.AuditServicer):
         call.replay_of = request.audit_id
         replayed = dataclasses.replace(
             request_from_dict(body["request"], f"replay-{request.audit_id}-{uuid.uuid4().hex[:8]}"),
-            audited=True, audit_top_n=max(generation.audit.top_n, 1))
+            audited=True, audit_top_n=max(generation.audit.top_n, 1),
+            subject_id=recorded_subject(body))  # the replay's record is the subject's, not the auditor's
         try:
             call.request = replayed
             events = await generation.collect(replayed, call)

@@ -23,7 +23,7 @@ from google.rpc import code_pb2
 from proctor.api.gate import current_identity
 from proctor.audit.keystore import KeyStore
 from proctor.audit.receipts import ReceiptSigner
-from proctor.audit.records import CallRecord, PrivacyPolicy, build_body
+from proctor.audit.records import CallRecord, PrivacyPolicy, build_body, subject_of
 from proctor.audit.sealing import seal
 from proctor.audit.sink import AuditSink, AuditUnavailable, Committed
 from proctor.domain import EngineFault, ShuttingDown
@@ -152,10 +152,10 @@ class AuditTrail:
 
     def _sealed(self, body: dict[str, Any], call: CallRecord) -> dict[str, Any]:
         """The record as stored: its content sealed under its subject's key of the day it arrived (the subject: the
-        request's ``subject_id``, else the caller)."""
+        request's ``subject_id``, else the caller: records.subject_of)."""
         assert self.keys is not None
         caller = str(call.caller.get("identity", ""))
-        subject = call.request.subject_id if call.request is not None and call.request.subject_id else caller
+        subject = subject_of(call.request, call.caller, call.raw_request)
         day = time.strftime("%Y-%m-%d", time.gmtime(call.received_ms / 1000))
         key_id, key = self.keys.key_for(subject, day, caller)
         return seal(body, key_id, key)

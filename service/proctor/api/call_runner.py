@@ -27,7 +27,7 @@ from proctor.api.caller_limits import capped_request
 from proctor.api.errors import abort_code, abort_with
 from proctor.api.gate import current_identity
 from proctor.api.loop_relay import LoopRelay
-from proctor.audit.records import CallRecord
+from proctor.audit.records import CallRecord, subject_of
 from proctor.config import Settings
 from proctor.decoding.plugins.api import ModerationInput, ScreenInput
 from proctor.decoding.plugins.moderation import (
@@ -116,7 +116,8 @@ class CallRunner(Generic[P]):
         return self.engine_or_none
 
     def admit(self, request: GenerationRequest, call: CallRecord) -> GenerationRequest:
-        """A checked request as this call runs it: with the audit's settings and the prefix cache's namespace
+        """A checked request as this call runs it: with the audit's settings, its subject (records.subject_of: what
+        its record is sealed under, and what an erasure drops from the prefix cache) and the prefix cache's namespace
         (the caller's own; none when the request, the caller's entry or, by default, an ``hmac`` prompt policy
         keeps prompts out of the cache), kept on the call's record."""
         identity = current_identity()
@@ -125,7 +126,7 @@ class CallRunner(Generic[P]):
             else self.settings.audit_prompt_policy == "full"  # prompts kept out of the audit: out of the cache too
         keep = request.cache_prompt and allowed
         request = dataclasses.replace(request, prefix_cache_scope=(caller.name if caller is not None else "")
-                                      if keep else None)
+                                      if keep else None, subject_id=subject_of(request, call.caller))
         if self.audit.enabled:
             request = dataclasses.replace(request, audited=True, audit_top_n=self.audit.top_n)
         call.request = request

@@ -35,6 +35,7 @@ from proctor.contracts.request import ContractInputError, ContractRequest, Party
 from proctor.contracts.specialise import Specialised, specialise
 from proctor.contracts.templates import LANGUAGES, ContractTemplate, TemplateRegistry, UnknownTemplate
 from proctor.domain import FieldViolation, RequestValidationError, TokenEvent
+from proctor.domain.request import MAX_SUBJECT_CHARS, valid_subject
 from proctor_client.v1 import contracts_pb2 as cpb
 from proctor_client.v1 import contracts_pb2_grpc as cpb_grpc
 from proctor_client.v1 import generation_pb2 as pb
@@ -156,6 +157,8 @@ def contract_request_from_proto(message: cpb.DraftContractRequest) -> ContractRe
     if len(message.forbidden_phrases) > MAX_FORBIDDEN_PHRASES:
         violations.append(FieldViolation("forbidden_phrases", f"more than {MAX_FORBIDDEN_PHRASES}"))
     phrases = tuple(text(p, f"forbidden_phrases[{i}]") for i, p in enumerate(message.forbidden_phrases))
+    if not valid_subject(message.subject_id):
+        violations.append(FieldViolation("subject_id", f"at most {MAX_SUBJECT_CHARS} printable characters"))
     if violations:
         raise RequestValidationError(violations)
     return ContractRequest(
@@ -164,7 +167,8 @@ def contract_request_from_proto(message: cpb.DraftContractRequest) -> ContractRe
         max_new_tokens=message.max_new_tokens if message.HasField("max_new_tokens") else None,
         seed=message.seed if message.HasField("seed") else None,
         temperature=message.temperature if message.HasField("temperature") else None,
-        max_attempts=message.max_attempts if message.HasField("max_attempts") else None, forbidden=phrases)
+        max_attempts=message.max_attempts if message.HasField("max_attempts") else None, forbidden=phrases,
+        subject_id=message.subject_id)
 
 
 def _record_section(request: ContractRequest, template: ContractTemplate, specialised: Specialised,

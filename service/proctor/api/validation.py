@@ -12,7 +12,7 @@ import math
 
 from proctor.config import Settings
 from proctor.domain import FieldViolation
-from proctor.domain.request import CHAT_ROLES, GenerationRequest
+from proctor.domain.request import CHAT_ROLES, MAX_SUBJECT_CHARS, GenerationRequest, valid_subject
 
 MAX_TOP_LOGPROBS = 20
 MAX_SEED = 2**64 - 1
@@ -20,7 +20,6 @@ MAX_REPETITION = 64
 MAX_MUST_INCLUDE_CHARS = 256
 MAX_SAMPLES = 16  # num_return_sequences without beam search: independent sampled completions
 MAX_NUM_BEAMS = 16
-MAX_SUBJECT_CHARS = 256  # subject_id: a customer or case id (audit erasure and retention)
 
 
 def _finite(value: float) -> bool:
@@ -64,7 +63,7 @@ def validate(request: GenerationRequest, settings: Settings, vocab_size: int | N
         _validate_beams(request, bad)
     if vocab_size is not None:
         _validate_vocabulary(request, vocab_size, bad)
-    if len(request.subject_id) > MAX_SUBJECT_CHARS or not request.subject_id.isprintable():
+    if not valid_subject(request.subject_id):
         bad("subject_id", f"at most {MAX_SUBJECT_CHARS} printable characters, got {len(request.subject_id)}")
     return list(bad)
 

@@ -136,8 +136,8 @@ def render_record(body: dict[str, Any], seq: int, hash_: str) -> list[str]:
              f"model      {body['model'].get('model_id')}  weights {str(body['model'].get('weights_sha256'))[:16]}…  "
              f"{body['model'].get('dtype')} ({body['model'].get('weights') or 'dense'} weights) "
              f"on {body['model'].get('device')}",
-             f"status     {body['status']['code']} {body['status']['message']}".rstrip(),
-             f"finish     {finish.get('reason', '-')} {finish.get('detail', '')}".rstrip(),
+             f"status     {body['status']['code']} {body['status']['message'] or ''}".rstrip(),
+             f"finish     {finish.get('reason', '-')} {finish.get('detail') or ''}".rstrip(),
              f"usage      {_usage_line(usage)}"]
     for label, part in (("prompt", body.get("prompt")), ("output", body.get("output"))):
         if part:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proctor.audit import FORMAT
+from proctor.audit.quoting import scrub_input_quotes, scrub_output_quotes, scrub_status
 from proctor.domain import (
     ChatMessage,
     ConstraintRequest,
@@ -27,6 +28,7 @@ from proctor.domain import (
     TokenDetail,
     TokenEvent,
 )
+from proctor.domain.request import valid_subject
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,25 @@ def request_to_dict(request: GenerationRequest, seed: int | None) -> dict[str, A
     return data
 
 
+def subject_of(request: GenerationRequest | None, caller: dict[str, str],
+               raw_request: dict[str, Any] | None = None) -> str:
+    """Whose data a call holds (its records are sealed under, and erased with, this subject's keys): the request's
+    ``subject_id`` (a refused call's: the one its raw message names), else the caller. The one rule: the server
+    fills ``subject_id`` with it when it admits a call (api/call_runner.admit), and a record derived from another
+    (a replay) takes the other's."""
+    if request is not None and request.subject_id:
+        return request.subject_id
+    named = (raw_request or {}).get("subjectId") if request is None else None
+    return named if isinstance(named, str) and named and valid_subject(named) else str(caller.get("identity", ""))
+
+
+def recorded_subject(body: dict[str, Any]) -> str:
+    """The subject of a (opened) request record: its request's ``subject_id``, else, for records made before the
+    server filled it in, its caller."""
+    request = body.get("request") or {}
+    return str(request.get("subject_id") or (body.get("caller") or {}).get("identity", ""))
+
+
 def request_from_dict(data: dict[str, Any], request_id: str) -> GenerationRequest:
     stopping = dict(data["stopping"])
     stopping.setdefault("close_at_budget", False)  # recorded before it existed: generated without it
@@ -122,6 +143,7 @@ def request_from_dict(data: dict[str, Any], request_id: str) -> GenerationReques
         num_return_sequences=data.get("num_return_sequences", 1),
         input_screens=tuple(PluginCall(**p) for p in data.get("input_screens", ())),
         output_moderators=tuple(PluginCall(**p) for p in data.get("output_moderators", ())),
+        subject_id=str(data.get("subject_id") or ""),
     )
 
 
@@ -211,7 +233,9 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
         if final.timings is not None:
             body["timings"] = dataclasses.asdict(final.timings)
         if final.schema_check is not None:
-            body["schema_validation"] = {"valid": final.schema_check.valid, "errors": list(final.schema_check.errors)}
+            body["schema_validation"] = {"valid": final.schema_check.valid, "errors": list(final.schema_check.errors),
+                                         "sites": [{"path": path, "keyword": keyword}
+                                                   for path, keyword in final.schema_check.sites]}
         if final.constraint is not None:
             body["constraint"] = dataclasses.asdict(final.constraint)
         body["plugins"] = [dataclasses.asdict(p) for p in final.plugins]
@@ -229,7 +253,18 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
         if final.attempts:  # the validated fallback: every attempt, the returned one last
             body["attempts"] = [{**dataclasses.asdict(a), "finish_reason": a.finish_reason.value}
                                 for a in final.attempts]
+    _scrub(body, policy)
     return body
+
+
+def _scrub(body: dict[str, Any], policy: PrivacyPolicy) -> None:
+    """Under an ``hmac`` policy, the fields that quote what it keeps out (audit/quoting.py)."""
+    if policy.output == "hmac":
+        scrub_output_quotes(body, policy.digest)
+    if policy.prompt == "hmac":
+        scrub_input_quotes(body, policy.digest)
+    if "hmac" in (policy.prompt, policy.output):
+        scrub_status(body, policy.digest)
 
 
 def finish_reason_of(body: dict[str, Any]) -> str:

@@ -4,9 +4,11 @@ erases it while the row, the chain, the tree and every proof stay valid (audit/k
 What is sealed (``CONTENT_FIELDS``): everything a person wrote or was answered — the request (prompt, messages,
 tools and the parameters beside them), the raw request of one that did not convert, the rendered prompt, the
 output, every token (ids, text pieces and alternatives: token ids decode back to the text, so they are the text),
-beams, attempts, a contract section, moderation replies and ``must_include`` phrases. What stays in the clear:
-who called, when, which model, the status, finish reason, usage, timings and schema validity — what an auditor
-needs to account for a call whose content was erased.
+beams, attempts, a contract section, moderation replies and ``must_include`` phrases; and, out of the sections an
+auditor reads, the fields that quote any of it (audit/quoting.py: a refusal's message, the finish detail, the
+schema validation's messages). What stays in the clear: who called, when, which model, the status code, finish
+reason, usage, timings, schema validity with each error's JSON path and keyword — what an auditor needs to
+account for a call whose content was erased.
 
 The sealed body holds ``sealed``: the algorithm, the key id, the nonce and the ciphertext of the content's
 canonical JSON, bound to the record's audit id (GCM's associated data: a ciphertext moved to another record does
@@ -23,6 +25,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from proctor.audit import quoting
 from proctor.audit.canonical import canonical
 from proctor.audit.keystore import KeyStore
 
@@ -38,10 +41,13 @@ class SealError(ValueError):
 
 def seal(body: dict[str, Any], key_id: str, key: bytes) -> dict[str, Any]:
     """``body`` with its content fields replaced by their ciphertext under ``key``."""
+    clear, quoted = quoting.take(body)
     content = {field: body[field] for field in CONTENT_FIELDS if field in body}
+    if quoted:  # only when a field quotes anything: records without keep their shape
+        content["quoted"] = quoted
     nonce = os.urandom(12)
     ciphertext = AESGCM(key).encrypt(nonce, canonical(content), str(body["audit_id"]).encode())
-    sealed = {field: value for field, value in body.items() if field not in CONTENT_FIELDS}
+    sealed = {field: value for field, value in clear.items() if field not in CONTENT_FIELDS}
     sealed["sealed"] = {"alg": ALGORITHM, "key_id": key_id, "nonce": base64.b64encode(nonce).decode(),
                         "ciphertext": base64.b64encode(ciphertext).decode()}
     return sealed
@@ -70,4 +76,6 @@ def open_body(body: dict[str, Any], keys: KeyStore | None) -> dict[str, Any]:
                                         str(body["audit_id"]).encode())
     except (InvalidTag, ValueError, KeyError) as exc:
         raise SealError(f"record {body.get('audit_id')}: its sealed content does not open with key {key_id}") from exc
-    return {**rest, **json.loads(plaintext)}
+    content = json.loads(plaintext)
+    quoted = content.pop("quoted", {})
+    return quoting.put({**rest, **content}, quoted)

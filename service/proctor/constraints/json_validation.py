@@ -57,6 +57,10 @@ class ValidationResult:
 
     valid: bool
     errors: tuple[str, ...] = ()
+    # Each error's (JSON path, keyword), in the same order: what the audit record keeps readable when it seals the
+    # messages, which quote the output ("" path: the whole output; keywords not the schema's: truncated, json,
+    # schema, more).
+    sites: tuple[tuple[str, str], ...] = ()
 
 
 class InvalidSchemaError(ValueError):
@@ -71,19 +75,20 @@ def validate_json_output(text: str, schema: dict[str, Any] | bool, *, truncated:
     Never raises: an unusable schema (which check_json_schema should have refused before generating) makes
     the result invalid with an error saying the schema cannot be evaluated.
     """
-    errors: list[str] = [TRUNCATED_ERROR] if truncated else []
+    errors: list[tuple[str, str, str]] = [(TRUNCATED_ERROR, "", "truncated")] if truncated else []
     try:
         instance = parse_json_strict(text)
     except ValueError as exc:
-        return ValidationResult(False, _cap([*errors, f"not valid JSON: {exc}"]))
+        return _result([*errors, (f"not valid JSON: {exc}", "", "json")])
     try:
         validator = _validator(canonical if canonical is not None else canonical_json(schema))
         found = sorted(validator.iter_errors(instance), key=lambda e: (_path_key(e.absolute_path), e.message))
     except (InvalidSchemaError, referencing.exceptions.Unresolvable, re.error, RecursionError) as exc:
         # Runs after generation, in the engine: report "could not verify" as invalid rather than fail the request.
-        return ValidationResult(False, _cap([*errors, f"the schema cannot be evaluated: {exc}"]))
-    errors.extend(f"at {json_path(e.absolute_path)}: {_shorten(e.message)}" for e in found)
-    return ValidationResult(not errors, _cap(errors))
+        return _result([*errors, (f"the schema cannot be evaluated: {exc}", "", "schema")])
+    errors.extend((f"at {json_path(e.absolute_path)}: {_shorten(e.message)}", json_path(e.absolute_path),
+                   str(e.validator)) for e in found)
+    return _result(errors)
 
 
 def check_json_schema(schema: object) -> None:
@@ -230,11 +235,13 @@ def _shorten(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE_CHARS else message[: MAX_MESSAGE_CHARS - 1] + "…"
 
 
-def _cap(errors: list[str]) -> tuple[str, ...]:
-    if len(errors) <= MAX_ERRORS:
-        return tuple(errors)
-    kept = errors[: MAX_ERRORS - 1]
-    return (*kept, f"... and {len(errors) - len(kept)} more errors")
+def _result(errors: list[tuple[str, str, str]]) -> ValidationResult:
+    """The result of (message, path, keyword) errors, at most MAX_ERRORS of them (the last then says how many
+    more there were)."""
+    if len(errors) > MAX_ERRORS:
+        kept = errors[: MAX_ERRORS - 1]
+        errors = [*kept, (f"... and {len(errors) - len(kept)} more errors", "", "more")]
+    return ValidationResult(not errors, tuple(e[0] for e in errors), tuple((e[1], e[2]) for e in errors))
 
 
 def _reject_constant(name: str) -> Any:

@@ -121,6 +121,7 @@ def generation_request(request: ContractRequest, template: ContractTemplate, spe
         constraint=ConstraintRequest("json_schema", text=specialised.schema_json),
         forbidden=ForbiddenParams(phrases=request.forbidden),
         deadline=deadline,
+        subject_id=request.subject_id,
     )
 
 

@@ -40,3 +40,4 @@ class ContractRequest:
     temperature: float | None = None  # None or 0: greedy first attempt
     max_attempts: int | None = None  # None: the template's; 1: no repair
     forbidden: tuple[str, ...] = ()
+    subject_id: str = ""  # whose data the draft holds (audit erasure): every attempt's record is sealed under it

@@ -69,7 +69,8 @@ class SchemaCheck:
     """Server-side validation of a JSON output against its schema."""
 
     valid: bool
-    errors: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()  # messages for people: they quote the output
+    sites: tuple[tuple[str, str], ...] = ()  # each error's (JSON path, keyword): readable where the messages are sealed
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,12 @@ import enum
 from dataclasses import dataclass, field
 
 CHAT_ROLES = frozenset({"system", "user", "assistant"})
+MAX_SUBJECT_CHARS = 256  # subject_id: a customer or case id (audit erasure and retention)
+
+
+def valid_subject(subject: str) -> bool:
+    """A subject id the key store may name: at most MAX_SUBJECT_CHARS printable characters."""
+    return len(subject) <= MAX_SUBJECT_CHARS and subject.isprintable()
 
 
 class ContextOverflow(enum.StrEnum):

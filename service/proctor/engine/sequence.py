@@ -348,8 +348,8 @@ class SequenceState:
                                       canonical=self.constraint.schema_canonical or None)
         if reason in UNFINISHED and reason is not FinishReason.LENGTH:
             ended = f"output ended ({reason.value}) before the JSON was complete; it is not a valid instance"
-            return SchemaCheck(False, (ended, *result.errors))
-        return SchemaCheck(result.valid, tuple(result.errors))
+            return SchemaCheck(False, (ended, *result.errors), (("", "ended"), *result.sites))
+        return SchemaCheck(result.valid, result.errors, result.sites)
 
     def _emit(self, event: TokenEvent, reason: FinishReason | None, detail: str, now: float) -> None:
         self._text.append(event.text)

@@ -50,6 +50,9 @@ def add_client_commands(subparsers: argparse._SubParsersAction) -> dict[str, arg
         help='JSON chat turns: [{"role", "content"}, ...] or {"messages": [...]}; - reads stdin',
     )
     generate.add_argument("--request-id", default="", help="client-chosen request id")
+    generate.add_argument("--subject", default="", metavar="ID",
+                          help="whose data the call holds (audit erasure: `proctor audit erase --subject ID`); "
+                          "default: the caller")
     for flag, kind in (
         ("--max-new-tokens", int),
         ("--min-new-tokens", int),
@@ -339,6 +342,7 @@ def request_from_args(args: argparse.Namespace) -> generation_pb2.GenerateReques
         args.prompt,
         messages,
         request_id=args.request_id,
+        subject_id=args.subject,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,

@@ -37,6 +37,9 @@ def add_contract_commands(subparsers: argparse._SubParsersAction) -> argparse.Ar
     draft.add_argument("--seed", type=int)
     draft.add_argument("--temperature", type=float, help="first attempt's temperature (default: greedy)")
     draft.add_argument("--forbid", action="append", default=[], metavar="PHRASE", help="a forbidden phrase (repeat)")
+    draft.add_argument("--subject", default="", metavar="ID",
+                       help="whose data the draft holds (audit erasure: `proctor audit erase --subject ID`); "
+                       "default: the caller")
     draft.add_argument("--out", type=Path, help="write the contract JSON here (pretty-printed)")
     draft.add_argument("--proof-out", type=Path, metavar="FILE.tlog-proof",
                        help="also write the draft's audit proof once a signed checkpoint covers it: with the log's "
@@ -60,7 +63,7 @@ def run_draft(args: argparse.Namespace) -> int:
             args.template, args.party, required_clauses=args.require_clause,
             facts=dict(parse_fact(f) for f in args.fact), language=args.language, max_new_tokens=args.max_new_tokens,
             seed=args.seed, temperature=args.temperature, max_attempts=args.max_attempts,
-            forbidden_phrases=args.forbid)
+            forbidden_phrases=args.forbid, subject_id=args.subject)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return cli.EXIT_USAGE

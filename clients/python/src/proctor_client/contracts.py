@@ -45,12 +45,14 @@ def build_contract_request(
     temperature: float | None = None,
     max_attempts: int | None = None,
     forbidden_phrases: Iterable[str] = (),
+    subject_id: str = "",
 ) -> contracts_pb2.DraftContractRequest:
     message = contracts_pb2.DraftContractRequest(
         request_id=request_id, template=template, language=language,
         parties=[parse_party(p) if isinstance(p, str) else p for p in parties],
         required_clauses=[parse_clause(c) if isinstance(c, str) else c for c in required_clauses],
-        facts={str(k): str(v) for k, v in (facts or {}).items()}, forbidden_phrases=list(forbidden_phrases))
+        facts={str(k): str(v) for k, v in (facts or {}).items()}, forbidden_phrases=list(forbidden_phrases),
+        subject_id=subject_id)
     for name, value in (("max_new_tokens", max_new_tokens), ("seed", seed), ("temperature", temperature),
                         ("max_attempts", max_attempts)):
         if value is not None:

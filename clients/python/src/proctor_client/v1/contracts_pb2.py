@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from proctor_client.v1 import generation_pb2 as proctor_dot_v1_dot_generation__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aproctor/v1/contracts.proto\x12\nproctor.v1\x1a\x1bproctor/v1/generation.proto\"A\n\rContractParty\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x14\n\x0cjurisdiction\x18\x03 \x01(\t\"+\n\x0eRequiredClause\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\"\xd7\x03\n\x14\x44raftContractRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08template\x18\x02 \x01(\t\x12*\n\x07parties\x18\x03 \x03(\x0b\x32\x19.proctor.v1.ContractParty\x12\x34\n\x10required_clauses\x18\x04 \x03(\x0b\x32\x1a.proctor.v1.RequiredClause\x12:\n\x05\x66\x61\x63ts\x18\x05 \x03(\x0b\x32+.proctor.v1.DraftContractRequest.FactsEntry\x12\x10\n\x08language\x18\x06 \x01(\t\x12\x1b\n\x0emax_new_tokens\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\x04seed\x18\x08 \x01(\x04H\x01\x88\x01\x01\x12\x18\n\x0btemperature\x18\t \x01(\x02H\x02\x88\x01\x01\x12\x19\n\x0cmax_attempts\x18\n \x01(\x05H\x03\x88\x01\x01\x12\x19\n\x11\x66orbidden_phrases\x18\x0b \x03(\t\x1a,\n\nFactsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x11\n\x0f_max_new_tokensB\x07\n\x05_seedB\x0e\n\x0c_temperatureB\x0f\n\r_max_attempts\"9\n\x0b\x43lauseCheck\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0f\n\x07present\x18\x03 \x01(\x08\"\xa9\x02\n\x0f\x43ontractAttempt\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x05\x12\x10\n\x08\x61udit_id\x18\x02 \x01(\t\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x13\n\x0btemperature\x18\x04 \x01(\x02\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\x05\x12\x1a\n\x12repetition_penalty\x18\x06 \x01(\x02\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x19\n\x11\x63ompletion_tokens\x18\x08 \x01(\x05\x12/\n\rfinish_reason\x18\t \x01(\x0e\x32\x18.proctor.v1.FinishReason\x12\r\n\x05valid\x18\n \x01(\x08\x12\x0e\n\x06\x65rrors\x18\x0b \x03(\t\x12\x10\n\x08total_ms\x18\x0c \x01(\x01\x12\x0f\n\x07receipt\x18\r \x01(\t\"\xe9\x02\n\x15\x44raftContractResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08template\x18\x02 \x01(\t\x12\x12\n\nschema_ref\x18\x03 \x01(\t\x12\x15\n\rcontract_json\x18\x04 \x01(\t\x12\r\n\x05valid\x18\x05 \x01(\x08\x12\x0e\n\x06\x65rrors\x18\x06 \x03(\t\x12\x31\n\x10required_clauses\x18\x07 \x03(\x0b\x32\x17.proctor.v1.ClauseCheck\x12\x10\n\x08\x61udit_id\x18\x08 \x01(\t\x12-\n\x08\x61ttempts\x18\t \x03(\x0b\x32\x1b.proctor.v1.ContractAttempt\x12\x15\n\rschema_sha256\x18\n \x01(\t\x12\x10\n\x08language\x18\x0b \x01(\t\x12 \n\x05usage\x18\x0c \x01(\x0b\x32\x11.proctor.v1.Usage\x12\x10\n\x08total_ms\x18\r \x01(\x01\x12\x0f\n\x07receipt\x18\x0e \x01(\t\"\x16\n\x14ListTemplatesRequest\"1\n\x0cTemplateFact\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"\xe7\x01\n\x10\x43ontractTemplate\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x12\n\nschema_ref\x18\x04 \x01(\t\x12\x11\n\tlanguages\x18\x05 \x03(\t\x12\r\n\x05roles\x18\x06 \x03(\t\x12+\n\x07\x63lauses\x18\x07 \x03(\x0b\x32\x1a.proctor.v1.RequiredClause\x12\'\n\x05\x66\x61\x63ts\x18\x08 \x03(\x0b\x32\x18.proctor.v1.TemplateFact\x12\x13\n\x0bmax_clauses\x18\t \x01(\x05\"H\n\x15ListTemplatesResponse\x12/\n\ttemplates\x18\x01 \x03(\x0b\x32\x1c.proctor.v1.ContractTemplate2\xb7\x01\n\tContracts\x12T\n\rDraftContract\x12 .proctor.v1.DraftContractRequest\x1a!.proctor.v1.DraftContractResponse\x12T\n\rListTemplates\x12 .proctor.v1.ListTemplatesRequest\x1a!.proctor.v1.ListTemplatesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aproctor/v1/contracts.proto\x12\nproctor.v1\x1a\x1bproctor/v1/generation.proto\"A\n\rContractParty\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x14\n\x0cjurisdiction\x18\x03 \x01(\t\"+\n\x0eRequiredClause\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\"\xeb\x03\n\x14\x44raftContractRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08template\x18\x02 \x01(\t\x12*\n\x07parties\x18\x03 \x03(\x0b\x32\x19.proctor.v1.ContractParty\x12\x34\n\x10required_clauses\x18\x04 \x03(\x0b\x32\x1a.proctor.v1.RequiredClause\x12:\n\x05\x66\x61\x63ts\x18\x05 \x03(\x0b\x32+.proctor.v1.DraftContractRequest.FactsEntry\x12\x10\n\x08language\x18\x06 \x01(\t\x12\x1b\n\x0emax_new_tokens\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\x04seed\x18\x08 \x01(\x04H\x01\x88\x01\x01\x12\x18\n\x0btemperature\x18\t \x01(\x02H\x02\x88\x01\x01\x12\x19\n\x0cmax_attempts\x18\n \x01(\x05H\x03\x88\x01\x01\x12\x19\n\x11\x66orbidden_phrases\x18\x0b \x03(\t\x12\x12\n\nsubject_id\x18\x0c \x01(\t\x1a,\n\nFactsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x11\n\x0f_max_new_tokensB\x07\n\x05_seedB\x0e\n\x0c_temperatureB\x0f\n\r_max_attempts\"9\n\x0b\x43lauseCheck\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0f\n\x07present\x18\x03 \x01(\x08\"\xa9\x02\n\x0f\x43ontractAttempt\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x05\x12\x10\n\x08\x61udit_id\x18\x02 \x01(\t\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x13\n\x0btemperature\x18\x04 \x01(\x02\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\x05\x12\x1a\n\x12repetition_penalty\x18\x06 \x01(\x02\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x19\n\x11\x63ompletion_tokens\x18\x08 \x01(\x05\x12/\n\rfinish_reason\x18\t \x01(\x0e\x32\x18.proctor.v1.FinishReason\x12\r\n\x05valid\x18\n \x01(\x08\x12\x0e\n\x06\x65rrors\x18\x0b \x03(\t\x12\x10\n\x08total_ms\x18\x0c \x01(\x01\x12\x0f\n\x07receipt\x18\r \x01(\t\"\xe9\x02\n\x15\x44raftContractResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08template\x18\x02 \x01(\t\x12\x12\n\nschema_ref\x18\x03 \x01(\t\x12\x15\n\rcontract_json\x18\x04 \x01(\t\x12\r\n\x05valid\x18\x05 \x01(\x08\x12\x0e\n\x06\x65rrors\x18\x06 \x03(\t\x12\x31\n\x10required_clauses\x18\x07 \x03(\x0b\x32\x17.proctor.v1.ClauseCheck\x12\x10\n\x08\x61udit_id\x18\x08 \x01(\t\x12-\n\x08\x61ttempts\x18\t \x03(\x0b\x32\x1b.proctor.v1.ContractAttempt\x12\x15\n\rschema_sha256\x18\n \x01(\t\x12\x10\n\x08language\x18\x0b \x01(\t\x12 \n\x05usage\x18\x0c \x01(\x0b\x32\x11.proctor.v1.Usage\x12\x10\n\x08total_ms\x18\r \x01(\x01\x12\x0f\n\x07receipt\x18\x0e \x01(\t\"\x16\n\x14ListTemplatesRequest\"1\n\x0cTemplateFact\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"\xe7\x01\n\x10\x43ontractTemplate\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x12\n\nschema_ref\x18\x04 \x01(\t\x12\x11\n\tlanguages\x18\x05 \x03(\t\x12\r\n\x05roles\x18\x06 \x03(\t\x12+\n\x07\x63lauses\x18\x07 \x03(\x0b\x32\x1a.proctor.v1.RequiredClause\x12\'\n\x05\x66\x61\x63ts\x18\x08 \x03(\x0b\x32\x18.proctor.v1.TemplateFact\x12\x13\n\x0bmax_clauses\x18\t \x01(\x05\"H\n\x15ListTemplatesResponse\x12/\n\ttemplates\x18\x01 \x03(\x0b\x32\x1c.proctor.v1.ContractTemplate2\xb7\x01\n\tContracts\x12T\n\rDraftContract\x12 .proctor.v1.DraftContractRequest\x1a!.proctor.v1.DraftContractResponse\x12T\n\rListTemplates\x12 .proctor.v1.ListTemplatesRequest\x1a!.proctor.v1.ListTemplatesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,23 +39,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REQUIREDCLAUSE']._serialized_start=138
   _globals['_REQUIREDCLAUSE']._serialized_end=181
   _globals['_DRAFTCONTRACTREQUEST']._serialized_start=184
-  _globals['_DRAFTCONTRACTREQUEST']._serialized_end=655
-  _globals['_DRAFTCONTRACTREQUEST_FACTSENTRY']._serialized_start=550
-  _globals['_DRAFTCONTRACTREQUEST_FACTSENTRY']._serialized_end=594
-  _globals['_CLAUSECHECK']._serialized_start=657
-  _globals['_CLAUSECHECK']._serialized_end=714
-  _globals['_CONTRACTATTEMPT']._serialized_start=717
-  _globals['_CONTRACTATTEMPT']._serialized_end=1014
-  _globals['_DRAFTCONTRACTRESPONSE']._serialized_start=1017
-  _globals['_DRAFTCONTRACTRESPONSE']._serialized_end=1378
-  _globals['_LISTTEMPLATESREQUEST']._serialized_start=1380
-  _globals['_LISTTEMPLATESREQUEST']._serialized_end=1402
-  _globals['_TEMPLATEFACT']._serialized_start=1404
-  _globals['_TEMPLATEFACT']._serialized_end=1453
-  _globals['_CONTRACTTEMPLATE']._serialized_start=1456
-  _globals['_CONTRACTTEMPLATE']._serialized_end=1687
-  _globals['_LISTTEMPLATESRESPONSE']._serialized_start=1689
-  _globals['_LISTTEMPLATESRESPONSE']._serialized_end=1761
-  _globals['_CONTRACTS']._serialized_start=1764
-  _globals['_CONTRACTS']._serialized_end=1947
+  _globals['_DRAFTCONTRACTREQUEST']._serialized_end=675
+  _globals['_DRAFTCONTRACTREQUEST_FACTSENTRY']._serialized_start=570
+  _globals['_DRAFTCONTRACTREQUEST_FACTSENTRY']._serialized_end=614
+  _globals['_CLAUSECHECK']._serialized_start=677
+  _globals['_CLAUSECHECK']._serialized_end=734
+  _globals['_CONTRACTATTEMPT']._serialized_start=737
+  _globals['_CONTRACTATTEMPT']._serialized_end=1034
+  _globals['_DRAFTCONTRACTRESPONSE']._serialized_start=1037
+  _globals['_DRAFTCONTRACTRESPONSE']._serialized_end=1398
+  _globals['_LISTTEMPLATESREQUEST']._serialized_start=1400
+  _globals['_LISTTEMPLATESREQUEST']._serialized_end=1422
+  _globals['_TEMPLATEFACT']._serialized_start=1424
+  _globals['_TEMPLATEFACT']._serialized_end=1473
+  _globals['_CONTRACTTEMPLATE']._serialized_start=1476
+  _globals['_CONTRACTTEMPLATE']._serialized_end=1707
+  _globals['_LISTTEMPLATESRESPONSE']._serialized_start=1709
+  _globals['_LISTTEMPLATESRESPONSE']._serialized_end=1781
+  _globals['_CONTRACTS']._serialized_start=1784
+  _globals['_CONTRACTS']._serialized_end=1967
 # @@protoc_insertion_point(module_scope)

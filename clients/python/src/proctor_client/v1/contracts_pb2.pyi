@@ -26,7 +26,7 @@ class RequiredClause(_message.Message):
     def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ...) -> None: ...
 
 class DraftContractRequest(_message.Message):
-    __slots__ = ("request_id", "template", "parties", "required_clauses", "facts", "language", "max_new_tokens", "seed", "temperature", "max_attempts", "forbidden_phrases")
+    __slots__ = ("request_id", "template", "parties", "required_clauses", "facts", "language", "max_new_tokens", "seed", "temperature", "max_attempts", "forbidden_phrases", "subject_id")
     class FactsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class DraftContractRequest(_message.Message):
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     FORBIDDEN_PHRASES_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     template: str
     parties: _containers.RepeatedCompositeFieldContainer[ContractParty]
@@ -56,7 +57,8 @@ class DraftContractRequest(_message.Message):
     temperature: float
     max_attempts: int
     forbidden_phrases: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, request_id: _Optional[str] = ..., template: _Optional[str] = ..., parties: _Optional[_Iterable[_Union[ContractParty, _Mapping]]] = ..., required_clauses: _Optional[_Iterable[_Union[RequiredClause, _Mapping]]] = ..., facts: _Optional[_Mapping[str, str]] = ..., language: _Optional[str] = ..., max_new_tokens: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_attempts: _Optional[int] = ..., forbidden_phrases: _Optional[_Iterable[str]] = ...) -> None: ...
+    subject_id: str
+    def __init__(self, request_id: _Optional[str] = ..., template: _Optional[str] = ..., parties: _Optional[_Iterable[_Union[ContractParty, _Mapping]]] = ..., required_clauses: _Optional[_Iterable[_Union[RequiredClause, _Mapping]]] = ..., facts: _Optional[_Mapping[str, str]] = ..., language: _Optional[str] = ..., max_new_tokens: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_attempts: _Optional[int] = ..., forbidden_phrases: _Optional[_Iterable[str]] = ..., subject_id: _Optional[str] = ...) -> None: ...
 
 class ClauseCheck(_message.Message):
     __slots__ = ("id", "title", "present")
