@@ -7,6 +7,11 @@ stay valid, and the erased content can no longer be read by anyone, with the dat
 
 Readers go through ``opened_json``: a sealed record comes back opened, or, its key destroyed, marked ``erased``;
 ``erased_problem`` is why a replay of one is refused (naming the erasure record).
+
+``erase`` and the retention sweep first have the key store walk its keys (``KeyStore.recover``), so a key its
+index lost (two processes writing it before it was locked, audit/keystore.py) is found, put back and destroyed
+with the others; ``described_by_records`` names the subject of such a key that carries no entry (an older
+version's) from the records it sealed.
 """
 
 from __future__ import annotations
@@ -14,16 +19,16 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proctor.audit import FORMAT
 from proctor.audit.canonical import canonical
-from proctor.audit.holds import Held, active_holds
-from proctor.audit.keystore import KeyEntry, KeyStore
+from proctor.audit.holds import Held, active_holds, day_of
+from proctor.audit.keystore import Describe, KeyEntry, KeyStore, Recovered
 from proctor.audit.kinds import ERASURE
-from proctor.audit.sealing import open_body, sealed_key_id
+from proctor.audit.sealing import SealError, open_body, sealed_key_id
 from proctor.audit.store import AuditStore, Filters, Row
 
 
@@ -37,6 +42,7 @@ class Erased:
     records: int
     held: tuple[str, ...]  # keys a hold kept (the sweep)
     audit_id: str  # the erasure record's ("" when nothing was destroyed)
+    recovered: Recovered = field(default_factory=Recovered)  # keys found outside the index first (any subject's)
 
 
 def opened_json(row: Row, keys: KeyStore | None) -> str:
@@ -70,16 +76,18 @@ def erase(store: AuditStore, keys: KeyStore, subject: str, reason: str, operator
           append: Callable[[dict[str, Any]], str], progress: Callable[[int], None] | None = None) -> Erased:
     """Destroy every key of ``subject`` and append the erasure record with ``append`` (which returns its audit id).
     ``Held`` (naming the hold) when a hold in force covers any of them: nothing is destroyed then."""
+    recovered = keys.recover(described_by_records(store, keys))
     entries = [entry for entry in keys.entries() if entry.subject == subject]
     if not entries:
         raise NothingToErase(f"subject {subject!r} has no key here: none of its records is sealed, or it was "
-                             "erased already")
+                             "erased already" + recovered_note(recovered, subject))
     holds = active_holds(store)
     for entry in entries:
         for hold in holds:
             if hold.covers(entry):
                 raise Held(hold, f"subject {subject!r}")
-    return destroy(store, keys, entries, {"subject": subject, "reason": reason}, operator, append, progress)
+    done = destroy(store, keys, entries, {"subject": subject, "reason": reason}, operator, append, progress)
+    return replace(done, recovered=recovered)
 
 
 def destroy(store: AuditStore, keys: KeyStore, entries: list[KeyEntry], about: dict[str, Any], operator: str,
@@ -101,3 +109,49 @@ def destroy(store: AuditStore, keys: KeyStore, entries: list[KeyEntry], about: d
             "key_ids": sorted(wanted), "keys": [{"subject": e.subject, "day": e.day} for e in entries],
             "records": count}
     return Erased(tuple(sorted(wanted)), count, held, append(body))
+
+
+def described_by_records(store: AuditStore, keys: KeyStore) -> Describe:
+    """``KeyStore.recover``'s ``describe``: a key's subject, day and callers from the records it sealed (the
+    subject as api/audit_trail.py seals: the request's ``subject_id``, else the caller), one opened with the key
+    itself; a key that sealed no record, or none that opens, is not described."""
+
+    def describe(key_ids: Sequence[str]) -> dict[str, KeyEntry]:
+        wanted = set(key_ids)
+        first: dict[str, tuple[dict[str, Any], int]] = {}
+        callers: dict[str, set[str]] = {}
+        for row in store.iterate(Filters()):
+            if b'"sealed":' not in (stored := row.record_json()):
+                continue
+            body = json.loads(stored)
+            if (key_id := sealed_key_id(body)) in wanted and key_id is not None:
+                first.setdefault(key_id, (body, row.time_ms))
+                callers.setdefault(key_id, set()).add(str((body.get("caller") or {}).get("identity", "")))
+        described = {}
+        for key_id, (body, time_ms) in first.items():
+            try:
+                opened = open_body(body, keys)
+            except SealError:
+                continue
+            if opened.get("erased"):
+                continue
+            caller = str((opened.get("caller") or {}).get("identity", ""))
+            subject = str((opened.get("request") or {}).get("subject_id") or caller)
+            day = day_of(int(opened.get("received_ms") or time_ms))
+            described[key_id] = KeyEntry(key_id, subject, day, tuple(sorted(callers[key_id])))
+        return described
+
+    return describe
+
+
+def recovered_note(recovered: Recovered, subject: str | None = None) -> str:
+    """What a walk of the keys found outside the index, for an operator ("" when nothing)."""
+    note = ""
+    if recovered.entries:
+        mine = sum(entry.subject == subject for entry in recovered.entries) if subject is not None else 0
+        note += (f"; {len(recovered.entries)} orphaned keys (missing from the key index) found and put back"
+                 + (f", {mine} of them this subject's" if subject is not None else ""))
+    if recovered.unattributed:
+        note += (f"; {len(recovered.unattributed)} orphaned keys seal no record of this log and name no subject: "
+                 f"left in place ({', '.join(recovered.unattributed)})")
+    return note

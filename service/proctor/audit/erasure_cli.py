@@ -93,7 +93,7 @@ def _operator(args: argparse.Namespace) -> str:
 
 
 def _erase(args: argparse.Namespace) -> int:
-    from proctor.audit.erasure import NothingToErase, erase
+    from proctor.audit.erasure import NothingToErase, erase, recovered_note
     from proctor.audit.holds import Held
 
     try:
@@ -104,7 +104,7 @@ def _erase(args: argparse.Namespace) -> int:
     except Exception as exc:
         return fail(f"the erasure did not complete: {exc}")
     print(f"erased subject {args.subject!r}: {len(done.key_ids)} keys destroyed, {done.records} records unreadable; "
-          f"erasure record {done.audit_id}", file=sys.stderr)
+          f"erasure record {done.audit_id}{recovered_note(done.recovered, args.subject)}", file=sys.stderr)
     return 0
 
 
@@ -143,6 +143,7 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    from proctor.audit.erasure import recovered_note
     from proctor.audit.retention import RetentionPolicy, sweep
 
     settings = settings_of(args)
@@ -161,5 +162,6 @@ def _sweep(args: argparse.Namespace) -> int:
     except Exception as exc:
         return fail(f"the sweep did not complete: {exc}")
     print(f"swept: {len(done.key_ids)} keys destroyed ({done.records} records), {len(done.held)} kept by holds"
-          + (f"; erasure record {done.audit_id}" if done.audit_id else ""), file=sys.stderr)
+          + (f"; erasure record {done.audit_id}" if done.audit_id else "") + recovered_note(done.recovered),
+          file=sys.stderr)
     return 0

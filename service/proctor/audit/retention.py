@@ -5,7 +5,8 @@ A key seals one subject's records of one UTC day (audit/keystore.py), so a sweep
 the days wholly before ``now - days`` that no hold in force covers (audit/holds.py), and appends one erasure record
 naming them. ``days`` is a ``RetentionPolicy``'s: a period per subject, else per caller (a key sealing several
 callers' records keeps the longest of theirs), else ``--audit-retention-days``; ``--audit-retention-file`` names
-the periods (YAML: ``subjects: {customer-17: 30}``, ``callers: {billing: 2555}``; 0 keeps for ever).
+the periods (YAML: ``subjects: {customer-17: 30}``, ``callers: {billing: 2555}``; 0 keeps for ever). A sweep first
+walks the key files (``KeyStore.recover``), so a key the store's index lost is swept (or held) like the others.
 
 The rows stay: the chain, the tree and every proof are intact; their content reads as erased. The server sweeps
 every ``SWEEP_INTERVAL_S`` while retention is on; ``proctor audit sweep`` runs one (a CronJob:
@@ -18,13 +19,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from proctor.audit.erasure import Erased, destroy
+from proctor.audit.erasure import Erased, described_by_records, destroy, recovered_note
 from proctor.audit.holds import DAY_MS, active_holds, day_of
 from proctor.audit.keystore import KeyEntry, KeyStore
 from proctor.audit.sink import AuditSink
@@ -79,6 +80,7 @@ def sweep(store: AuditStore, keys: KeyStore, policy: RetentionPolicy, now_ms: in
     when nothing is due)."""
     if not policy.on:
         raise ValueError("retention is off (--audit-retention-days 0 and no period in a retention file)")
+    recovered = keys.recover(described_by_records(store, keys))  # a key the index lost is due all the same
     due = [entry for entry in keys.entries()
            if (days := policy.days(entry)) > 0 and entry.day <= expired_day(now_ms, days)]
     holds = active_holds(store)
@@ -86,10 +88,11 @@ def sweep(store: AuditStore, keys: KeyStore, policy: RetentionPolicy, now_ms: in
     free = [entry for entry in due if entry not in held]
     kept = tuple(sorted(entry.key_id for entry in held))
     if not free:
-        return Erased((), 0, kept, "")
+        return Erased((), 0, kept, "", recovered)
     periods = sorted({policy.days(entry) for entry in free})
-    return destroy(store, keys, free, {"subject": None, "reason": f"retention: {', '.join(map(str, periods))} days"},
+    done = destroy(store, keys, free, {"subject": None, "reason": f"retention: {', '.join(map(str, periods))} days"},
                    operator, append, held=kept)
+    return replace(done, recovered=recovered)
 
 
 class RetentionSweeper:
@@ -112,9 +115,9 @@ class RetentionSweeper:
             try:
                 done = await asyncio.to_thread(sweep, self._sink.store, self._keys, self._policy,
                                                int(time.time() * 1000), "proctor serve (retention)", self._append)
-                if done.key_ids or done.held:
-                    log.info("retention sweep: %d keys destroyed (%d records), %d kept by holds",
-                             len(done.key_ids), done.records, len(done.held))
+                if done.key_ids or done.held or done.recovered.entries or done.recovered.unattributed:
+                    log.info("retention sweep: %d keys destroyed (%d records), %d kept by holds%s",
+                             len(done.key_ids), done.records, len(done.held), recovered_note(done.recovered))
             except Exception:  # the next sweep tries again; the records stay readable meanwhile
                 log.exception("retention sweep failed")
             await asyncio.sleep(SWEEP_INTERVAL_S)
