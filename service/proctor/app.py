@@ -32,6 +32,8 @@ from proctor.api.contracts_servicer import ContractsServicer
 from proctor.api.security import bind, build_gate
 from proctor.api.servicer import GenerationServicer
 from proctor.api.telemetry import TelemetryInterceptor
+from proctor.audit.keystore import KeyStore
+from proctor.audit.memory_erasure import MemoryErasure
 from proctor.audit.retention import RetentionPolicy, RetentionSweeper
 from proctor.audit.setup import checkpoint_path, key_store, open_sink, privacy_policy
 from proctor.audit.sink import AuditSink
@@ -85,6 +87,8 @@ class RunningServer:
     _progress_ok: bool = field(default=True, init=False)  # the watchdog sees every part move (or is off)
     _watchdog: asyncio.Task[None] | None = field(default=None, init=False)
     retention: RetentionSweeper | None = None  # --audit-retention-days: the keys past it destroyed hourly
+    keys: KeyStore | None = None  # --audit-encryption subject: the subjects' keys (what an erasure destroys)
+    memory_erasure: MemoryErasure | None = None  # an erased subject's prompts dropped from the prefix cache
 
     def __post_init__(self) -> None:
         if self.audit_sink is not None:
@@ -106,6 +110,9 @@ class RunningServer:
         self._ready = True
         await self._publish_health()
         self._start_watchdog(engine)
+        if self.keys is not None and engine.prefix_cache.enabled:
+            self.memory_erasure = MemoryErasure(self.keys, engine.prefix_cache.forget)
+            self.memory_erasure.start()
         log.info("ready: serving %s on %s:%d", info["model_id"], self.settings.host, self.port)
 
     def _start_watchdog(self, engine: Engine) -> None:
@@ -158,6 +165,8 @@ class RunningServer:
             self._watchdog.cancel()
         if self.retention is not None:
             self.retention.stop()
+        if self.memory_erasure is not None:
+            self.memory_erasure.stop()
         if notice_s > 0:
             log.info("draining: health NOT_SERVING for %.1f s before the listener closes (calls still served)",
                      notice_s)
@@ -316,7 +325,8 @@ async def start_server(settings: Settings) -> RunningServer:
     running = RunningServer(settings, server, port, health, servicer, asyncio.get_running_loop(), audit_sink=sink,
                             observability=observability, health_server=health_server, health_port=health_port,
                             http=http, retention=RetentionSweeper(sink, keys, policy)
-                            if sink is not None and keys is not None and policy.on else None)
+                            if sink is not None and keys is not None and policy.on else None,
+                            keys=keys if settings.audit_encryption == "subject" else None)
     if running.retention is not None:
         running.retention.start()
     log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", settings.host, port)

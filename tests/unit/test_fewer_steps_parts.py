@@ -170,3 +170,35 @@ def test_a_mask_is_asked_for_forced_tokens_only_after_a_forced_step() -> None:
 
     assert drafter.draft(state(last_forced=False), rows=1) == []
     assert drafter.draft(state(last_forced=True), rows=1) == [40, 63]
+
+
+def test_an_erased_subjects_chunks_leave_the_cache_and_a_fresh_ones_wait_for_its_key(tmp_path: Any) -> None:
+    """Issue 54: an erasure reaches the prefix cache (audit/memory_erasure.py reads the real key store)."""
+    import time
+
+    from proctor.audit.keystore import FileKeyStore
+    from proctor.audit.memory_erasure import GRACE_S, forget_erased
+
+    store = cache()
+    keys = FileKeyStore(tmp_path / "keys")
+    alice_key, _ = keys.key_for("alice", "2026-12-07", "svc")
+    keys.key_for("bob", "2026-12-07", "svc")
+    old = time.monotonic() - GRACE_S - 1
+    for subject, first in (("alice", 1), ("bob", 100), ("carol", 200)):  # carol: no key yet (her first call runs)
+        prompt = list(range(first, first + 9))
+        chain = store.chain("svc", prompt)
+        for index in range(2):
+            tokens = tuple(prompt[index * CHUNK:(index + 1) * CHUNK])
+            stored_at = time.monotonic() if subject == "carol" else old
+            store.store(chain[:index + 1], CachedChunk(tokens, chunk(list(tokens)).keys, chunk(list(tokens)).values,
+                                                       subject, stored_at))
+    before = store.counts.bytes
+    assert forget_erased(keys, store.forget) == 0  # every subject with a chunk old enough has a live key
+    keys.destroy(alice_key)
+    assert forget_erased(keys, store.forget) == 2
+    alice = list(range(1, 10))
+    assert store.lookup(store.chain("svc", alice), alice) == []
+    bob = list(range(100, 109))
+    assert len(store.lookup(store.chain("svc", bob), bob)) == 2
+    assert store.counts.bytes == before - 2 * chunk([0] * CHUNK).nbytes and store.counts.forgotten_chunks == 2
+    assert forget_erased(keys, store.forget, now=time.monotonic() + GRACE_S + 1) == 2  # carol's, past the grace

@@ -198,7 +198,7 @@ class DecodeBatch:
             start = index * size
             keys, values = self._runner.read_span(row, start, start + size)
             self.prefix_cache.store(chain[:index + 1], CachedChunk(tuple(state.prompt_ids[start:start + size]),
-                                                                   keys, values))
+                                                                   keys, values, state.request.subject_id))
         if state.prompt_fed == len(state.prompt_ids):
             del self._chains[id(state)]
 

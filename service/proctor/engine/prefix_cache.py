@@ -18,14 +18,20 @@ Memory is bounded by ``prefix_cache_mb``; the least recently used chunk leaves f
 chain from its last chunk to its first, so the first chunks, which every longer prompt shares, leave last.
 A request whose scope is None (``cache_prompt: false``, or a caller whose entry says ``prompt_cache:
 false``) neither reads nor leaves anything here.
+
+Erasure reaches it: each chunk names its subject, and with ``--audit-encryption subject`` the server drops the
+chunks of every subject that has no live key left (audit/memory_erasure.py), a few seconds after
+``proctor audit erase`` (or the retention sweep) destroyed them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 
 import torch
 
@@ -35,6 +41,8 @@ class CachedChunk:
     tokens: tuple[int, ...]
     keys: torch.Tensor  # [layers, KV heads, C, head dim], the cache's dtype
     values: torch.Tensor
+    subject: str = ""  # whose prompt it is (the request's subject_id): an erasure drops it (``forget``)
+    stored_at: float = field(default_factory=time.monotonic)
 
     @property
     def nbytes(self) -> int:
@@ -48,6 +56,7 @@ class CacheCounts:
     hit_tokens: int = 0  # prompt tokens whose chunks came from the cache
     miss_tokens: int = 0  # reusable prompt tokens (full chunks before the last token) that were not there
     evicted_chunks: int = 0
+    forgotten_chunks: int = 0  # dropped because their subject was erased (``forget``)
     bytes: int = 0
 
 
@@ -109,6 +118,19 @@ class PrefixCache:
                 _, evicted = self._chunks.popitem(last=False)
                 self.counts.bytes -= evicted.nbytes
                 self.counts.evicted_chunks += 1
+
+    def forget(self, live_subjects: Collection[str], stored_before: float) -> int:
+        """Drop every chunk whose subject is not in ``live_subjects`` (its keys destroyed: erased, or past
+        retention) that was stored before ``stored_before`` (``time.monotonic()``: a subject's first prompt is
+        cached before its first record makes its key); how many were dropped. A chain broken here only misses
+        from that chunk on; what is left of it leaves by the LRU."""
+        with self._lock:
+            gone = [key for key, chunk in self._chunks.items()
+                    if chunk.subject not in live_subjects and chunk.stored_at < stored_before]
+            for key in gone:
+                self.counts.bytes -= self._chunks.pop(key).nbytes
+            self.counts.forgotten_chunks += len(gone)
+        return len(gone)
 
     def __len__(self) -> int:
         return len(self._chunks)

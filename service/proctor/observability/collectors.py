@@ -54,7 +54,9 @@ class StateCollector(Collector):
         for name, key, doc in (
                 ("hit_tokens", "hit_tokens", "Prompt tokens whose keys and values came from the prefix cache"),
                 ("miss_tokens", "miss_tokens", "Prompt tokens of cacheable chunks the prefix cache did not hold"),
-                ("evictions", "evicted_chunks", "Chunks the prefix cache dropped to stay within its budget")):
+                ("evictions", "evicted_chunks", "Chunks the prefix cache dropped to stay within its budget"),
+                ("erased_chunks", "forgotten_chunks", "Chunks the prefix cache dropped because their subject's keys "
+                 "were destroyed (erasure or retention)")):
             yield CounterMetricFamily(PREFIX + "prefix_cache_" + name, doc, value=totals.get(key, 0))
         yield GaugeMetricFamily(PREFIX + "prefix_cache_bytes", "Memory the prefix cache's chunks hold "
                                 "(--prefix-cache-mb)", value=totals.get("bytes", 0))
