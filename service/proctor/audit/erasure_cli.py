@@ -94,8 +94,8 @@ def _operator(args: argparse.Namespace) -> str:
 
 def _erase(args: argparse.Namespace) -> int:
     from proctor.audit.erasure import NothingToErase, erase, recovered_note
-    from proctor.audit.memory_erasure import REACH_S
     from proctor.audit.holds import Held
+    from proctor.audit.memory_erasure import REACH_S
 
     try:
         with _log(args) as (store, keys, append):
