@@ -11,10 +11,13 @@ PG     := bash scripts/postgres.sh
 
 setup: $(STAMP) model kernels
 
-# Virtual environment with pinned versions; torch first so no CUDA build is ever pulled.
+# Virtual environment with pinned versions; torch first, alone. On a stock PyPI index `torch==2.13.0` on Linux
+# x86-64 is the CUDA build (several GB with its nvidia-* wheels); TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# asks for the CPU build (2.13.0+cpu, which the pin below accepts). The rest comes from the usual index.
+TORCH_INDEX ?=
 $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
+	$(PIP) install --quiet --disable-pip-version-check $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch==2.13.0
 	$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -e clients/python -e '.[dev]'
 	$(PIP) install --quiet --disable-pip-version-check --no-deps xgrammar==0.2.9  # its triton: pinned in .[dev]
 	$(PIP) install --quiet --disable-pip-version-check --no-deps instructor==1.17.0  # its jiter cap (pyproject)
