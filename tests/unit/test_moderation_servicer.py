@@ -160,13 +160,18 @@ def test_an_allowed_held_stream_arrives_whole_with_the_verdicts(engine: Engine) 
     assert [(v.name, v.decision) for v in chunks[-1].moderation] == [("keyword_score", pb.MODERATION_DECISION_ALLOW)]
 
 
-def test_a_failing_moderator_fails_only_its_call(engine: Engine) -> None:
+def test_a_failing_moderator_fails_only_its_call(engine: Engine, caplog: pytest.LogCaptureFixture) -> None:
+    """The plugin's failure is logged with an error id; its caller and the record's status get the id only."""
     sink = CaptureSink()
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
+    with caplog.at_level("ERROR", "proctor.errors"), pytest.raises(grpc.aio.AioRpcError) as caught:
         serve(engine, sink, unary(request(output_moderators=[("broken", {})])))
-    assert caught.value.code() == grpc.StatusCode.INTERNAL and "moderator down" in (caught.value.details() or "")
+    details = caught.value.details() or ""
+    assert caught.value.code() == grpc.StatusCode.INTERNAL and "moderator down" not in details, details
+    error_id = details.split("error id ")[1].split(")")[0]
+    assert any(error_id in line and "moderator down" in line for line in caplog.messages), caplog.messages
     (body,) = sink.bodies
     assert body["status"]["code"] == "INTERNAL" and body["moderation"]["verdicts"][0]["verdict"] == "error"
+    assert body["status"]["message"] == details  # the same id: the record leads to the same log line
     assert serve(engine, CaptureSink(), unary(request())).finish_reason == pb.FINISH_REASON_LENGTH  # still serving
 
 

@@ -66,6 +66,16 @@ class CallerLimiter:
             self._streams.pop(caller.name, None)
 
 
+def request_bytes_limit(caller: Caller | None, server_limit: int | None) -> int | None:
+    """The bytes a request of ``caller`` may have (None: an open server's caller; a None answer: no limit): its
+    own limit, never above the server's. Both doors ask, after the caller is admitted and before its request is
+    read or decoded."""
+    own = caller.limits.max_request_bytes if caller is not None else None
+    if own is None or server_limit is None:
+        return server_limit if own is None else own
+    return min(own, server_limit)
+
+
 def capped_request(request: GenerationRequest, caller: Caller, server_default: int) -> GenerationRequest:
     """Apply the caller's ``max_new_tokens`` cap: an unset value takes the lower default, a higher one is refused."""
     cap = caller.limits.max_new_tokens

@@ -10,7 +10,8 @@ callers:
   - name: contracts-service
     token_sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
     roles: [generate]
-    limits: {requests_per_second: 5, burst: 10, concurrent_streams: 4, max_new_tokens: 512}
+    limits: {requests_per_second: 5, burst: 10, concurrent_streams: 4, max_new_tokens: 512,
+             max_request_bytes: 1048576}   # its request message / HTTP body; the server's limit caps it
   - name: compliance
     tls_subject: "CN=compliance.internal,O=Acme"   # RFC 4514, as `openssl x509 -subject -nameopt rfc2253`
     tls_san: compliance.internal                  # or a DNS/URI/email SAN of the certificate
@@ -63,7 +64,7 @@ REFLECTION_PREFIXES = ("/grpc.reflection.v1alpha.ServerReflection/", "/grpc.refl
 RELOAD_CHECK_S = 1.0
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 CALLER_KEYS = {"name", "token_sha256", "tls_subject", "tls_san", "roles", "limits", "prompt_cache"}
-LIMIT_KEYS = {"requests_per_second", "burst", "concurrent_streams", "max_new_tokens"}
+LIMIT_KEYS = {"requests_per_second", "burst", "concurrent_streams", "max_new_tokens", "max_request_bytes"}
 
 
 class CallersFileError(ValueError):
@@ -81,6 +82,9 @@ class CallerLimits:
     burst: int | None = None
     concurrent_streams: int | None = None
     max_new_tokens: int | None = None
+    # Its request's bytes (a gRPC message, an HTTP body), checked once it is admitted and before the request is
+    # read or decoded; the server's max_message_bytes caps it (api/caller_limits.request_bytes_limit).
+    max_request_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,14 @@
 """The one server interceptor every RPC passes: safe request decoding, then who calls and what they may do.
 
-Order per call: request bytes decoded here (undecodable bytes → ``INVALID_ARGUMENT``, not a
-traceback and ``UNKNOWN``) → caller identified from the bearer token (``authorization: Bearer …``)
-or the mTLS client certificate (``UNAUTHENTICATED`` when neither names a known caller) → role
-checked (``PERMISSION_DENIED``) → the caller's rate and concurrent-generation limits
-(``RESOURCE_EXHAUSTED`` + ``RetryInfo``). Health is exempt; reflection needs a known caller unless
-configured otherwise. Without a callers file (loopback only) every caller is let through.
+Order per call, so that nothing is spent on a caller before it is admitted: caller identified from the bearer
+token (``authorization: Bearer …``) or the mTLS client certificate (``UNAUTHENTICATED`` when neither names a
+known caller) → role checked (``PERMISSION_DENIED``) → the caller's rate (``RESOURCE_EXHAUSTED`` +
+``RetryInfo``) → the request's bytes against the caller's own ``max_request_bytes`` (``RESOURCE_EXHAUSTED``, as
+gRPC answers a message over its own limit) → the bytes decoded here (undecodable bytes → ``INVALID_ARGUMENT``,
+not a traceback and ``UNKNOWN``) → the caller's concurrent-generation slot. Health is exempt; reflection needs a
+known caller unless configured otherwise. Without a callers file (loopback only) every caller is let through.
+A call that fails with anything but a status of its own is answered by the one error table (api/errors.py:
+INTERNAL, a fixed message and an error id), never with gRPC's ``UNKNOWN`` that quotes the exception.
 
 The identity is published in a context variable for the servicers (audit record, max_new_tokens
 cap). Nothing here logs or returns a credential.
@@ -26,7 +29,7 @@ from typing import Any, Protocol
 import grpc
 from google.protobuf.message import DecodeError
 
-from proctor.api.caller_limits import STREAM_RETRY_MS, CallerLimiter
+from proctor.api.caller_limits import STREAM_RETRY_MS, CallerLimiter, request_bytes_limit
 from proctor.api.callers import (
     GENERATING_METHODS,
     HEALTH_PREFIX,
@@ -35,7 +38,7 @@ from proctor.api.callers import (
     CallerBook,
     role_for,
 )
-from proctor.api.errors import abort_with
+from proctor.api.errors import abort_code, abort_with
 from proctor.api.tls import peer_certificate
 from proctor.domain import Overloaded, RequestValidationError
 
@@ -99,9 +102,11 @@ def identify(book: CallerBook, metadata: dict[str, str], auth_context: dict[str,
 
 
 class ServerGate(grpc.aio.ServerInterceptor):
-    def __init__(self, book: CallerBook | None, *, reflection_needs_auth: bool = True) -> None:
+    def __init__(self, book: CallerBook | None, *, reflection_needs_auth: bool = True,
+                 max_request_bytes: int | None = None) -> None:
         self.book = book
         self.reflection_needs_auth = reflection_needs_auth
+        self.max_request_bytes = max_request_bytes  # the server's limit (Settings.max_message_bytes)
         self.limiter = CallerLimiter()
         self.access: AccessRecorder | None = None  # set by the server: each Audit call, let through or refused
 
@@ -176,15 +181,19 @@ class ServerGate(grpc.aio.ServerInterceptor):
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             decoded = None
             try:
-                decoded = await _decode(deserialize, request, context) if deserialize is not None else request
                 identity = await admit(context) if admit is not None else None
+                decoded = await self._decode(deserialize, request, identity, context)
                 async with self.generation_slot(slot, identity, context):
                     result = behaviour(decoded, context)
                     answer = await result if inspect.isawaitable(result) else result
             except BaseException as exc:
+                failure = await _answered(exc, context)
                 if access is not None:
-                    access.record(method, decoded, context, 0, exc)
-                raise
+                    access.record(method, decoded if decoded is not None else _for_record(deserialize, request),
+                                  context, 0, failure)
+                if failure is exc:
+                    raise
+                raise failure from exc
             if access is not None:
                 access.record(method, decoded, context, 1, None)
             return answer
@@ -197,8 +206,8 @@ class ServerGate(grpc.aio.ServerInterceptor):
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             decoded, sent = None, 0
             try:
-                decoded = await _decode(deserialize, request, context) if deserialize is not None else request
                 identity = await admit(context) if admit is not None else None
+                decoded = await self._decode(deserialize, request, identity, context)
                 async with self.generation_slot(slot, identity, context):
                     responses = behaviour(decoded, context)
                     try:
@@ -214,13 +223,31 @@ class ServerGate(grpc.aio.ServerInterceptor):
                         if hasattr(responses, "aclose"):
                             await responses.aclose()  # its cleanup (the engine abort of a cancelled stream) runs now
             except BaseException as exc:
+                failure = await _answered(exc, context)
                 if access is not None:
-                    access.record(method, decoded, context, sent, exc)
-                raise
+                    access.record(method, decoded if decoded is not None else _for_record(deserialize, request),
+                                  context, sent, failure)
+                if failure is exc:
+                    raise
+                raise failure from exc
             if access is not None:
                 access.record(method, decoded, context, sent, None)
 
         return stream
+
+    async def _decode(self, deserialize: Callable[[bytes], Any] | None, raw: Any, identity: Identity | None,
+                      context: grpc.aio.ServicerContext) -> Any:
+        """The request message, once its bytes are within its caller's limit (read after admission, so an
+        unknown caller's bytes are never decoded)."""
+        if deserialize is None:
+            return raw
+        caller = identity.caller if identity is not None else None
+        limit = request_bytes_limit(caller, self.max_request_bytes) if caller is not None else None
+        if caller is not None and limit is not None and len(raw) > limit:
+            await abort_code(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             f"the request is {len(raw)} bytes; caller {caller.name!r} may send at most {limit} "
+                             "(max_request_bytes)")
+        return await _decode(deserialize, raw, context)
 
 
 async def _decode(deserialize: Callable[[bytes], Any], raw: bytes, context: grpc.aio.ServicerContext) -> Any:
@@ -233,3 +260,26 @@ async def _decode(deserialize: Callable[[bytes], Any], raw: bytes, context: grpc
         await abort_with(context, RequestValidationError.single(
             "request", f"the request bytes are not a valid message of this RPC's request type ({exc})"))
         raise
+
+
+async def _answered(exc: BaseException, context: grpc.aio.ServicerContext) -> BaseException:
+    """What a failed call raises: its own status (an abort, a cancel) as it is; any other exception is answered
+    from the error table (INTERNAL, logged with an error id), and that abort is what propagates."""
+    if not isinstance(exc, Exception) or isinstance(exc, grpc.aio.AbortError):
+        return exc
+    try:
+        await abort_with(context, exc)
+    except BaseException as aborted:  # the abort (AbortError), or a cancel when the call is already gone
+        return aborted
+    return exc
+
+
+def _for_record(deserialize: Callable[[bytes], Any] | None, raw: Any) -> Any:
+    """The request an admitted caller was refused (its role, its rate) for its access record: what it asked for.
+    An unknown caller's bytes stay undecoded (None: its record has no target)."""
+    if deserialize is None or current_identity() is None or len(raw) > OFF_LOOP_DECODE_BYTES:
+        return None
+    try:
+        return deserialize(raw)
+    except (DecodeError, ValueError, TypeError):
+        return None

@@ -48,7 +48,8 @@ def build_gate(settings: Settings) -> ServerGate:
     if settings.insecure and not settings.loopback:
         log.warning("--insecure: serving on %s%s", settings.host,
                     "" if settings.tls_cert_file else " in plaintext (tokens and outputs readable on the network)")
-    return ServerGate(book, reflection_needs_auth=settings.reflection_needs_auth)
+    return ServerGate(book, reflection_needs_auth=settings.reflection_needs_auth,
+                      max_request_bytes=settings.max_message_bytes)
 
 
 def bind(server: grpc.aio.Server, settings: Settings) -> tuple[int, CertificateFiles | None]:

@@ -5,6 +5,11 @@ while an RPC runs, its ``trace_id`` when it has one; the per-call line adds its 
 ``code``, ``request_id``, ``audit_id``, ``caller``, token counts, ``ttft_ms``, ``duration_ms``...) at the top
 level. The text format writes the same fields as ``key=value`` in the message. Health checks and
 reflection are logged at DEBUG (probes would drown the log), every other RPC at INFO.
+
+A log line is one line whatever a client sent: text from a request (a request id, an asserted caller, a model
+name) may hold a newline or a terminal escape, so the text format writes every control and line-separator
+character of a message as an escape (``\n``, ``\x1b``, ``\u2028``) and quotes a per-call value that holds a
+space, ``=`` or ``"``; the JSON format escapes them inside its strings. A forged line cannot be written.
 """
 
 from __future__ import annotations
@@ -22,6 +27,33 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 ACCESS = logging.getLogger("proctor.access")
 QUIET_SERVICES = frozenset({"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
                             "grpc.reflection.v1.ServerReflection"})
+# Characters that can end or rewrite a line: C0 and C1 controls, DEL, and the Unicode line/paragraph separators.
+_BREAKING = {code: f"\\u{code:04x}" for code in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)}
+_BREAKING.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", 0x1B: "\\x1b"})
+# json.dumps escapes C0 controls; these it leaves as they are, and they may end a line in a log viewer.
+_JSON_BREAKING = {code: f"\\u{code:04x}" for code in (*range(0x7F, 0xA0), 0x2028, 0x2029)}
+
+
+def escape_text(text: str) -> str:
+    """``text`` on one line: every control or line-separator character written as its escape."""
+    return text if text.isprintable() else text.translate(_BREAKING)  # isprintable: the common case, one C scan
+
+
+def log_value(value: object) -> str:
+    """A per-call field's value for the text line: as it is, or quoted and escaped as a JSON string when it holds
+    anything but printable characters or could pass for more than one field (a space, ``=``, ``"``)."""
+    text = str(value)
+    if text and text.isprintable() and not any(ch in text for ch in ' ="'):
+        return text
+    return json.dumps(text, ensure_ascii=False).translate(_JSON_BREAKING)
+
+
+class TextFormatter(logging.Formatter):
+    """The text format, its message escaped to one line (a traceback, the server's own, keeps its lines)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_text(record.message)
+        return super().formatMessage(record)
 
 
 class JsonFormatter(logging.Formatter):
@@ -39,7 +71,7 @@ class JsonFormatter(logging.Formatter):
             data.setdefault("trace_id", observation.trace_id)
         if record.exc_info:
             data["exception"] = self.formatException(record.exc_info)
-        return json.dumps(data, ensure_ascii=False, default=str)
+        return json.dumps(data, ensure_ascii=False, default=str).translate(_JSON_BREAKING)
 
 
 def configure_logging(level: str, log_format: str) -> None:
@@ -47,7 +79,7 @@ def configure_logging(level: str, log_format: str) -> None:
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {LOG_FORMATS}, got {log_format!r}")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
 
 
@@ -88,5 +120,5 @@ def log_call(observation: CallObservation, code: str, seconds: float, peer: str)
     if not ACCESS.isEnabledFor(level):
         return
     fields = call_fields(observation, code, seconds, peer)
-    text = " ".join(f"{key}={value}" for key, value in fields.items() if value not in (None, ""))
+    text = " ".join(f"{key}={log_value(value)}" for key, value in fields.items() if value not in (None, ""))
     ACCESS.log(level, "call %s", text, extra={"fields": fields})

@@ -2,19 +2,22 @@
 
 One table maps the call's gRPC status (the same status the gRPC door answers with, api/errors.py) to the HTTP
 status and OpenAI's error type. A field violation's proto path is named by the body key that set it
-(openai_http/fields.py), so ``param`` names what the caller sent.
+(openai_http/fields.py), so ``param`` names what the caller sent. An internal error's message is api/errors.py's
+fixed one with its error id, which also comes as the ``x-proctor-error-id`` header.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf import any_pb2
 from google.rpc import error_details_pb2
 from starlette.responses import JSONResponse
 
+from proctor.api.errors import status_for
 from proctor.openai_http.context import HttpAbort
 
 # gRPC status → (HTTP status, OpenAI error type)
@@ -31,6 +34,9 @@ HTTP_STATUS: dict[grpc.StatusCode, tuple[int, str]] = {
     grpc.StatusCode.CANCELLED: (499, "cancelled_error"),
 }
 SERVER_ERROR = (500, "server_error")
+ERROR_ID_HEADER = "x-proctor-error-id"
+# A body refused before any work, as the gRPC status its call is observed (metrics, access log) under.
+BODY_CODES = {404: grpc.StatusCode.NOT_FOUND, 413: grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,20 @@ def error_response(status: int, message: str, error_type: str, param: str | None
                         status_code=status, headers=headers)
 
 
+def grpc_code_of(error: BodyError) -> grpc.StatusCode:
+    """The status a refused body's call ends with (the gRPC door's for the same refusal)."""
+    return BODY_CODES.get(error.status, grpc.StatusCode.INVALID_ARGUMENT)
+
+
+def server_error_response(exc: BaseException) -> JSONResponse:
+    """A 500 for an exception no status was given for: the error table's fixed message and id (logged there)."""
+    status = status_for(exc)
+    error_id = _error_id(status.details)
+    http_status, kind = SERVER_ERROR
+    return error_response(http_status, status.message, kind, None, "internal",
+                          {ERROR_ID_HEADER: error_id} if error_id else None)
+
+
 def body_error_response(error: BodyError) -> JSONResponse:
     kind = "invalid_request_error" if error.status in (400, 404, 413) else "server_error"
     return error_response(error.status, error.message, kind, error.param, error.code)
@@ -68,6 +88,8 @@ def abort_response(abort: HttpAbort, param_of: Callable[[str], str]) -> JSONResp
             if bad.field_violations:  # named as the caller sent them, not as the proto spells them
                 param = param_of(bad.field_violations[0].field)
                 message = "; ".join(f"{param_of(v.field)}: {v.description}" for v in bad.field_violations)
+        elif packed.Is(error_details_pb2.RequestInfo.DESCRIPTOR):
+            headers = {ERROR_ID_HEADER: _error_id([packed])}
         elif packed.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
             retry = error_details_pb2.RetryInfo()
             packed.Unpack(retry)
@@ -79,3 +101,13 @@ def abort_response(abort: HttpAbort, param_of: Callable[[str], str]) -> JSONResp
     if param is None and abort.code is grpc.StatusCode.INVALID_ARGUMENT:
         param = "request"
     return error_response(status, message, kind, param, abort.code.name.lower(), headers)
+
+
+def _error_id(details: Iterable[any_pb2.Any]) -> str:
+    """The error id an INTERNAL status carries (``RequestInfo.request_id``, api/errors.py), or ""."""
+    for packed in details:
+        if packed.Is(error_details_pb2.RequestInfo.DESCRIPTOR):
+            info = error_details_pb2.RequestInfo()
+            packed.Unpack(info)
+            return str(info.request_id)
+    return ""

@@ -1,10 +1,16 @@
 """The OpenAI-compatible routes, as a Starlette app over the gRPC door's own code.
 
-A generation runs through the same pieces as a gRPC call, in the same order: the size limit before any work
-(413) → the telemetry's observation (metrics by route, the trace from ``traceparent``, the access log line)
-→ the gate (bearer token → caller, role, rate: 401, 403, 429) → the body, checked and converted into a
-``GenerateRequest`` (400 naming the key) → the caller's concurrent-generation slot → the Generation servicer
-(check_request, admission, the engine, moderation, the audit record, which names the route).
+A generation runs through the same pieces as a gRPC call, in the same order, and nothing is read or parsed for a
+caller before it is admitted: the telemetry's observation (metrics by the route's template, the trace from
+``traceparent``, the access log line) → the gate, from the headers alone (bearer token or client certificate →
+caller, role, rate: 401, 403, 429) → the body, read against the caller's own size limit (413, refused from its
+``Content-Length`` before a byte is read) → the body checked and converted into a ``GenerateRequest`` (400 naming
+the key) → the caller's concurrent-generation slot → the Generation servicer (check_request, admission, the
+engine, moderation, the audit record, which names the route).
+
+Every request label is from a closed set: the service ``openai``, the route's template (``/v1/models/{model}``,
+never the path it matched) or ``other`` for a request no route serves, and a gRPC status name. A refusal that
+leaves a large body (or one of unknown length) unread closes the connection, so that body is never read at all.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from proctor.api.gate import ServerGate
+from proctor.api.caller_limits import request_bytes_limit
+from proctor.api.gate import Identity, ServerGate
 from proctor.api.servicer import GenerationServicer
 from proctor.api.telemetry import TelemetryInterceptor
 from proctor.config import Settings
@@ -35,7 +42,14 @@ from proctor.observability.calls import CURRENT
 from proctor.openai_http.answers import ChunkWriter, unary_answer
 from proctor.openai_http.body import CHAT, COMPLETION, ParsedCall, parse_body
 from proctor.openai_http.context import HttpAbort, HttpCallContext
-from proctor.openai_http.errors import BodyError, abort_response, body_error_response, error_response
+from proctor.openai_http.errors import (
+    BodyError,
+    abort_response,
+    body_error_response,
+    error_response,
+    grpc_code_of,
+    server_error_response,
+)
 from proctor.openai_http.fields import param_of
 from proctor.openai_http.responses import ResponseEvents, parse_responses, response_object
 from proctor_client.v1 import generation_pb2 as pb
@@ -46,6 +60,15 @@ MODELS_METHOD = "/proctor.v1.Generation/GetModelInfo"
 AUDIT_HEADER = "x-proctor-audit-id"
 OFF_LOOP_PARSE_BYTES = 256 * 1024  # a larger body is parsed in a worker thread, not on the event loop
 RESPONSES = "responses"  # the Responses API: a chat call in its own shapes (openai_http/responses.py)
+# The routes, by the template that is their metric label (the path a route matches is never a label).
+ROUTES = {CHAT: "/v1/chat/completions", COMPLETION: "/v1/completions", RESPONSES: "/v1/responses"}
+MODELS_ROUTE, MODEL_ROUTE = "/v1/models", "/v1/models/{model}"
+OTHER = "other"  # the one label of every request no route serves (an unknown path, a method a route lacks)
+UNROUTED_CODES = {404: "NOT_FOUND", 405: "UNIMPLEMENTED"}  # its status label (gRPC's names, as every label's)
+# A refused body this small has mostly arrived with its headers (uvicorn holds up to 64 KiB), and closing with data
+# unread would reset the connection under the answer: the connection stays open and uvicorn skips it. A larger one,
+# or one of unknown length, closes the connection after the answer, so it is never read.
+SKIPPABLE_BODY_BYTES = 64 * 1024
 HEALTH_NAMES = {"/health": "", "/ready": pb.DESCRIPTOR.services_by_name["Generation"].full_name}
 
 
@@ -60,14 +83,14 @@ class HttpDoor:
     health: HealthServicer
 
     def app(self) -> Starlette:
-        routes = [Route("/v1/chat/completions", self.chat, methods=["POST"]),
-                  Route("/v1/completions", self.completions, methods=["POST"]),
-                  Route("/v1/responses", self.responses, methods=["POST"]),
-                  Route("/v1/models", self.models, methods=["GET"]),
+        routes = [Route(ROUTES[CHAT], self.chat, methods=["POST"]),
+                  Route(ROUTES[COMPLETION], self.completions, methods=["POST"]),
+                  Route(ROUTES[RESPONSES], self.responses, methods=["POST"]),
+                  Route(MODELS_ROUTE, self.models, methods=["GET"]),
                   Route("/v1/models/{model:path}", self.model, methods=["GET"]),
                   Route("/health", self.health_check, methods=["GET"]),
                   Route("/ready", self.health_check, methods=["GET"])]
-        return Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})
+        return Starlette(routes=routes, exception_handlers={HTTPException: self._http_error, Exception: _server_error})
 
     async def chat(self, request: Request) -> Response:
         return await self._generate(request, CHAT)
@@ -94,7 +117,7 @@ class HttpDoor:
         return {"id": model_id, "object": "model", "created": 0, "owned_by": "proctor"}
 
     async def models(self, request: Request) -> Response:
-        return await self._observed(request, MODELS_METHOD, lambda: JSONResponse(
+        return await self._observed(request, MODELS_METHOD, MODELS_ROUTE, lambda: JSONResponse(
             {"object": "list", "data": [self._model_card(m) for m in self._model_ids()]}))
 
     async def model(self, request: Request) -> Response:
@@ -104,10 +127,10 @@ class HttpDoor:
             if wanted not in self._model_ids():
                 raise BodyError(f"The model {wanted!r} does not exist", "model", 404, "model_not_found")
             return JSONResponse(self._model_card(wanted))
-        return await self._observed(request, MODELS_METHOD, answer)
+        return await self._observed(request, MODELS_METHOD, MODEL_ROUTE, answer)
 
-    async def _observed(self, request: Request, method: str, answer: Callable[[], Response]) -> Response:
-        """A call that generates nothing, observed and gated as the gRPC method ``method`` is."""
+    async def _observed(self, request: Request, method: str, route: str, answer: Callable[[], Response]) -> Response:
+        """A call that generates nothing, observed (as ``route``) and gated as the gRPC method ``method`` is."""
         context = HttpCallContext.of(request)
 
         async def behaviour(_: object, ctx: HttpCallContext) -> Response:
@@ -116,14 +139,14 @@ class HttpDoor:
                 await ctx.abort(grpc.StatusCode.UNAVAILABLE, "the model is still loading; retry shortly")
             return _checked_body(answer, ctx)
 
-        observed = self.telemetry.observe(behaviour, SERVICE, request.url.path, context.invocation_metadata())
+        observed = self.telemetry.observe(behaviour, SERVICE, route, context.invocation_metadata())
         try:
             response: Response = await observed(None, context)
         except HttpAbort as abort:
-            return abort_response(abort, param_of)
+            response = abort_response(abort, param_of)
         except BodyError as error:
-            return body_error_response(error)
-        return response
+            response = body_error_response(error)
+        return _closing_if_unread(request, response)
 
     async def _admit(self, method: str, context: HttpCallContext) -> Any:
         """The gate's checks of a gRPC call of ``method``: the caller, its role and its rate (None when open)."""
@@ -133,20 +156,16 @@ class HttpDoor:
 
     async def _generate(self, request: Request, kind: str) -> Response:
         context = HttpCallContext.of(request)
-        try:
-            raw = await self._read_json(request)
-        except BodyError as error:
-            return body_error_response(error)
-        route = request.url.path
+        route = ROUTES[kind]
         observed = self.telemetry.observe(self._generation, SERVICE, route, context.invocation_metadata())
-        stream = observed((raw, kind, route), context)
+        stream = observed((request, kind, route), context)
         try:
             call: ParsedCall = await anext(stream)
             first = await anext(stream)
         except HttpAbort as abort:
-            return abort_response(abort, lambda path: param_of(path, context.params))
+            return _closing_if_unread(request, abort_response(abort, lambda path: param_of(path, context.params)))
         except BodyError as error:
-            return body_error_response(error)
+            return _closing_if_unread(request, body_error_response(error))
         created = int(time.time())
         fingerprint = self._fingerprint()
         if not call.stream:
@@ -162,17 +181,20 @@ class HttpDoor:
         return StreamingResponse(events, media_type="text/event-stream",
                                  headers={AUDIT_HEADER: context.audit_id, "Cache-Control": "no-cache"})
 
-    async def _generation(self, args: tuple[object, str, str], context: HttpCallContext) -> AsyncGenerator[Any, None]:
-        """The observed call: the parsed body, then the unary response or the stream's chunks."""
-        raw, kind, route = args
+    async def _generation(self, args: tuple[Request, str, str],
+                          context: HttpCallContext) -> AsyncGenerator[Any, None]:
+        """The observed call: the caller admitted from the headers, the body read and parsed, then the unary
+        response or the stream's chunks."""
+        request, kind, route = args
         identity = await self._admit(GENERATE_METHOD, context)
         try:
+            raw = await self._read_json(request, identity)
             call = parse_responses(raw) if kind == RESPONSES else parse_body(raw, kind)
             if call.model not in self._model_ids():
                 raise BodyError(f"The model {call.model!r} does not exist; GET /v1/models lists this server's",
                                 "model", 404, "model_not_found")
         except BodyError as error:
-            context.set_code(grpc.StatusCode.NOT_FOUND if error.status == 404 else grpc.StatusCode.INVALID_ARGUMENT)
+            context.set_code(grpc_code_of(error))
             raise
         context.params = call.params
         message = call.message
@@ -191,9 +213,11 @@ class HttpDoor:
                         context.audit_id = observation.call.audit_id
                     yield chunk
 
-    async def _read_json(self, request: Request) -> object:
-        """The body as JSON, refused (413) past the message size limit before it is all read or parsed."""
-        limit = self.settings.max_message_bytes
+    async def _read_json(self, request: Request, identity: Identity | None) -> object:
+        """The body as JSON, refused (413) past its caller's size limit before it is all read or parsed."""
+        limit = request_bytes_limit(identity.caller if identity is not None else None,
+                                    self.settings.max_message_bytes)
+        assert limit is not None  # the server's limit is always set
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise BodyError(f"the request body is {declared} bytes; the limit is {limit}", "body", 413)
@@ -203,11 +227,22 @@ class HttpDoor:
             if size > limit:
                 raise BodyError(f"the request body is over the limit of {limit} bytes", "body", 413)
             chunks.append(piece)
+        request.state.body_read = True
         data = b"".join(chunks)
         try:
             return await asyncio.to_thread(_json, data) if size > OFF_LOOP_PARSE_BYTES else _json(data)
         except (ValueError, RecursionError) as exc:
             raise BodyError(f"the request body is not valid JSON ({exc})", "body") from None
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        """A request no route serves (404, 405): counted under the one label ``other``, never under its path."""
+        assert isinstance(exc, HTTPException)
+        metrics = self.telemetry.metrics
+        if metrics is not None:
+            metrics.requests.labels(SERVICE, OTHER, UNROUTED_CODES.get(exc.status_code, "INVALID_ARGUMENT")).inc()
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        answer = error_response(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", kind)
+        return _closing_if_unread(request, answer)
 
     def _fingerprint(self) -> str:
         info = self.servicer.model_info
@@ -276,15 +311,23 @@ def _checked_body(answer: Callable[[], Response], context: HttpCallContext) -> R
     try:
         return answer()
     except BodyError as error:
-        context.set_code(grpc.StatusCode.NOT_FOUND if error.status == 404 else grpc.StatusCode.INVALID_ARGUMENT)
+        context.set_code(grpc_code_of(error))
         raise
 
 
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    return error_response(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", kind)
+def _closing_if_unread(request: Request, response: Response) -> Response:
+    """``response``, closing the connection after it when it leaves a large body (or one of unknown length) unread:
+    uvicorn would otherwise read all of it, to find the next request on the connection."""
+    if getattr(request.state, "body_read", False):
+        return response
+    declared = request.headers.get("content-length")
+    if declared is None and "transfer-encoding" not in request.headers:
+        return response
+    if declared is not None and declared.isdigit() and int(declared) <= SKIPPABLE_BODY_BYTES:
+        return response
+    response.headers["connection"] = "close"
+    return response
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
-    return error_response(500, f"internal error: {type(exc).__name__}", "server_error")
+    return _closing_if_unread(request, server_error_response(exc))
