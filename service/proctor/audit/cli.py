@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from proctor.audit.cli_common import fail, open_readonly, parse_time, settings_of, store_flags
+from proctor.audit.cli_common import fail, key_dir_flag, open_readonly, parse_time, settings_of, store_flags
 from proctor.audit.erasure_cli import add_erasure_commands
 from proctor.audit.kinds import RECORD_KINDS, REQUEST
 from proctor.audit.proof_cli import add_proof_commands
@@ -33,10 +33,12 @@ def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     show = sub.add_parser("show", help="one record as a readable table of its tokens")
     show.add_argument("audit_id", help="the record's audit id, or a .tlog-proof file (read without any store)")
     store_flags(show)
+    key_dir_flag(show)
     show.set_defaults(func=_show)
 
     export = sub.add_parser("export", help="records as JSON Lines or CSV")
     store_flags(export)
+    key_dir_flag(export)
     export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     export.add_argument("--out", required=True, help="output file (- for stdout)")
     export.add_argument("--since", help="server time, ISO 8601 (2026-11-30T08:00:00Z) or epoch ms; inclusive")

@@ -16,9 +16,14 @@ def store_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dsn", help="PostgreSQL audit store, postgresql://…")
 
 
+def key_dir_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--key-dir", help="the subjects' keys, which open sealed records (default: the server's, "
+                        "<db>.keys)")
+
+
 def settings_of(args: argparse.Namespace) -> Settings:
-    """The server's conventions for where the store, key and checkpoint file are (one home: audit/setup.py)."""
-    return Settings.load({"audit_db": args.db, "audit_dsn": args.dsn})
+    """The server's conventions for where the store, keys and checkpoint file are (one home: audit/setup.py)."""
+    return Settings.load({"audit_db": args.db, "audit_dsn": args.dsn, "audit_key_dir": getattr(args, "key_dir", None)})
 
 
 def open_readonly(args: argparse.Namespace) -> AuditStore:

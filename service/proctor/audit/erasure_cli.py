@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from proctor.audit.cli_common import fail, parse_time, settings_of, store_flags
+from proctor.audit.cli_common import fail, key_dir_flag, parse_time, settings_of, store_flags
 from proctor.audit.keystore import FileKeyStore
 from proctor.audit.store import AuditStore
 
@@ -57,7 +57,7 @@ def add_erasure_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--operator", default="", help="who does it (default: this user's login name)")
     store_flags(parser)
-    parser.add_argument("--key-dir", help="the subjects' keys (default: the server's, <db>.keys)")
+    key_dir_flag(parser)
     parser.add_argument("--signing-key", help="the log's Ed25519 key, which signs the record's checkpoint "
                                               "(default: the server's, <db>.key or PROCTOR_AUDIT_SIGNING_KEY)")
 
