@@ -111,7 +111,7 @@ def test_a_dead_audit_writer_turns_health_not_serving_and_calls_fail_fast(
         sink.store = killer
         code, message, seconds = timed_generate(stub, "writer-killed")  # its record is the one that kills it
         assert killer.killed_on == "proctor-audit-writer"
-        assert code == grpc.StatusCode.INTERNAL and "audit" in message, (code, message)  # output withheld
+        assert code == grpc.StatusCode.INTERNAL and "error id" in message, (code, message)  # output withheld
         assert seconds < FAST_S, f"the call whose record met the dying writer took {seconds:.1f} s"
         end = time.monotonic() + FAST_S
         while sink.alive and time.monotonic() < end:

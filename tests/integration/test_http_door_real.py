@@ -1,0 +1,207 @@
+"""The doors against a real server (real model, a callers file, real clients: httpx, http.client, ``openai`` and
+``ProctorClient``) — issue 54, parts 5 and 6.
+
+- The HTTP door admits before it works: an unknown caller's body is never parsed (``{not json`` is 401, not a
+  400 describing the parse error) nor read (a request that declares 15 MB and sends none of it is answered 401 at
+  once, and its connection closed), and an admitted caller's body is read against its own ``max_request_bytes``.
+- Metric labels are the route's template or ``other``: an unauthenticated flood of random paths leaves the
+  ``/metrics`` series count as it was.
+- A failing audit store reaches neither door's client: both get the fixed message and an error id, which the
+  server log shows beside the store's own words.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import logging
+import secrets
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from helpers.requirements import require_module
+
+from proctor.audit.store import AuditStore, Build, Row
+from proctor.config import Settings
+from proctor_client import ProctorClient, ProctorError
+
+openai = require_module("openai", "the official openai client (pip install -e '.[dev]')")
+httpx = require_module("httpx", "httpx (pip install -e '.[dev]')")
+
+pytestmark = pytest.mark.real_model
+WRITER, READER, SMALL = (f"door-{name}-{secrets.token_hex(6)}" for name in ("writer", "reader", "small"))
+SMALL_LIMIT = 2048
+AT_ONCE_S = 5.0  # an answer from the headers alone: far less than a body's wait (the client sends none)
+SECRET = f"host=audit-db.internal user=proctor_owner password={secrets.token_hex(6)} INSERT INTO audit_log"
+
+
+def _sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _serve(tmp: Path) -> Any:
+    from proctor.app import BackgroundServer
+
+    callers = tmp / "callers.yaml"
+    callers.write_text(f"""callers:
+  - {{name: writer, token_sha256: {_sha(WRITER)}, roles: [generate]}}
+  - {{name: reader, token_sha256: {_sha(READER)}, roles: [audit:read]}}
+  - {{name: small, token_sha256: {_sha(SMALL)}, roles: [generate], limits: {{max_request_bytes: {SMALL_LIMIT}}}}}
+""")
+    settings = Settings.load({"port": 0, "host": "127.0.0.1", "http_port": _free_port(), "warmup": False,
+                              "metrics_port": _free_port(), "callers_file": str(callers),
+                              "audit_db": str(tmp / "audit.db")})
+    return BackgroundServer(settings).start(timeout_s=300)
+
+
+@pytest.fixture(scope="module")
+def door(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    server = _serve(tmp_path_factory.mktemp("http-door"))
+    yield server
+    server.stop()
+
+
+def _base(server: Any) -> str:
+    return f"http://127.0.0.1:{server.settings.http_port}"
+
+
+def _series(server: Any) -> list[str]:
+    """Every sample line /metrics serves (one per series)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.settings.metrics_port}/metrics", timeout=10) as got:
+        return [line for line in got.read().decode().splitlines() if line and not line.startswith("#")]
+
+
+def test_an_unauthenticated_flood_of_random_paths_leaves_the_metric_series_unchanged(door: Any) -> None:
+    base = _base(door)
+    with httpx.Client(base_url=base, timeout=30) as client:
+        def flood(tag: str) -> None:
+            assert client.get(f"/v1/models/{tag}").status_code == 401
+            assert client.get(f"/v1/models/{tag}", headers={"authorization": "Bearer nobody"}).status_code == 401
+            assert client.get(f"/{tag}/v1/chat/completions").status_code == 404
+            assert client.post(f"/v1/chat/completions/{tag}", content=b"{}").status_code in (404, 307)
+            assert client.delete(f"/v1/models/{tag}").status_code == 405
+
+        flood("warm-up")  # each kind's first answer may add its (closed) series
+        before = _series(door)
+        for _ in range(50):
+            flood(secrets.token_hex(8))
+    after = _series(door)
+    assert len(after) == len(before), sorted(set(after) - set(before))[:10]
+    assert not any("warm-up" in line for line in after)
+    assert any('method="/v1/models/{model}"' in line and 'code="UNAUTHENTICATED"' in line for line in after)
+    assert any('method="other"' in line for line in after)
+
+
+def test_an_unauthenticated_bad_body_is_401_and_an_admitted_one_400(door: Any) -> None:
+    url = f"{_base(door)}/v1/chat/completions"
+    for headers in ({}, {"authorization": "Bearer nobody"}):
+        refused = httpx.post(url, content=b"{not json", headers=headers, timeout=30)
+        assert refused.status_code == 401, refused.text
+        assert refused.json()["error"]["type"] == "authentication_error" and "JSON" not in refused.text
+    denied = httpx.post(url, content=b"{not json", headers={"authorization": f"Bearer {READER}"}, timeout=30)
+    assert denied.status_code == 403, denied.text
+    parsed = httpx.post(url, content=b"{not json", headers={"authorization": f"Bearer {WRITER}"}, timeout=30)
+    assert parsed.status_code == 400 and parsed.json()["error"]["param"] == "body", parsed.text
+
+
+@pytest.mark.parametrize("declared", [15_000_000, 40_000_000], ids=["15MB", "over-the-server-limit"])
+def test_an_unauthenticated_large_body_is_refused_before_it_is_read(door: Any, declared: int) -> None:
+    """Headers that declare a large body, and no body: only an answer from the headers can come back (a server
+    that read first would wait for bytes that never come). The connection then closes: the body is never read."""
+    connection = http.client.HTTPConnection("127.0.0.1", door.settings.http_port, timeout=AT_ONCE_S)
+    try:
+        started = time.monotonic()
+        connection.putrequest("POST", "/v1/chat/completions")
+        connection.putheader("content-type", "application/json")
+        connection.putheader("content-length", str(declared))
+        connection.endheaders()
+        answer = connection.getresponse()
+        body = answer.read()
+        seconds = time.monotonic() - started
+        assert answer.status == 401, (answer.status, body)
+        assert seconds < AT_ONCE_S and answer.getheader("connection") == "close"
+        sock = connection.sock
+        assert sock is None or sock.recv(1) == b""  # closed by the server, nothing more to say
+    finally:
+        connection.close()
+
+
+def test_an_admitted_callers_body_is_read_against_its_own_limit(door: Any) -> None:
+    client = openai.OpenAI(base_url=f"{_base(door)}/v1", api_key=SMALL, max_retries=0, timeout=60)
+    model = openai.OpenAI(base_url=f"{_base(door)}/v1", api_key=WRITER, max_retries=0).models.list().data[0].id
+    with pytest.raises(openai.APIStatusError) as too_big:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x" * SMALL_LIMIT}],
+                                       max_tokens=2)
+    assert too_big.value.status_code == 413 and f"the limit is {SMALL_LIMIT}" in too_big.value.body["message"]
+    answer = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert answer.choices[0].message.content is not None
+    writer = ProctorClient(door.address, timeout_s=60, retries=0, token=SMALL)
+    with writer, pytest.raises(ProctorError) as grpc_too_big:  # the same limit on the gRPC door
+        writer.generate("x" * SMALL_LIMIT, max_new_tokens=2)
+    assert grpc_too_big.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED and "max_request_bytes" in \
+        grpc_too_big.value.message
+
+
+class FailingStore:
+    """The server's own store, except that writes fail with the text a database error carries (reads go through,
+    so the writer's probe finds the store again between the calls)."""
+
+    def __init__(self, store: AuditStore) -> None:
+        self._store = store
+
+    def append_chained(self, build: Build) -> list[Row]:
+        raise RuntimeError(SECRET)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def _store_back(sink: Any, within_s: float = 10.0) -> None:
+    end = time.monotonic() + within_s
+    while not sink.store_healthy:
+        assert time.monotonic() < end, "the audit store never came back"
+        time.sleep(0.05)
+
+
+def test_a_failing_audit_store_reaches_the_clients_only_as_an_error_id(
+        model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    server = _serve(tmp_path)
+    sink = server.running.audit_sink
+    try:
+        model = openai.OpenAI(base_url=f"{_base(server)}/v1", api_key=WRITER, max_retries=0).models.list().data[0].id
+        real, sink.store = sink.store, FailingStore(sink.store)
+        with caplog.at_level(logging.ERROR, logger="proctor"):
+            with ProctorClient(server.address, timeout_s=60, retries=0, token=WRITER) as client, \
+                    pytest.raises(ProctorError) as over_grpc:
+                client.generate("Hello", max_new_tokens=2)
+            _store_back(sink)
+            with pytest.raises(openai.InternalServerError) as over_http:
+                openai.OpenAI(base_url=f"{_base(server)}/v1", api_key=WRITER, max_retries=0, timeout=60) \
+                    .chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+        sink.store = real
+        logged = "\n".join(record.getMessage() for record in caplog.records)
+    finally:
+        server.stop()
+    assert over_grpc.value.code is grpc.StatusCode.INTERNAL
+    http_error = over_http.value.body
+    error_ids = []
+    for message in (over_grpc.value.message, http_error["message"]):
+        assert SECRET not in message and "INSERT" not in message and "audit-db" not in message, message
+        assert message.startswith("internal error (error id ") and message.endswith("): see the server log")
+        error_ids.append(message.removeprefix("internal error (error id ").split(")")[0])
+    assert over_http.value.response.headers["x-proctor-error-id"] == error_ids[1]
+    assert error_ids[0] != error_ids[1]
+    for error_id in error_ids:  # each id leads to the line that holds the store's own words
+        assert any(error_id in line and SECRET in line for line in logged.splitlines()), (error_id, logged[-2000:])
