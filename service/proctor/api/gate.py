@@ -1,4 +1,4 @@
-"""The one server interceptor every RPC passes: safe request decoding, then who calls and what they may do.
+"""The one server interceptor every RPC passes: who calls and what they may do, then safe request decoding.
 
 Order per call, so that nothing is spent on a caller before it is admitted: caller identified from the bearer
 token (``authorization: Bearer …``) or the mTLS client certificate (``UNAUTHENTICATED`` when neither names a
