@@ -110,3 +110,25 @@ def test_an_entry_whose_key_is_gone_is_dropped_and_the_next_call_makes_a_new_key
     (tmp_path / f"{second}.key").unlink()
     assert keys.recover().entries == () and keys.entries() == []
     assert not list(tmp_path.glob("*.entry"))
+
+
+HOLD = """
+import fcntl, sys, time
+with open(sys.argv[1], "a") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    print("held", flush=True)
+    time.sleep(1.5)
+"""
+
+
+def test_a_new_key_waits_for_another_process_holding_the_lock_and_a_known_one_does_not(tmp_path: Path) -> None:
+    known = FileKeyStore(tmp_path).key_for("alice", DAY, "svc")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "keys.lock")], stdout=subprocess.PIPE,
+                              text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    begin = time.monotonic()
+    keys = FileKeyStore(tmp_path)  # another opener, as the server after a restart
+    assert keys.key_for("alice", DAY, "svc") == known and time.monotonic() - begin < 0.5
+    keys.key_for("bob", DAY, "svc")  # a change: after the other process lets go
+    assert time.monotonic() - begin >= 1.0
+    assert holder.wait(timeout=30) == 0

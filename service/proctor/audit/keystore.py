@@ -18,11 +18,12 @@ keys where destruction is guaranteed: implement ``KeyStore`` for it.)
 
 One store, whoever opens it: the server makes keys while ``proctor audit erase`` and the retention sweep destroy
 others, each in its own process. Every change of the directory (a key made, a caller added, a key destroyed, the
-walk below) is made holding an exclusive ``flock`` on ``keys.lock`` (with a thread lock, as a process's threads
-share its open files), after reading the index again; every file is written whole to a scratch name, synced and
-renamed over, and the directory synced before a new key is handed out. Finding a subject's live key of the day
-takes no lock (a dictionary look-up, a stat of the index, a stat of the key): renames are atomic, and a miss is
-decided again under the lock.
+walk below) is made holding an exclusive ``flock`` on ``keys.lock`` (with a thread lock: a flock belongs to an
+open file, and a process's threads share theirs), on the index read again under it. Key and index files are
+written whole to a scratch name, synced and renamed over, and the directory is synced before a new key is handed
+out (a record sealed under a key whose file a crash lost would be erased unasked). Finding a subject's key of the
+day takes neither lock when it exists (a dictionary look-up, a stat of the index, a stat of the key, under a lock
+held for no more): renames are atomic, and a miss is decided again under the file lock, where the writes are.
 
 Why an entry file beside each key: the index is one file that every change rewrites, so one writer that does not
 take the lock (a server older than this, during an upgrade) can still drop keys from it; ``recover`` (which
@@ -30,9 +31,11 @@ take the lock (a server older than this, during an upgrade) can still drop keys 
 their entry files, so an erasure by subject finds that subject's lost keys and a sweep's holds still see their
 callers. A separate file rather than a header in the key file: the key's 32 bytes are written once and never
 rewritten (a new caller rewrites the entry, not the key, leaving no stale copy of the key on disk), and key files
-keep the format every earlier version reads. A key an older version made has no entry file; found outside the
-index, it is described by the records it sealed (``describe``: audit/erasure.py opens one with it for its
-subject), and left in place and reported when it sealed none (asked once a process: ``describe`` reads the log).
+keep the format every earlier version reads. An entry file is renamed into place but not synced (a third fsync
+for each new key, and the index holds the same): a crash may leave one empty, and its key is then treated as one
+an older version made, which has no entry file. Found outside the index, such a key is described by the records
+it sealed (``describe``: audit/erasure.py opens one with the key for its subject), or left in place and reported
+when it sealed none (asked once a process: ``describe`` reads the log).
 
 One machine's file store serves the servers on that machine; replicas sharing a PostgreSQL log share a KMS. The
 index is rewritten whole when a key is made (once a subject a day): fine for thousands of keys; a log of many more
@@ -101,13 +104,16 @@ class KeyStore(Protocol):
 
 class FileKeyStore:
     """Keys in ``directory``; the index held in memory and read again whenever its file changed (another process,
-    ``proctor audit erase``, may have destroyed keys), so a record's key costs a dictionary look-up and two stats."""
+    ``proctor audit erase``, may have destroyed keys), so a known key costs a dictionary look-up and two stats.
+    A change (``_change``) writes its files without holding the look-ups' lock: a new subject's key, synced, does
+    not hold up the records of the subjects whose keys exist."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._index_file = directory / INDEX
-        self._lock = threading.Lock()  # this process's threads; the flock on LOCK, the other processes
+        self._lock = threading.Lock()  # the state in memory below: held for look-ups, never across a file write
+        self._changing = threading.Lock()  # this process's changes one at a time; the flock, other processes'
         self._cache: dict[str, bytes] = {}
         self._entries: dict[str, KeyEntry] = {}
         self._by_day: dict[tuple[str, str], str] = {}  # (subject, day) -> key id
@@ -117,27 +123,26 @@ class FileKeyStore:
     def key_for(self, subject: str, day: str, caller: str) -> tuple[str, bytes]:
         with self._lock:
             self._refresh()
-            found = self._live(subject, day)
-            if found is not None and caller in self._entries[found[0]].callers:
-                return found
-            with self._exclusive():  # decided again on the index as it is now: another process may have changed it
-                self._load()
-                found = self._live(subject, day)
-                if found is not None:
-                    entry = self._entries[found[0]]
-                    if caller not in entry.callers:
-                        self._put(KeyEntry(entry.key_id, subject, day, tuple(sorted({*entry.callers, caller}))))
-                        self._save()
-                    return found
-                stale = self._by_day.pop((subject, day), None)  # its key is gone (a destroy that did not finish)
-                if stale is not None:
-                    self._entries.pop(stale, None)
-                key_id, key = secrets.token_hex(16), secrets.token_bytes(KEY_BYTES)
-                self._put(KeyEntry(key_id, subject, day, (caller,)))  # the entry first: a key never lacks one
-                _write_private(self._key_file(key_id), key)
-                self._save()  # synced with the directory: the records this key seals will find it after a crash
-                self._cache[key_id] = key
+            key_id = self._by_day.get((subject, day))
+            key = self._read(key_id) if key_id is not None else None
+            if key_id is not None and key is not None and caller in self._entries[key_id].callers:
                 return key_id, key
+        with self._change() as entries:  # decided again on the index as it is now: another process may have changed it
+            for entry in [e for e in entries.values() if (e.subject, e.day) == (subject, day)]:
+                key = self.key(entry.key_id)
+                if key is None:  # its key is gone (a destroy that did not finish)
+                    del entries[entry.key_id]
+                    continue
+                if caller not in entry.callers:
+                    entries[entry.key_id] = self._described(
+                        KeyEntry(entry.key_id, subject, day, tuple(sorted({*entry.callers, caller}))))
+                return entry.key_id, key
+            key_id, key = secrets.token_hex(16), secrets.token_bytes(KEY_BYTES)
+            entries[key_id] = self._described(KeyEntry(key_id, subject, day, (caller,)))  # a key never lacks one
+            _write_private(self._key_file(key_id), key)
+            with self._lock:
+                self._cache[key_id] = key
+            return key_id, key  # after the index is written and the directory synced (``_change``)
 
     def key(self, key_id: str) -> bytes | None:
         if not key_id.isalnum():
@@ -146,19 +151,13 @@ class FileKeyStore:
             return self._read(key_id)
 
     def entries(self) -> list[KeyEntry]:
-        with self._lock:
-            self._load()
-            return list(self._entries.values())
+        return list(self._read_index()[0].values())
 
     def destroy(self, key_id: str) -> bool:
         if not key_id.isalnum():
             return False
-        with self._lock, self._exclusive():
-            self._load()
-            entry = self._entries.pop(key_id, None)
-            if entry is not None and self._by_day.get((entry.subject, entry.day)) == key_id:
-                del self._by_day[(entry.subject, entry.day)]
-            live = entry is not None
+        with self._change() as entries:
+            live = entries.pop(key_id, None) is not None
             path = self._key_file(key_id)
             if path.exists():
                 with open(path, "r+b") as handle:  # overwrite before unlinking (best effort; see the module note)
@@ -166,119 +165,108 @@ class FileKeyStore:
                     handle.flush()
                     os.fsync(handle.fileno())
                 path.unlink()
+                if not live:  # not in the index: its unlinking is made durable here, not with the index
+                    _sync_directory(self.directory)
                 live = True
             self._entry_file(key_id).unlink(missing_ok=True)
-            self._cache.pop(key_id, None)
-            self._save()
+            with self._lock:
+                self._cache.pop(key_id, None)
             return live
 
     def recover(self, describe: Describe | None = None) -> Recovered:
         """Walk the ``*.key`` files: a key the index lacks goes back in it from its entry file; one without (an
         older version's) from what ``describe`` says of it. Entries and entry files whose key is gone are dropped.
         ``describe`` runs without the locks held (it may read the whole log, while the server makes keys)."""
-        with self._lock, self._exclusive():
-            self._load()
-            found, undescribed = self._walk()
+        with self._change() as entries:
+            found, undescribed = self._walk(entries)
         ask = [key_id for key_id in undescribed if key_id not in self._unattributed]
         if not ask or describe is None:
             return Recovered(tuple(found), tuple(undescribed))
         described = describe(ask)
         self._unattributed.update(key_id for key_id in ask if key_id not in described)
-        with self._lock, self._exclusive():
-            self._load()
-            for key_id in undescribed:
+        with self._change() as entries:
+            for key_id in ask:
                 entry = described.get(key_id)
-                if entry is not None and key_id not in self._entries and self._key_file(key_id).exists():
-                    self._put(KeyEntry(key_id, entry.subject, entry.day, entry.callers))
-                    found.append(self._entries[key_id])
-            self._save()
+                if entry is not None and key_id not in entries and self._key_file(key_id).exists():
+                    entries[key_id] = self._described(KeyEntry(key_id, entry.subject, entry.day, entry.callers))
+                    found.append(entries[key_id])
         return Recovered(tuple(found), tuple(key_id for key_id in undescribed if key_id not in described))
 
-    def _walk(self) -> tuple[list[KeyEntry], list[str]]:
-        """Under the locks: the keys put back from their entry files, and the keys with none (both missing from
-        the index); the index saved when it changed."""
+    def _walk(self, entries: dict[str, KeyEntry]) -> tuple[list[KeyEntry], list[str]]:
+        """Within a change of ``entries``: the keys put back from their entry files, and the keys with none (both
+        missing from the index); entries and entry files without a key dropped."""
         names = os.listdir(self.directory)
         keys = {name[:-4] for name in names if name.endswith(".key") and name[:-4].isalnum()}
         described = {name[:-6] for name in names if name.endswith(".entry") and name[:-6].isalnum()}
         found, undescribed = [], []
-        for key_id in sorted(keys - self._entries.keys()):
+        for key_id in sorted(keys - entries.keys()):
             entry = self._entry_of(key_id) if key_id in described else None
             if entry is None:
                 undescribed.append(key_id)
             else:
-                self._remember(entry)
+                entries[key_id] = entry
                 found.append(entry)
-        gone = [key_id for key_id in self._entries if key_id not in keys]
-        for key_id in gone:
-            entry = self._entries.pop(key_id)
-            if self._by_day.get((entry.subject, entry.day)) == key_id:
-                del self._by_day[(entry.subject, entry.day)]
+        for key_id in [key_id for key_id in entries if key_id not in keys]:
+            del entries[key_id]
         for key_id in described - keys:  # its key destroyed, or never written (a crash between the two)
             self._entry_file(key_id).unlink(missing_ok=True)
-        if found or gone or described - keys:
-            self._save()
         return found, undescribed
 
-    def _live(self, subject: str, day: str) -> tuple[str, bytes] | None:
-        key_id = self._by_day.get((subject, day))
-        key = self._read(key_id) if key_id is not None else None
-        return (key_id, key) if key_id is not None and key is not None else None
-
     @contextlib.contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        """The directory's lock, across processes (held with ``self._lock``, which orders this process's threads:
-        a flock belongs to an open file, and every thread of a process could hold the same one)."""
-        descriptor = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(descriptor)  # releases the flock
+    def _change(self) -> Iterator[dict[str, KeyEntry]]:
+        """The index as it is now, to change, with this process's other changes and every other process's held
+        off (a thread lock, and an exclusive flock on ``keys.lock``: a flock belongs to an open file, which a
+        process's threads share); written back when changed, the directory synced, and taken as this store's."""
+        with self._changing:
+            descriptor = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+                entries, seen = self._read_index()
+                before = dict(entries)
+                yield entries
+                if entries != before:
+                    _write_private(self._index_file, json.dumps({key_id: _saved(entry) for key_id, entry
+                                                                 in entries.items()}, sort_keys=True).encode())
+                    _sync_directory(self.directory)  # every rename of the change is durable from here
+                    seen = _identity(self._index_file.stat())
+                with self._lock:
+                    self._install(entries, seen)
+            finally:
+                os.close(descriptor)  # releases the flock
 
     def _refresh(self) -> None:
         """Read the index again if its file changed since this store last read or wrote it (a hint: what is
-        changed is decided again under the lock, on the index read again)."""
+        changed is decided again within ``_change``, on the index read again)."""
         try:
-            stat = self._index_file.stat()
+            seen: tuple[int, int, int] | None = _identity(self._index_file.stat())
         except FileNotFoundError:
-            self._entries, self._by_day, self._seen = {}, {}, None
-            return
-        if (stat.st_ino, stat.st_size, stat.st_mtime_ns) != self._seen:
-            self._load()
+            seen = None
+        if seen is None or seen != self._seen:
+            self._install(*self._read_index())
 
-    def _load(self) -> None:
-        """Read the index."""
+    def _read_index(self) -> tuple[dict[str, KeyEntry], tuple[int, int, int] | None]:
         try:
-            stat = os.stat(self._index_file)
+            seen = _identity(os.stat(self._index_file))
             saved = json.loads(self._index_file.read_bytes())
         except FileNotFoundError:
-            self._entries, self._by_day, self._seen = {}, {}, None
-            return
-        self._entries = {key_id: _entry(key_id, entry) for key_id, entry in saved.items()}
-        self._by_day = {}
-        for entry in self._entries.values():
+            return {}, None
+        return {key_id: _entry(key_id, entry) for key_id, entry in saved.items()}, seen
+
+    def _install(self, entries: dict[str, KeyEntry], seen: tuple[int, int, int] | None) -> None:
+        """Take ``entries`` as the index (under ``self._lock``)."""
+        self._entries, self._seen, self._by_day = entries, seen, {}
+        for entry in entries.values():
             self._by_day.setdefault((entry.subject, entry.day), entry.key_id)
-        self._seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
-    def _put(self, entry: KeyEntry) -> None:
-        """Write a key's entry file (under the locks) and take it into the index in memory."""
-        _write_private(self._entry_file(entry.key_id), json.dumps(_saved(entry), sort_keys=True).encode())
-        self._remember(entry)
-
-    def _remember(self, entry: KeyEntry) -> None:
-        self._entries[entry.key_id] = entry
-        self._by_day.setdefault((entry.subject, entry.day), entry.key_id)
-
-    def _save(self) -> None:
-        """Write the index (under the locks) and sync the directory: every rename before it is durable too."""
-        saved = {key_id: _saved(entry) for key_id, entry in self._entries.items()}
-        _write_private(self._index_file, json.dumps(saved, sort_keys=True).encode())
-        _sync_directory(self.directory)
-        stat = self._index_file.stat()
-        self._seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    def _described(self, entry: KeyEntry) -> KeyEntry:
+        """``entry``, written to its key's entry file: whole and renamed, not synced (a crash may leave it empty;
+        its key is then described as an older version's is, by its records)."""
+        _write_private(self._entry_file(entry.key_id), json.dumps(_saved(entry), sort_keys=True).encode(),
+                       sync=False)
+        return entry
 
     def _entry_of(self, key_id: str) -> KeyEntry | None:
-        """A key's entry file (None: unreadable, e.g. cut short by a crash before its key was written)."""
+        """A key's entry file (None: unreadable, e.g. left empty by a crash)."""
         try:
             return _entry(key_id, json.loads(self._entry_file(key_id).read_bytes()))
         except (OSError, ValueError, KeyError, TypeError):
@@ -305,6 +293,10 @@ class FileKeyStore:
         return key
 
 
+def _identity(stat: os.stat_result) -> tuple[int, int, int]:
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 def _saved(entry: KeyEntry) -> dict[str, Any]:
     return {"subject": entry.subject, "day": entry.day, "callers": list(entry.callers)}
 
@@ -313,14 +305,16 @@ def _entry(key_id: str, saved: dict[str, Any]) -> KeyEntry:
     return KeyEntry(key_id, str(saved["subject"]), str(saved["day"]), tuple(str(c) for c in saved["callers"]))
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically, readable by this user only, synced (the directory: the caller's)."""
+def _write_private(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically, readable by this user only, synced unless told (the directory: the
+    caller's)."""
     scratch = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     descriptor = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "wb") as handle:
         handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+        if sync:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(scratch, path)
 
 
