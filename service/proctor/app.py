@@ -32,7 +32,6 @@ from proctor.api.contracts_servicer import ContractsServicer
 from proctor.api.security import bind, build_gate
 from proctor.api.servicer import GenerationServicer
 from proctor.api.telemetry import TelemetryInterceptor
-from proctor.audit.keystore import KeyStore
 from proctor.audit.memory_erasure import MemoryErasure
 from proctor.audit.retention import RetentionPolicy, RetentionSweeper
 from proctor.audit.setup import checkpoint_path, key_store, open_sink, privacy_policy
@@ -87,8 +86,7 @@ class RunningServer:
     _progress_ok: bool = field(default=True, init=False)  # the watchdog sees every part move (or is off)
     _watchdog: asyncio.Task[None] | None = field(default=None, init=False)
     retention: RetentionSweeper | None = None  # --audit-retention-days: the keys past it destroyed hourly
-    keys: KeyStore | None = None  # --audit-encryption subject: the subjects' keys (what an erasure destroys)
-    memory_erasure: MemoryErasure | None = None  # an erased subject's prompts dropped from the prefix cache
+    memory_erasure: MemoryErasure | None = None  # --audit-encryption subject: erased prompts leave the prefix cache
 
     def __post_init__(self) -> None:
         if self.audit_sink is not None:
@@ -110,9 +108,8 @@ class RunningServer:
         self._ready = True
         await self._publish_health()
         self._start_watchdog(engine)
-        if self.keys is not None and engine.prefix_cache.enabled:
-            self.memory_erasure = MemoryErasure(self.keys, engine.prefix_cache.forget)
-            self.memory_erasure.start()
+        if self.memory_erasure is not None and engine.prefix_cache.enabled:
+            self.memory_erasure.start(engine.prefix_cache.forget)
         log.info("ready: serving %s on %s:%d", info["model_id"], self.settings.host, self.port)
 
     def _start_watchdog(self, engine: Engine) -> None:
@@ -326,7 +323,7 @@ async def start_server(settings: Settings) -> RunningServer:
                             observability=observability, health_server=health_server, health_port=health_port,
                             http=http, retention=RetentionSweeper(sink, keys, policy)
                             if sink is not None and keys is not None and policy.on else None,
-                            keys=keys if settings.audit_encryption == "subject" else None)
+                            memory_erasure=MemoryErasure(audit.keys) if audit.keys is not None else None)
     if running.retention is not None:
         running.retention.start()
     log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", settings.host, port)

@@ -34,11 +34,13 @@ def forget_erased(keys: KeyStore, forget: Forget, now: float | None = None) -> i
 class MemoryErasure:
     """The server's watcher (started by app.py when the prefix cache and subject encryption are both on)."""
 
-    def __init__(self, keys: KeyStore, forget: Forget) -> None:
-        self._keys, self._forget = keys, forget
+    def __init__(self, keys: KeyStore) -> None:
+        self._keys = keys
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    def start(self, forget: Forget) -> None:
+        """Poll from now on, dropping with ``forget`` (the engine's prefix cache, once the model is loaded)."""
+        self._forget = forget
         self._task = asyncio.create_task(self._run(), name="proctor-memory-erasure")
 
     def stop(self) -> None:
