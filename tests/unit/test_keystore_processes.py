@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from proctor.audit.keystore import FileKeyStore
@@ -64,6 +65,23 @@ def test_a_process_making_keys_and_one_destroying_others_lose_no_key(tmp_path: P
         assert not files & set(old) and not {path.stem for path in directory.glob("*.entry")} ^ files
         assert {(entry.subject, entry.day) for entry in listed.values()} == {(f"new-{n}", DAY) for n in range(SUBJECTS)}
         assert keys.recover().entries == ()  # nothing for erase or the sweep to find outside the index
+
+
+def test_two_processes_and_threads_making_the_same_subjects_keys_make_one_each(tmp_path: Path) -> None:
+    """Two processes (the server and a second replica on this machine), each with threads, ask for the same new
+    subjects' keys at once: one key a subject, and no key file left behind."""
+    start = tmp_path / "start"
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path / "keys"), "make", str(start), DAY,
+                                 str(SUBJECTS)], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    keys = FileKeyStore(tmp_path / "keys")
+    time.sleep(1.0)
+    start.touch()
+    with ThreadPoolExecutor(4) as pool:
+        here = list(pool.map(lambda number: keys.key_for(f"new-{number}", DAY, "svc")[0], range(SUBJECTS)))
+    made = [json.loads(worker.communicate(timeout=300)[0]) for worker in workers]
+    assert made[0] == made[1] == here
+    assert {path.name for path in (tmp_path / "keys").iterdir()} == \
+        {"keys.json", "keys.lock", *(f"{key_id}.{kind}" for key_id in here for kind in ("key", "entry"))}
 
 
 def test_a_key_the_index_lost_is_found_by_walking_the_key_files(tmp_path: Path) -> None:

@@ -119,30 +119,74 @@ class FileKeyStore:
         self._by_day: dict[tuple[str, str], str] = {}  # (subject, day) -> key id
         self._seen: tuple[int, int, int] | None = None  # the index file's (inode, size, mtime) when read
         self._unattributed: set[str] = set()  # keys ``describe`` knew nothing of: not asked again
+        self._makers: dict[tuple[str, str], tuple[threading.Lock, int]] = {}  # (subject, day) -> its lock, users
 
     def key_for(self, subject: str, day: str, caller: str) -> tuple[str, bytes]:
+        found, listed = self._known(subject, day, caller)
+        if found is not None and listed:
+            return found
+        with self._making(subject, day):  # this process's other threads asking for it wait for the one making it
+            found, listed = self._known(subject, day, caller)
+            if found is not None and listed:
+                return found
+            made = _made_key(self.directory) if found is None else None  # written and synced before the file lock
+            try:
+                with self._change() as entries:  # decided again on the index as it is now: another process may
+                    found = self._found(entries, subject, day, caller)  # have made the key, or destroyed it
+                    if found is not None:
+                        return found
+                    return self._new_key(entries, subject, day, caller, made or _made_key(self.directory))
+            finally:
+                if made is not None:  # not taken (another process made the key first; it sealed nothing), or named
+                    made[2].unlink(missing_ok=True)
+
+    def _known(self, subject: str, day: str, caller: str) -> tuple[tuple[str, bytes] | None, bool]:
+        """``subject``'s live key of ``day`` as the index last read says, and whether it lists ``caller``."""
         with self._lock:
             self._refresh()
             key_id = self._by_day.get((subject, day))
             key = self._read(key_id) if key_id is not None else None
-            if key_id is not None and key is not None and caller in self._entries[key_id].callers:
-                return key_id, key
-        with self._change() as entries:  # decided again on the index as it is now: another process may have changed it
-            for entry in [e for e in entries.values() if (e.subject, e.day) == (subject, day)]:
-                key = self.key(entry.key_id)
-                if key is None:  # its key is gone (a destroy that did not finish)
-                    del entries[entry.key_id]
-                    continue
-                if caller not in entry.callers:
-                    entries[entry.key_id] = self._described(
-                        KeyEntry(entry.key_id, subject, day, tuple(sorted({*entry.callers, caller}))))
-                return entry.key_id, key
-            key_id, key = secrets.token_hex(16), secrets.token_bytes(KEY_BYTES)
-            entries[key_id] = self._described(KeyEntry(key_id, subject, day, (caller,)))  # a key never lacks one
-            _write_private(self._key_file(key_id), key)
+            if key_id is None or key is None:
+                return None, False
+            return (key_id, key), caller in self._entries[key_id].callers
+
+    @contextlib.contextmanager
+    def _making(self, subject: str, day: str) -> Iterator[None]:
+        """One thread of this process at a time making (or adding a caller to) ``subject``'s key of ``day``."""
+        with self._lock:
+            lock, users = self._makers.get((subject, day), (threading.Lock(), 0))
+            self._makers[(subject, day)] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
             with self._lock:
-                self._cache[key_id] = key
-            return key_id, key  # after the index is written and the directory synced (``_change``)
+                lock, users = self._makers.pop((subject, day))
+                if users > 1:
+                    self._makers[(subject, day)] = (lock, users - 1)
+
+    def _found(self, entries: dict[str, KeyEntry], subject: str, day: str, caller: str) -> tuple[str, bytes] | None:
+        """Within a change: ``subject``'s live key of ``day``, ``caller`` added to its entry."""
+        for entry in [e for e in entries.values() if (e.subject, e.day) == (subject, day)]:
+            key = self.key(entry.key_id)
+            if key is None:  # its key is gone (a destroy that did not finish)
+                del entries[entry.key_id]
+                continue
+            if caller not in entry.callers:
+                entries[entry.key_id] = self._described(
+                    KeyEntry(entry.key_id, subject, day, tuple(sorted({*entry.callers, caller}))))
+            return entry.key_id, key
+        return None
+
+    def _new_key(self, entries: dict[str, KeyEntry], subject: str, day: str, caller: str,
+                 made: tuple[str, bytes, Path]) -> tuple[str, bytes]:
+        """Within a change: the key ``made`` (written and synced under a scratch name) named, its entry first."""
+        key_id, key, scratch = made
+        entries[key_id] = self._described(KeyEntry(key_id, subject, day, (caller,)))  # a key never lacks one
+        os.replace(scratch, self._key_file(key_id))
+        with self._lock:
+            self._cache[key_id] = key
+        return key_id, key  # handed out after the index is written and the directory synced (``_change``)
 
     def key(self, key_id: str) -> bytes | None:
         if not key_id.isalnum():
@@ -305,9 +349,21 @@ def _entry(key_id: str, saved: dict[str, Any]) -> KeyEntry:
     return KeyEntry(key_id, str(saved["subject"]), str(saved["day"]), tuple(str(c) for c in saved["callers"]))
 
 
+def _made_key(directory: Path) -> tuple[str, bytes, Path]:
+    """A new key id and key, its file written and synced under a scratch name (``_new_key`` names it): the slow
+    part of a new key, done before the file lock, so that processes and threads making keys do it side by side."""
+    key_id, key = secrets.token_hex(16), secrets.token_bytes(KEY_BYTES)
+    return key_id, key, _scratch(directory / f"{key_id}.key", key, sync=True)
+
+
 def _write_private(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Write ``data`` to ``path`` atomically, readable by this user only, synced unless told (the directory: the
     caller's)."""
+    os.replace(_scratch(path, data, sync=sync), path)
+
+
+def _scratch(path: Path, data: bytes, *, sync: bool) -> Path:
+    """``data`` in a new file beside ``path`` (a dot name: the walk passes it by), readable by this user only."""
     scratch = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     descriptor = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "wb") as handle:
@@ -315,7 +371,7 @@ def _write_private(path: Path, data: bytes, *, sync: bool = True) -> None:
         if sync:
             handle.flush()
             os.fsync(handle.fileno())
-    os.replace(scratch, path)
+    return scratch
 
 
 def _sync_directory(directory: Path) -> None:
