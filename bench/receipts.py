@@ -13,17 +13,32 @@ real sink (SQLite WAL, ``synchronous=FULL``, a checkpoint every 1000 records) on
 It prints the writer's records/s each way (medians over ``--rounds``), the ratios, and the time one receipt takes.
 The issue's target is receipts ÷ waited ≥ 0.97: signing, the only work receipts add to a compliance-mode call.
 
-    python bench/receipts.py [--records 3000] [--tokens 100] [--rounds 6]
+With ``--keystore-before REV`` (issue 54: the key store's file lock and synced files), two more modes seal each
+record first as the API does with ``--audit-encryption subject`` (its subject's key of the day from the key store,
+then AES-GCM; api/audit_trail.py ``_sealed``, in a pool of ``--sealers`` threads as ``asyncio.to_thread`` runs it),
+a new subject every ``--subject-every`` records, then wait on it:
+
+- ``sealed-before``: with the key store of git revision REV (``git show REV:service/proctor/audit/keystore.py``);
+- ``sealed``: with this one.
+
+The target there is sealed ÷ sealed-before ≥ 0.97; it also prints what ``key_for`` takes, a new key and a known one.
+
+    python bench/receipts.py [--records 3000] [--tokens 100] [--rounds 6] [--modes alone,waited,receipts]
+                             [--keystore-before REV [--subject-every 10] [--sealers 6]]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +50,9 @@ from audit import token_lists  # noqa: E402
 from proctor.api.audit_trail import RECEIPT_WINDOW_S  # noqa: E402
 from proctor.audit import FORMAT  # noqa: E402
 from proctor.audit.chain import load_or_create_signing_key  # noqa: E402
+from proctor.audit.keystore import FileKeyStore  # noqa: E402
 from proctor.audit.receipts import ReceiptSigner  # noqa: E402
+from proctor.audit.sealing import seal  # noqa: E402
 from proctor.audit.sink import AuditSink  # noqa: E402
 from proctor.audit.sqlite_store import SQLiteAuditStore  # noqa: E402
 
@@ -90,37 +107,112 @@ def run(directory: Path, bodies: list[dict[str, Any]], mode: str) -> tuple[float
     return len(bodies) / elapsed, signing, sizes
 
 
+def keystore_at(revision: str) -> type[FileKeyStore]:
+    """``FileKeyStore`` as git revision ``revision`` had it (a module of its own, beside this one)."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:service/proctor/audit/keystore.py"],
+                            check=True, capture_output=True, text=True).stdout
+    module = types.ModuleType("keystore_before")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(source, f"{revision}:service/proctor/audit/keystore.py", "exec"), module.__dict__)
+    store: type[FileKeyStore] = module.FileKeyStore
+    return store
+
+
+def run_sealed(directory: Path, bodies: list[dict[str, Any]], store: type[FileKeyStore], every: int,
+               sealers: int) -> tuple[float, list[float], list[float]]:
+    """Records/s from the first record sealed until every one is committed and waited on, each sealed first as the
+    API seals (a new subject every ``every`` records) by a pool of ``sealers`` threads (the API's ``to_thread``);
+    the times of ``key_for``, those that handed out a new key and the others."""
+    sink = AuditSink(SQLiteAuditStore(directory / "log.db"), load_or_create_signing_key(directory / "log.key"),
+                     checkpoint_file=directory / "log.checkpoints")
+    keys = store(directory / "keys")
+    made: list[float] = []
+    known: list[float] = []
+    seen: set[str] = set()
+    guard = threading.Lock()
+
+    def sealed(index: int) -> Any:
+        begin = time.perf_counter()
+        key_id, key = keys.key_for(f"subject-{index // every}", "2026-12-05", "bench")
+        took = time.perf_counter() - begin
+        with guard:
+            (known if key_id in seen else made).append(took)
+            seen.add(key_id)
+        return sink.submit(seal(bodies[index], key_id, key))
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(sealers) as pool:
+        for submitted in [pool.submit(sealed, index) for index in range(len(bodies))]:
+            submitted.result().result()  # as the API does: each commit waited for
+    elapsed = time.perf_counter() - start
+    sink.close()
+    return len(bodies) / elapsed, made, known
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=3000)
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--modes", default="", help="comma-separated (default: alone,waited,receipts, and with "
+                                                    "--keystore-before sealed-before,sealed)")
+    parser.add_argument("--keystore-before", metavar="REV", default="",
+                        help="seal the records with the key store of git revision REV and with this one")
+    parser.add_argument("--subject-every", type=int, default=10, help="sealed modes: a new subject every N records")
+    parser.add_argument("--sealers", type=int, default=min(32, (os.cpu_count() or 1) + 4),
+                        help="sealed modes: threads sealing (default: as many as asyncio.to_thread's pool)")
     args = parser.parse_args()
     lists = token_lists(64, args.tokens)
     bodies = [body(index, lists[index % len(lists)]) for index in range(args.records)]
-    modes = ["alone", "waited", "receipts"]
+    modes = args.modes.split(",") if args.modes else \
+        ["alone", "waited", "receipts"] + (["sealed-before", "sealed"] if args.keystore_before else [])
+    stores = {"sealed": FileKeyStore, **({"sealed-before": keystore_at(args.keystore_before)}
+                                         if args.keystore_before else {})}
     rates: dict[str, list[float]] = {mode: [] for mode in modes}
     signing: list[float] = []
     groups: list[int] = []
+    key_for: dict[str, tuple[list[float], list[float]]] = {mode: ([], []) for mode in stores}
     for round_ in range(args.rounds):
-        for mode in modes[round_ % 3:] + modes[:round_ % 3]:
+        for mode in modes[round_ % len(modes):] + modes[:round_ % len(modes)]:
             with tempfile.TemporaryDirectory() as scratch:
-                rate, times, sizes = run(Path(scratch), bodies, mode)
+                if mode in stores:
+                    rate, made, known = run_sealed(Path(scratch), bodies, stores[mode], args.subject_every,
+                                                      args.sealers)
+                    key_for[mode][0].extend(made)
+                    key_for[mode][1].extend(known)
+                else:
+                    rate, times, sizes = run(Path(scratch), bodies, mode)
+                    signing += times
+                    groups += sizes
             rates[mode].append(rate)
-            signing += times
-            groups += sizes
         print(f"round {round_ + 1}/{args.rounds}: " + ", ".join(f"{mode} {statistics.median(values):,.0f} records/s"
                                                               for mode, values in rates.items()),
               file=sys.stderr, flush=True)
-    alone, waited, receipts = (statistics.median(rates[mode]) for mode in modes)
+    report(args, rates, signing, groups, key_for)
+    return 0
+
+
+def report(args: argparse.Namespace, rates: dict[str, list[float]], signing: list[float], groups: list[int],
+           key_for: dict[str, tuple[list[float], list[float]]]) -> None:
+    median = {mode: statistics.median(values) for mode, values in rates.items()}
     print(f"\n{args.records} records of {args.tokens} tokens, {args.rounds} rounds (medians)\n")
     print("| writer | records/s |\n|---|---:|")
-    for mode in modes:
-        print(f"| {mode} | {statistics.median(rates[mode]):,.0f} |")
-    print(f"\nreceipts / waited: {receipts / waited:.3f} (target >= 0.97); receipts / alone: {receipts / alone:.3f}; "
-          f"one receipt (digests and its share of a group's signature): median {statistics.median(signing) * 1e6:.1f} "
-          f"µs; receipts signed together: median {statistics.median(groups):.0f}, mean {statistics.mean(groups):.1f}")
-    return 0
+    for mode, rate in median.items():
+        print(f"| {mode} | {rate:,.0f} |")
+    if {"alone", "waited", "receipts"} <= median.keys() and signing:
+        print(f"\nreceipts / waited: {median['receipts'] / median['waited']:.3f} (target >= 0.97); receipts / alone: "
+              f"{median['receipts'] / median['alone']:.3f}; one receipt (digests and its share of a group's "
+              f"signature): median {statistics.median(signing) * 1e6:.1f} µs; receipts signed together: median "
+              f"{statistics.median(groups):.0f}, mean {statistics.mean(groups):.1f}")
+    if {"sealed", "sealed-before"} <= median.keys():
+        print(f"\nsealed / sealed-before ({args.keystore_before}): {median['sealed'] / median['sealed-before']:.3f} "
+              f"(target >= 0.97), a new subject every {args.subject_every} records"
+              + (f"; sealed / waited: {median['sealed'] / median['waited']:.3f}" if "waited" in median else ""))
+    for mode, (made, known) in key_for.items():
+        if len(made) > 1 and known:
+            print(f"key_for, {mode}: a new key median {statistics.median(made) * 1e3:.2f} ms (p90 "
+                  f"{statistics.quantiles(made, n=10)[-1] * 1e3:.2f}), a known one median "
+                  f"{statistics.median(known) * 1e6:.1f} µs")
 
 
 if __name__ == "__main__":
