@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Generic, Protocol, TypeVar
 
@@ -50,8 +49,6 @@ from proctor.domain import (
 from proctor.domain.events import Usage
 from proctor.observability.calls import PREPARE, stage
 
-log = logging.getLogger("proctor.api")
-EXPECTED = (RequestValidationError, Overloaded, ShuttingDown, EngineFault)
 # The caller went away: a cancel (client, deadline) or the closing of a stream at a yield. Recorded, never answered.
 GONE = (asyncio.CancelledError, GeneratorExit)
 DEADLINE_MESSAGE = "the call's deadline passed during generation"
@@ -276,9 +273,7 @@ class CallRunner(Generic[P]):
                 exc = audit_exc
         if isinstance(exc, grpc.aio.AbortError):
             return
-        if not isinstance(exc, EXPECTED):
-            log.error("call failed", exc_info=exc)
-        await abort_with(context, exc)
+        await abort_with(context, exc)  # an unexpected error is logged there, once, with its error id
 
     @staticmethod
     def final_status(event: TokenEvent, call: CallRecord) -> None:
