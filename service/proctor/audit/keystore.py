@@ -19,11 +19,13 @@ keys where destruction is guaranteed: implement ``KeyStore`` for it.)
 One store, whoever opens it: the server makes keys while ``proctor audit erase`` and the retention sweep destroy
 others, each in its own process. Every change of the directory (a key made, a caller added, a key destroyed, the
 walk below) is made holding an exclusive ``flock`` on ``keys.lock`` (with a thread lock: a flock belongs to an
-open file, and a process's threads share theirs), on the index read again under it. Key and index files are
+open file, and a process's threads share theirs), on the index as it is then (read again unless the count of
+changes kept in ``keys.lock`` and the index file's identity say it has not changed). Key and index files are
 written whole to a scratch name, synced and renamed over, and the directory is synced before a new key is handed
-out (a record sealed under a key whose file a crash lost would be erased unasked). Finding a subject's key of the
-day takes neither lock when it exists (a dictionary look-up, a stat of the index, a stat of the key, under a lock
-held for no more): renames are atomic, and a miss is decided again under the file lock, where the writes are.
+out (a record sealed under a key whose file a crash lost would be erased unasked); a new key's file is written
+and synced before the lock is taken, so that keys made side by side share the disk's time. Finding a subject's
+key of the day takes no file lock when it exists (a dictionary look-up, a stat of the index, a stat of the key,
+under a thread lock held for just that): renames are atomic, and a miss is decided again under the file lock.
 
 Why an entry file beside each key: the index is one file that every change rewrites, so one writer that does not
 take the lock (a server older than this, during an upgrade) can still drop keys from it; ``recover`` (which
@@ -118,6 +120,7 @@ class FileKeyStore:
         self._entries: dict[str, KeyEntry] = {}
         self._by_day: dict[tuple[str, str], str] = {}  # (subject, day) -> key id
         self._seen: tuple[int, int, int] | None = None  # the index file's (inode, size, mtime) when read
+        self._generation: int | None = None  # the count of changes in ``keys.lock`` it was read at (None: unknown)
         self._unattributed: set[str] = set()  # keys ``describe`` knew nothing of: not asked again
         self._makers: dict[tuple[str, str], tuple[threading.Lock, int]] = {}  # (subject, day) -> its lock, users
 
@@ -265,28 +268,41 @@ class FileKeyStore:
             descriptor = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX)
-                entries, seen = self._read_index()
+                generation = int.from_bytes(os.pread(descriptor, 8, 0), "little")
+                entries, seen = self._current(generation)
                 before = dict(entries)
                 yield entries
-                if entries != before:
+                if len(entries) != len(before) or any(entries.get(k) is not v for k, v in before.items()):
                     _write_private(self._index_file, json.dumps({key_id: _saved(entry) for key_id, entry
                                                                  in entries.items()}, sort_keys=True).encode())
                     _sync_directory(self.directory)  # every rename of the change is durable from here
-                    seen = _identity(self._index_file.stat())
+                    seen, generation = _identity(self._index_file.stat()), generation + 1
+                    os.pwrite(descriptor, generation.to_bytes(8, "little"), 0)
                 with self._lock:
-                    self._install(entries, seen)
+                    self._install(entries, seen, generation)
             finally:
                 os.close(descriptor)  # releases the flock
 
+    def _current(self, generation: int) -> tuple[dict[str, KeyEntry], tuple[int, int, int] | None]:
+        """Under the file lock: the index, as this store holds it when no change was made since it last read or
+        wrote it (every change counts one in ``keys.lock``, and renames the index: an older version's only does
+        that), else read again."""
+        with self._lock:
+            if generation == self._generation and self._seen is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    if _identity(self._index_file.stat()) == self._seen:
+                        return dict(self._entries), self._seen
+        return self._read_index()
+
     def _refresh(self) -> None:
         """Read the index again if its file changed since this store last read or wrote it (a hint: what is
-        changed is decided again within ``_change``, on the index read again)."""
+        changed is decided again within ``_change``, on the index as it is then)."""
         try:
             seen: tuple[int, int, int] | None = _identity(self._index_file.stat())
         except FileNotFoundError:
             seen = None
         if seen is None or seen != self._seen:
-            self._install(*self._read_index())
+            self._install(*self._read_index(), None)
 
     def _read_index(self) -> tuple[dict[str, KeyEntry], tuple[int, int, int] | None]:
         try:
@@ -296,9 +312,10 @@ class FileKeyStore:
             return {}, None
         return {key_id: _entry(key_id, entry) for key_id, entry in saved.items()}, seen
 
-    def _install(self, entries: dict[str, KeyEntry], seen: tuple[int, int, int] | None) -> None:
-        """Take ``entries`` as the index (under ``self._lock``)."""
-        self._entries, self._seen, self._by_day = entries, seen, {}
+    def _install(self, entries: dict[str, KeyEntry], seen: tuple[int, int, int] | None,
+                 generation: int | None) -> None:
+        """Take ``entries`` as the index (under ``self._lock``), as of ``generation`` (None: not known)."""
+        self._entries, self._seen, self._generation, self._by_day = entries, seen, generation, {}
         for entry in entries.values():
             self._by_day.setdefault((entry.subject, entry.day), entry.key_id)
 
