@@ -13,15 +13,18 @@ real sink (SQLite WAL, ``synchronous=FULL``, a checkpoint every 1000 records) on
 It prints the writer's records/s each way (medians over ``--rounds``), the ratios, and the time one receipt takes.
 The issue's target is receipts ÷ waited ≥ 0.97: signing, the only work receipts add to a compliance-mode call.
 
-With ``--keystore-before REV`` (issue 54: the key store's file lock and synced files), two more modes seal each
+With ``--keystore-before REV`` (issue 54: the key store's file lock and synced files), three more modes seal each
 record first as the API does with ``--audit-encryption subject`` (its subject's key of the day from the key store,
 then AES-GCM; api/audit_trail.py ``_sealed``, in a pool of ``--sealers`` threads as ``asyncio.to_thread`` runs it),
 a new subject every ``--subject-every`` records, then wait on it:
 
 - ``sealed-before``: with the key store of git revision REV (``git show REV:service/proctor/audit/keystore.py``);
-- ``sealed``: with this one.
+- ``sealed``: with this one;
+- ``sealed-no-dir-sync``: with this one, its directory sync left out (the locks, the entry files and the walk's
+  bookkeeping without the fsync that makes a new key durable before it seals anything).
 
-The target there is sealed ÷ sealed-before ≥ 0.97; it also prints what ``key_for`` takes, a new key and a known one.
+The target there is ÷ sealed-before ≥ 0.97. It also prints what ``key_for`` takes in one thread alone, a new key
+and a known one, with each key store.
 
     python bench/receipts.py [--records 3000] [--tokens 100] [--rounds 6] [--modes alone,waited,receipts]
                              [--keystore-before REV [--subject-every 10] [--sealers 6]]
@@ -30,6 +33,7 @@ The target there is sealed ÷ sealed-before ≥ 0.97; it also prints what ``key_
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -38,6 +42,7 @@ import tempfile
 import threading
 import time
 import types
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -48,7 +53,7 @@ sys.path[:0] = [str(ROOT / "service"), str(ROOT / "clients" / "python" / "src")]
 from audit import token_lists  # noqa: E402
 
 from proctor.api.audit_trail import RECEIPT_WINDOW_S  # noqa: E402
-from proctor.audit import FORMAT  # noqa: E402
+from proctor.audit import FORMAT, keystore  # noqa: E402
 from proctor.audit.chain import load_or_create_signing_key  # noqa: E402
 from proctor.audit.keystore import FileKeyStore  # noqa: E402
 from proctor.audit.receipts import ReceiptSigner  # noqa: E402
@@ -119,25 +124,15 @@ def keystore_at(revision: str) -> type[FileKeyStore]:
 
 
 def run_sealed(directory: Path, bodies: list[dict[str, Any]], store: type[FileKeyStore], every: int,
-               sealers: int) -> tuple[float, list[float], list[float]]:
+               sealers: int) -> float:
     """Records/s from the first record sealed until every one is committed and waited on, each sealed first as the
-    API seals (a new subject every ``every`` records) by a pool of ``sealers`` threads (the API's ``to_thread``);
-    the times of ``key_for``, those that handed out a new key and the others."""
+    API seals (a new subject every ``every`` records) by a pool of ``sealers`` threads (the API's ``to_thread``)."""
     sink = AuditSink(SQLiteAuditStore(directory / "log.db"), load_or_create_signing_key(directory / "log.key"),
                      checkpoint_file=directory / "log.checkpoints")
     keys = store(directory / "keys")
-    made: list[float] = []
-    known: list[float] = []
-    seen: set[str] = set()
-    guard = threading.Lock()
 
     def sealed(index: int) -> Any:
-        begin = time.perf_counter()
         key_id, key = keys.key_for(f"subject-{index // every}", "2026-12-05", "bench")
-        took = time.perf_counter() - begin
-        with guard:
-            (known if key_id in seen else made).append(took)
-            seen.add(key_id)
         return sink.submit(seal(bodies[index], key_id, key))
 
     start = time.perf_counter()
@@ -146,7 +141,39 @@ def run_sealed(directory: Path, bodies: list[dict[str, Any]], store: type[FileKe
             submitted.result().result()  # as the API does: each commit waited for
     elapsed = time.perf_counter() - start
     sink.close()
-    return len(bodies) / elapsed, made, known
+    return len(bodies) / elapsed
+
+
+@contextlib.contextmanager
+def directory_sync(on: bool) -> Iterator[None]:
+    """This key store with its directory sync (a new key durable before it seals anything) left out unless ``on``:
+    what the locks cost apart from it."""
+    kept = keystore._sync_directory
+    if not on:
+        keystore._sync_directory = lambda directory: None
+    try:
+        yield
+    finally:
+        keystore._sync_directory = kept
+
+
+def key_for_costs(store: type[FileKeyStore], new: int = 200, known: int = 5000) -> tuple[float, float]:
+    """One thread alone: the median seconds of ``key_for`` making a new subject's key, and finding a known one."""
+    with tempfile.TemporaryDirectory() as scratch:
+        keys = store(Path(scratch))
+        made, found = [], []
+        for number in range(new):
+            begin = time.perf_counter()
+            keys.key_for(f"subject-{number}", "2026-12-05", "bench")
+            made.append(time.perf_counter() - begin)
+        for number in range(known):
+            begin = time.perf_counter()
+            keys.key_for(f"subject-{number % new}", "2026-12-05", "bench")
+            found.append(time.perf_counter() - begin)
+    return statistics.median(made), statistics.median(found)
+
+
+SEALED = {"sealed-before": True, "sealed": True, "sealed-no-dir-sync": False}  # mode -> its directory sync on
 
 
 def main() -> int:
@@ -155,7 +182,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--modes", default="", help="comma-separated (default: alone,waited,receipts, and with "
-                                                    "--keystore-before sealed-before,sealed)")
+                                                    "--keystore-before sealed-before,sealed,sealed-no-dir-sync)")
     parser.add_argument("--keystore-before", metavar="REV", default="",
                         help="seal the records with the key store of git revision REV and with this one")
     parser.add_argument("--subject-every", type=int, default=10, help="sealed modes: a new subject every N records")
@@ -165,21 +192,18 @@ def main() -> int:
     lists = token_lists(64, args.tokens)
     bodies = [body(index, lists[index % len(lists)]) for index in range(args.records)]
     modes = args.modes.split(",") if args.modes else \
-        ["alone", "waited", "receipts"] + (["sealed-before", "sealed"] if args.keystore_before else [])
-    stores = {"sealed": FileKeyStore, **({"sealed-before": keystore_at(args.keystore_before)}
-                                         if args.keystore_before else {})}
+        ["alone", "waited", "receipts", *(SEALED if args.keystore_before else ())]
+    before = keystore_at(args.keystore_before) if args.keystore_before else None
     rates: dict[str, list[float]] = {mode: [] for mode in modes}
     signing: list[float] = []
     groups: list[int] = []
-    key_for: dict[str, tuple[list[float], list[float]]] = {mode: ([], []) for mode in stores}
     for round_ in range(args.rounds):
         for mode in modes[round_ % len(modes):] + modes[:round_ % len(modes)]:
             with tempfile.TemporaryDirectory() as scratch:
-                if mode in stores:
-                    rate, made, known = run_sealed(Path(scratch), bodies, stores[mode], args.subject_every,
-                                                      args.sealers)
-                    key_for[mode][0].extend(made)
-                    key_for[mode][1].extend(known)
+                if mode in SEALED:
+                    store = before if mode == "sealed-before" and before is not None else FileKeyStore
+                    with directory_sync(SEALED[mode]):
+                        rate = run_sealed(Path(scratch), bodies, store, args.subject_every, args.sealers)
                 else:
                     rate, times, sizes = run(Path(scratch), bodies, mode)
                     signing += times
@@ -188,12 +212,16 @@ def main() -> int:
         print(f"round {round_ + 1}/{args.rounds}: " + ", ".join(f"{mode} {statistics.median(values):,.0f} records/s"
                                                               for mode, values in rates.items()),
               file=sys.stderr, flush=True)
-    report(args, rates, signing, groups, key_for)
+    report(args, rates, signing, groups)
+    if before is not None:
+        for name, store in (("before", before), ("this", FileKeyStore), ("before", before), ("this", FileKeyStore)):
+            made, found = key_for_costs(store)
+            print(f"key_for alone, {name} key store: a new key {made * 1e3:.2f} ms, a known one {found * 1e6:.1f} µs "
+                  "(medians)")
     return 0
 
 
-def report(args: argparse.Namespace, rates: dict[str, list[float]], signing: list[float], groups: list[int],
-           key_for: dict[str, tuple[list[float], list[float]]]) -> None:
+def report(args: argparse.Namespace, rates: dict[str, list[float]], signing: list[float], groups: list[int]) -> None:
     median = {mode: statistics.median(values) for mode, values in rates.items()}
     print(f"\n{args.records} records of {args.tokens} tokens, {args.rounds} rounds (medians)\n")
     print("| writer | records/s |\n|---|---:|")
@@ -204,15 +232,11 @@ def report(args: argparse.Namespace, rates: dict[str, list[float]], signing: lis
               f"{median['receipts'] / median['alone']:.3f}; one receipt (digests and its share of a group's "
               f"signature): median {statistics.median(signing) * 1e6:.1f} µs; receipts signed together: median "
               f"{statistics.median(groups):.0f}, mean {statistics.mean(groups):.1f}")
-    if {"sealed", "sealed-before"} <= median.keys():
-        print(f"\nsealed / sealed-before ({args.keystore_before}): {median['sealed'] / median['sealed-before']:.3f} "
-              f"(target >= 0.97), a new subject every {args.subject_every} records"
-              + (f"; sealed / waited: {median['sealed'] / median['waited']:.3f}" if "waited" in median else ""))
-    for mode, (made, known) in key_for.items():
-        if len(made) > 1 and known:
-            print(f"key_for, {mode}: a new key median {statistics.median(made) * 1e3:.2f} ms (p90 "
-                  f"{statistics.quantiles(made, n=10)[-1] * 1e3:.2f}), a known one median "
-                  f"{statistics.median(known) * 1e6:.1f} µs")
+    if "sealed-before" in median:
+        print(f"\na new subject every {args.subject_every} records, {args.sealers} threads sealing; against "
+              f"sealed-before ({args.keystore_before}): "
+              + ", ".join(f"{mode} {median[mode] / median['sealed-before']:.3f}" for mode in SEALED
+                          if mode in median and mode != "sealed-before") + " (target >= 0.97)")
 
 
 if __name__ == "__main__":
