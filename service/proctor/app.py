@@ -32,8 +32,10 @@ from proctor.api.contracts_servicer import ContractsServicer
 from proctor.api.security import bind, build_gate
 from proctor.api.servicer import GenerationServicer
 from proctor.api.telemetry import TelemetryInterceptor
-from proctor.audit.memory_erasure import MemoryErasure
-from proctor.audit.retention import RetentionPolicy, RetentionSweeper
+from proctor.audit.keystore import KeyStore
+from proctor.audit.memory_erasure import memory_erasure
+from proctor.audit.periodic import Periodic
+from proctor.audit.retention import RetentionPolicy, retention_sweeper
 from proctor.audit.setup import checkpoint_path, key_store, open_sink, privacy_policy
 from proctor.audit.sink import AuditSink
 from proctor.config import Settings
@@ -85,8 +87,8 @@ class RunningServer:
     _audit_ok: bool = field(default=True, init=False)  # the audit store takes records (last write or probe)
     _progress_ok: bool = field(default=True, init=False)  # the watchdog sees every part move (or is off)
     _watchdog: asyncio.Task[None] | None = field(default=None, init=False)
-    retention: RetentionSweeper | None = None  # --audit-retention-days: the keys past it destroyed hourly
-    memory_erasure: MemoryErasure | None = None  # --audit-encryption subject: erased prompts leave the prefix cache
+    keys: KeyStore | None = None  # --audit-encryption subject: an erased subject's prompts leave the prefix cache
+    jobs: list[Periodic] = field(default_factory=list)  # run off the loop while the server runs (audit/periodic.py)
 
     def __post_init__(self) -> None:
         if self.audit_sink is not None:
@@ -108,8 +110,9 @@ class RunningServer:
         self._ready = True
         await self._publish_health()
         self._start_watchdog(engine)
-        if self.memory_erasure is not None and engine.prefix_cache.enabled:
-            self.memory_erasure.start(engine.prefix_cache.forget)
+        if self.keys is not None and engine.prefix_cache.enabled:
+            self.jobs.append(memory_erasure(self.keys, engine.prefix_cache.forget))
+            self.jobs[-1].start()
         log.info("ready: serving %s on %s:%d", info["model_id"], self.settings.host, self.port)
 
     def _start_watchdog(self, engine: Engine) -> None:
@@ -160,10 +163,8 @@ class RunningServer:
         await self.health.enter_graceful_shutdown()
         if self._watchdog is not None:  # a closing sink and a draining engine are no wedge
             self._watchdog.cancel()
-        if self.retention is not None:
-            self.retention.stop()
-        if self.memory_erasure is not None:
-            self.memory_erasure.stop()
+        for job in self.jobs:
+            job.stop()
         if notice_s > 0:
             log.info("draining: health NOT_SERVING for %.1f s before the listener closes (calls still served)",
                      notice_s)
@@ -321,11 +322,10 @@ async def start_server(settings: Settings) -> RunningServer:
     observability.serve(settings)
     running = RunningServer(settings, server, port, health, servicer, asyncio.get_running_loop(), audit_sink=sink,
                             observability=observability, health_server=health_server, health_port=health_port,
-                            http=http, retention=RetentionSweeper(sink, keys, policy)
-                            if sink is not None and keys is not None and policy.on else None,
-                            memory_erasure=MemoryErasure(audit.keys) if audit.keys is not None else None)
-    if running.retention is not None:
-        running.retention.start()
+                            http=http, keys=audit.keys)
+    if sink is not None and keys is not None and policy.on:
+        running.jobs.append(retention_sweeper(sink, keys, policy))
+        running.jobs[-1].start()
     log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", settings.host, port)
     return running
 

@@ -16,7 +16,6 @@ import hashlib
 import http.client
 import logging
 import secrets
-import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from typing import Any
 
 import grpc
 import pytest
+from helpers.reliability import free_port
 from helpers.requirements import require_module
 
 from proctor.audit.store import AuditStore, Build, Row
@@ -45,12 +45,6 @@ def _sha(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _serve(tmp: Path) -> Any:
     from proctor.app import BackgroundServer
 
@@ -60,8 +54,8 @@ def _serve(tmp: Path) -> Any:
   - {{name: reader, token_sha256: {_sha(READER)}, roles: [audit:read]}}
   - {{name: small, token_sha256: {_sha(SMALL)}, roles: [generate], limits: {{max_request_bytes: {SMALL_LIMIT}}}}}
 """)
-    settings = Settings.load({"port": 0, "host": "127.0.0.1", "http_port": _free_port(), "warmup": False,
-                              "metrics_port": _free_port(), "callers_file": str(callers),
+    settings = Settings.load({"port": 0, "host": "127.0.0.1", "http_port": free_port(), "warmup": False,
+                              "metrics_port": free_port(), "callers_file": str(callers),
                               "audit_db": str(tmp / "audit.db")})
     return BackgroundServer(settings).start(timeout_s=300)
 

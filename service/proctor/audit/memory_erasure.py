@@ -10,12 +10,12 @@ in the server's memory but what calls still running hold.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection
 
 from proctor.audit.keystore import KeyStore
+from proctor.audit.periodic import Periodic
 
 log = logging.getLogger("proctor.audit")
 POLL_S = 2.0
@@ -31,28 +31,12 @@ def forget_erased(keys: KeyStore, forget: Forget, now: float | None = None) -> i
     return forget(live, (time.monotonic() if now is None else now) - GRACE_S)
 
 
-class MemoryErasure:
-    """The server's watcher (started by app.py when the prefix cache and subject encryption are both on)."""
+def memory_erasure(keys: KeyStore, forget: Forget) -> Periodic:
+    """The server's watcher (app.py starts it with the engine's prefix cache when subject encryption is on)."""
 
-    def __init__(self, keys: KeyStore) -> None:
-        self._keys = keys
-        self._task: asyncio.Task[None] | None = None
+    def poll() -> None:
+        dropped = forget_erased(keys, forget)
+        if dropped:
+            log.info("erasure: %d prefix-cache chunks of subjects with no live key dropped", dropped)
 
-    def start(self, forget: Forget) -> None:
-        """Poll from now on, dropping with ``forget`` (the engine's prefix cache, once the model is loaded)."""
-        self._forget = forget
-        self._task = asyncio.create_task(self._run(), name="proctor-memory-erasure")
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                dropped = await asyncio.to_thread(forget_erased, self._keys, self._forget)
-                if dropped:
-                    log.info("erasure: %d prefix-cache chunks of subjects with no live key dropped", dropped)
-            except Exception:  # the next poll tries again
-                log.exception("erasure: reading the key store failed")
-            await asyncio.sleep(POLL_S)
+    return Periodic("memory-erasure", POLL_S, poll)

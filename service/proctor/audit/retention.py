@@ -15,7 +15,6 @@ deploy/k8s/components/retention).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ import yaml
 from proctor.audit.erasure import Erased, described_by_records, destroy, recovered_note
 from proctor.audit.holds import DAY_MS, active_holds, day_of
 from proctor.audit.keystore import KeyEntry, KeyStore
+from proctor.audit.periodic import Periodic
 from proctor.audit.sink import AuditSink
 from proctor.audit.store import AuditStore
 
@@ -95,33 +95,19 @@ def sweep(store: AuditStore, keys: KeyStore, policy: RetentionPolicy, now_ms: in
     return replace(done, recovered=recovered)
 
 
-class RetentionSweeper:
+def retention_sweeper(sink: AuditSink, keys: KeyStore, policy: RetentionPolicy) -> Periodic:
     """The server's own sweep: one at start and every ``SWEEP_INTERVAL_S`` (``--audit-retention-days``), off the
-    event loop, its erasure record through the server's writer."""
+    event loop, its erasure record through the server's writer (a failed sweep is logged; the next tries again, and
+    the records stay readable meanwhile)."""
 
-    def __init__(self, sink: AuditSink, keys: KeyStore, policy: RetentionPolicy) -> None:
-        self._sink, self._keys, self._policy = sink, keys, policy
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="proctor-retention")
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                done = await asyncio.to_thread(sweep, self._sink.store, self._keys, self._policy,
-                                               int(time.time() * 1000), "proctor serve (retention)", self._append)
-                if done.key_ids or done.held or done.recovered.entries or done.recovered.unattributed:
-                    log.info("retention sweep: %d keys destroyed (%d records), %d kept by holds%s",
-                             len(done.key_ids), done.records, len(done.held), recovered_note(done.recovered))
-            except Exception:  # the next sweep tries again; the records stay readable meanwhile
-                log.exception("retention sweep failed")
-            await asyncio.sleep(SWEEP_INTERVAL_S)
-
-    def _append(self, body: dict[str, Any]) -> str:
-        self._sink.submit(body).result(timeout=60)
+    def append(body: dict[str, Any]) -> str:
+        sink.submit(body).result(timeout=60)
         return str(body["audit_id"])
+
+    def run() -> None:
+        done = sweep(sink.store, keys, policy, int(time.time() * 1000), "proctor serve (retention)", append)
+        if done.key_ids or done.held or done.recovered.entries or done.recovered.unattributed:
+            log.info("retention sweep: %d keys destroyed (%d records), %d kept by holds%s",
+                     len(done.key_ids), done.records, len(done.held), recovered_note(done.recovered))
+
+    return Periodic("retention sweep", SWEEP_INTERVAL_S, run)
