@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from helpers.reliability import free_port
 from test_receipts_real import store_settings
 
 from proctor_client import ProctorClient, ProctorError
@@ -72,13 +75,16 @@ def test_after_an_erasure_no_copy_of_the_subjects_content_is_left(kind: str, tmp
     from proctor.config import Settings
 
     settings = Settings.load({"port": 0, "host": "127.0.0.1", "warmup": False, **store_settings(kind, tmp_path),
-                              "audit_encryption": "subject", "audit_key_dir": str(tmp_path / "keys")}, environ={})
+                              "audit_encryption": "subject", "audit_key_dir": str(tmp_path / "keys"),
+                              "metrics_port": free_port()}, environ={})
     flags = ["--db", settings.audit_db] if kind == "sqlite" else ["--dsn", settings.audit_dsn]
     keyed = [*flags, "--key-dir", str(key_dir(settings))]
     server = BackgroundServer(settings).start()
     try:
         with ProctorClient(server.address, timeout_s=300) as client:
             ids = plant(client)
+            assert [cached(client, SUBJECT) for _ in range(2)][1] > 0  # the subject's long prompt, kept
+            assert [cached(client, "someone-else") for _ in range(2)][1] > 0
             other = client.generate(f"Note for {canary('other')}.", max_new_tokens=4, subject_id="someone-else")
             assert main(["audit", "replay", ids[0], "--addr", server.address]) == 0  # an auditor's replay
             capsys.readouterr()
@@ -97,6 +103,9 @@ def test_after_an_erasure_no_copy_of_the_subjects_content_is_left(kind: str, tmp
             assert main(erase) == 0
             said = capsys.readouterr().err
             assert "prefix cache" in said  # it says what becomes of the server's memory
+            dropped_chunks(server, at_least=1)  # the server's watcher read the key store...
+            assert cached(client, SUBJECT) == 0  # ...and the subject's prompt is no longer in its memory
+            assert cached(client, "someone-else") > 0
             after = exported(main, keyed, tmp_path / "after.jsonl")
             assert planted(after) == {"other"}  # the other subject's record still opens
             assert json.loads(client.audit_record(other.audit_id).record_json)["output"]["text"] == other.text
@@ -113,6 +122,26 @@ def test_after_an_erasure_no_copy_of_the_subjects_content_is_left(kind: str, tmp
     if kind == "sqlite":
         files = [p for p in Path(settings.audit_db).parent.iterdir() if p.name.startswith(Path(settings.audit_db).name)]
         assert not any(CANARY.encode() in p.read_bytes() for p in files)
+
+
+def cached(client: ProctorClient, subject: str) -> int:
+    """How many prompt tokens of the subject's long prompt came from the prefix cache."""
+    prompt = f"The file of {subject}: " + "the clause binds both parties. " * 60
+    return int(client.generate(prompt, max_new_tokens=1, subject_id=subject).usage.cached_prompt_tokens)
+
+
+def dropped_chunks(server: Any, at_least: int, timeout_s: float = 15.0) -> float:
+    """The server's count of prefix-cache chunks dropped for erasure, once it reaches ``at_least``."""
+    port = server.running.observability.metrics.port
+    end = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            found = re.search(r"^proctor:prefix_cache_erased_chunks_total (\S+)$", response.read().decode(), re.M)
+        value = float(found.group(1)) if found else 0.0
+        if value >= at_least or time.monotonic() > end:
+            assert value >= at_least, f"{value} chunks dropped after {timeout_s} s"
+            return value
+        time.sleep(0.2)
 
 
 def exported(main: Any, flags: list[str], out: Path) -> str:

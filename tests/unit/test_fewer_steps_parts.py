@@ -177,28 +177,31 @@ def test_an_erased_subjects_chunks_leave_the_cache_and_a_fresh_ones_wait_for_its
     import time
 
     from proctor.audit.keystore import FileKeyStore
-    from proctor.audit.memory_erasure import GRACE_S, forget_erased
+    from proctor.audit.memory_erasure import GRACE_S, MemoryErasure
 
     store = cache()
     keys = FileKeyStore(tmp_path / "keys")
     alice_key, _ = keys.key_for("alice", "2026-12-07", "svc")
     keys.key_for("bob", "2026-12-07", "svc")
-    old = time.monotonic() - GRACE_S - 1
-    for subject, first in (("alice", 1), ("bob", 100), ("carol", 200)):  # carol: no key yet (her first call runs)
+    now = time.monotonic()
+    # carol: her first call runs (no key yet); dave: a key made and destroyed before the server ever read it
+    for subject, first, stored_at in (("alice", 1, now), ("bob", 100, now), ("carol", 200, now),
+                                      ("dave", 300, now - GRACE_S - 1)):
         prompt = list(range(first, first + 9))
         chain = store.chain("svc", prompt)
         for index in range(2):
             tokens = tuple(prompt[index * CHUNK:(index + 1) * CHUNK])
-            stored_at = time.monotonic() if subject == "carol" else old
             store.store(chain[:index + 1], CachedChunk(tokens, chunk(list(tokens)).keys, chunk(list(tokens)).values,
                                                        subject, stored_at))
+    watcher = MemoryErasure(keys, store.forget)
     before = store.counts.bytes
-    assert forget_erased(keys, store.forget) == 0  # every subject with a chunk old enough has a live key
+    assert watcher.poll(now) == 2  # dave's, old enough; every other subject has a key or is too fresh to tell
     keys.destroy(alice_key)
-    assert forget_erased(keys, store.forget) == 2
+    assert watcher.poll(now) == 2  # alice lost her key since the last reading: at once, however fresh
     alice = list(range(1, 10))
     assert store.lookup(store.chain("svc", alice), alice) == []
     bob = list(range(100, 109))
     assert len(store.lookup(store.chain("svc", bob), bob)) == 2
-    assert store.counts.bytes == before - 2 * chunk([0] * CHUNK).nbytes and store.counts.forgotten_chunks == 2
-    assert forget_erased(keys, store.forget, now=time.monotonic() + GRACE_S + 1) == 2  # carol's, past the grace
+    assert store.counts.bytes == before - 4 * chunk([0] * CHUNK).nbytes and store.counts.forgotten_chunks == 4
+    assert watcher.poll(now) == 0
+    assert watcher.poll(now + GRACE_S + 1) == 2  # carol's, past the grace with still no key

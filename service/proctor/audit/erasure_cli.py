@@ -95,7 +95,7 @@ def _operator(args: argparse.Namespace) -> str:
 def _erase(args: argparse.Namespace) -> int:
     from proctor.audit.erasure import NothingToErase, erase, recovered_note
     from proctor.audit.holds import Held
-    from proctor.audit.memory_erasure import REACH_S
+    from proctor.audit.memory_erasure import GRACE_S, POLL_S
 
     try:
         with _log(args) as (store, keys, append):
@@ -107,7 +107,8 @@ def _erase(args: argparse.Namespace) -> int:
     print(f"erased subject {args.subject!r}: {len(done.key_ids)} keys destroyed, {done.records} records unreadable; "
           f"erasure record {done.audit_id}{recovered_note(done.recovered, args.subject)}", file=sys.stderr)
     print(f"a server sealing under this key store drops the subject's prompts from its prefix cache within "
-          f"{REACH_S:.0f} s (it watches the keys); calls still running keep theirs until they end", file=sys.stderr)
+          f"{POLL_S:.0f} s ({GRACE_S:.0f} s if it never saw the subject's key; it watches the keys); calls still "
+          "running keep theirs until they end", file=sys.stderr)
     return 0
 
 

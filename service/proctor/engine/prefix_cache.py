@@ -30,7 +30,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -119,14 +119,12 @@ class PrefixCache:
                 self.counts.bytes -= evicted.nbytes
                 self.counts.evicted_chunks += 1
 
-    def forget(self, live_subjects: Collection[str], stored_before: float) -> int:
-        """Drop every chunk whose subject is not in ``live_subjects`` (its keys destroyed: erased, or past
-        retention) that was stored before ``stored_before`` (``time.monotonic()``: a subject's first prompt is
-        cached before its first record makes its key); how many were dropped. A chain broken here only misses
-        from that chunk on; what is left of it leaves by the LRU."""
+    def forget(self, erased: Callable[[str, float], bool]) -> int:
+        """Drop every chunk for whose subject and time stored (``time.monotonic()``) ``erased`` is true: its
+        subject's keys were destroyed (audit/memory_erasure.py); how many were dropped. A chain broken here only
+        misses from that chunk on; what is left of it leaves by the LRU."""
         with self._lock:
-            gone = [key for key, chunk in self._chunks.items()
-                    if chunk.subject not in live_subjects and chunk.stored_at < stored_before]
+            gone = [key for key, chunk in self._chunks.items() if erased(chunk.subject, chunk.stored_at)]
             for key in gone:
                 self.counts.bytes -= self._chunks.pop(key).nbytes
             self.counts.forgotten_chunks += len(gone)
