@@ -15,7 +15,12 @@
    in turn (so compression sees what it would in a real log; building them is outside the timing).
    ``--skip-throughput`` runs only this part.
 
+With ``--audit-encryption subject`` the audited server seals every record (audit/sealing.py), each request naming a
+new subject, so each call makes its subject's key (audit/keystore.py: the file lock, the synced key, entry and
+index files) before its record is written.
+
     python bench/audit.py [--rounds 5] [--new-tokens 64] [--records 20000] [--tokens 100] [--skip-throughput]
+                          [--audit-encryption subject]
 """
 
 from __future__ import annotations
@@ -83,7 +88,8 @@ def throughput(args: argparse.Namespace, directory: Path) -> tuple[dict[str, lis
     from proctor_client import ProctorClient
 
     base = {"port": 0, "warmup": True}
-    audited = BackgroundServer(Settings.load({**base, "audit_db": str(directory / "audit.db")})).start()
+    sealed = {"audit_encryption": "subject"} if args.audit_encryption == "subject" else {}
+    audited = BackgroundServer(Settings.load({**base, "audit_db": str(directory / "audit.db"), **sealed})).start()
     plain = BackgroundServer(Settings.load({**base, "audit": False})).start()
     rates: dict[str, list[float]] = {"audit on": [], "audit off": []}
     try:
@@ -94,7 +100,8 @@ def throughput(args: argparse.Namespace, directory: Path) -> tuple[dict[str, lis
                     for mode, client in order if (round_ + number) % 2 == 0 else order[::-1]:
                         begin = time.perf_counter()
                         response = client.generate(prompt, max_new_tokens=args.new_tokens,
-                                                   min_new_tokens=args.new_tokens, temperature=0)
+                                                   min_new_tokens=args.new_tokens, temperature=0,
+                                                   subject_id=f"subject-{round_}-{number}" if sealed else "")
                         rates[mode].append(response.usage.completion_tokens / (time.perf_counter() - begin))
                 print(f"round {round_ + 1}/{args.rounds}: " + ", ".join(
                     f"{m} {statistics.median(r):.1f} tok/s" for m, r in rates.items()), file=sys.stderr, flush=True)
@@ -114,6 +121,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=20000)
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--skip-throughput", action="store_true", help="only the writer and verify speed")
+    parser.add_argument("--audit-encryption", choices=["off", "subject"], default="off",
+                        help="subject: the audited server seals each record under its subject's key of the day, every "
+                             "request a new subject (a new key: the key store's file lock and synced files)")
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="proctor-audit-bench-"))
     if not args.skip_throughput:
@@ -121,11 +131,12 @@ def main() -> None:
         on_rate, off_rate = statistics.median(rates["audit on"]), statistics.median(rates["audit off"])
         print(f"\nAudit trail, greedy, {args.new_tokens} new tokens, {len(PROMPTS)} prompts x {args.rounds} rounds, "
               f"through gRPC (`python bench/audit.py --rounds {args.rounds} --new-tokens {args.new_tokens} "
-              f"--records {args.records} --tokens {args.tokens}`):\n")
+              f"--records {args.records} --tokens {args.tokens} --audit-encryption {args.audit_encryption}`):\n")
         print("| audit | tokens/s (median) | vs off |")
         print("|---|---|---|")
         print(f"| off | {off_rate:.1f} | 1.00x |")
-        print(f"| on: every token, top-5 alternatives, compliance mode, SQLite FULL | {on_rate:.1f} | "
+        sealing = ", sealed, a new subject (key) each call" if args.audit_encryption == "subject" else ""
+        print(f"| on: every token, top-5 alternatives, compliance mode, SQLite FULL{sealing} | {on_rate:.1f} | "
               f"{on_rate / off_rate:.2f}x |")
         print(f"\nVerify: {real.records} real records in {real.seconds * 1000:.0f} ms "
               f"({real.records / real.seconds:,.0f} records/s).")
