@@ -105,3 +105,32 @@ def test_a_sweep_finds_a_lost_key_and_a_hold_on_its_caller_still_keeps_it(log: L
     release(log.store, hold_id, "closed", "counsel", log.append)
     done = sweep(log.store, log.keys, RetentionPolicy(7), NOW_MS, "test", log.append)
     assert done.key_ids == (key_id,) and done.recovered.entries == () and not log.readable(held)
+
+
+def test_the_erase_and_sweep_commands_report_the_orphans_they_found(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from proctor.audit.chain import load_or_create_signing_key
+    from proctor.audit.sqlite_store import SQLiteAuditStore
+    from proctor.cli import main
+
+    db = tmp_path / "audit.db"
+    sink = AuditSink(SQLiteAuditStore(db), load_or_create_signing_key(tmp_path / "audit.db.key"), checkpoint_file=None)
+    log = Log(sink.store, sink, FileKeyStore(tmp_path / "audit.db.keys"))
+    days_ago = int((time.time() * 1000 - NOW_MS) / DAY_MS)  # by the real clock: 40 days ago, and today
+    carol, dave = log.record(1, "carol", "svc", 40 - days_ago), log.record(2, "dave", "svc", -days_ago)
+    for entry in log.keys.entries():
+        lose(log.keys, entry.key_id)
+    sink.close()
+    flags = ["--db", str(db), "--operator", "dpo"]
+    assert main(["audit", "sweep", "--retention-days", "30", *flags]) == 0
+    assert "1 keys destroyed (1 records), 0 kept by holds; erasure record erasure-" in (err := capsys.readouterr().err)
+    assert "2 orphaned keys (missing from the key index) found and put back" in err
+    assert main(["audit", "erase", "--subject", "dave", "--reason", "GDPR", *flags]) == 0
+    assert "erased subject 'dave': 1 keys destroyed, 1 records unreadable" in (err := capsys.readouterr().err)
+    assert "orphaned" not in err  # put back by the sweep
+    keys = FileKeyStore(tmp_path / "audit.db.keys")
+    assert keys.entries() == [] and not list(keys.directory.glob("*.key"))
+    assert not Log(SQLiteAuditStore(db, readonly=True), sink, keys).readable(carol)
+    assert not Log(SQLiteAuditStore(db, readonly=True), sink, keys).readable(dave)
