@@ -33,11 +33,12 @@ take the lock (a server older than this, during an upgrade) can still drop keys 
 their entry files, so an erasure by subject finds that subject's lost keys and a sweep's holds still see their
 callers. A separate file rather than a header in the key file: the key's 32 bytes are written once and never
 rewritten (a new caller rewrites the entry, not the key, leaving no stale copy of the key on disk), and key files
-keep the format every earlier version reads. An entry file is renamed into place but not synced (a third fsync
-for each new key, and the index holds the same): a crash may leave one empty, and its key is then treated as one
-an older version made, which has no entry file. Found outside the index, such a key is described by the records
-it sealed (``describe``: audit/erasure.py opens one with the key for its subject), or left in place and reported
-when it sealed none (asked once a process: ``describe`` reads the log).
+keep the format every earlier version reads. An entry file is renamed into place but not synced (it would be a
+new key's fourth fsync, beside the key's, the index's and the directory's, for what the index holds too): a crash
+may leave one empty, and its key is then treated as one an older version made, which has no entry file. Found
+outside the index, such a key is described by the records it sealed (``describe``: audit/erasure.py opens one
+with the key for its subject), or left in place and reported when it sealed none (asked once a process:
+``describe`` reads the log).
 
 One machine's file store serves the servers on that machine; replicas sharing a PostgreSQL log share a KMS. The
 index is rewritten whole when a key is made (once a subject a day): fine for thousands of keys; a log of many more
