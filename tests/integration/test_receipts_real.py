@@ -27,7 +27,8 @@ def store_settings(kind: str, tmp_path: Path) -> dict[str, object]:
         missing("PostgreSQL is not running (make test starts it; PROCTOR_TEST_POSTGRES_DSN)")
     _, dsn = audit_schema(owner)
     return {"audit_dsn": dsn, "audit_signing_key": str(tmp_path / "log.key"),
-            "audit_checkpoint_file": str(tmp_path / "log.checkpoints")}
+            "audit_checkpoint_file": str(tmp_path / "log.checkpoints"),
+            "audit_key_dir": str(tmp_path / "keys")}  # not the default beside the working directory: one per test
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])

@@ -78,8 +78,7 @@ class Recovered:
     unattributed: tuple[str, ...] = ()  # key ids: no entry file, and ``describe`` knew none (they sealed nothing)
 
 
-# key ids without an entry -> the entries of those the records they sealed describe
-Describe = Callable[[Sequence[str]], dict[str, KeyEntry]]
+Describe = Callable[[Sequence[str]], dict[str, KeyEntry]]  # key ids without an entry -> what their records say
 
 
 class KeyStore(Protocol):
