@@ -91,9 +91,10 @@ def scrub_input_quotes(body: dict[str, Any], digest: Digest) -> None:
     for phrase in body.get("must_include") or ():
         phrase["phrase"] = hmac_text(digest, phrase["phrase"])
     contract = body.get("contract")
-    if contract:
-        contract["required_clauses"] = [{**c, "title": hmac_text(digest, c["title"]) if c.get("title") else ""}
-                                        for c in contract.get("required_clauses") or ()]
+    if contract:  # a copy: the section may be the call's own dict
+        body["contract"] = {**contract, "required_clauses": [
+            {**c, "title": hmac_text(digest, c["title"]) if c.get("title") else ""}
+            for c in contract.get("required_clauses") or ()]}
 
 
 def scrub_constraint(constraint: dict[str, Any], digest: Digest) -> dict[str, Any]:
