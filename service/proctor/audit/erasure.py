@@ -28,6 +28,7 @@ from proctor.audit.canonical import canonical
 from proctor.audit.holds import Held, active_holds, day_of
 from proctor.audit.keystore import Describe, KeyEntry, KeyStore, Recovered
 from proctor.audit.kinds import ERASURE
+from proctor.audit.records import recorded_subject
 from proctor.audit.sealing import SealError, open_body, sealed_key_id
 from proctor.audit.store import AuditStore, Filters, Row
 
@@ -113,7 +114,7 @@ def destroy(store: AuditStore, keys: KeyStore, entries: list[KeyEntry], about: d
 
 def described_by_records(store: AuditStore, keys: KeyStore) -> Describe:
     """``KeyStore.recover``'s ``describe``: a key's subject, day and callers from the records it sealed (the
-    subject as api/audit_trail.py seals: the request's ``subject_id``, else the caller), one opened with the key
+    subject as the record names it: records.recorded_subject), one opened with the key
     itself; a key that sealed no record, or none that opens, is not described."""
 
     def describe(key_ids: Sequence[str]) -> dict[str, KeyEntry]:
@@ -135,10 +136,8 @@ def described_by_records(store: AuditStore, keys: KeyStore) -> Describe:
                 continue
             if opened.get("erased"):
                 continue
-            caller = str((opened.get("caller") or {}).get("identity", ""))
-            subject = str((opened.get("request") or {}).get("subject_id") or caller)
             day = day_of(int(opened.get("received_ms") or time_ms))
-            described[key_id] = KeyEntry(key_id, subject, day, tuple(sorted(callers[key_id])))
+            described[key_id] = KeyEntry(key_id, recorded_subject(opened), day, tuple(sorted(callers[key_id])))
         return described
 
     return describe
