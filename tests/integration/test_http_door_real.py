@@ -35,8 +35,10 @@ openai = require_module("openai", "the official openai client (pip install -e '.
 httpx = require_module("httpx", "httpx (pip install -e '.[dev]')")
 
 pytestmark = pytest.mark.real_model
-WRITER, READER, SMALL = (f"door-{name}-{secrets.token_hex(6)}" for name in ("writer", "reader", "small"))
+WRITER, READER, SMALL, CAPPED = (f"door-{name}-{secrets.token_hex(6)}"
+                                 for name in ("writer", "reader", "small", "capped"))
 SMALL_LIMIT = 2048
+TOKEN_CAP = 32
 AT_ONCE_S = 5.0  # an answer from the headers alone: far less than a body's wait (the client sends none)
 SECRET = f"host=audit-db.internal user=proctor_owner password={secrets.token_hex(6)} INSERT INTO audit_log"
 
@@ -53,6 +55,7 @@ def _serve(tmp: Path) -> Any:
   - {{name: writer, token_sha256: {_sha(WRITER)}, roles: [generate]}}
   - {{name: reader, token_sha256: {_sha(READER)}, roles: [audit:read]}}
   - {{name: small, token_sha256: {_sha(SMALL)}, roles: [generate], limits: {{max_request_bytes: {SMALL_LIMIT}}}}}
+  - {{name: capped, token_sha256: {_sha(CAPPED)}, roles: [generate], limits: {{max_new_tokens: {TOKEN_CAP}}}}}
 """)
     settings = Settings.load({"port": 0, "host": "127.0.0.1", "http_port": free_port(), "warmup": False,
                               "metrics_port": free_port(), "callers_file": str(callers),
@@ -146,6 +149,26 @@ def test_an_admitted_callers_body_is_read_against_its_own_limit(door: Any) -> No
         writer.generate("x" * SMALL_LIMIT, max_new_tokens=2)
     assert grpc_too_big.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED and "max_request_bytes" in \
         grpc_too_big.value.message
+
+
+def test_a_minimum_above_the_callers_token_cap_is_refused_on_both_doors(door: Any) -> None:
+    """Issue 55's defect: the minimum was checked against the server's default (256), the caller's cap (32) then
+    lowered the maximum, and the call was served 32 tokens, finish LENGTH. One output budget refuses it, naming
+    the field, on both doors; a minimum within the cap is served at least that many tokens."""
+    with ProctorClient(door.address, timeout_s=120, retries=0, token=CAPPED) as client:
+        with pytest.raises(ProctorError) as refused:
+            client.generate("Count to one hundred:", min_new_tokens=TOKEN_CAP + 8)
+        assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT
+        assert [field for field, _ in refused.value.field_violations] == ["stopping.min_new_tokens"]
+        assert f"({TOKEN_CAP} (the caller 'capped'" in refused.value.field_violations[0][1]
+        served = client.generate("Say hi.", min_new_tokens=TOKEN_CAP - 2, temperature=0)
+        assert TOKEN_CAP - 2 <= served.usage.completion_tokens <= TOKEN_CAP
+    http = openai.OpenAI(base_url=f"{_base(door)}/v1", api_key=CAPPED, max_retries=0, timeout=120)
+    model = http.models.list().data[0].id
+    with pytest.raises(openai.BadRequestError) as bad:
+        http.chat.completions.create(model=model, messages=[{"role": "user", "content": "Count to one hundred:"}],
+                                     extra_body={"min_new_tokens": TOKEN_CAP + 8})
+    assert bad.value.body["param"] == "min_new_tokens" and "the caller 'capped'" in bad.value.body["message"]
 
 
 class FailingStore:

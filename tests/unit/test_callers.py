@@ -11,13 +11,14 @@ import grpc
 import pytest
 
 from proctor.api import callers as callers_module
-from proctor.api.caller_limits import CallerLimiter, capped_request
+from proctor.api.caller_limits import CallerLimiter, output_limits
 from proctor.api.callers import Caller, CallerBook, CallerLimits, CallersFileError, load_callers, role_for
 from proctor.api.gate import Refused, identify
 from proctor.api.security import exposure_problem
 from proctor.api.tls import peer_certificate
 from proctor.config import Settings
 from proctor.domain import GenerationRequest, RequestValidationError, StoppingParams
+from proctor.domain.output_budget import budgeted
 from tests.helpers.certs import CertificateAuthority
 
 
@@ -168,11 +169,12 @@ def test_concurrent_streams_are_counted_per_caller() -> None:
 
 def test_the_token_cap_lowers_the_default_and_refuses_more() -> None:
     caller = Caller("w", frozenset({"generate"}), limits=CallerLimits(max_new_tokens=64))
+    limits = output_limits(Settings(default_max_new_tokens=256), caller)
     unset = GenerationRequest(request_id="r", prompt="hi")
-    assert capped_request(unset, caller, 256).stopping.max_new_tokens == 64
+    assert budgeted(unset, limits).stopping.max_new_tokens == 64
     asked = GenerationRequest(request_id="r", prompt="hi", stopping=StoppingParams(max_new_tokens=65))
     with pytest.raises(RequestValidationError, match=r"stopping\.max_new_tokens.*at most 64"):
-        capped_request(asked, caller, 256)
+        budgeted(asked, limits)
 
 
 def test_an_exposed_server_needs_tls_and_callers_unless_insecure() -> None:

@@ -8,6 +8,7 @@ from proctor.api.check_request import check_request
 from proctor.audit.records import request_from_dict, request_to_dict
 from proctor.config import Settings
 from proctor.domain import RequestValidationError
+from proctor.domain.output_budget import OutputLimits
 from proctor.engine.preprocess import prepare_request
 from proctor_client import build_request
 
@@ -19,8 +20,7 @@ TURNS = [("user", f"Question {n}: " + "words " * 30) if n % 2 == 0 else ("assist
 def prepare(tokenizer, context: int, max_new: int, **kwargs):  # type: ignore[no-untyped-def]
     message = build_request(max_new_tokens=max_new, **kwargs)
     request = check_request(message, Settings(), time_remaining_s=None)
-    return prepare_request(tokenizer, request, context_length=context, default_max_new_tokens=64,
-                           max_new_tokens_limit=4096)
+    return prepare_request(tokenizer, request, context_length=context, limits=OutputLimits(64, 4096))
 
 
 def chat() -> list[dict[str, str]]:
@@ -31,7 +31,8 @@ def test_refuse_keeps_todays_rule(tokenizer) -> None:  # type: ignore[no-untyped
     whole = prepare(tokenizer, 100_000, 16, messages=chat())
     n = len(whole.prompt_ids)
     capped = prepare(tokenizer, n + 10, 64, messages=chat())
-    assert capped.prompt_ids == whole.prompt_ids and capped.max_new_tokens == 10 and capped.truncation is None
+    assert capped.prompt_ids == whole.prompt_ids and capped.truncation is None
+    assert capped.output_budget.max_new_tokens == 10
     with pytest.raises(RequestValidationError) as error:
         prepare(tokenizer, n, 64, messages=chat())
     assert error.value.violations[0].field == "messages"
@@ -43,7 +44,8 @@ def test_drop_oldest_turns_keeps_the_system_and_last_message_and_drops_as_few_as
     prepared = prepare(tokenizer, context, 150, messages=chat(), context_overflow="drop_oldest_turns")
     truncation = prepared.truncation
     assert truncation is not None and truncation.policy == "drop_oldest_turns"
-    assert len(prepared.prompt_ids) + 150 <= context and prepared.max_new_tokens == 150  # the output keeps its budget
+    assert len(prepared.prompt_ids) + 150 <= context
+    assert prepared.output_budget.max_new_tokens == 150  # the output keeps its budget
     assert SYSTEM in prepared.rendered_prompt and "Last question" in prepared.rendered_prompt
     assert "Question 0:" not in prepared.rendered_prompt
     dropped = truncation.dropped_messages
@@ -68,7 +70,7 @@ def test_keep_start_and_end_cuts_the_middle(tokenizer) -> None:  # type: ignore[
     whole = prepare(tokenizer, 100_000, 16, prompt=prompt)
     prepared = prepare(tokenizer, 200, 50, prompt=prompt, context_overflow="keep_start_and_end")
     ids = list(prepared.prompt_ids)
-    assert len(ids) == 150 and prepared.max_new_tokens == 50
+    assert len(ids) == 150 and prepared.output_budget.max_new_tokens == 50
     assert ids[:75] == list(whole.prompt_ids[:75]) and ids[75:] == list(whole.prompt_ids[-75:])
     assert prepared.rendered_prompt.startswith("BEGIN") and prepared.rendered_prompt.endswith("END")
     assert prepared.truncation is not None and prepared.truncation.dropped_tokens == len(whole.prompt_ids) - 150

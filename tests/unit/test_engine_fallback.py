@@ -104,12 +104,13 @@ def test_a_cancel_between_two_attempts_starts_no_other() -> None:
     """FallbackAttempts alone: the engine's start is a recorder here, events are handed in directly."""
     from proctor.domain import FinishReason, SchemaCheck, TokenEvent
     from proctor.domain.events import Usage
+    from proctor.domain.output_budget import OutputBudget
     from proctor.engine.attempts import FallbackAttempts
     from proctor.engine.preprocess import PreparedRequest
 
     launches, released, done = [], [], []
     request = GenerationRequest("r", prompt="x", sampling=SamplingParams(seed=3))
-    prepared = PreparedRequest(request=request, prompt_ids=(1,), max_new_tokens=4, length_detail="")
+    prepared = PreparedRequest(request=request, prompt_ids=(1,), output_budget=OutputBudget(4))
     attempts = FallbackAttempts(prepared, 3, released.append, budget=3, retry_temperature=0.7,
                                 start=lambda p, seed, sink, created: launches.append((p, seed, sink)),
                                 on_done=lambda: done.append(True))

@@ -11,10 +11,12 @@ from proctor.api.check_request import check_request
 from proctor.config import Settings
 from proctor.domain import RequestValidationError
 from proctor.domain.errors import MAX_VIOLATIONS
+from proctor.domain.output_budget import OutputLimits
 from proctor.engine.preprocess import prepare_request
 from proctor_client.v1 import generation_pb2 as pb
 
 SETTINGS = Settings.load({}, environ={})
+LIMITS_16 = OutputLimits(16, SETTINGS.max_new_tokens_limit)
 
 
 def convert(message: pb.GenerateRequest, settings: Settings = SETTINGS, remaining: float | None = None):  # type: ignore[no-untyped-def]
@@ -133,7 +135,8 @@ def test_temperature_presence_decides_greedy() -> None:
 def test_unset_fields_take_neutral_defaults_and_set_ones_are_kept() -> None:
     plain = convert(req())
     assert (plain.sampling.top_k, plain.sampling.top_p, plain.sampling.min_p) == (0, 1.0, 0.0)
-    assert plain.sampling.seed is None and plain.stopping.max_new_tokens is None
+    assert plain.sampling.seed is None
+    assert plain.stopping.max_new_tokens == SETTINGS.default_max_new_tokens  # resolved once, at the door
     assert not plain.sampling.has_penalties
     seeded = convert(req(sampling=pb.SamplingParams(seed=0, top_k=3),
                          stopping=pb.StoppingParams(max_new_tokens=7, stop=["\n\n"], stop_token_ids=[2],
@@ -169,8 +172,7 @@ def test_deadline_from_time_remaining() -> None:
 
 def prepare(tokenizer, message: pb.GenerateRequest, context_length: int):  # type: ignore[no-untyped-def]
     return prepare_request(tokenizer, convert(message), context_length=context_length,
-                           default_max_new_tokens=SETTINGS.default_max_new_tokens,
-                           max_new_tokens_limit=SETTINGS.max_new_tokens_limit)
+                           limits=OutputLimits(SETTINGS.default_max_new_tokens, SETTINGS.max_new_tokens_limit))
 
 
 def test_prompt_longer_than_the_context_is_a_prompt_violation(tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -181,7 +183,7 @@ def test_prompt_longer_than_the_context_is_a_prompt_violation(tokenizer) -> None
     assert [v.field for v in info.value.violations] == ["prompt"]
     assert str(n) in info.value.violations[0].description
     prepared = prepare(tokenizer, req(prompt=prompt), context_length=n + 1)
-    assert prepared.max_new_tokens == 1
+    assert prepared.output_budget.max_new_tokens == 1
 
 
 def test_chat_input_too_long_names_messages(tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -196,12 +198,12 @@ def test_max_new_tokens_is_capped_by_the_context(tokenizer) -> None:  # type: ig
     n = len(tokenizer(prompt)["input_ids"])
     prepared = prepare(tokenizer, req(prompt=prompt, stopping=pb.StoppingParams(max_new_tokens=100)),
                        context_length=n + 10)
-    assert prepared.max_new_tokens == 10
-    assert "capped" in prepared.length_detail and str(n + 10) in prepared.length_detail
+    assert prepared.output_budget.max_new_tokens == 10
+    assert "capped" in prepared.output_budget.detail and str(n + 10) in prepared.output_budget.detail
     roomy = prepare(tokenizer, req(prompt=prompt, stopping=pb.StoppingParams(max_new_tokens=5)), context_length=512)
-    assert (roomy.max_new_tokens, roomy.length_detail) == (5, "")
+    assert (roomy.output_budget.max_new_tokens, roomy.output_budget.detail) == (5, "")
     default = prepare(tokenizer, req(prompt=prompt), context_length=100_000)
-    assert default.max_new_tokens == SETTINGS.default_max_new_tokens
+    assert default.output_budget.max_new_tokens == SETTINGS.default_max_new_tokens
 
 
 def test_chat_messages_use_the_template_without_extra_special_tokens(tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -269,14 +271,12 @@ def test_a_prompt_far_over_the_context_is_refused_before_it_is_tokenized(tokeniz
     huge = "x" * (context * longest_token_bytes(tokenizer) + 10)
     request = convert(req(prompt=huge), SETTINGS.replace(max_prompt_chars=len(huge) + 1))
     with pytest.raises(RequestValidationError, match="at least") as caught:
-        prepare_request(tokenizer, request, context_length=context, default_max_new_tokens=16,
-                        max_new_tokens_limit=64)
+        prepare_request(tokenizer, request, context_length=context, limits=LIMITS_16)
     assert caught.value.violations[0].field == "prompt"
     # Just under the bound it is tokenized and judged by its real length.
     near = "x " * (context * 2)
     with pytest.raises(RequestValidationError, match="tokens; the model's context is 512"):
-        prepare_request(tokenizer, convert(req(prompt=near)), context_length=context, default_max_new_tokens=16,
-                        max_new_tokens_limit=64)
+        prepare_request(tokenizer, convert(req(prompt=near)), context_length=context, limits=LIMITS_16)
 
 
 @pytest.mark.parametrize(("message", "field"), [

@@ -22,7 +22,7 @@ from typing import Generic, Protocol, TypeVar
 import grpc
 
 from proctor.api.audit_trail import AuditStoreUnavailable, AuditTrail, AuditWriteFailed
-from proctor.api.caller_limits import capped_request
+from proctor.api.caller_limits import output_limits
 from proctor.api.errors import abort_code, abort_with
 from proctor.api.gate import current_identity
 from proctor.api.loop_relay import LoopRelay
@@ -47,6 +47,7 @@ from proctor.domain import (
     TokenEvent,
 )
 from proctor.domain.events import Usage
+from proctor.domain.output_budget import budgeted
 from proctor.observability.calls import PREPARE, stage
 
 # The caller went away: a cancel (client, deadline) or the closing of a stream at a yield. Recorded, never answered.
@@ -145,8 +146,8 @@ class CallRunner(Generic[P]):
         """``run_call`` for a call whose record was begun already."""
         try:
             identity = current_identity()
-            if built_here and identity is not None:
-                request = capped_request(request, identity.caller, self.settings.default_max_new_tokens)
+            if built_here:
+                request = budgeted(request, output_limits(self.settings, identity.caller if identity else None))
             request = self.admit(request, call)
             events = await self.collect(request, call)
             self.final_status(events[-1], call)

@@ -6,13 +6,13 @@ bucket holds a whole token again, or a short fixed pause for a full set of strea
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
 
 from proctor.api.callers import Caller
-from proctor.domain import GenerationRequest, RequestValidationError
+from proctor.config import Settings
+from proctor.domain.output_budget import OutputLimits
 
 STREAM_RETRY_MS = 250
 
@@ -76,16 +76,9 @@ def request_bytes_limit(caller: Caller | None, server_limit: int | None) -> int 
     return min(own, server_limit)
 
 
-def capped_request(request: GenerationRequest, caller: Caller, server_default: int) -> GenerationRequest:
-    """Apply the caller's ``max_new_tokens`` cap: an unset value takes the lower default, a higher one is refused."""
-    cap = caller.limits.max_new_tokens
-    if cap is None:
-        return request
-    if request.stopping.max_new_tokens is None:
-        return dataclasses.replace(request, stopping=dataclasses.replace(
-            request.stopping, max_new_tokens=min(cap, server_default)))
-    asked = request.stopping.max_new_tokens
-    if asked > cap:
-        raise RequestValidationError.single(
-            "stopping.max_new_tokens", f"caller {caller.name!r} may ask for at most {cap} new tokens, got {asked}")
-    return request
+def output_limits(settings: Settings, caller: Caller | None) -> OutputLimits:
+    """What bounds a request's output on this server for ``caller`` (None: open mode, no cap of its own); the
+    request's budget is resolved from it once (domain/output_budget.py)."""
+    return OutputLimits(settings.default_max_new_tokens, settings.max_new_tokens_limit,
+                        caller.limits.max_new_tokens if caller is not None else None,
+                        caller.name if caller is not None else "")

@@ -1,11 +1,12 @@
 """check_request: the one place a ``GenerateRequest`` is checked, before any work is done on it.
 
-Three passes, each collecting every violation it finds:
+Two passes, each collecting every violation it finds:
 1. the message itself (``size_limits.message_violations``): sizes, enum numbers, an unset grammar syntax, all
    O(1) in the fields' sizes, so a hostile field costs microseconds and nothing is converted yet;
 2. the converted request (``validation.validate``): ranges, combinations, beam search, token ids against the
    model's vocabulary;
-3. the caller's own cap on ``max_new_tokens`` (``caller_limits.capped_request``).
+   and the output budget (domain/output_budget.py) under the caller's own cap on ``max_new_tokens``;
+then the resolved ``max_new_tokens`` is written into the request (``budgeted``).
 
 Later stages trust the result: the engine does not check these again. What only a later stage can know (the
 prompt's length in tokens, whether a schema compiles, whether this model runs beam search) is refused there.
@@ -14,13 +15,14 @@ Every limit is read from the server's ``Settings`` instance.
 
 from __future__ import annotations
 
-from proctor.api.caller_limits import capped_request
+from proctor.api.caller_limits import output_limits
 from proctor.api.callers import Caller
 from proctor.api.convert import request_from_proto
 from proctor.api.size_limits import message_violations
 from proctor.api.validation import validate
 from proctor.config import Settings
 from proctor.domain import GenerationRequest, RequestValidationError
+from proctor.domain.output_budget import budgeted
 from proctor_client.v1 import generation_pb2 as pb
 
 
@@ -34,12 +36,8 @@ def check_request(message: pb.GenerateRequest, settings: Settings, *, time_remai
     if bad:
         raise RequestValidationError(bad)
     request = request_from_proto(message, settings, time_remaining_s)
-    bad = validate(request, settings, vocab_size)
-    if caller is not None:
-        try:
-            request = capped_request(request, caller, settings.default_max_new_tokens)
-        except RequestValidationError as exc:
-            bad += exc.violations
+    limits = output_limits(settings, caller)
+    bad = validate(request, settings, vocab_size, limits)
     if bad:
         raise RequestValidationError(bad)
-    return request
+    return budgeted(request, limits)

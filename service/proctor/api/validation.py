@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import math
 
+from proctor.api.caller_limits import output_limits
 from proctor.config import Settings
-from proctor.domain import FieldViolation
+from proctor.domain import FieldViolation, RequestValidationError
+from proctor.domain.output_budget import OutputLimits, output_budget
 from proctor.domain.request import CHAT_ROLES, MAX_SUBJECT_CHARS, GenerationRequest, valid_subject
 
 MAX_TOP_LOGPROBS = 20
@@ -33,9 +35,12 @@ class Violations(list[FieldViolation]):
         self.append(FieldViolation(field, description))
 
 
-def validate(request: GenerationRequest, settings: Settings, vocab_size: int | None = None) -> list[FieldViolation]:
-    """Every violation of ``request`` (``vocab_size``: the model's, for the token-id checks; None skips them)."""
+def validate(request: GenerationRequest, settings: Settings, vocab_size: int | None = None,
+             limits: OutputLimits | None = None) -> list[FieldViolation]:
+    """Every violation of ``request`` (``vocab_size``: the model's, for the token-id checks; None skips them;
+    ``limits``: the output's, the caller's cap among them; None: the server's alone)."""
     bad = Violations()
+    most = _validate_budget(request, limits or output_limits(settings, None), bad)
     _validate_input(request, settings, bad)
     s = request.sampling
     if s.temperature is not None and (not _finite(s.temperature) or s.temperature < 0):
@@ -54,7 +59,7 @@ def validate(request: GenerationRequest, settings: Settings, vocab_size: int | N
             bad(f"sampling.{name}", f"must be in [-2, 2], got {value}")
     if s.no_repeat_ngram_size < 0:
         bad("sampling.no_repeat_ngram_size", f"must be >= 0, got {s.no_repeat_ngram_size}")
-    _validate_controls(request, settings, bad)
+    _validate_controls(request, most, bad)
     _validate_stopping(request, settings, bad)
     _validate_masks(request, settings, bad)
     if not 0 <= request.top_logprobs <= MAX_TOP_LOGPROBS:
@@ -126,16 +131,18 @@ def _tool_list(text: str) -> bool:
         and isinstance(t["function"].get("name"), str) for t in tools)
 
 
+def _validate_budget(request: GenerationRequest, limits: OutputLimits, bad: Violations) -> int:
+    """The output budget's violations (domain/output_budget.py); the most new tokens the request may have."""
+    try:
+        return output_budget(request.stopping, limits).max_new_tokens
+    except RequestValidationError as exc:
+        bad.extend(exc.violations)
+        asked = request.stopping.max_new_tokens
+        return asked if asked is not None else limits.server_default
+
+
 def _validate_stopping(request: GenerationRequest, settings: Settings, bad: Violations) -> None:
     st = request.stopping
-    if st.max_new_tokens is not None and not 1 <= st.max_new_tokens <= settings.max_new_tokens_limit:
-        bad("stopping.max_new_tokens",
-            f"must be between 1 and the server cap {settings.max_new_tokens_limit}, got {st.max_new_tokens}")
-    if st.min_new_tokens < 0:
-        bad("stopping.min_new_tokens", f"must be >= 0, got {st.min_new_tokens}")
-    limit = request.stopping.asked_max_new_tokens(settings.default_max_new_tokens)
-    if st.min_new_tokens > limit:
-        bad("stopping.min_new_tokens", f"{st.min_new_tokens} exceeds max_new_tokens ({limit})")
     for index, stop in enumerate(st.stop):
         if not stop:
             bad(f"stopping.stop[{index}]", "stop strings must not be empty")
@@ -152,8 +159,9 @@ def _validate_stopping(request: GenerationRequest, settings: Settings, bad: Viol
             bad("stopping.repetition.repeats", f"must be between 2 and {MAX_REPETITION}, got {st.repetition.repeats}")
 
 
-def _validate_controls(request: GenerationRequest, settings: Settings, bad: Violations) -> None:
-    """typical_p, greedy_first_tokens, forced_tokens and must_include (ids against the vocabulary: the engine)."""
+def _validate_controls(request: GenerationRequest, limit: int, bad: Violations) -> None:
+    """typical_p, greedy_first_tokens, forced_tokens (``limit``: the output budget's most tokens) and must_include
+    (ids against the vocabulary: the engine)."""
     s = request.sampling
     if not (_finite(s.typical_p) and 0 < s.typical_p <= 1):
         bad("sampling.typical_p", f"must be in (0, 1] (1 means off), got {s.typical_p}")
@@ -161,7 +169,6 @@ def _validate_controls(request: GenerationRequest, settings: Settings, bad: Viol
         bad("sampling.first_tokens_temperature", f"must be in [0, 2] (0: greedy), got {s.first_tokens_temperature}")
     if s.greedy_first_tokens < 0:
         bad("sampling.greedy_first_tokens", f"must be >= 0 (0 means off), got {s.greedy_first_tokens}")
-    limit = request.stopping.asked_max_new_tokens(settings.default_max_new_tokens)
     for position, token_id in s.forced_tokens:
         field = f"sampling.forced_tokens[{position}]"
         if not 0 <= position < limit:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proctor.domain import FinishReason, RepetitionParams
+from proctor.domain.output_budget import OutputBudget
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +52,7 @@ class TokenStopRules:
     eos_token_ids: frozenset[int]
     stop_token_ids: frozenset[int]
     ignore_eos: bool
-    max_new_tokens: int
-    min_new_tokens: int
-    length_detail: str = ""
+    budget: OutputBudget
     repetition: RepetitionParams | None = None
 
     def check_token(self, token_id: int, generated: Sequence[int], forced: Sequence[bool] = ()) -> Stop | None:
@@ -66,17 +65,17 @@ class TokenStopRules:
             stop = repetition_stop(self.repetition, generated, forced)
             if stop is not None:
                 return stop
-        if len(generated) >= self.max_new_tokens:
-            return Stop(FinishReason.LENGTH, self.length_detail)
+        if self.budget.reached(len(generated)):
+            return Stop(FinishReason.LENGTH, self.budget.detail)
         return None
 
     def suppress_eos(self, generated: int) -> bool:
         """EOS tokens are masked until ``min_new_tokens`` tokens were generated."""
-        return generated < self.min_new_tokens and bool(self.eos_token_ids)
+        return self.budget.holds_end(generated) and bool(self.eos_token_ids)
 
     def is_last_step(self, generated: int) -> bool:
-        """The next token is the last one ``max_new_tokens`` allows."""
-        return generated + 1 >= self.max_new_tokens
+        """The next token is the last one the output budget allows."""
+        return self.budget.last_step(generated)
 
 
 def check_external(cancelled: bool, deadline: float | None, now: float | None = None) -> FinishReason | None:

@@ -118,10 +118,6 @@ class StoppingParams:
     def __post_init__(self) -> None:
         object.__setattr__(self, "must_include", tuple(self.must_include))  # (a list when read back from JSON)
 
-    def asked_max_new_tokens(self, server_default: int) -> int:
-        """``max_new_tokens`` as asked: the server's default when unset (the context may cap it further)."""
-        return self.max_new_tokens if self.max_new_tokens is not None else server_default
-
 
 @dataclass(frozen=True, slots=True)
 class ForbiddenParams:

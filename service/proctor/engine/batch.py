@@ -126,7 +126,7 @@ class DecodeBatch:
             return False
         if len(everyone) <= 1:
             return True
-        lengths = [len(s.prompt_ids) + s.max_new_tokens for s in everyone for _ in range(_rows(s))]
+        lengths = [len(s.prompt_ids) + s.output_budget.max_new_tokens for s in everyone for _ in range(_rows(s))]
         return self._runner.bytes_for(lengths) <= self.kv_budget_bytes
 
     def join(self, state: SequenceState) -> None:

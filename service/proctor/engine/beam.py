@@ -43,6 +43,7 @@ from proctor.decoding.forbidden import ForbiddenTracker
 from proctor.decoding.masks import build_masks
 from proctor.decoding.pipeline import RowDecision
 from proctor.domain import FinishReason, RequestValidationError, ReturnedSequence
+from proctor.domain.output_budget import OutputBudget
 from proctor.domain.request import EarlyStopping
 from proctor.engine.batch import DecodeBatch, RowFeed
 from proctor.engine.detokenizer import text_decoder
@@ -62,8 +63,7 @@ class Beam:
     matcher: Matcher | None
     forbidden: ForbiddenTracker | None
     allowed_mask: torch.Tensor | None
-    min_new_tokens: int
-    max_new_tokens: int
+    budget: OutputBudget
     end_ids: tuple[int, ...]
     eos_ids: tuple[int, ...]
     dead: bool = False
@@ -71,13 +71,13 @@ class Beam:
     # --- MaskedRow (decoding/masks.py) ---
     @property
     def last_step(self) -> bool:
-        return len(self.tokens) + 1 >= self.max_new_tokens
+        return self.budget.last_step(len(self.tokens))
 
     def end_token_ids(self) -> tuple[int, ...]:
         return self.end_ids
 
     def banned_token_ids(self) -> tuple[int, ...]:
-        return self.eos_ids if len(self.tokens) < self.min_new_tokens else ()
+        return self.eos_ids if self.budget.holds_end(len(self.tokens)) else ()
 
 
 @dataclass
@@ -112,7 +112,7 @@ class BeamSearch:
         rules = host.rules
         eos = tuple(sorted(rules.eos_token_ids))
         self.beams = [Beam([], [], host.matcher if slot == 0 else _fork(host, host.matcher, []),
-                           _copy_tracker(host.forbidden), host.allowed_mask, rules.min_new_tokens, rules.max_new_tokens,
+                           _copy_tracker(host.forbidden), host.allowed_mask, rules.budget,
                            tuple(sorted(self.end_ids)), eos) for slot in range(count)]
         host.matcher = _fork(host, host.matcher, [])  # the host replays the winner from the start
         self._scores = torch.zeros(count, dtype=torch.float32)
@@ -140,7 +140,7 @@ class BeamSearch:
         parents = (indices // vocab).tolist()
         tokens = (indices % vocab).tolist()
         generated = len(self.beams[0].tokens) + 1  # tokens each continuation holds
-        length_hit = generated >= host.rules.max_new_tokens
+        length_hit = host.rules.budget.reached(generated)
         hits = torch.tensor([length_hit or token in self.end_ids for token in tokens], dtype=torch.bool)
         want = max(host.request.top_logprobs, host.request.audit_top_n)
         alternatives = _alternatives(raw, want)
@@ -188,8 +188,7 @@ class BeamSearch:
         decision = RowDecision(token, float(raw[parent, token]), float(log_probs[parent, token]), alternatives[parent],
                                removed_by=masks.removed_by[parent], allowed_count=masks.allowed_count[parent])
         return Beam([*beam.tokens, token], [*beam.decisions, decision], beam.matcher, beam.forbidden,
-                    beam.allowed_mask, beam.min_new_tokens, beam.max_new_tokens, beam.end_ids, beam.eos_ids,
-                    beam.dead)
+                    beam.allowed_mask, beam.budget, beam.end_ids, beam.eos_ids, beam.dead)
 
     def _advance(self, beam: Beam, token: int) -> Beam:
         """A running beam's own constraint and forbidden state, moved past its new token."""
@@ -200,15 +199,15 @@ class BeamSearch:
             dead = True  # only a beam kept at an impossible score can take a token its grammar refuses
         if forbidden is not None and not dead:
             forbidden.advance(token)
-        return Beam(beam.tokens, beam.decisions, matcher, forbidden, beam.allowed_mask, beam.min_new_tokens,
-                    beam.max_new_tokens, beam.end_ids, beam.eos_ids, dead)
+        return Beam(beam.tokens, beam.decisions, matcher, forbidden, beam.allowed_mask, beam.budget, beam.end_ids,
+                    beam.eos_ids, dead)
 
     def _still_improvable(self, generated: int) -> bool:
         """transformers' _check_early_stop_heuristic, after the step (``generated`` tokens so far)."""
         assert self._scores is not None and self._finished_flags is not None and self._finished_scores is not None
         sampling = self.host.request.sampling
         if sampling.early_stopping == EarlyStopping.NEVER and sampling.length_penalty > 0.0:
-            length = self.host.rules.max_new_tokens
+            length = self.host.rules.budget.max_new_tokens
         else:
             length = generated
         best_possible = self._scores[:1] / (length ** sampling.length_penalty)

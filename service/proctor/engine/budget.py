@@ -21,7 +21,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from proctor.constraints.json_closer import JsonCloser
-from proctor.domain import RequestValidationError
 from proctor.engine.budget_facts import BudgetFacts, BudgetFactsCache, accepts, encode
 
 if TYPE_CHECKING:
@@ -42,12 +41,8 @@ def attach_budget(prepared: PreparedRequest, cache: BudgetFactsCache) -> Prepare
     except Exception:  # the closer's reading of a schema failed: served without the rule, never refused for it
         log.exception("budget facts of %s failed; served without close_at_budget", constraint.summary.spec_sha256)
         return prepared
-    if facts.minimum > prepared.max_new_tokens:
-        capped = f" (capped by the context: {prepared.length_detail})" if prepared.length_detail else ""
-        raise RequestValidationError.single(
-            "stopping.max_new_tokens",
-            f"{prepared.max_new_tokens} tokens{capped} cannot hold the schema's shortest valid output, "
-            f"{facts.minimum} tokens ({_clip(facts.shortest)}): ask for at least {facts.minimum}")
+    prepared.output_budget.require(facts.minimum, f"the schema's shortest valid output, {facts.minimum} tokens "
+                                                  f"({_clip(facts.shortest)})")
     return dataclasses.replace(prepared, budget=facts)
 
 

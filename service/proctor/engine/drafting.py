@@ -84,8 +84,7 @@ class Drafter:
                     else max(1, state.lookup_limit - 1)
 
     def draft(self, state: SequenceState, rows: int) -> list[int]:
-        # Positions after the next token that max_new_tokens leaves (the cache holds prompt + max_new_tokens).
-        room = state.max_new_tokens - len(state.generated) - 1
+        room = state.output_budget.draft_room(len(state.generated))
         state.looked_up = False
         if room <= 0 or state.finished:
             return []

@@ -27,6 +27,7 @@ from proctor.decoding.masks import constraints_ahead
 from proctor.decoding.pipeline import run_pipeline
 from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
+from proctor.domain.output_budget import OutputLimits
 from proctor.engine.attempts import FallbackAttempts
 from proctor.engine.batch import DecodeBatch, RowFeed, logit_rows
 from proctor.engine.beam import BeamSearches, update_searches
@@ -101,8 +102,7 @@ class Engine:
         RequestValidationError naming the field."""
         prepared = prepare_request(
             self.loaded.tokenizer, request, context_length=self.loaded.context_length,
-            default_max_new_tokens=self.settings.default_max_new_tokens,
-            max_new_tokens_limit=self.settings.max_new_tokens_limit)
+            limits=OutputLimits(self.settings.default_max_new_tokens, self.settings.max_new_tokens_limit))
         controls = prepare_controls(request, tokenizer=self.loaded.tokenizer, vocab_size=self.loaded.vocab_size,
                                     server_forbidden=self.server_forbidden, plugins=self.plugins,
                                     context=self._plugin_context)

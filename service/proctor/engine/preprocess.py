@@ -20,6 +20,7 @@ from proctor.domain import (
     PromptTruncation,
     RequestValidationError,
 )
+from proctor.domain.output_budget import OutputBudget, OutputLimits, output_budget
 from proctor.domain.request import ContextOverflow
 from proctor.engine.context_policy import input_room, shorten
 
@@ -52,8 +53,7 @@ class RequestControls:
 class PreparedRequest:
     request: GenerationRequest
     prompt_ids: tuple[int, ...]
-    max_new_tokens: int
-    length_detail: str
+    output_budget: OutputBudget  # after the caller's limits and the context (domain/output_budget.py)
     constraint: PreparedConstraint | None = None
     controls: RequestControls = RequestControls()
     rendered_prompt: str = ""  # the input as the model saw it (chat template applied), for the audit
@@ -128,12 +128,14 @@ def with_tools_message(turns: list[dict[str, str]], tools: list[dict[str, Any]])
 
 
 def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_length: int,
-                    default_max_new_tokens: int, max_new_tokens_limit: int) -> PreparedRequest:
-    budget = min(request.stopping.asked_max_new_tokens(default_max_new_tokens), max_new_tokens_limit)
+                    limits: OutputLimits) -> PreparedRequest:
+    """The input's ids and the output budget (``limits``: the server's; a request from a door arrives with its
+    ``max_new_tokens`` resolved under the caller's, and resolves to the same here)."""
+    budget = output_budget(request.stopping, limits)
     field = "messages" if request.messages is not None else "prompt"
     if request.context_overflow != ContextOverflow.REFUSE:  # an input that does not fit is shortened, not refused
         text, ids, truncation = shorten(tokenizer, request, lambda r: render_prompt(tokenizer, r),
-                                        input_room(context_length, budget))
+                                        input_room(context_length, budget.max_new_tokens))
         return _limited(request, text, ids, budget, context_length, field, truncation)
     text, add_special = render_prompt(tokenizer, request)
     fewest = len(text.encode("utf-8")) // longest_token_bytes(tokenizer)  # no tokenization can use fewer
@@ -148,8 +150,8 @@ def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_lengt
     return _limited(request, text, ids, budget, context_length, field, None)
 
 
-def _limited(request: GenerationRequest, text: str, ids: list[int], budget: int, context_length: int, field: str,
-             truncation: PromptTruncation | None) -> PreparedRequest:
+def _limited(request: GenerationRequest, text: str, ids: list[int], budget: OutputBudget, context_length: int,
+             field: str, truncation: PromptTruncation | None) -> PreparedRequest:
     """The prepared request with its output budget capped by the room the context leaves."""
     if not ids:
         raise RequestValidationError.single(field, "the input encodes to zero tokens")
@@ -157,12 +159,8 @@ def _limited(request: GenerationRequest, text: str, ids: list[int], budget: int,
         raise RequestValidationError.single(
             field, f"the input is {len(ids)} tokens; the model's context is {context_length} tokens "
                    "and at least one must remain for output")
-    room = context_length - len(ids)
-    detail = ""
-    if room < budget:
-        detail = f"capped at {room} new tokens by the context length ({context_length})"
-        budget = room
-    return PreparedRequest(request, tuple(ids), budget, detail, rendered_prompt=text, truncation=truncation)
+    budget = budget.within_context(context_length - len(ids), context_length)
+    return PreparedRequest(request, tuple(ids), budget, rendered_prompt=text, truncation=truncation)
 
 
 def prepare_controls(request: GenerationRequest, *, tokenizer: Any, vocab_size: int, server_forbidden: tuple[str, ...],

@@ -56,7 +56,7 @@ class SequenceState:
         self.truncation = prepared.truncation
         self._forced_steps: list[bool] = []
         self.sequences: tuple[ReturnedSequence, ...] = ()  # beam search: the returned beams (engine/beam.py)
-        self.max_new_tokens = prepared.max_new_tokens
+        self.output_budget = prepared.output_budget
         self.generated: list[int] = []
         self.seed = seed
         self.sink = sink
@@ -76,8 +76,7 @@ class SequenceState:
         masks = prepared.controls
         self.rules = TokenStopRules(
             eos_token_ids=eos_token_ids, stop_token_ids=frozenset(request.stopping.stop_token_ids),
-            ignore_eos=request.stopping.ignore_eos, max_new_tokens=prepared.max_new_tokens,
-            min_new_tokens=request.stopping.min_new_tokens, length_detail=prepared.length_detail,
+            ignore_eos=request.stopping.ignore_eos, budget=prepared.output_budget,
             repetition=request.stopping.repetition)
         self.plugin_error: str | None = None  # a plugin raised: the request fails, the engine goes on
         self.criteria = tuple((name, self._guarded(name, criterion)) for name, criterion in masks.criteria)
@@ -102,7 +101,7 @@ class SequenceState:
         self.budget = BudgetRule(prepared.budget, self.matcher, tokenizer, vocab_size) \
             if prepared.budget is not None and self.matcher is not None else None
         if self.budget is not None:  # a budget too tight for even one free token: the shortest output from the start
-            self._force_ending(self.budget.plan(0, self.max_new_tokens) or ())
+            self._force_ending(self.budget.plan(0, self.output_budget.left(0)) or ())
         self._text: list[str] = []
         self.status = RequestStatus.WAITING  # set by the engine at each transition (engine/status.py)
         self.lookup: PromptLookup | None = None  # its tokens indexed for prompt lookup (engine/drafting.py)
@@ -257,17 +256,18 @@ class SequenceState:
         if budget.closing:
             if done >= budget.closes_at and reason in (None, FinishReason.LENGTH, FinishReason.CONSTRAINT_COMPLETE) \
                     and self.matcher.can_end():
-                return FinishReason.CLOSED_AT_BUDGET, budget.detail(self.max_new_tokens)
+                return FinishReason.CLOSED_AT_BUDGET, budget.detail(self.output_budget.max_new_tokens)
             return (None, "") if reason is FinishReason.REPETITION else (reason, detail)  # an ending may repeat
         if reason is FinishReason.LENGTH and budget.complete and self.matcher.can_end():  # it closed itself, at the end
-            return FinishReason.CONSTRAINT_COMPLETE, f"the JSON is complete at max_new_tokens {self.max_new_tokens}"
+            most = self.output_budget.max_new_tokens
+            return FinishReason.CONSTRAINT_COMPLETE, f"the JSON is complete at max_new_tokens {most}"
         if reason is not None and reason is not FinishReason.REPETITION:
             return reason, detail
-        ending = budget.plan(done, self.max_new_tokens - done, now=reason is FinishReason.REPETITION)
+        ending = budget.plan(done, self.output_budget.left(done), now=reason is FinishReason.REPETITION)
         if ending is None:
             return reason, detail
         if not ending:  # complete as it stands (a number that could go on): it ends here
-            return FinishReason.CLOSED_AT_BUDGET, budget.detail(self.max_new_tokens)
+            return FinishReason.CLOSED_AT_BUDGET, budget.detail(self.output_budget.max_new_tokens)
         self._force_ending(ending)
         return None, ""
 
