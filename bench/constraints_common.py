@@ -133,7 +133,7 @@ class RawLLGuidance:
     def compile(self, spec: ConstraintSpec) -> Any:
         import llguidance
 
-        from proctor.constraints.backend import ConstraintError
+        from proctor.constraints.errors import ConstraintError
         from proctor.constraints.llguidance_json import json_options
 
         try:
@@ -220,7 +220,7 @@ def _worker_main(engine: str, conn: Any, model_dir: str) -> None:
         import torch
 
         torch.set_num_threads(1)
-        from proctor.constraints.backend import ConstraintError
+        from proctor.constraints.errors import ConstraintError
 
         tokenizer = load_tokenizer(Path(model_dir))
         backend = make_backend(engine, tokenizer)

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from proctor.constraints.backend import ConstraintError, allocate_bitmask, bitmask_to_bool
+from proctor.constraints.backend import allocate_bitmask, bitmask_to_bool
 from proctor.constraints.backends import create_backend
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import ConstraintSpec, GrammarSyntax
 
 pytestmark = pytest.mark.real_model

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends.ecma_regex import translate
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.schema_support import check_schema, unsupported_keywords
 
 OBJ = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from helpers.requirements import BENCHDATA, missing
 
-from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends import create_backend
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import ConstraintSpec
 
 pytestmark = pytest.mark.real_model

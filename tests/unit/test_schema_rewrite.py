@@ -24,7 +24,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
-from proctor.constraints.backend import ConstraintError
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.json_validation import FORMAT_CHECKER, server_validator_class
 from proctor.constraints.schema_dialect import draft_of, normalize
 from proctor.constraints.schema_relax import relax

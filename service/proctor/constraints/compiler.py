@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from proctor.config import Settings
 from proctor.constraints import schema_relax
 from proctor.constraints.auto import FALLBACK, backend_order, policy_key
-from proctor.constraints.backend import Backend, CompiledConstraint, ConstraintError
+from proctor.constraints.backend import Backend, CompiledConstraint
 from proctor.constraints.cache import CacheEntry, CompiledCache, cache_key
 from proctor.constraints.engines import AUTO, BACKEND_NAMES
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec
 from proctor.constraints.worker import WorkerConfig
 from proctor.constraints.worker_pool import STUCK_PREFIXES, WorkerPool

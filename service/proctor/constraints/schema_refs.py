@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proctor.constraints.backend import ConstraintError
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.schema_keywords import resolve_pointer
 from proctor.constraints.schema_walk import reachable
 

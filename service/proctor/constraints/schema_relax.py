@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from proctor.constraints.backend import ConstraintError
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.schema_keywords import NEGATIVE, pointer_tokens, resolve_pointer
 from proctor.constraints.schema_support import POLICIES, Problem, describe, prepare, problems_for
 from proctor.constraints.schema_walk import Site, reachable

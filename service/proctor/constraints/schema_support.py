@@ -24,9 +24,9 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends.ecma_regex import takes_json_escaped, translate
 from proctor.constraints.engines import ENGINES, LLGUIDANCE, OUTLINES, XGRAMMAR
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.schema_dialect import DRAFT2020_URI, normalize
 from proctor.constraints.schema_formats import FORMAT_PATTERNS, exact_pattern
 from proctor.constraints.schema_keywords import (

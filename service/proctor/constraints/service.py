@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from proctor.config import Settings
 from proctor.constraints import schema_support
-from proctor.constraints.backend import CompiledConstraint, ConstraintError
+from proctor.constraints.backend import CompiledConstraint
 from proctor.constraints.compiler import CompileResult, ConstraintCompiler
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.json_validation import InvalidSchemaError, check_json_schema
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax
 from proctor.domain import ConstraintRequest, ConstraintSummary, FormatUse, RequestValidationError

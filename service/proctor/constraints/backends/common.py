@@ -8,7 +8,7 @@ import re
 import torch
 
 from proctor.constraints import schema_support
-from proctor.constraints.backend import ConstraintError
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import ConstraintSpec
 
 MAX_REASON_CHARS = 500

@@ -21,10 +21,11 @@ from typing import Any, cast
 
 import torch
 
-from proctor.constraints.backend import ConstraintError, bitmask_words
+from proctor.constraints.backend import bitmask_words
 from proctor.constraints.backends.common import allows_other_than, check_row, checked_schema, eos_row, reason
 from proctor.constraints.backends.vocab import token_bytes
 from proctor.constraints.engines import XGRAMMAR
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import MAX_JSON_WHITESPACE, ConstraintKind, ConstraintSpec, GrammarSyntax, choice_regex
 
 NAME = XGRAMMAR
