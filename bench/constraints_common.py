@@ -43,7 +43,7 @@ MODEL_DIR = ROOT / ".proctor" / "models" / "SmolLM2-135M-Instruct"
 ENGINES = ("xgrammar", "llguidance", "outlines")
 AUTO = "auto"
 # The validated fallback as a pseudo-engine: the schema relaxed for FALLBACK's engine
-# (proctor.constraints.schema_relax), compiled by it, and every instance also judged by the
+# (proctor.constraints.json_schema.relax), compiled by it, and every instance also judged by the
 # server's validator against the full schema (what the server does before returning an output).
 FALLBACK = "fallback"
 # llguidance called directly on the schema as written: no guard, no rewrites (its own lenient=False
@@ -134,7 +134,7 @@ class RawLLGuidance:
         import llguidance
 
         from proctor.constraints.errors import ConstraintError
-        from proctor.constraints.llguidance_json import json_options
+        from proctor.constraints.json_schema import json_options
 
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(spec.text,
@@ -271,7 +271,7 @@ def unsatisfiable(result: EngineResult) -> bool:
 
 
 def _validator_for(spec: ConstraintSpec) -> Any:
-    from proctor.constraints.json_validation import validate_json_output
+    from proctor.constraints.json_schema import validate_json_output
 
     schema = spec.schema
     return lambda text: validate_json_output(text, schema, truncated=False).valid

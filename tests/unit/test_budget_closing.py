@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers.engine import Collector, with_constraints
 
-from proctor.constraints.json_validation import validate_json_output
+from proctor.constraints.json_schema.validation import validate_json_output
 from proctor.domain import (
     ConstraintRequest,
     FinishReason,
@@ -197,7 +197,7 @@ def test_a_contract_draft_at_a_tight_budget_is_valid_and_holds_every_required_cl
 
 
 def test_a_closer_that_fails_leaves_its_row_without_the_rule_and_the_others_served(engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from proctor.constraints.json_closer import JsonCloser
+    from proctor.constraints.json_schema.closer import JsonCloser
 
     schema = SCHEMAS["nested"]
     broken_schema = {**schema, "title": "broken"}  # the injected fault hits this schema's rows only
@@ -235,7 +235,7 @@ def test_real_schemas_at_budgets_from_their_minimum_to_512_are_valid_or_refused(
     output is valid, or the budget was refused up front for being below the minimum; never cut off."""
     from test_constraint_backends_suite import maskbench_sample
 
-    from proctor.constraints.schema_walk import reachable
+    from proctor.constraints.json_schema.walk import reachable
 
     def closed(schema: object) -> bool:
         objects = [site.node for site in reachable(schema) if isinstance(site.node, dict)

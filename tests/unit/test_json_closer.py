@@ -1,4 +1,4 @@
-"""The closer (constraints/json_closer.py): from any point of a JSON output, the shortest texts that end it validly.
+"""The closer (json_schema/closer.py): from any point of a JSON output, the shortest texts that end it validly.
 
 Checked on hand-made states for each part it finishes, and on MaskBench: every valid instance the matcher
 accepts, cut at eight points; an ending the matcher accepts to an accepting state must give a valid document, and
@@ -11,8 +11,8 @@ import json
 import pytest
 from test_constraint_backends_suite import maskbench_sample
 
-from proctor.constraints.json_closer import JsonCloser, growth_texts
-from proctor.constraints.json_validation import validate_json_output
+from proctor.constraints.json_schema.closer import JsonCloser, growth_texts
+from proctor.constraints.json_schema.validation import validate_json_output
 
 OBJECT = {"type": "object", "required": ["name", "tags", "kind"], "properties": {
     "name": {"type": "string", "minLength": 3}, "note": {"type": "string"},

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from proctor.config import Settings
-from proctor.constraints import schema_support
 from proctor.constraints.backend import CompiledConstraint
 from proctor.constraints.compiler import CompileResult, ConstraintCompiler
 from proctor.constraints.errors import ConstraintError
-from proctor.constraints.json_validation import InvalidSchemaError, check_json_schema
+from proctor.constraints.json_schema import POLICIES, InvalidSchemaError, check_json_schema, format_uses, prepare_schema
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax
 from proctor.domain import ConstraintRequest, ConstraintSummary, FormatUse, RequestValidationError
 
@@ -151,8 +150,7 @@ def format_handling(spec: ConstraintSpec, result: CompileResult) -> tuple[Format
     """How each ``format`` was held: unknown → annotation; one the engine checks exactly and that was
     not relaxed → enforced; else (approximated or dropped by the fallback) → validated."""
     uses = _format_uses(spec.text)
-    exact_formats = schema_support.POLICIES[result.backend].formats if result.backend in schema_support.POLICIES \
-        else frozenset()
+    exact_formats = POLICIES[result.backend].formats if result.backend in POLICIES else frozenset()
 
     def handling(path: str, name: str, known: bool, spelled: bool) -> str:
         if not known:
@@ -168,6 +166,6 @@ def format_handling(spec: ConstraintSpec, result: CompileResult) -> tuple[Format
 def _format_uses(schema_text: str) -> tuple[tuple[str, str, bool, bool], ...]:
     """The formats of a schema (prepared once per distinct schema, not per request)."""
     try:
-        return tuple(schema_support.format_uses(schema_support.prepare(json.loads(schema_text))))
+        return tuple(format_uses(prepare_schema(json.loads(schema_text))))
     except (ConstraintError, RecursionError):
         return ()

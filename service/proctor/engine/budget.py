@@ -1,6 +1,6 @@
 """Valid within the budget: a JSON output running short of tokens is ended with its shortest valid ending (issue 45).
 
-Every step a JSON-schema row knows what finishing would cost: ``JsonCloser`` (constraints/json_closer.py) reads
+Every step a JSON-schema row knows what finishing would cost: ``JsonCloser`` (constraints/json_schema/closer.py) reads
 its output and says the shortest texts that end it validly. When the tokens left (``max_new_tokens``, capped by
 the context) come within that cost plus the most one more free token could add to it (``BudgetFacts.margin``),
 the row stops generating freely: the first ending the matcher accepts to an accepting state becomes forced
@@ -20,7 +20,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
-from proctor.constraints.json_closer import JsonCloser
+from proctor.constraints.json_schema import JsonCloser
 from proctor.domain import RequestValidationError
 from proctor.engine.budget_facts import BudgetFacts, BudgetFactsCache, accepts, encode
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from proctor.constraints.forced import accepted_prefix
-from proctor.constraints.json_closer import JsonCloser, growth_texts
+from proctor.constraints.json_schema import JsonCloser, growth_texts
 
 if TYPE_CHECKING:
     from proctor.constraints.backend import Matcher
