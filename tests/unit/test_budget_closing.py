@@ -114,6 +114,16 @@ def test_below_the_shortest_valid_output_the_request_is_refused_naming_the_field
     engine.prepare(request(schema, minimum - 1, close=False))  # and without the rule nothing is refused
 
 
+def test_the_rule_comes_with_a_constraint_that_has_an_output_rule_only(engine) -> None:  # type: ignore[no-untyped-def]
+    """The engine asks the prepared constraint for its output rule (constraints/output_rule.py): a JSON schema has
+    one, and its facts are read through it; a regex has none and runs without the rule, never refused for it."""
+    prepared = engine.prepare(request(SCHEMAS["enum"], 512))
+    assert prepared.constraint.output_rule is not None and prepared.budget.rule is prepared.constraint.output_rule
+    regex = dataclasses.replace(request(SCHEMAS["enum"], 1), constraint=ConstraintRequest("regex", text="[a-z]{40}"))
+    unruled = engine.prepare(regex)
+    assert unruled.constraint.output_rule is None and unruled.budget is None
+
+
 def test_without_the_rule_the_same_requests_are_cut_off_invalid(engine) -> None:  # type: ignore[no-untyped-def]
     """What the rule changes: the same seeds at the same budgets end at the token limit with broken JSON."""
     schema = SCHEMAS["nested"]

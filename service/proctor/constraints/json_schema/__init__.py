@@ -15,7 +15,8 @@ Inside, lowest first:
 - ``validation``: the server's own check of a finished output;
 - ``closing``: objects closed (the HTTP door's strict schemas); ``llguidance_options``: llguidance's JSON options;
 - ``options``, ``pattern_text``, ``shortest``, ``closer``: the shortest valid value, and from any point of an
-  output the shortest texts that end it validly (issue 45's closing within the budget).
+  output the shortest texts that end it validly (issue 45's closing within the budget); ``rule``: the closer as
+  the output rule the engine's budget sees (``JsonOutputRule``, constraints/output_rule.py).
 
 Named ``json_schema``, not ``jsonschema``: the package uses the ``jsonschema`` library, and a reader of
 ``from jsonschema import validators`` inside it should never have to wonder which one is meant.
@@ -23,15 +24,15 @@ Named ``json_schema``, not ``jsonschema``: the package uses the ``jsonschema`` l
 
 from __future__ import annotations
 
-from proctor.constraints.json_schema.closer import JsonCloser, growth_texts
+from proctor.constraints.json_schema.closer import JsonCloser
 from proctor.constraints.json_schema.closing import close_objects
 from proctor.constraints.json_schema.keywords import DATA_KEYWORDS
 from proctor.constraints.json_schema.llguidance_options import json_options
 from proctor.constraints.json_schema.relaxed import relax
+from proctor.constraints.json_schema.rule import JsonOutputRule
 from proctor.constraints.json_schema.support import POLICIES, check_schema, format_uses, prepare_schema
 from proctor.constraints.json_schema.validation import (
     InvalidSchemaError,
-    ValidationResult,
     check_json_schema,
     json_path,
     validate_json_output,
@@ -42,12 +43,11 @@ __all__ = [
     "POLICIES",
     "InvalidSchemaError",
     "JsonCloser",
-    "ValidationResult",
+    "JsonOutputRule",
     "check_json_schema",
     "check_schema",
     "close_objects",
     "format_uses",
-    "growth_texts",
     "json_options",
     "json_path",
     "prepare_schema",
