@@ -36,7 +36,7 @@ from jsonschema import Draft7Validator, Draft202012Validator, ValidationError, v
 from jsonschema.exceptions import SchemaError
 
 from proctor.constraints.json_schema.dialect import validator_class
-from proctor.constraints.json_schema.keywords import resolve_pointer
+from proctor.constraints.json_schema.keywords import DATA_KEYWORDS, resolve_pointer
 from proctor.constraints.spec import canonical_json
 
 TRUNCATED_ERROR = "output truncated at max_new_tokens before the JSON was complete; it is not a valid instance"
@@ -46,8 +46,6 @@ VALIDATOR_CACHE_SIZE = 64
 FORMAT_CHECKER = Draft202012Validator.FORMAT_CHECKER
 # The formats FORMAT_CHECKER asserts given the optional packages installed; any other format passes unchecked.
 CHECKED_FORMATS = frozenset(FORMAT_CHECKER.checkers)
-# Keywords whose values are data, not subschemas: a "$ref" inside them is not a reference.
-DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
