@@ -34,7 +34,7 @@ from constraints_e2e import MASKBENCH, SCHEMA_PROMPT_CHARS, independent_valid, m
 
 from proctor.app import BackgroundServer
 from proctor.config import Settings
-from proctor.constraints.json_closer import JsonCloser
+from proctor.constraints.json_schema import JsonCloser
 from proctor_client import ProctorClient, ProctorError
 from proctor_client.v1 import generation_pb2 as pb
 

@@ -43,7 +43,7 @@ MODEL_DIR = ROOT / ".proctor" / "models" / "SmolLM2-135M-Instruct"
 ENGINES = ("xgrammar", "llguidance", "outlines")
 AUTO = "auto"
 # The validated fallback as a pseudo-engine: the schema relaxed for FALLBACK's engine
-# (proctor.constraints.schema_relax), compiled by it, and every instance also judged by the
+# (proctor.constraints.json_schema.relax), compiled by it, and every instance also judged by the
 # server's validator against the full schema (what the server does before returning an output).
 FALLBACK = "fallback"
 # llguidance called directly on the schema as written: no guard, no rewrites (its own lenient=False
@@ -133,8 +133,8 @@ class RawLLGuidance:
     def compile(self, spec: ConstraintSpec) -> Any:
         import llguidance
 
-        from proctor.constraints.backend import ConstraintError
-        from proctor.constraints.llguidance_json import json_options
+        from proctor.constraints.errors import ConstraintError
+        from proctor.constraints.json_schema import json_options
 
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(spec.text,
@@ -220,7 +220,7 @@ def _worker_main(engine: str, conn: Any, model_dir: str) -> None:
         import torch
 
         torch.set_num_threads(1)
-        from proctor.constraints.backend import ConstraintError
+        from proctor.constraints.errors import ConstraintError
 
         tokenizer = load_tokenizer(Path(model_dir))
         backend = make_backend(engine, tokenizer)
@@ -271,7 +271,7 @@ def unsatisfiable(result: EngineResult) -> bool:
 
 
 def _validator_for(spec: ConstraintSpec) -> Any:
-    from proctor.constraints.json_validation import validate_json_output
+    from proctor.constraints.json_schema import validate_json_output
 
     schema = spec.schema
     return lambda text: validate_json_output(text, schema, truncated=False).valid

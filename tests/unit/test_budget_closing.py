@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers.engine import Collector, with_constraints
 
-from proctor.constraints.json_validation import validate_json_output
+from proctor.constraints.json_schema.validation import validate_json_output
 from proctor.domain import (
     ConstraintRequest,
     FinishReason,
@@ -114,6 +114,16 @@ def test_below_the_shortest_valid_output_the_request_is_refused_naming_the_field
     engine.prepare(request(schema, minimum - 1, close=False))  # and without the rule nothing is refused
 
 
+def test_the_rule_comes_with_a_constraint_that_has_an_output_rule_only(engine) -> None:  # type: ignore[no-untyped-def]
+    """The engine asks the prepared constraint for its output rule (constraints/output_rule.py): a JSON schema has
+    one, and its facts are read through it; a regex has none and runs without the rule, never refused for it."""
+    prepared = engine.prepare(request(SCHEMAS["enum"], 512))
+    assert prepared.constraint.output_rule is not None and prepared.budget.rule is prepared.constraint.output_rule
+    regex = dataclasses.replace(request(SCHEMAS["enum"], 1), constraint=ConstraintRequest("regex", text="[a-z]{40}"))
+    unruled = engine.prepare(regex)
+    assert unruled.constraint.output_rule is None and unruled.budget is None
+
+
 def test_without_the_rule_the_same_requests_are_cut_off_invalid(engine) -> None:  # type: ignore[no-untyped-def]
     """What the rule changes: the same seeds at the same budgets end at the token limit with broken JSON."""
     schema = SCHEMAS["nested"]
@@ -197,7 +207,7 @@ def test_a_contract_draft_at_a_tight_budget_is_valid_and_holds_every_required_cl
 
 
 def test_a_closer_that_fails_leaves_its_row_without_the_rule_and_the_others_served(engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from proctor.constraints.json_closer import JsonCloser
+    from proctor.constraints.json_schema.closer import JsonCloser
 
     schema = SCHEMAS["nested"]
     broken_schema = {**schema, "title": "broken"}  # the injected fault hits this schema's rows only
@@ -235,7 +245,7 @@ def test_real_schemas_at_budgets_from_their_minimum_to_512_are_valid_or_refused(
     output is valid, or the budget was refused up front for being below the minimum; never cut off."""
     from test_constraint_backends_suite import maskbench_sample
 
-    from proctor.constraints.schema_walk import reachable
+    from proctor.constraints.json_schema.walk import reachable
 
     def closed(schema: object) -> bool:
         objects = [site.node for site in reachable(schema) if isinstance(site.node, dict)

@@ -17,7 +17,7 @@ from proctor.constraints.auto import FALLBACK, ORDER
 from proctor.constraints.backends.llguidance_backend import NAME as LLGUIDANCE_NAME
 from proctor.constraints.backends.xgrammar_backend import NAME as XGRAMMAR_NAME
 from proctor.constraints.engines import AUTO, BACKEND_NAMES, ENGINES
-from proctor.constraints.schema_support import POLICIES
+from proctor.constraints.json_schema.support import POLICIES
 from proctor.domain.request import ContextOverflow, EarlyStopping, Speculation
 from proctor_client import request as client
 from proctor_client.v1 import generation_pb2 as pb

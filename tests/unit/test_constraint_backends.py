@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from proctor.constraints.backend import ConstraintError, allocate_bitmask, bitmask_to_bool
+from proctor.constraints.backend import allocate_bitmask, bitmask_to_bool
 from proctor.constraints.backends import create_backend
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import ConstraintSpec, GrammarSyntax
 
 pytestmark = pytest.mark.real_model
@@ -96,7 +97,7 @@ CASES = [
     Case("json-format-with-length", ConstraintSpec.json_schema({"type": "string", "format": "email", "maxLength": 8}),
          ('"a@b.co"',), ('"abcdef@example.com"', '"abcdefg"'),
          {"xgrammar": "'maxLength' at #", "outlines": "'format' at #"}),
-    # Calendar formats are spelled out as exact patterns (schema_formats): enforced by every engine.
+    # Calendar formats are spelled out as exact patterns (constraints/json_schema/formats.py): enforced by every engine.
     Case("json-date-time-offset", ConstraintSpec.json_schema({"type": "string", "format": "date-time"}),
          ('"2024-12-08T14:30:00Z"', '"2024-02-29T00:00:00.5+05:30"'),
          ('"2024-12-08T14:30:00"', '"2023-02-29T00:00:00Z"', '"2024-12-08T24:00:00Z"')),
@@ -253,7 +254,7 @@ def test_unknown_backend_name_is_a_value_error(tokenizer) -> None:  # type: igno
 
 
 def test_engines_are_imported_only_when_a_backend_is_built() -> None:
-    code = ("import sys\nimport proctor.constraints.backends\nimport proctor.constraints.schema_support\n"
+    code = ("import sys\nimport proctor.constraints.backends\nimport proctor.constraints.json_schema.support\n"
             "print(sorted(m for m in ('xgrammar', 'llguidance', 'outlines_core') if m in sys.modules))")
     env = {"PYTHONPATH": f"{ROOT / 'service'}:{ROOT / 'clients' / 'python' / 'src'}"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,

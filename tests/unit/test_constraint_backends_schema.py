@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from proctor.constraints.backend import ConstraintError
-from proctor.constraints.backends.ecma_regex import translate
-from proctor.constraints.schema_support import check_schema, unsupported_keywords
+from proctor.constraints.errors import ConstraintError
+from proctor.constraints.json_schema.ecma_regex import translate
+from proctor.constraints.json_schema.support import check_schema, unsupported_keywords
 
 OBJ = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 ALL = ("xgrammar", "llguidance", "outlines")
@@ -54,7 +54,7 @@ TABLE = [
     ({"type": "integer", "not": {"const": 3}}, {b: [("#", "not")] for b in ALL}),
     ({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}},
      {b: [("#", "if"), ("#", "then")] for b in ALL}),
-    ({"type": "string", "format": "date"}, {}),  # spelled out as an exact pattern (schema_formats)
+    ({"type": "string", "format": "date"}, {}),  # spelled out as an exact pattern (constraints/json_schema/formats.py)
     ({"type": "string", "format": "date", "pattern": "^2"}, {b: [("#", "format")] for b in ALL}),  # approximate
     ({"type": "string", "format": "uuid"}, {}),
     ({"type": "string", "format": "ipv6"}, {"xgrammar": [("#", "format")], "outlines": [("#", "format")]}),

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from helpers.requirements import BENCHDATA, missing
 
-from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends import create_backend
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import ConstraintSpec
 
 pytestmark = pytest.mark.real_model
@@ -90,7 +90,7 @@ def test_no_invalid_maskbench_instance_is_served(tokenizer, engine: str) -> None
     """Exact engines: the mask rejects every invalid instance. The fallback: the relaxed mask or the
     server's validator does (an invalid instance is never returned as valid)."""
     from proctor.constraints.compiler import compile_relaxed
-    from proctor.constraints.json_validation import validate_json_output
+    from proctor.constraints.json_schema.validation import validate_json_output
 
     inner = "llguidance" if engine == "fallback" else engine
     backend = create_backend(inner, tokenizer, len(tokenizer), (tokenizer.eos_token_id,))

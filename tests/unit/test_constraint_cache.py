@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proctor.constraints.backend import ConstraintError
 from proctor.constraints.cache import CacheEntry, CompiledCache, cache_key
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import ConstraintSpec, GrammarSyntax
 
 

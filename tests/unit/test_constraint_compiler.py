@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from proctor.constraints.backend import ConstraintError
 from proctor.constraints.compiler import CompileLimits, ConstraintCompiler
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import ConstraintSpec, GrammarSyntax
 
 

@@ -11,7 +11,7 @@ SCRIPT = r"""
 import json, sys
 import proctor
 import jsonschema
-from proctor.constraints.json_validation import CHECKED_FORMATS, FORMAT_CHECKER
+from proctor.constraints.json_schema.validation import CHECKED_FORMATS, FORMAT_CHECKER
 before = {"stand_in": sys.modules["rfc3987_syntax"].__name__ == "rfc3987_syntax"
           and not hasattr(sys.modules["rfc3987_syntax"], "Lark"), "lark": "lark" in sys.modules,
           "iri_checked": "iri" in CHECKED_FORMATS and "iri-reference" in CHECKED_FORMATS}

@@ -1,7 +1,8 @@
 """The server package's import graph: no circle between modules, no arrow from a lower layer to a higher one.
 
 Every import counts, including those inside functions and under ``TYPE_CHECKING``: a lazy import is still a
-dependency. The layers, lowest first, are written once here (docs/architecture.md explains them).
+dependency. The layers, lowest first, are written once here (docs/architecture.md explains them), with the layers
+inside a package where it has some, and the packages that have one face.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"deferred_imports"}),  # third-party import-time work put off (the package's import runs it)
     frozenset({"__init__", "config", "domain", "cpus", "offline"}),  # facts: settings, request types, the host
     frozenset({"observability"}),
-    frozenset({"constraints"}),  # grammars compiled into token masks (a tokenizer in, no model)
+    frozenset({"constraints"}),  # grammars compiled into token masks (a tokenizer in, no model); see INNER_LAYERS
     frozenset({"decoding", "contracts"}),  # the per-step pipeline over logits; contract templates and checks
     frozenset({"executor"}),  # the model run behind one protocol: weights, kernels, families, the slot cache
     frozenset({"engine"}),  # the loop, the batch, the step: schedule, execute (an executor's forward), update
@@ -27,6 +28,16 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"app", "health_probe"}),  # the composition root; the health probe (a client of the server)
     frozenset({"cli"}),  # the entry point over both
 )
+# Layers inside a package, lowest first (by the name under it); a module or package of it not named is in the top one.
+INNER_LAYERS: dict[str, tuple[frozenset[str], ...]] = {
+    "constraints": (
+        # leaves: the spec, the compile error, the engines' table, the output rule the engine sees
+        frozenset({"spec", "errors", "engines", "output_rule"}),
+        frozenset({"json_schema"}),  # JSON Schema: reads schemas; no adapter, cache, compile or worker
+    ),  # then the adapters, the compile service, its cache and workers, the registry
+}
+# Packages with one face: a module outside one imports the package itself (its __init__), never a module inside.
+FACES = ("proctor.constraints.json_schema",)
 
 
 def _name(path: Path) -> str:
@@ -69,6 +80,31 @@ def _layer(module: str) -> int:
 
 def _top(module: str) -> str:
     return module.split(".")[1] if "." in module else "__init__"
+
+
+def _inner(module: str) -> tuple[str, str, int] | None:
+    """(package, the name under it, its rank) for a module inside a package of ``INNER_LAYERS``."""
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] not in INNER_LAYERS:
+        return None
+    layers = INNER_LAYERS[parts[1]]
+    return parts[1], parts[2], next((rank for rank, names in enumerate(layers) if parts[2] in names), len(layers))
+
+
+def _inner_offenders(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for source, targets in graph.items():
+        for target in targets:
+            low, high = _inner(target), _inner(source)
+            if low and high and low[0] == high[0] and low[1] != high[1] and low[2] > high[2]:
+                found.append(f"{source} -> {target}")
+    return sorted(found)
+
+
+def _behind_a_face(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a module inside a package of ``FACES`` from outside that package."""
+    return sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets for face in FACES
+                  if target.startswith(face + ".") and source != face and not source.startswith(face + "."))
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -118,6 +154,16 @@ def test_no_upward_or_sideways_arrow_between_packages() -> None:
     assert offenders == []
 
 
+def test_no_upward_arrow_inside_a_package() -> None:
+    assert _inner_offenders(_graph()) == []
+
+
+def test_a_package_with_one_face_is_imported_through_it() -> None:
+    graph = _graph()
+    assert all(face in graph for face in FACES)
+    assert _behind_a_face(graph) == []
+
+
 def test_the_checks_see_a_circle_and_an_upward_arrow() -> None:
     """Guard: the graph walk must report what it is there to catch."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
@@ -125,3 +171,9 @@ def test_the_checks_see_a_circle_and_an_upward_arrow() -> None:
     graph = _graph()
     assert "proctor.engine.loaded_model" in graph["proctor.engine.engine"]  # a plain import is seen
     assert "proctor.decoding.forbidden" in graph["proctor.engine.preprocess"]  # so is one inside a function
+    face = FACES[0]
+    assert _behind_a_face({"proctor.engine.x": {f"{face}.closer"}, f"{face}.rule": {f"{face}.closer"},
+                           "proctor.api.y": {face}}) == [f"proctor.engine.x -> {face}.closer"]
+    assert _inner_offenders({f"{face}.support": {"proctor.constraints.compiler", "proctor.constraints.spec"},
+                             "proctor.constraints.service": {f"{face}.support"}}) \
+        == [f"{face}.support -> proctor.constraints.compiler"]

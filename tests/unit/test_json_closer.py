@@ -1,4 +1,4 @@
-"""The closer (constraints/json_closer.py): from any point of a JSON output, the shortest texts that end it validly.
+"""The closer (json_schema/closer.py): from any point of a JSON output, the shortest texts that end it validly.
 
 Checked on hand-made states for each part it finishes, and on MaskBench: every valid instance the matcher
 accepts, cut at eight points; an ending the matcher accepts to an accepting state must give a valid document, and
@@ -11,8 +11,10 @@ import json
 import pytest
 from test_constraint_backends_suite import maskbench_sample
 
-from proctor.constraints.json_closer import JsonCloser, growth_texts
-from proctor.constraints.json_validation import validate_json_output
+from proctor.constraints.json_schema import JsonOutputRule
+from proctor.constraints.json_schema.closer import JsonCloser, growth_texts
+from proctor.constraints.json_schema.validation import validate_json_output
+from proctor.constraints.output_rule import OutputRule
 
 OBJECT = {"type": "object", "required": ["name", "tags", "kind"], "properties": {
     "name": {"type": "string", "minLength": 3}, "note": {"type": "string"},
@@ -51,6 +53,20 @@ def test_text_pushed_a_character_or_a_token_at_a_time_reads_the_same() -> None:
     for char in text:
         pieces.push(char)
     assert whole.endings() == pieces.endings() == [',"red"],"kind":"supply"}']
+
+
+def test_the_output_rule_the_engine_sees_reads_as_the_closer_does() -> None:
+    """engine/budget.py sees a schema only through ``OutputRule`` (constraints/output_rule.py): a fresh reader per
+    row, at the empty output, and the growth texts; each answers what the closer answers."""
+    rule: OutputRule = JsonOutputRule(OBJECT)
+    row, other = rule.reader(), rule.reader()
+    assert row.endings() == JsonCloser(OBJECT).endings() == ['{"name":"aaa","tags":["red","red"],"kind":"supply"}']
+    row.push('{"name":"abc","tags":["red","green"],"kind":"se')
+    assert row.endings() == ['rvice"}'] and not row.done
+    assert other.endings() == JsonCloser(OBJECT).endings()  # each row's reader keeps its own place
+    row.push('rvice"}')
+    assert row.done and row.endings() == [""]
+    assert rule.growth_texts() == growth_texts(OBJECT)
 
 
 def test_a_number_too_large_for_a_float_is_read_without_error() -> None:

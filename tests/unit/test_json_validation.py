@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
-from proctor.constraints import json_validation
-from proctor.constraints.json_validation import (
+from proctor.constraints.json_schema import validation as json_validation
+from proctor.constraints.json_schema.validation import (
     CHECKED_FORMATS,
     MAX_ERRORS,
     TRUNCATED_ERROR,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from helpers.requirements import BENCHDATA, missing, require_module
 
-from proctor.constraints.schema_closing import close_objects
+from proctor.constraints.json_schema.closing import close_objects
 from proctor.openai_http.body import CHAT, parse_body
 from proctor.openai_http.errors import BodyError
 from proctor_client.v1 import generation_pb2 as pb
@@ -139,7 +139,7 @@ def test_a_vllm_constraint_is_named_by_its_key_in_later_errors() -> None:
 
 def test_a_tools_references_still_resolve_inside_the_call_schema() -> None:
     """pydantic puts nested models in $defs: each tool's $refs are rebased to where its parameters sit."""
-    from proctor.constraints.schema_keywords import resolve_pointer
+    from proctor.constraints.json_schema.keywords import resolve_pointer
     from proctor.openai_http.tools import tool_plan
 
     nested = {"type": "object", "$defs": {"Address": {"type": "object", "properties": {"city": {"type": "string"}}}},

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from helpers.requirements import require_module
 
-from proctor.constraints.json_validation import CHECKED_FORMATS, validate_json_output
+from proctor.constraints.json_schema.validation import CHECKED_FORMATS, validate_json_output
 from proctor.constraints.registry import (
     SchemaRegistry,
     SchemaRegistryError,

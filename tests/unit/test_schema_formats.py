@@ -9,7 +9,7 @@ from datetime import date, timedelta
 import pytest
 from jsonschema import Draft202012Validator
 
-from proctor.constraints.schema_formats import FORMAT_PATTERNS
+from proctor.constraints.json_schema.formats import FORMAT_PATTERNS
 
 CHECKER = Draft202012Validator.FORMAT_CHECKER
 YEARS = (1, 4, 99, 100, 400, 1900, 1999, 2000, 2004, 2023, 2024, 2100, 2400, 9996, 9999)

@@ -24,12 +24,12 @@ from jsonschema import Draft202012Validator
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
-from proctor.constraints.backend import ConstraintError
-from proctor.constraints.json_validation import FORMAT_CHECKER, server_validator_class
-from proctor.constraints.schema_dialect import draft_of, normalize
-from proctor.constraints.schema_relax import relax
-from proctor.constraints.schema_rewrite import disjoint, rewrite
-from proctor.constraints.schema_support import prepare
+from proctor.constraints.errors import ConstraintError
+from proctor.constraints.json_schema import prepare_schema
+from proctor.constraints.json_schema.dialect import draft_of, normalize
+from proctor.constraints.json_schema.relaxed import relax
+from proctor.constraints.json_schema.rewrite import disjoint, rewrite
+from proctor.constraints.json_schema.validation import FORMAT_CHECKER, server_validator_class
 
 SUITE = BENCHDATA / "json-schema-test-suite" / "tests"
 MASKBENCH = BENCHDATA / "maskbench"
@@ -221,13 +221,13 @@ def test_relax_drops_only_in_positive_positions_and_names_what_it_dropped() -> N
                                                       "$ref": "#/properties/a/$defs/x"}}}, "llguidance")
 
 
-def test_prepare_is_idempotent_on_its_output() -> None:
+def test_prepare_schema_is_idempotent_on_its_output() -> None:
     schema = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
               "properties": {"a": {"$ref": "#/definitions/x", "type": "string"}},
               "definitions": {"x": {"type": "integer"}},
               "allOf": [{"required": ["a"]}]}
-    once = prepare(schema)
-    assert prepare(once) == once
+    once = prepare_schema(schema)
+    assert prepare_schema(once) == once
 
 
 @pytest.mark.parametrize("negated", [
@@ -252,7 +252,7 @@ def test_schemas_kept_under_unknown_keys_and_reached_by_ref_are_restated_and_rew
                   "type": "object", "properties": {"at": {"type": "string", "format": "date-time"},
                                                    "card": {}, "address": {}},
                   "dependencies": {"card": ["address"]}}}}}
-    out = prepare(schema)
+    out = prepare_schema(schema)
     event = out["components"]["schemas"]["Event"]
     assert "dependencies" not in event and "anyOf" in event  # restated, then rewritten
     assert event["properties"]["at"]["pattern"].startswith("^(")  # the exact date-time pattern

@@ -1,4 +1,4 @@
-"""The shortest valid value of a JSON schema (constraints/shortest.py; issue 45's closer starts from it): each
+"""The shortest valid value of a JSON schema (json_schema/shortest.py; issue 45's closer starts from it): each
 keyword it covers, what it says it does not, and on real schemas (MaskBench's sample) every value it gives is
 accepted by the constraint engine's own matcher, and is no longer than the shortest valid instance the benchmark
 lists."""
@@ -10,7 +10,7 @@ import json
 import pytest
 from test_constraint_backends_suite import accepts, maskbench_sample
 
-from proctor.constraints.shortest import shortest_value
+from proctor.constraints.json_schema.shortest import shortest_value
 
 CASES = [
     ({"type": "object", "required": ["name", "tags", "kind"], "properties": {

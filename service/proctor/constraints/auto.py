@@ -2,7 +2,7 @@ r"""The AUTO engine policy: which engines to try, in which order, for a constrai
 
 Soundness first, then coverage, then speed. The caller (``ConstraintCompiler``) tries the engines
 in order and uses the first that compiles; an engine refuses (``ConstraintError``) what its
-soundness guard (``schema_support``) or the engine itself cannot enforce, so a later engine only
+soundness guard (constraints/json_schema/support.py) or the engine itself cannot enforce, so a later engine only
 sees what the earlier ones refused, and the order decides coverage. Only engines that implement
 a kind are listed for it (``engines.ENGINES``).
 

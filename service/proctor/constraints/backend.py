@@ -20,15 +20,6 @@ import torch
 from proctor.constraints.spec import ConstraintSpec
 
 
-class ConstraintError(ValueError):
-    """The constraint cannot be compiled; ``reason`` names what (keyword and where, limit, syntax)."""
-
-    def __init__(self, reason: str, backend: str | None = None) -> None:
-        self.reason = reason
-        self.backend = backend
-        super().__init__(f"{backend}: {reason}" if backend else reason)
-
-
 class Matcher(Protocol):
     """Per-request constraint state; advanced by the engine after sampling (never from input_ids)."""
 

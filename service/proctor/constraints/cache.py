@@ -12,7 +12,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from proctor.constraints.backend import CompiledConstraint, ConstraintError
+from proctor.constraints.backend import CompiledConstraint
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import ConstraintSpec
 
 CacheKey = tuple[str, str, str, str, bool, str]

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from proctor.config import Settings
-from proctor.constraints import schema_relax
 from proctor.constraints.auto import FALLBACK, backend_order, policy_key
-from proctor.constraints.backend import Backend, CompiledConstraint, ConstraintError
+from proctor.constraints.backend import Backend, CompiledConstraint
 from proctor.constraints.cache import CacheEntry, CompiledCache, cache_key
 from proctor.constraints.engines import AUTO, BACKEND_NAMES
+from proctor.constraints.errors import ConstraintError
+from proctor.constraints.json_schema import relax
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec
 from proctor.constraints.worker import WorkerConfig
 from proctor.constraints.worker_pool import STUCK_PREFIXES, WorkerPool
@@ -202,7 +203,7 @@ T = TypeVar("T")
 def compile_relaxed(spec: ConstraintSpec, engine: str, compile_one: Callable[[ConstraintSpec], T]
                     ) -> tuple[T, tuple[str, ...]]:
     """Compile the relaxed superset with ``compile_one``; when the engine refuses it, the coarse one
-    (``schema_relax.COARSE`` dropped too). Returns the compile result and what was relaxed."""
+    (``COARSE`` of constraints/json_schema/relaxed.py dropped too). Returns the compile result and what was relaxed."""
     fine_spec, fine = _relaxed(spec, engine, False)
     try:
         return compile_one(fine_spec), fine
@@ -217,7 +218,7 @@ def compile_relaxed(spec: ConstraintSpec, engine: str, compile_one: Callable[[Co
 def _relaxed(spec: ConstraintSpec, engine: str, coarse: bool) -> tuple[ConstraintSpec, tuple[str, ...]]:
     """The relaxed spec and what was relaxed (``keyword at pointer``); cached per spec and engine."""
     try:
-        result = schema_relax.relax(spec.schema, engine, coarse=coarse)
+        result = relax(spec.schema, engine, coarse=coarse)
     except RecursionError as exc:
         raise ConstraintError("the schema nests too deeply to analyse (max_schema_depth)", engine) from exc
     relaxed_spec = ConstraintSpec.json_schema(result.schema, spec.flexible_whitespace)

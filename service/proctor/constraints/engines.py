@@ -2,7 +2,7 @@
 
 Everything that names an engine derives from ``ENGINES``: the wire's ``CONSTRAINT_BACKEND_<NAME>``
 (api/convert.py), the compile workers' warm-up, ``create_backend``, AUTO's order (constraints/auto.py, whose
-rows may only name engines listed here) and each engine's soundness policy (constraints/schema_support.py).
+rows may only name engines listed here) and each engine's soundness policy (constraints/json_schema/support.py).
 An adapter module is imported only when its engine is first built.
 """
 

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proctor.constraints.json_validation import InvalidSchemaError, check_json_schema
+from proctor.constraints.json_schema import InvalidSchemaError, check_json_schema
 from proctor.constraints.spec import ConstraintSpec
 
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"

@@ -13,14 +13,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from proctor.config import Settings
-from proctor.constraints import schema_support
-from proctor.constraints.backend import CompiledConstraint, ConstraintError
+from proctor.constraints.backend import CompiledConstraint
 from proctor.constraints.compiler import CompileResult, ConstraintCompiler
-from proctor.constraints.json_validation import InvalidSchemaError, check_json_schema
+from proctor.constraints.errors import ConstraintError
+from proctor.constraints.json_schema import (
+    POLICIES,
+    InvalidSchemaError,
+    JsonOutputRule,
+    check_json_schema,
+    format_uses,
+    prepare_schema,
+)
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax
 from proctor.domain import ConstraintRequest, ConstraintSummary, FormatUse, RequestValidationError
 
 if TYPE_CHECKING:
+    from proctor.constraints.output_rule import OutputRule
     from proctor.constraints.registry import SchemaRegistry
 
 
@@ -53,6 +61,9 @@ class PreparedConstraint:
     summary: ConstraintSummary
     schema: dict[str, Any] | bool | None  # the JSON schema to validate the output against, if any
     schema_canonical: str = ""  # its canonical JSON: the validator cache's key, computed once here
+    # What ending an output costs, read from the compiled form (constraints/output_rule.py): the engine's budget
+    # rule asks it; None for a kind that cannot say (regex, choice, grammar).
+    output_rule: OutputRule | None = None
 
     @property
     def exact(self) -> bool:
@@ -143,15 +154,16 @@ class ConstraintService:
                                     schema_ref=ref, cache_hit=result.cache_hit, compile_ms=result.compile_ms,
                                     exact=result.exact, relaxed=result.relaxed,
                                     formats=format_handling(spec, result) if schema is not None else ())
-        return PreparedConstraint(result.compiled, summary, schema, canonical if schema is not None else "")
+        compiled_schema = result.compiled.spec.schema  # the schema the matcher enforces (relaxed on the fallback)
+        rule = JsonOutputRule(compiled_schema) if isinstance(compiled_schema, dict | bool) else None
+        return PreparedConstraint(result.compiled, summary, schema, canonical if schema is not None else "", rule)
 
 
 def format_handling(spec: ConstraintSpec, result: CompileResult) -> tuple[FormatUse, ...]:
     """How each ``format`` was held: unknown → annotation; one the engine checks exactly and that was
     not relaxed → enforced; else (approximated or dropped by the fallback) → validated."""
     uses = _format_uses(spec.text)
-    exact_formats = schema_support.POLICIES[result.backend].formats if result.backend in schema_support.POLICIES \
-        else frozenset()
+    exact_formats = POLICIES[result.backend].formats if result.backend in POLICIES else frozenset()
 
     def handling(path: str, name: str, known: bool, spelled: bool) -> str:
         if not known:
@@ -167,6 +179,6 @@ def format_handling(spec: ConstraintSpec, result: CompileResult) -> tuple[Format
 def _format_uses(schema_text: str) -> tuple[tuple[str, str, bool, bool], ...]:
     """The formats of a schema (prepared once per distinct schema, not per request)."""
     try:
-        return tuple(schema_support.format_uses(schema_support.prepare(json.loads(schema_text))))
+        return tuple(format_uses(prepare_schema(json.loads(schema_text))))
     except (ConstraintError, RecursionError):
         return ()

@@ -41,9 +41,9 @@ def load_tokenizer(model_path: str) -> Any:
 
 def worker_main(conn: Connection, config: WorkerConfig) -> None:
     """Serve compile requests until the pipe closes."""
-    from proctor.constraints.backend import ConstraintError
     from proctor.constraints.backends import create_backend
     from proctor.constraints.engines import BACKEND_NAMES
+    from proctor.constraints.errors import ConstraintError
 
     tokenizer = load_tokenizer(config.model_path)
     backends: dict[str, Any] = {}

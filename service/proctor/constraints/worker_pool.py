@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from proctor.constraints.backend import ConstraintError
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import ConstraintSpec
 from proctor.constraints.worker import WorkerConfig
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import jsonschema
 
-from proctor.constraints.json_validation import json_path
+from proctor.constraints.json_schema import json_path
 from proctor.contracts.request import ContractRequest, RequiredClause
 from proctor.contracts.specialise import Specialised
 from proctor.contracts.templates import ContractTemplate

@@ -1,7 +1,7 @@
 """The validated fallback's retry loop: generate under the relaxed schema, validate, retry within a budget.
 
 A JSON schema that no engine enforces exactly is compiled as a documented superset (see
-``constraints/schema_relax.relax``). Each attempt's events are held back until the attempt ends
+``constraints/json_schema/relaxed.py``). Each attempt's events are held back until the attempt ends
 and its output has been validated against the full schema: a valid output is released (with every
 attempt listed on its final event); an invalid one starts the next attempt, until the budget is
 spent — then the last output is released with ``schema_validation.valid = false`` and a finish

@@ -1,6 +1,6 @@
 """Valid within the budget: a JSON output running short of tokens is ended with its shortest valid ending (issue 45).
 
-Every step a JSON-schema row knows what finishing would cost: ``JsonCloser`` (constraints/json_closer.py) reads
+Every step a JSON-schema row knows what finishing would cost: its output rule (constraints/output_rule.py) reads
 its output and says the shortest texts that end it validly. When the tokens left (``max_new_tokens``, capped by
 the context) come within that cost plus the most one more free token could add to it (``BudgetFacts.margin``),
 the row stops generating freely: the first ending the matcher accepts to an accepting state becomes forced
@@ -20,7 +20,6 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
-from proctor.constraints.json_closer import JsonCloser
 from proctor.engine.budget_facts import BudgetFacts, BudgetFactsCache, accepts, encode
 
 if TYPE_CHECKING:
@@ -33,7 +32,7 @@ def attach_budget(prepared: PreparedRequest, cache: BudgetFactsCache) -> Prepare
     """The prepared request with its budget facts (a JSON schema, one sequence, ``close_at_budget`` on); refused
     when ``max_new_tokens`` cannot hold the schema's shortest valid output."""
     request, constraint = prepared.request, prepared.constraint
-    if constraint is None or constraint.schema is None or not request.stopping.close_at_budget \
+    if constraint is None or constraint.output_rule is None or not request.stopping.close_at_budget \
             or request.sampling.num_beams > 1:
         return prepared
     try:
@@ -54,7 +53,7 @@ class BudgetRule:
         self._matcher = matcher
         self._tokenizer = tokenizer
         self._vocab_size = vocab_size
-        self._closer = JsonCloser(facts.schema)
+        self._closer = facts.rule.reader()
         self.closing: tuple[int, ...] = ()
         self.closes_at = -1  # the output length at which the ending is complete (-1: not closing)
         self.after_loop = False  # it closed because the output looped, not for the budget

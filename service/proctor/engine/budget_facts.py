@@ -1,8 +1,11 @@
-"""What closing a schema's outputs within their budget costs, computed once per compiled schema (engine/budget.py).
+"""What closing a constraint's outputs within their budget costs, computed once per compiled constraint
+(engine/budget.py).
 
 The shortest valid output's tokens (a ``max_new_tokens`` below it is refused up front) and the margin: the most
-one more free token can add to an ending (the schema's longest member or item at its shortest, tokenized, plus
-``MARGIN_EXTRA``). A free token is taken only while the ending still fits after it, whatever it opens.
+one more free token can add to an ending (the longest of the output rule's growth texts, a JSON schema's member or
+item at its shortest, tokenized, plus ``MARGIN_EXTRA``). A free token is taken only while the ending still fits
+after it, whatever it opens. The texts come from the constraint's output rule (constraints/output_rule.py); the
+tokens and the matcher's say are the engine's.
 """
 
 from __future__ import annotations
@@ -13,28 +16,28 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from proctor.constraints.forced import accepted_prefix
-from proctor.constraints.json_closer import JsonCloser, growth_texts
 
 if TYPE_CHECKING:
     from proctor.constraints.backend import Matcher
+    from proctor.constraints.output_rule import OutputRule
     from proctor.constraints.service import PreparedConstraint
 
 MARGIN_EXTRA = 2  # tokens beyond the longest member or item one token can open (a separator, a quote)
-FACTS_CACHED = 256  # schemas whose facts are kept (a few tokenizations and a matcher walk each)
+FACTS_CACHED = 256  # constraints whose facts are kept (a few tokenizations and a matcher walk each)
 
 
 @dataclass(frozen=True, slots=True)
 class BudgetFacts:
-    """What closing a schema's outputs costs, computed once per compiled schema."""
+    """What closing a constraint's outputs costs, computed once per compiled constraint."""
 
-    schema: Any  # the schema the matcher enforces (the compiled one)
+    rule: OutputRule  # the output rule of what the matcher enforces (the compiled constraint)
     minimum: int  # tokens of the shortest valid output (0: the closer does not cover the schema's start)
     shortest: str  # that output's text
     margin: int  # the most one more free token can add to an ending's tokens (its longest member or item)
 
 
 class BudgetFactsCache:
-    """``BudgetFacts`` per compiled schema (its spec's hash), kept for the last ``FACTS_CACHED``."""
+    """``BudgetFacts`` per compiled constraint (its spec's hash), kept for the last ``FACTS_CACHED``."""
 
     def __init__(self, tokenizer: Any, vocab_size: int) -> None:
         self._tokenizer = tokenizer
@@ -49,7 +52,9 @@ class BudgetFactsCache:
             if found is not None:
                 self._facts.move_to_end(key)
                 return found
-        found = budget_facts(constraint.compiled.spec.schema, constraint.compiled.new_matcher(), self._tokenizer,
+        if constraint.output_rule is None:
+            raise ValueError("the constraint has no output rule: its outputs cannot be closed within a budget")
+        found = budget_facts(constraint.output_rule, constraint.compiled.new_matcher(), self._tokenizer,
                              self._vocab_size)
         with self._lock:
             self._facts[key] = found
@@ -58,17 +63,17 @@ class BudgetFactsCache:
         return found
 
 
-def budget_facts(schema: Any, matcher: Matcher, tokenizer: Any, vocab_size: int) -> BudgetFacts:
-    """The facts of ``schema`` (``matcher``: a fresh one of its compiled constraint)."""
+def budget_facts(rule: OutputRule, matcher: Matcher, tokenizer: Any, vocab_size: int) -> BudgetFacts:
+    """The facts of ``rule`` (``matcher``: a fresh one of its compiled constraint)."""
     minimum, shortest = 0, ""
-    for text in JsonCloser(schema).endings():
+    for text in rule.reader().endings():
         ids = encode(tokenizer, text)
         if accepts(matcher, ids, vocab_size):
             minimum, shortest = len(ids), text
             break
-    longest = sorted(growth_texts(schema), key=len, reverse=True)[:4]
+    longest = sorted(rule.growth_texts(), key=len, reverse=True)[:4]
     margin = max((len(encode(tokenizer, text)) for text in longest), default=0) + MARGIN_EXTRA
-    return BudgetFacts(schema, minimum, shortest, margin)
+    return BudgetFacts(rule, minimum, shortest, margin)
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:

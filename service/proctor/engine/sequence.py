@@ -341,7 +341,7 @@ class SequenceState:
         """Validate a JSON output against its schema; an unfinished output is never valid."""
         if self.constraint is None or self.constraint.schema is None:
             return None
-        from proctor.constraints.json_validation import validate_json_output
+        from proctor.constraints.json_schema import validate_json_output
 
         text = "".join(self._text)
         result = validate_json_output(text, self.constraint.schema, truncated=reason is FinishReason.LENGTH,

@@ -3,7 +3,7 @@
 - ``response_format`` (chat) and ``text.format`` (Responses): ``json_schema`` is always enforced: served as
   gRPC's AUTO serves a schema (exact where an engine enforces it, else the validated fallback, said in
   ``proctor.constraint``), or a 400 naming the keyword. ``strict: true`` also refuses the fallback (exact or a
-  400). Either way objects that list their properties are closed (constraints/schema_closing.py), as OpenAI's
+  400). Either way objects that list their properties are closed (constraints/json_schema/closing.py), as OpenAI's
   strict mode defines them and as vLLM, SGLang and llama-server serve every schema. ``json_object`` is any
   JSON object; ``text`` is no constraint.
 - vLLM's extensions: ``structured_outputs`` ``{json|regex|choice|grammar|json_object}`` and the older
@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from proctor.constraints.schema_closing import close_objects
+from proctor.constraints.json_schema import close_objects
 from proctor.openai_http.errors import BodyError
 from proctor.openai_http.fields import VLLM_BACKENDS, VLLM_CONSTRAINTS, VLLM_OPTIONS
 from proctor_client.v1 import generation_pb2 as pb

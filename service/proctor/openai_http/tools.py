@@ -9,7 +9,7 @@
   block when parallel calls are off). The arguments of a call it starts are held to that tool's schema.
 - ``none``: no constraint; the tools are still shown to the model.
 
-Every tool's parameters are served with their objects closed (constraints/schema_closing.py); a ``strict``
+Every tool's parameters are served with their objects closed (constraints/json_schema/closing.py); a ``strict``
 tool is also served exactly or refused (no validated fallback). A call cut short by ``max_tokens`` is
 returned as it stands, with ``finish_reason: "length"``, as OpenAI does.
 
@@ -25,10 +25,13 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from proctor.constraints.json_validation import InvalidSchemaError, check_json_schema
-from proctor.constraints.llguidance_json import json_options
-from proctor.constraints.schema_closing import close_objects
-from proctor.constraints.schema_keywords import DATA_KEYWORDS
+from proctor.constraints.json_schema import (
+    DATA_KEYWORDS,
+    InvalidSchemaError,
+    check_json_schema,
+    close_objects,
+    json_options,
+)
 from proctor.openai_http.errors import BodyError
 from proctor_client.v1 import generation_pb2 as pb
 

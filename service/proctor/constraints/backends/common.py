@@ -7,8 +7,8 @@ import re
 
 import torch
 
-from proctor.constraints import schema_support
-from proctor.constraints.backend import ConstraintError
+from proctor.constraints.errors import ConstraintError
+from proctor.constraints.json_schema import check_schema
 from proctor.constraints.spec import ConstraintSpec
 
 MAX_REASON_CHARS = 500
@@ -29,14 +29,14 @@ def allows_other_than(row: torch.Tensor, eos: torch.Tensor) -> bool:
 
 
 def checked_schema(spec: ConstraintSpec, backend: str) -> str:
-    """The schema text to compile, once the spec passed the soundness guard (``schema_support``).
+    """The schema text to compile, once the spec passed the soundness guard (``json_schema.check_schema``).
 
     Compact, in the author's key order, in 2020-12 terms, with ``pattern`` regexes carried into
     ECMA terms. Limits are the server's (checked before the compile is sent); a schema that still
     nests too deeply for the recursive walks is refused here rather than crashing the worker.
     """
     try:
-        schema = schema_support.check_schema(spec.schema, backend)
+        schema = check_schema(spec.schema, backend)
     except RecursionError as exc:
         raise ConstraintError("the schema nests too deeply to analyse (max_schema_depth)", backend) from exc
     except ConstraintError as exc:

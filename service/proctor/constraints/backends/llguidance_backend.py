@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from proctor.constraints.backend import ConstraintError
 from proctor.constraints.backends.common import check_row, checked_schema, reason
 from proctor.constraints.engines import LLGUIDANCE
-from proctor.constraints.llguidance_json import json_options
+from proctor.constraints.errors import ConstraintError
+from proctor.constraints.json_schema import json_options
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax, choice_regex
 
 NAME = LLGUIDANCE

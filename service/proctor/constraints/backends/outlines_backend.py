@@ -23,10 +23,11 @@ from typing import Any, cast
 
 import torch
 
-from proctor.constraints.backend import ConstraintError, bitmask_words
+from proctor.constraints.backend import bitmask_words
 from proctor.constraints.backends.common import check_row, checked_schema, eos_row, reason
 from proctor.constraints.backends.vocab import token_bytes
 from proctor.constraints.engines import OUTLINES
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, choice_regex
 
 NAME = OUTLINES

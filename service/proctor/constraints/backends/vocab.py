@@ -20,7 +20,7 @@ import weakref
 from functools import lru_cache
 from typing import Any
 
-from proctor.constraints.backend import ConstraintError
+from proctor.constraints.errors import ConstraintError
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 METASPACE = "\u2581"

@@ -9,7 +9,7 @@ Notes from checking it against the real tokenizer:
 * ``any_whitespace=False`` alone gives ``", "`` and ``": "`` separators; compact output needs
   ``separators=(",", ":")`` as well.
 * ``strict_mode=True`` closes objects and arrays that do not say otherwise (a restriction, sound).
-  Schema keywords it does not enforce are refused beforehand by ``schema_support``.
+  Schema keywords it does not enforce are refused beforehand by the soundness guard (json_schema/support.py).
 * ``is_completed()`` says the stop token is allowed now; "only the stop token" has no direct
   query, so ``must_end`` computes the mask, but only when completed, and keeps it for the next
   ``fill_bitmask`` of the same state (no extra work in the common case).
@@ -21,10 +21,11 @@ from typing import Any, cast
 
 import torch
 
-from proctor.constraints.backend import ConstraintError, bitmask_words
+from proctor.constraints.backend import bitmask_words
 from proctor.constraints.backends.common import allows_other_than, check_row, checked_schema, eos_row, reason
 from proctor.constraints.backends.vocab import token_bytes
 from proctor.constraints.engines import XGRAMMAR
+from proctor.constraints.errors import ConstraintError
 from proctor.constraints.spec import MAX_JSON_WHITESPACE, ConstraintKind, ConstraintSpec, GrammarSyntax, choice_regex
 
 NAME = XGRAMMAR

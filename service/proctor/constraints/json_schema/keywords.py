@@ -22,7 +22,7 @@ ANNOTATIONS = frozenset({
 })
 
 # Every keyword that can make an instance invalid (2020-12 names; draft-04..07 and 2019-09
-# spellings are normalised to these by ``schema_dialect`` before anyone looks).
+# spellings are normalised to these by ``dialect`` before anyone looks).
 ASSERTIONS = frozenset({
     # core
     "$ref", "$dynamicRef", "$recursiveRef", "$recursiveAnchor",

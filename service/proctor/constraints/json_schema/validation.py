@@ -15,7 +15,7 @@ reports, so it errs on the strict side:
   and ``\\d``/``\\w``/``\\b`` are ASCII (Python's match any Unicode digit or letter). Constraint engines
   read patterns the ECMA way, so this validator agrees with the mask instead of being laxer than it.
 * Each schema is read by its own draft (``$schema``: draft-04, -06, -07, 2019-09, 2020-12; none means
-  2020-12), with that draft's validator class — the same reading ``schema_dialect`` gives the engines.
+  2020-12), with that draft's validator class — the same reading ``dialect`` gives the engines.
   Formats are asserted with the 2020-12 checkers whatever the draft (one list of asserted formats).
 * ``$ref`` is resolved locally only: jsonschema's default would fetch unknown ``$ref`` URLs over HTTP,
   which a server must never do for a client-supplied schema.
@@ -35,8 +35,8 @@ import referencing.exceptions
 from jsonschema import Draft7Validator, Draft202012Validator, ValidationError, validators
 from jsonschema.exceptions import SchemaError
 
-from proctor.constraints.schema_dialect import validator_class
-from proctor.constraints.schema_keywords import resolve_pointer
+from proctor.constraints.json_schema.dialect import validator_class
+from proctor.constraints.json_schema.keywords import DATA_KEYWORDS, resolve_pointer
 from proctor.constraints.spec import canonical_json
 
 TRUNCATED_ERROR = "output truncated at max_new_tokens before the JSON was complete; it is not a valid instance"
@@ -46,8 +46,6 @@ VALIDATOR_CACHE_SIZE = 64
 FORMAT_CHECKER = Draft202012Validator.FORMAT_CHECKER
 # The formats FORMAT_CHECKER asserts given the optional packages installed; any other format passes unchecked.
 CHECKED_FORMATS = frozenset(FORMAT_CHECKER.checkers)
-# Keywords whose values are data, not subschemas: a "$ref" inside them is not a reference.
-DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -195,7 +193,7 @@ def server_validator_class(schema: object) -> Any:
 @functools.lru_cache(maxsize=8)
 def _ecma_validator_class(cls: Any) -> Any:
     """The draft's validator class with ``pattern`` read the ECMA way, and ``dependencies`` asserted
-    in every draft (its draft 4-7 meaning; see ``schema_dialect.normalize``)."""
+    in every draft (its draft 4-7 meaning; see ``dialect.normalize``)."""
     extra = {"pattern": _ecma_pattern_keyword}
     if "dependencies" not in cls.VALIDATORS:
         extra["dependencies"] = Draft7Validator.VALIDATORS["dependencies"]

@@ -5,7 +5,7 @@ objects (their schema, the members written, the key being written), the arrays (
 number or literal being written. ``endings()`` then says how to finish from there, shortest first: complete the
 open scalar (an escape, an enum member or ``const`` begun, a ``minLength``, a number's missing digits, the rest
 of ``true``), then, container by container outwards, give each missing required property the shortest value its
-schema allows (constraints/shortest.py), add items up to ``minItems``, and close.
+schema allows (constraints/json_schema/shortest.py), add items up to ``minItems``, and close.
 
 A closer is a guess the matcher checks: the engine tokenizes each ending and keeps the first the constraint
 accepts to the end (engine/budget.py), so a schema read differently here than by the engine costs a candidate,
@@ -20,8 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from proctor.constraints.pattern_text import shortest_completion
-from proctor.constraints.schema_options import (
+from proctor.constraints.json_schema.options import (
     DependentSchema,
     Schema,
     branches,
@@ -31,8 +30,9 @@ from proctor.constraints.schema_options import (
     members_to_write,
     of_type,
 )
-from proctor.constraints.schema_walk import reachable
-from proctor.constraints.shortest import FORMAT_PATTERNS, number_fits, shortest_text
+from proctor.constraints.json_schema.pattern_text import shortest_completion
+from proctor.constraints.json_schema.shortest import FORMAT_PATTERNS, number_fits, shortest_text
+from proctor.constraints.json_schema.walk import reachable
 
 LITERALS = ("true", "false", "null")
 NUMBER_CHARS = frozenset("0123456789+-.eE")
@@ -293,7 +293,7 @@ class JsonCloser:
 
     # --- schemas -------------------------------------------------------------------------------
     def options(self, node: Any) -> list[Schema]:
-        """``node``'s alternatives (constraints/schema_options.py), built once per node: each cache entry holds its
+        """``node``'s alternatives (constraints/json_schema/options.py), built once per node: each cache entry holds its
         node, so an id is never reused while its entry lives (a merged branch is a new object)."""
         found = self._options.get(id(node))
         if found is None or found[0] is not node:

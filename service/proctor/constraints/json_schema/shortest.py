@@ -8,7 +8,7 @@ value, an enum's shortest member, a string of ``minLength`` characters, the numb
 
 ``shortest_value`` covers the common keywords (``type`` and its lists, ``const``, ``enum``, ``properties`` with
 ``required``, ``minProperties`` from the optional properties, ``items``/``prefixItems`` with ``minItems``,
-``minLength``/``maxLength``, common ``format``s, ``pattern``s (constraints/pattern_text.py), number bounds and
+``minLength``/``maxLength``, common ``format``s, ``pattern``s (``pattern_text``), number bounds and
 ``multipleOf``, ``anyOf``/``oneOf``, one-member ``allOf``, local ``$ref``s) and says plainly what it does not
 (``None``): a pattern with lookarounds, ``not``, ``uniqueItems`` with more than one item, ``if``/``then``.
 Whatever it returns is checked with the server's own validator first, so a value it gives is valid, never merely
@@ -22,10 +22,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from proctor.constraints.json_validation import validate_json_output
-from proctor.constraints.pattern_text import shortest_completion
-from proctor.constraints.schema_keywords import resolve_pointer
-from proctor.constraints.schema_options import DependentSchema, member_schema, members_to_write
+from proctor.constraints.json_schema.keywords import resolve_pointer
+from proctor.constraints.json_schema.options import DependentSchema, member_schema, members_to_write
+from proctor.constraints.json_schema.pattern_text import shortest_completion
+from proctor.constraints.json_schema.validation import validate_json_output
 
 FORMATS = {"date": "2000-01-01", "date-time": "2000-01-01T00:00:00Z", "time": "00:00:00Z", "email": "a@b.co",
            "uri": "a:b", "uuid": "00000000-0000-0000-0000-000000000000", "ipv4": "0.0.0.0", "ipv6": "::",
@@ -33,8 +33,8 @@ FORMATS = {"date": "2000-01-01", "date-time": "2000-01-01T00:00:00Z", "time": "0
 _DATE = r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
 _TIME = r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)"
 _OCTET = r"(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-# The formats a closer completes once begun (constraints/json_closer.py): the shortest text to a match, from
-# what was written (constraints/pattern_text.py). Simple forms: what they give is valid, not every valid value.
+# The formats a closer completes once begun (``closer``): the shortest text to a match, from
+# what was written (``pattern_text``). Simple forms: what they give is valid, not every valid value.
 FORMAT_PATTERNS = {"date": f"^{_DATE}$", "time": f"^{_TIME}$", "date-time": f"^{_DATE}T{_TIME}$",
                    "uuid": "^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$",
                    "ipv4": f"^({_OCTET}\\.){{3}}{_OCTET}$",
@@ -69,7 +69,7 @@ def shortest_value(schema: dict[str, Any] | bool) -> Shortest | None:
 
 def shortest_text(node: Any, root: Any) -> str | None:
     """The compact JSON text of the shortest value of ``node``, a part of the schema ``root`` (its ``$ref``s
-    resolved against it), unchecked: the closer's guesses are checked by the matcher (constraints/json_closer.py)."""
+    resolved against it), unchecked: the closer's guesses are checked by the matcher (``closer``)."""
     try:
         return json.dumps(_shortest(node, root, ()), separators=(",", ":"), ensure_ascii=False)
     except (NotCovered, RecursionError, KeyError, TypeError, ValueError, IndexError):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from proctor.constraints.backend import ConstraintError
-from proctor.constraints.schema_keywords import resolve_pointer
-from proctor.constraints.schema_walk import reachable
+from proctor.constraints.errors import ConstraintError
+from proctor.constraints.json_schema.keywords import resolve_pointer
+from proctor.constraints.json_schema.walk import reachable
 
 
 def deref(node: object, root: object, hops: int = 8) -> object:

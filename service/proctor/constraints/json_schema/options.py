@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from proctor.constraints.schema_keywords import resolve_pointer
+from proctor.constraints.json_schema.keywords import resolve_pointer
 
 Schema = dict[str, Any]
 

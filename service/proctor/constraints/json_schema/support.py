@@ -1,6 +1,6 @@
 """Soundness guard for JSON Schemas: refuse only what an engine would silently not enforce.
 
-A deny-list over the known vocabularies (``schema_keywords``): keywords no draft defines are
+A deny-list over the known vocabularies (``keywords``): keywords no draft defines are
 annotations — the specification and the server's validator ignore them, so refusing them
 protects nothing — and so are ``format`` values the specification does not define. For each
 engine, ``Policy`` lists the assertion keywords it enforces and the conditions under which it
@@ -10,10 +10,10 @@ through). Any other assertion keyword is a problem, reported with its JSON point
 them are named at once (bounded), so a caller can fix a schema in one round trip.
 
 Before the guard looks, the schema is read by its own draft and restated in 2020-12 terms
-(``schema_dialect``), rewritten exactly where that helps (``schema_rewrite``), and its local
+(``dialect``), rewritten exactly where that helps (``rewrite``), and its local
 references checked. ``relax`` builds the documented superset for the validated fallback: the
 problems dropped (``oneOf`` read as ``anyOf``), only ever in positive positions
-(``schema_relax``).
+(``relax``).
 
 Known gaps that no keyword list can express are documented in the adapters' module docstrings.
 """
@@ -24,12 +24,12 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from proctor.constraints.backend import ConstraintError
-from proctor.constraints.backends.ecma_regex import takes_json_escaped, translate
 from proctor.constraints.engines import ENGINES, LLGUIDANCE, OUTLINES, XGRAMMAR
-from proctor.constraints.schema_dialect import DRAFT2020_URI, normalize
-from proctor.constraints.schema_formats import FORMAT_PATTERNS, exact_pattern
-from proctor.constraints.schema_keywords import (
+from proctor.constraints.errors import ConstraintError
+from proctor.constraints.json_schema.dialect import DRAFT2020_URI, normalize
+from proctor.constraints.json_schema.ecma_regex import takes_json_escaped, translate
+from proctor.constraints.json_schema.formats import FORMAT_PATTERNS, exact_pattern
+from proctor.constraints.json_schema.keywords import (
     ASSERTIONS,
     FORMATS,
     JSON_TYPES,
@@ -42,9 +42,9 @@ from proctor.constraints.schema_keywords import (
     resolve_pointer,
     subschemas,
 )
-from proctor.constraints.schema_refs import check_refs
-from proctor.constraints.schema_rewrite import rewrite
-from proctor.constraints.schema_walk import canonical_pointer, contains_ref, reachable
+from proctor.constraints.json_schema.refs import check_refs
+from proctor.constraints.json_schema.rewrite import rewrite
+from proctor.constraints.json_schema.walk import canonical_pointer, contains_ref, reachable
 
 MAX_NAMED_PROBLEMS = 12  # problems named in one error message (a count of the rest follows)
 Problem = tuple[str, str]  # (JSON pointer as a URI fragment, keyword)
@@ -205,7 +205,7 @@ def _keyword_ok(kw: str, node: dict[str, Any], root: object, policy: Policy, all
         return False
     if kw in ("const", "enum") and policy.plain_literals and _needs_u_escape(value):
         return False
-    if kw == "format":  # a calendar format with its exact pattern beside it is that pattern (schema_formats)
+    if kw == "format":  # a calendar format with its exact pattern beside it is that pattern (``formats``)
         return value in policy.formats or exact_pattern(node) or (allow_approx and value in policy.approximate_formats)
     if kw == "allOf" and policy.single_all_of:
         return isinstance(value, list) and len(value) == 1
@@ -270,7 +270,7 @@ def problems_for(schema: object, policy: Policy, *, allow_approximate_formats: b
     return list(dict.fromkeys(found))
 
 
-def prepare(schema: object) -> object:
+def prepare_schema(schema: object) -> object:
     """The schema in 2020-12 terms with the exact rewrites applied and its references checked."""
     normalized = normalize(schema)
     if isinstance(normalized, dict) and "$schema" in normalized:
@@ -283,13 +283,13 @@ def prepare(schema: object) -> object:
 def unsupported_keywords(schema: object, backend: str, *, allow_approximate_formats: bool = False) -> list[Problem]:
     """(JSON pointer as a URI fragment, keyword) for each keyword ``backend`` would not enforce.
 
-    Pointers are into the prepared schema (``prepare``): for a 2020-12 schema that is the
+    Pointers are into the prepared schema (``prepare_schema``): for a 2020-12 schema that is the
     schema as written. A sibling that the engine drops is reported under its own name (``type``
     beside ``anyOf`` for xgrammar, say). ``allow_approximate_formats`` accepts formats an engine
     checks except for calendar details (2021-02-29 passes as a date); off by default, since such
     output can be invalid — the validated fallback turns it on.
     """
-    return problems_for(prepare(schema), POLICIES[backend], allow_approximate_formats=allow_approximate_formats)
+    return problems_for(prepare_schema(schema), POLICIES[backend], allow_approximate_formats=allow_approximate_formats)
 
 
 def describe(problems: list[Problem]) -> str:
@@ -332,7 +332,7 @@ def check_schema(schema: object, backend: str, *, allow_approximate_formats: boo
     """
     if not isinstance(schema, dict | bool):
         raise ConstraintError("a JSON schema must be an object or a boolean", backend)
-    prepared = prepare(schema)
+    prepared = prepare_schema(schema)
     problems = problems_for(prepared, POLICIES[backend], allow_approximate_formats=allow_approximate_formats)
     if problems:
         raise ConstraintError(describe(problems), backend)
@@ -342,7 +342,7 @@ def check_schema(schema: object, backend: str, *, allow_approximate_formats: boo
 def format_uses(schema: object) -> list[tuple[str, str, bool, bool]]:
     """(pointer, format, known, spelled out) for every ``format`` in a prepared schema.
 
-    known: the specification defines it; spelled out: an exact pattern stands beside it (``schema_formats``).
+    known: the specification defines it; spelled out: an exact pattern stands beside it (``formats``).
     """
     return [(site.path, site.node["format"], site.node["format"] in FORMATS, exact_pattern(site.node))
             for site in reachable(schema) if isinstance(site.node, dict) and isinstance(site.node.get("format"), str)]

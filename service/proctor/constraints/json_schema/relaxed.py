@@ -1,6 +1,6 @@
 """The validated fallback's superset: a schema with what an engine would not enforce dropped.
 
-Every keyword the guard (``schema_support``) reports for the engine is dropped where it stands,
+Every keyword the guard (``support``) reports for the engine is dropped where it stands,
 and every ``oneOf`` is read as ``anyOf`` ("at least one" for "exactly one"). Dropping an
 assertion in a positive position can only admit more instances; the guard never looks below
 ``not`` or ``if`` (no engine enforces them, so they go whole), so no drop lands in a negative
@@ -14,10 +14,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from proctor.constraints.backend import ConstraintError
-from proctor.constraints.schema_keywords import NEGATIVE, pointer_tokens, resolve_pointer
-from proctor.constraints.schema_support import POLICIES, Problem, describe, prepare, problems_for
-from proctor.constraints.schema_walk import Site, reachable
+from proctor.constraints.errors import ConstraintError
+from proctor.constraints.json_schema.keywords import NEGATIVE, pointer_tokens, resolve_pointer
+from proctor.constraints.json_schema.support import POLICIES, Problem, describe, prepare_schema, problems_for
+from proctor.constraints.json_schema.walk import Site, reachable
 
 MAX_RELAX_PASSES = 8
 # Dropping one of these changes what its siblings mean (additionalProperties reads properties'
@@ -53,7 +53,7 @@ def relax(schema: object, backend: str, *, coarse: bool = False) -> Relaxed:
     Raises ConstraintError when a problem has no superset (a nested ``$id`` that re-bases refs).
     """
     policy = POLICIES[backend]
-    current = prepare(schema)
+    current = prepare_schema(schema)
     current, relaxed = _one_of_as_any_of(current)
     if coarse:
         found = [(site.path, kw) for site in _positive_sites(current) if isinstance(site.node, dict)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from proctor.constraints.schema_keywords import NEGATIVE, pointer, pointer_tokens, resolve_pointer, subschemas
+from proctor.constraints.json_schema.keywords import NEGATIVE, pointer, pointer_tokens, resolve_pointer, subschemas
 
 
 @dataclass(frozen=True, slots=True)

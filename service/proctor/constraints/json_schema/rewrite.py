@@ -1,6 +1,6 @@
 """Rewrites that keep a schema's meaning exactly, so an engine can enforce what it could not before.
 
-Applied after ``schema_dialect.normalize`` and before the guard. Each one is exact — an instance
+Applied after ``dialect.normalize`` and before the guard. Each one is exact — an instance
 is valid before iff it is valid after — and each has a property test
 (tests/unit/test_schema_rewrite.py):
 
@@ -17,7 +17,7 @@ is valid before iff it is valid after — and each has a property test
   ``additionalProperties`` or ``items``) are merged into the parent.
 
 A rewrite is skipped where a ``$ref`` points into the structure it would move; references
-themselves are checked in ``schema_refs``.
+themselves are checked in ``refs``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import itertools
 import json
 from typing import Any
 
-from proctor.constraints.schema_formats import with_pattern
-from proctor.constraints.schema_keywords import (
+from proctor.constraints.json_schema.formats import with_pattern
+from proctor.constraints.json_schema.keywords import (
     ANNOTATIONS,
     SCHEMA_LISTS,
     SCHEMA_MAPS,
@@ -35,8 +35,8 @@ from proctor.constraints.schema_keywords import (
     pointer,
     resolve_pointer,
 )
-from proctor.constraints.schema_refs import deref
-from proctor.constraints.schema_walk import RefIndex, reachable
+from proctor.constraints.json_schema.refs import deref
+from proctor.constraints.json_schema.walk import RefIndex, reachable
 
 MAX_DEPENDENCIES = 4  # one anyOf each; more would multiply the branches an engine explores
 MAX_ENUM = 256

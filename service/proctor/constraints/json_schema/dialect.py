@@ -14,8 +14,8 @@ from typing import Any
 
 from jsonschema import validators
 
-from proctor.constraints.schema_keywords import SCHEMA_LISTS, SCHEMA_MAPS, SCHEMA_SINGLES, pointer
-from proctor.constraints.schema_walk import RefIndex
+from proctor.constraints.json_schema.keywords import SCHEMA_LISTS, SCHEMA_MAPS, SCHEMA_SINGLES, pointer
+from proctor.constraints.json_schema.walk import RefIndex
 
 DRAFT4, DRAFT6, DRAFT7, DRAFT2019, DRAFT2020 = "draft-04", "draft-06", "draft-07", "2019-09", "2020-12"
 DRAFT2020_URI = "https://json-schema.org/draft/2020-12/schema"  # what a restated schema declares
@@ -50,7 +50,7 @@ def normalize(schema: object) -> object:
     ``dependencies`` keeps its draft 4-7 meaning in every draft: 2019-09 split it into
     ``dependentRequired``/``dependentSchemas`` without giving the old word another meaning, and
     schemas without ``$schema`` still use it as their authors intended; the server's validator
-    asserts it too (``json_validation``), as the Test Suite's optional compatibility tests expect.
+    asserts it too (``validation``), as the Test Suite's optional compatibility tests expect.
     """
     return _normalize(schema, draft_of(schema), "#", RefIndex.of(schema))
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proctor.constraints.schema_keywords import NEGATIVE, SCHEMA_LISTS, SCHEMA_MAPS, SCHEMA_SINGLES, pointer
+from proctor.constraints.json_schema.keywords import NEGATIVE, SCHEMA_LISTS, SCHEMA_MAPS, SCHEMA_SINGLES, pointer
 
 ALWAYS_COMPOSED = ("dependentSchemas", "then", "else")  # members that never stand alone
 
