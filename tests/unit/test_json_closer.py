@@ -119,3 +119,38 @@ def test_on_maskbench_an_accepted_ending_is_always_valid_and_nearly_every_cut_ha
     assert cuts > 1000
     assert not wrong, "\n".join(wrong)
     assert ended >= 0.95 * cuts, f"{ended} of {cuts} cuts ended"
+
+
+TIES = {"anyOf": [  # endings of equal length: which comes first must not follow a set's iteration order
+    {"type": "object", "required": ["ab"], "properties": {"ab": {"enum": ["xy", "yx", "zz"]}}},
+    {"type": "object", "required": ["ba"], "properties": {"ba": {"type": "string", "pattern": "^[a-z][0-9]$"}}},
+    {"type": "array", "minItems": 1, "items": {"enum": ["qq", "pp"]}}]}
+TIE_SCRIPT = """
+import json, sys
+from proctor.constraints.json_schema.closer import JsonCloser
+schema = json.loads(sys.argv[1])
+found = []
+for written in ("", "{", '{"', '{"b', '{"ba":"', "[", '["'):
+    closer = JsonCloser(schema)
+    closer.push(written)
+    found.append(closer.endings())
+print(json.dumps(found))
+"""
+
+
+def test_the_endings_do_not_follow_the_string_hash_seed() -> None:
+    """A replay runs in another process, with another hash seed: it must be offered the same endings in the same
+    order, or a tie between two equally short endings could force a different one."""
+    import os
+    import subprocess
+    import sys
+
+    answers = set()
+    for seed in ("1", "2", "3", "4"):
+        run = subprocess.run([sys.executable, "-c", TIE_SCRIPT, json.dumps(TIES)], capture_output=True, text=True,
+                             check=True, env={**os.environ, "PYTHONHASHSEED": seed})
+        answers.add(run.stdout)
+    assert len(answers) == 1, answers
+    endings = json.loads(answers.pop())
+    assert all(endings), endings
+    assert all(e == sorted(e, key=lambda t: (len(t), t)) for e in endings), endings

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,12 @@ class _Frame:
     keys: list[str] = field(default_factory=list)  # object: members written (the one being written included)
     count: int = 0  # array: items written
     raw: str = ""  # string/key: the text after the opening quote; number/literal: the text so far
+
+
+def shortest_first(texts: Iterable[str]) -> list[str]:
+    """Distinct ``texts``, shortest first, ties in code-point order: never a set's iteration order, which follows
+    the process's string hash seed, so a replay in another process is offered the same endings in the same order."""
+    return sorted(set(texts), key=lambda text: (len(text), text))
 
 
 class JsonCloser:
@@ -174,7 +181,7 @@ class JsonCloser:
             frame = self._stack[depth]
             inner_open = depth < len(self._stack) - 1  # a child value is being written (its ending is in tails)
             finishes = self._finish(frame, inner_open)
-            tails = sorted({tail + finish for tail in tails for finish in finishes}, key=len)[:MAX_ENDINGS]
+            tails = shortest_first({tail + finish for tail in tails for finish in finishes})[:MAX_ENDINGS]
             if not tails:
                 return []
         return tails
@@ -201,7 +208,7 @@ class JsonCloser:
             ending = _string_rest(raw, option, self._shortest_of(option))
             if ending is not None:
                 found.append(raw[len(frame.raw):] + ending)
-        return sorted(set(found), key=len)
+        return shortest_first(found)
 
     def _finish_array(self, frame: _Frame, inner_open: bool) -> list[str]:
         found: list[str] = []
@@ -223,7 +230,7 @@ class JsonCloser:
                 count += 1
             else:
                 found.append(text + "]")
-        return sorted(set(found), key=len)
+        return shortest_first(found)
 
     def _finish_object(self, frame: _Frame, inner_open: bool) -> list[str]:
         found: list[str] = []
@@ -232,7 +239,7 @@ class JsonCloser:
                 rest = self._missing_members(option, keys)
                 if rest is not None:
                     found.append(head + rest + "}")
-        return sorted(set(found), key=len)[:MAX_ENDINGS]
+        return shortest_first(found)[:MAX_ENDINGS]
 
     def _member_heads(self, frame: _Frame, option: Schema, inner_open: bool) -> list[tuple[str, list[str]]]:
         """Ways to finish the member being written: (its text, the keys written after it)."""

@@ -44,9 +44,11 @@ def _search(fsm: Any, spell: dict[Any, str], start: Any) -> str | None:
                 state, char = previous[state]  # type: ignore[misc]
                 path.append(char)
             return "".join(reversed(path))
-        for symbol, target in fsm.map.get(state, {}).items():
-            if target not in previous and symbol in spell:
-                previous[target] = (state, spell[symbol])
+        # By spelling, not the automaton's symbol numbers (built from sets of characters: hash-seed order).
+        moves = [(spell[symbol], target) for symbol, target in fsm.map.get(state, {}).items() if symbol in spell]
+        for char, target in sorted(moves, key=lambda move: move[0]):
+            if target not in previous:
+                previous[target] = (state, char)
                 queue.append(target)
     return None
 
