@@ -14,6 +14,7 @@ from proctor.config import Settings
 from proctor.constraints.backend import bitmask_words
 from proctor.constraints.forced import accepted_prefix, forced_tokens, single_allowed
 from proctor.decoding.prompt_lookup import PromptLookup
+from proctor.domain.output_budget import OutputBudget
 from proctor.domain.request import Speculation
 from proctor.engine.drafting import Drafter, DraftPolicy
 from proctor.engine.prefix_cache import CachedChunk, PrefixCache
@@ -164,8 +165,8 @@ def test_a_mask_is_asked_for_forced_tokens_only_after_a_forced_step() -> None:
     drafter = Drafter(DraftPolicy.from_settings(Settings(speculation="off")), 128)
 
     def state(last_forced: bool) -> Any:
-        return SimpleNamespace(max_new_tokens=50, generated=[1], finished=False, matcher=MaskOnly([40, 63], 128),
-                               last_forced=last_forced, looked_up=False, closing_draft=lambda limit: [],
+        return SimpleNamespace(output_budget=OutputBudget(50), generated=[1], finished=False,
+                               matcher=MaskOnly([40, 63], 128), last_forced=last_forced, closing_draft=lambda limit: [],
                                request=SimpleNamespace(speculation=Speculation.DEFAULT))
 
     assert drafter.draft(state(last_forced=False), rows=1) == []

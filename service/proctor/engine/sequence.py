@@ -106,7 +106,6 @@ class SequenceState:
         self.status = RequestStatus.WAITING  # set by the engine at each transition (engine/status.py)
         self.lookup: PromptLookup | None = None  # its tokens indexed for prompt lookup (engine/drafting.py)
         self.lookup_limit = -1  # tokens its next looked-up draft may hold (-1: not set yet; adapts to acceptance)
-        self.looked_up = False  # whether its draft of this step was looked up (not forced)
         self.last_forced = False  # whether the masks left its last token the only one (engine/drafting.py)
         self.cached_prompt_tokens = 0  # prompt tokens whose cache came from the prefix cache
         self.prompt_fed = 0  # prompt tokens in its cache slot (fed, or from the prefix cache): engine/batch.py
