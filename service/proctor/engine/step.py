@@ -95,8 +95,8 @@ class StepRunner:
         states = [feed.state for feed in decoding]
         # The constraint bitmasks of the rows sampled first, filled before any logit is read: on CUDA the forward
         # (launched, not waited for) still runs on the device meanwhile.
-        ahead = (constraints_ahead(states, self._vocab),
-                 constraints_ahead([state for state, _ in completed], self._vocab))
+        ahead = (constraints_ahead([state.row for state in states], self._vocab),
+                 constraints_ahead([state.row for state, _ in completed], self._vocab))
         if decoding:
             drafts = [feed.tokens[1:] for feed in decoding]
             kept = verify(states, drafts, logits[:drafted], time.monotonic, masks, ahead[0])
@@ -107,8 +107,8 @@ class StepRunner:
         if completed:
             for state, _ in completed:
                 state.status = RequestStatus.RUNNING
-            decisions = run_pipeline(logits[[row for _, row in completed]], [state for state, _ in completed], masks,
-                                     ahead[1])
+            decisions = run_pipeline(logits[[row for _, row in completed]], [state.row for state, _ in completed],
+                                     masks, ahead[1])
             now = time.monotonic()
             for (state, _), decision in zip(completed, decisions, strict=True):
                 state.commit(decision, now)
