@@ -3,7 +3,7 @@
 A decode step feeds each row its last token and gets one token back. When the next tokens can be guessed,
 the engine feeds ``[last, d1 … dk]`` in one forward instead (``LlamaSlots.extend``: every position the same
 bits as a decode step of its own) and verifies the draft position by position with the ordinary pipeline
-(Engine._verify): position ``j``'s logits are processed and sampled only when every earlier draft token
+(engine/verify.py): position ``j``'s logits are processed and sampled only when every earlier draft token
 was the token sampled before it. So the tokens, their log-probabilities and the generator's draws are
 exactly the stepwise ones, whatever was drafted and whatever else ran; a draft only decides how many
 positions one forward computes. For a draft of one token ``d`` this *is* rejection sampling: ``d`` is
