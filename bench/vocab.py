@@ -40,6 +40,7 @@ import torch  # noqa: E402
 from proctor.constraints.compiler import ConstraintCompiler  # noqa: E402
 from proctor.constraints.spec import ConstraintSpec  # noqa: E402
 from proctor.decoding.pipeline import RowDecision, run_pipeline  # noqa: E402
+from proctor.decoding.warpers import warp_values  # noqa: E402
 from proctor.domain.request import SamplingParams  # noqa: E402
 from proctor.executor.fused_decode import load_problem  # noqa: E402
 
@@ -77,6 +78,10 @@ class Row:
     last_step: bool = False
     processors: tuple[()] = ()
     new_matcher: Callable[[], Any] | None = field(default=None, repr=False)
+
+    @property
+    def sampling_values(self) -> torch.Tensor | None:
+        return warp_values(self.step_sampling)
 
     def banned_token_ids(self) -> tuple[int, ...]:
         return ()

@@ -27,7 +27,8 @@ def constrained(make_engine, tiny_loaded, default_model_dir: Path):  # type: ign
 
 def test_each_steps_masks_are_filled_between_the_forward_and_the_sampling_once(constrained, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from proctor.decoding import masks
-    from proctor.engine import batch, engine, verify
+    from proctor.engine import batch, verify
+    from proctor.engine import step as stepping
 
     calls: list[str] = []
 
@@ -41,7 +42,7 @@ def test_each_steps_masks_are_filled_between_the_forward_and_the_sampling_once(c
     monkeypatch.setattr(batch.DecodeBatch, "forward", logged("forward", batch.DecodeBatch.forward))
     monkeypatch.setattr(masks, "fill_bitmasks", logged("fill", masks.fill_bitmasks))
     monkeypatch.setattr(verify, "run_pipeline", logged("sample", verify.run_pipeline))
-    monkeypatch.setattr(engine, "run_pipeline", logged("sample", engine.run_pipeline))
+    monkeypatch.setattr(stepping, "run_pipeline", logged("sample", stepping.run_pipeline))
     constrained.start()
     digits = ConstraintRequest("regex", text="[0-9]{6}")
     sinks = [Collector() for _ in range(2)]

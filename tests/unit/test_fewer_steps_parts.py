@@ -166,8 +166,7 @@ def test_a_mask_is_asked_for_forced_tokens_only_after_a_forced_step() -> None:
 
     def state(last_forced: bool) -> Any:
         return SimpleNamespace(output_budget=OutputBudget(50), generated=[1], finished=False,
-                               matcher=MaskOnly([40, 63], 128), last_forced=last_forced, looked_up=False,
-                               closing_draft=lambda limit: [],
+                               matcher=MaskOnly([40, 63], 128), last_forced=last_forced, closing_draft=lambda limit: [],
                                request=SimpleNamespace(speculation=Speculation.DEFAULT))
 
     assert drafter.draft(state(last_forced=False), rows=1) == []

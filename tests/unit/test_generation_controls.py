@@ -23,7 +23,7 @@ from proctor.audit.records import request_from_dict, request_to_dict
 from proctor.config import Settings
 from proctor.decoding.controls import ConfidenceStats, EndBan, ForceToken, PhraseTracker
 from proctor.decoding.pipeline import run_pipeline
-from proctor.decoding.warpers import warp
+from proctor.decoding.warpers import warp, warp_values
 from proctor.domain import (
     Confidence,
     FinishReason,
@@ -107,6 +107,10 @@ class Row:
     matcher: None = None
     forbidden: None = None
     last_step: bool = False
+
+    @property
+    def sampling_values(self) -> torch.Tensor | None:
+        return warp_values(self.step_sampling)
 
     def banned_token_ids(self) -> tuple[int, ...]:
         return ()

@@ -204,11 +204,11 @@ def _state(engine, req: GenerationRequest) -> SequenceState:  # type: ignore[no-
 
 def test_a_request_without_controls_keeps_a_fixed_row(engine) -> None:  # type: ignore[no-untyped-def]
     plain = _state(engine, request(4, confidence=True))  # confidence needs no per-step change
-    assert plain.processors == () and plain.step_sampling is plain.request.sampling and not plain._controlled
-    assert plain.top_logprobs == 2
+    assert plain.row.processors == () and plain.row.step_sampling is plain.request.sampling
+    assert not plain.row.controlled and plain.row.top_logprobs == 2
     controlled = _state(engine, request(4, sampling=SamplingParams(temperature=1.0, greedy_first_tokens=1),
                                         stopping=StoppingParams(max_new_tokens=4, must_include=("x",))))
-    assert controlled.step_sampling.greedy and [name for name, _ in controlled.processors] == ["must_include"]
+    assert controlled.row.step_sampling.greedy and [name for name, _ in controlled.row.processors] == ["must_include"]
 
 
 def test_a_sampled_request_draws_from_a_cpu_generator_whatever_the_device(engine) -> None:  # type: ignore[no-untyped-def]
@@ -218,5 +218,5 @@ def test_a_sampled_request_draws_from_a_cpu_generator_whatever_the_device(engine
     state = SequenceState(engine.prepare(request(4, sampling=SamplingParams(temperature=0.7, seed=9))),
                           tokenizer=loaded.tokenizer, eos_token_ids=frozenset(loaded.eos_token_ids),
                           vocab_size=loaded.vocab_size, device=torch.device("cuda"), seed=9, sink=lambda event: None)
-    assert state.generator is not None and state.generator.device.type == "cpu"
-    assert torch.rand((), generator=state.generator) == torch.rand((), generator=torch.Generator().manual_seed(9))
+    assert state.row.generator is not None and state.row.generator.device.type == "cpu"
+    assert torch.rand((), generator=state.row.generator) == torch.rand((), generator=torch.Generator().manual_seed(9))

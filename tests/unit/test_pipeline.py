@@ -9,6 +9,7 @@ import torch
 
 from proctor.decoding.penalties import PenaltyState
 from proctor.decoding.pipeline import run_pipeline
+from proctor.decoding.warpers import warp_values
 from proctor.domain import SamplingParams
 
 VOCAB = 200
@@ -29,6 +30,10 @@ class Row:
     last_step: bool = False
     processors: tuple[tuple[str, object], ...] = ()
     end_ids: tuple[int, ...] = (0,)
+
+    @property
+    def sampling_values(self) -> torch.Tensor | None:
+        return warp_values(self.step_sampling)
 
     def banned_token_ids(self) -> tuple[int, ...]:
         return self.banned

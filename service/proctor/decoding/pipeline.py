@@ -50,7 +50,7 @@ from proctor.decoding.masks import (
 )
 from proctor.decoding.penalties import PenaltyState
 from proctor.decoding.sampler import sample_one, sample_rows
-from proctor.decoding.warpers import warp
+from proctor.decoding.warpers import warp, warp_settings
 from proctor.domain import FinishReason, SamplingParams
 
 RowProcessor = tuple[str, Callable[[torch.Tensor], None]]
@@ -62,6 +62,8 @@ class DecodeRow(MaskedRow, Protocol):
 
     @property
     def step_sampling(self) -> SamplingParams: ...
+    @property
+    def sampling_values(self) -> torch.Tensor | None: ...  # ``warpers.warp_values`` of ``step_sampling``, made once
     @property
     def penalties(self) -> PenaltyState | None: ...
     @property
@@ -96,10 +98,6 @@ def _run_processors(logits: torch.Tensor, rows: Sequence[DecodeRow], masks: Mask
     if ran and masks.banned is not None:
         apply_banned(logits, masks.banned)
     return ran
-
-
-def _per_row(rows: Sequence[DecodeRow], attr: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    return torch.tensor([getattr(row.step_sampling, attr) for row in rows], device=device, dtype=dtype)
 
 
 def run_pipeline(logits: torch.Tensor, rows: Sequence[DecodeRow],
@@ -138,18 +136,13 @@ def run_pipeline(logits: torch.Tensor, rows: Sequence[DecodeRow],
     greedy = [row.step_sampling.greedy or index in dead for index, row in enumerate(rows)]
     final = logits
     if not all(greedy):
-        device = logits.device
         sampling_rows = [row for row, g in zip(rows, greedy, strict=True) if not g]
-        sampled = torch.tensor([i for i, g in enumerate(greedy) if not g], device=device)
-        warped = warp(
-            logits.index_select(0, sampled),
-            temperature=_per_row(sampling_rows, "temperature", device, logits.dtype),
-            top_k=_per_row(sampling_rows, "top_k", device, torch.long),
-            top_p=_per_row(sampling_rows, "top_p", device, logits.dtype),
-            min_p=_per_row(sampling_rows, "min_p", device, logits.dtype),
-            typical_p=_per_row(sampling_rows, "typical_p", device, logits.dtype)
-            if any(row.step_sampling.typical_p < 1.0 for row in sampling_rows) else None,
-        )
+        sampled = torch.tensor([i for i, g in enumerate(greedy) if not g], device=logits.device)
+        values = torch.stack([_values(row) for row in sampling_rows]).to(logits.device)
+        typical = any(row.step_sampling.typical_p < 1.0 for row in sampling_rows)
+        temperature, top_k, top_p, min_p, typical_p = warp_settings(values, logits.dtype, typical)
+        warped = warp(logits.index_select(0, sampled), temperature=temperature, top_k=top_k, top_p=top_p,
+                      min_p=min_p, typical_p=typical_p)
         final = logits.index_copy(0, sampled, warped)
         processed = True
     chosen = sample_rows(final, greedy, [row.generator for row in rows], argmax=None if processed else top)
@@ -157,6 +150,14 @@ def run_pipeline(logits: torch.Tensor, rows: Sequence[DecodeRow],
         processed = _avoid_dead_ends(final, rows, chosen, greedy, dead, masks) or processed
     final_lse = logits_ops.row_logsumexp(final) if processed else raw_lse
     return _decisions(raw, final, rows, chosen, raw_lse, final_lse, dead, masks)
+
+
+def _values(row: DecodeRow) -> torch.Tensor:
+    """A sampling row's settings tensor (a row is sampled only when its step's view is not greedy)."""
+    values = row.sampling_values
+    if values is None:
+        raise ValueError("a sampled row has no sampling values (its step's view is greedy)")
+    return values
 
 
 def _greedy_under_constraints(logits: torch.Tensor, rows: Sequence[DecodeRow], top: list[int], raw_lse: torch.Tensor,

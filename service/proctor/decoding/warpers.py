@@ -6,7 +6,29 @@ import math
 
 import torch
 
+from proctor.domain import SamplingParams
+
 FLOORS = (1e-4, 1e-6, 0.0)  # probabilities above which a row's candidates are looked for, lower when the cut is below
+
+
+def warp_values(params: SamplingParams) -> torch.Tensor | None:
+    """A sampling view's settings as one float64 CPU tensor ``[temperature, top_k, top_p, min_p, typical_p]``, built
+    once per request (engine/row_decoding.py) so a step stacks its sampling rows' and moves them to the device in one
+    copy, instead of reading each setting of each row into a new tensor (TGI keeps its sampling tensors with the
+    batch the same way). ``warp_settings`` takes the stacked rows apart; float64 holds every setting exactly (a top-k
+    is far below 2**53). None for a greedy view: nothing is warped."""
+    if params.greedy:
+        return None
+    return torch.tensor([params.temperature or 0.0, params.top_k, params.top_p, params.min_p, params.typical_p],
+                        dtype=torch.float64)
+
+
+def warp_settings(values: torch.Tensor, dtype: torch.dtype,
+                  typical: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Stacked ``warp_values`` rows [S, 5] as ``warp``'s per-row tensors (temperature, top_k, top_p, min_p and, when
+    ``typical`` (some row uses it), typical_p): the values a tensor built from each row's settings holds."""
+    return (values[:, 0].to(dtype), values[:, 1].long(), values[:, 2].to(dtype), values[:, 3].to(dtype),
+            values[:, 4].to(dtype) if typical else None)
 
 
 def warp(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,

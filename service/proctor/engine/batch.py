@@ -5,11 +5,13 @@ this step or in pieces over several (status PREFILLING until its last prompt tok
 moving the last row into its place, so the rows are always ``0..B-1``.
 
 Every step is one ``forward`` over the feeds the scheduler planned (engine/scheduler.py): pieces of prompts,
-the running rows' last tokens, and drafts. On the slot forward every position is a row of its own, so a
-prompt's keys, values and logits are the same bits however it is split and whatever else shares the step
-(tests/unit/test_mixed_step.py). The prefix cache (engine/prefix_cache.py) keeps prompts' full chunks of
-``chunk_tokens`` as they are computed, and hands them back to a later prompt that starts the same way before
-its first feed.
+the running rows' last tokens, and drafts. The plan reads the batch (``fits``, ``prefix_hit``) and changes nothing;
+the engine applies it here (``join``, ``join_search``, ``remove``).
+
+On the slot forward every position is a row of its own, so a prompt's keys, values and logits are the same bits
+however it is split and whatever else shares the step (tests/unit/test_mixed_step.py). The prefix cache
+(engine/prefix_cache.py) keeps prompts' full chunks of ``chunk_tokens`` as they are computed, and hands them back
+to a later prompt that starts the same way before its first feed.
 
 After a feed with a draft, ``settle`` keeps the positions the verification accepted.
 
@@ -59,15 +61,30 @@ class RowFeed:
     beam: int | None = None
 
     @classmethod
-    def piece(cls, state: SequenceState, tokens: list[int], beam: int | None = None) -> RowFeed:
-        """The next ``tokens`` of ``state``'s prompt (decided before the forward moves ``prompt_fed``)."""
-        return cls(state, tokens, prompt=True, completes=state.prompt_fed + len(tokens) == len(state.prompt_ids),
-                   beam=beam)
+    def piece(cls, state: SequenceState, tokens: list[int], beam: int | None = None, fed: int | None = None) -> RowFeed:
+        """The next ``tokens`` of ``state``'s prompt (decided before the forward moves ``prompt_fed``; ``fed``: its
+        tokens in the cache when it joins this step, else its ``prompt_fed``)."""
+        start = state.prompt_fed if fed is None else fed
+        return cls(state, tokens, prompt=True, completes=start + len(tokens) == len(state.prompt_ids), beam=beam)
 
     @property
     def logits(self) -> int:
         """Positions whose logits the update reads: every fed one of a draft, a prompt's last, else none."""
         return int(self.completes) if self.prompt else len(self.tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixHit:
+    """What the prefix cache holds of a joining prompt: read by the step plan (``DecodeBatch.prefix_hit``, nothing
+    changed), written into its slot when the engine applies the plan (``join``). ``chain``: the prompt's chunk keys
+    (empty: the request neither reads nor leaves anything there)."""
+
+    chain: tuple[bytes, ...] = ()
+    chunks: tuple[CachedChunk, ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(chunk.tokens) for chunk in self.chunks)
 
 
 class DecodeBatch:
@@ -115,13 +132,14 @@ class DecodeBatch:
         """Rows no request or beam holds (read from any thread: a hint)."""
         return self.max_rows - len(self.states) - sum(search.num_beams for search in list(self.searches))
 
-    def fits(self, joining: list[SequenceState]) -> bool:
+    def fits(self, joining: list[SequenceState], leaving: frozenset[int] = frozenset()) -> bool:
         """Whether the rows plus ``joining`` fit the batch (a beam request takes a row a beam) and their cache
-        stays within the memory budget.
+        stays within the memory budget, once the requests ``leaving`` (by ``id``) are gone.
 
         Each request reserves its prompt plus ``max_new_tokens`` in each of its rows, so a request admitted
         never runs out of cache. A request alone in the batch is always admitted (its size was validated)."""
-        everyone = [*self.states, *(search.host for search in self.searches), *joining]
+        held = [*self.states, *(search.host for search in self.searches)]
+        everyone = [*(state for state in held if id(state) not in leaving), *joining]
         if sum(_rows(state) for state in everyone) > self.max_rows:
             return False
         if len(everyone) <= 1:
@@ -129,17 +147,25 @@ class DecodeBatch:
         lengths = [len(s.prompt_ids) + s.output_budget.max_new_tokens for s in everyone for _ in range(_rows(s))]
         return self._runner.bytes_for(lengths) <= self.kv_budget_bytes
 
-    def join(self, state: SequenceState) -> None:
-        """Give ``state`` the next free slot; its prompt starts with what the prefix cache holds of it."""
-        self.states.append(state)
-        self._from_prefix_cache(state, len(self.states) - 1)
+    def prefix_hit(self, state: SequenceState) -> PrefixHit:
+        """What the prefix cache holds of ``state``'s prompt now (changes nothing: the step plan asks)."""
+        cache, scope = self.prefix_cache, state.request.prefix_cache_scope
+        if cache is None or scope is None or not self.capabilities.spans:
+            return PrefixHit()
+        chain = cache.chain(scope, state.prompt_ids)
+        return PrefixHit(tuple(chain), tuple(cache.peek(chain, state.prompt_ids)))
 
-    def join_search(self, search: BeamRows) -> None:
+    def join(self, state: SequenceState, hit: PrefixHit) -> None:
+        """Give ``state`` the next free slot; its prompt starts with ``hit``, what the prefix cache held of it."""
+        self.states.append(state)
+        self._take_prefix(state, len(self.states) - 1, hit)
+
+    def join_search(self, search: BeamRows, hit: PrefixHit) -> None:
         """Give a beam search a slot per beam, below the other searches' (its prompt goes into the first)."""
         low = self.max_rows - sum(other.num_beams for other in self.searches) - search.num_beams
         search.slots = list(range(low, low + search.num_beams))
         self.searches.append(search)
-        self._from_prefix_cache(search.host, search.slots[0])
+        self._take_prefix(search.host, search.slots[0], hit)
 
     def reorder_search(self, search: BeamRows, parents: list[int]) -> None:
         """Beam ``i``'s slot takes the cache of beam ``parents[i]``'s."""
@@ -158,14 +184,14 @@ class DecodeBatch:
                 self._runner.move(source, target)
             below.slots = moved
 
-    def _from_prefix_cache(self, state: SequenceState, slot: int) -> None:
-        """Start ``state``'s prompt in ``slot`` with what the prefix cache holds of it."""
+    def _take_prefix(self, state: SequenceState, slot: int, hit: PrefixHit) -> None:
+        """Start ``state``'s prompt in ``slot`` with the chunks the plan found in the prefix cache."""
         state.prompt_fed = 0
-        cache, scope = self.prefix_cache, state.request.prefix_cache_scope
-        if cache is None or scope is None or not self.capabilities.spans:
+        if self.prefix_cache is None or not hit.chain:
             return
-        chain = self._chains[id(state)] = cache.chain(scope, state.prompt_ids)
-        for chunk in cache.lookup(chain, state.prompt_ids):
+        chain = self._chains[id(state)] = list(hit.chain)
+        self.prefix_cache.use(chain, state.prompt_ids, list(hit.chunks))
+        for chunk in hit.chunks:
             self._runner.write_span(slot, state.prompt_fed, chunk.keys, chunk.values)
             state.prompt_fed += len(chunk.tokens)
         state.cached_prompt_tokens = state.prompt_fed

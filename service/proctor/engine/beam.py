@@ -109,12 +109,13 @@ class BeamSearch:
         """The prompt's last logits ([1, V]), from which every beam starts (the update pass then copies the prompt
         into each beam's slot); the first selection. True once the request has been answered."""
         host, count = self.host, self.num_beams
-        rules = host.rules
+        row = host.row
+        rules = row.rules
         eos = tuple(sorted(rules.eos_token_ids))
-        self.beams = [Beam([], [], host.matcher if slot == 0 else _fork(host, host.matcher, []),
-                           _copy_tracker(host.forbidden), host.allowed_mask, rules.budget,
+        self.beams = [Beam([], [], row.matcher if slot == 0 else _fork(host, row.matcher, []),
+                           _copy_tracker(row.forbidden), row.allowed_mask, rules.budget,
                            tuple(sorted(self.end_ids)), eos) for slot in range(count)]
-        host.matcher = _fork(host, host.matcher, [])  # the host replays the winner from the start
+        row.matcher = _fork(host, row.matcher, [])  # the host replays the winner from the start
         self._scores = torch.zeros(count, dtype=torch.float32)
         self._scores[1:] = NEG
         self._finished = [None] * count
@@ -140,7 +141,7 @@ class BeamSearch:
         parents = (indices // vocab).tolist()
         tokens = (indices % vocab).tolist()
         generated = len(self.beams[0].tokens) + 1  # tokens each continuation holds
-        length_hit = host.rules.budget.reached(generated)
+        length_hit = host.row.rules.budget.reached(generated)
         hits = torch.tensor([length_hit or token in self.end_ids for token in tokens], dtype=torch.bool)
         want = max(host.request.top_logprobs, host.request.audit_top_n)
         alternatives = _alternatives(raw, want)
@@ -178,7 +179,7 @@ class BeamSearch:
         return True
 
     def _end_reason(self, token: int) -> FinishReason:
-        return FinishReason.EOS if token in self.host.rules.eos_token_ids and not self.host.rules.ignore_eos \
+        return FinishReason.EOS if token in self.host.row.rules.eos_token_ids and not self.host.row.rules.ignore_eos \
             else FinishReason.STOP_TOKEN
 
     def _extend(self, parent: int, token: int, raw: torch.Tensor, log_probs: torch.Tensor, masks: Any,
@@ -207,7 +208,7 @@ class BeamSearch:
         assert self._scores is not None and self._finished_flags is not None and self._finished_scores is not None
         sampling = self.host.request.sampling
         if sampling.early_stopping == EarlyStopping.NEVER and sampling.length_penalty > 0.0:
-            length = self.host.rules.budget.max_new_tokens
+            length = self.host.row.rules.budget.max_new_tokens
         else:
             length = generated
         best_possible = self._scores[:1] / (length ** sampling.length_penalty)
@@ -260,7 +261,7 @@ class BeamSearches:
             raise RequestValidationError.single(
                 "sampling.num_beams", f"{beams} beams need {beams} rows of the batch; this server runs "
                 f"{self._max_rows} (--max-batch-size)")
-        rules = state.rules
+        rules = state.row.rules
         ends = rules.stop_token_ids | (frozenset() if rules.ignore_eos else rules.eos_token_ids)
         return BeamSearch(state, ends, len(self._loaded.eos_token_ids), self._decode)
 

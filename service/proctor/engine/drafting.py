@@ -3,7 +3,7 @@
 A decode step feeds each row its last token and gets one token back. When the next tokens can be guessed,
 the engine feeds ``[last, d1 … dk]`` in one forward instead (``LlamaSlots.extend``: every position the same
 bits as a decode step of its own) and verifies the draft position by position with the ordinary pipeline
-(Engine._verify): position ``j``'s logits are processed and sampled only when every earlier draft token
+(engine/verify.py): position ``j``'s logits are processed and sampled only when every earlier draft token
 was the token sampled before it. So the tokens, their log-probabilities and the generator's draws are
 exactly the stepwise ones, whatever was drafted and whatever else ran; a draft only decides how many
 positions one forward computes. For a draft of one token ``d`` this *is* rejection sampling: ``d`` is
@@ -66,9 +66,12 @@ class Drafter:
         self.policy = policy
         self._vocab_size = vocab_size
         self.drafted = self.accepted = 0  # draft tokens fed and kept since start (metrics)
+        self._looked_up: set[int] = set()  # id() of the rows whose latest draft was looked up (not forced)
 
     def drafts(self, states: list[SequenceState]) -> list[list[int]]:
-        """Each running row's draft (empty: a plain decode step for it)."""
+        """Each running row's draft (empty: a plain decode step for it): proposals the step plan schedules
+        within its budget (engine/scheduler.py)."""
+        self._looked_up = set()
         return [self.draft(state, len(states)) for state in states]
 
     def learn(self, states: list[SequenceState], drafts: list[list[int]], kept: list[int]) -> None:
@@ -78,14 +81,13 @@ class Drafter:
         compute for nothing (a row costs about a third of a one-row step here: bench/README.md)."""
         for state, draft, keep in zip(states, drafts, kept, strict=True):
             self.drafted, self.accepted = self.drafted + len(draft), self.accepted + keep - 1
-            if state.looked_up and draft:
+            if id(state) in self._looked_up and draft:
                 whole = keep - 1 == len(draft)
                 state.lookup_limit = min(self.policy.speculation_tokens, state.lookup_limit + 1) if whole \
                     else max(1, state.lookup_limit - 1)
 
     def draft(self, state: SequenceState, rows: int) -> list[int]:
         room = state.output_budget.draft_room(len(state.generated))
-        state.looked_up = False
         if room <= 0 or state.finished:
             return []
         policy, matcher = self.policy, state.matcher
@@ -105,5 +107,6 @@ class Drafter:
         drafted = state.lookup.draft(state.generated, min(room, state.lookup_limit))
         if drafted and matcher is not None:
             drafted = accepted_prefix(matcher, drafted, self._vocab_size)
-        state.looked_up = bool(drafted)
+        if drafted:
+            self._looked_up.add(id(state))
         return drafted

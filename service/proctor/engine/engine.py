@@ -1,9 +1,10 @@
 """The engine: one thread runs the decode loop; callers submit and abort from any thread.
 
-Continuous batching, one forward a step: **schedule** (engine/scheduler.py: who leaves, who joins, what each
-row is fed within the step's token budget) → **execute** (engine/batch.py: one forward over every feed, prompt
-pieces, decode rows and drafts together, on the executor: executor/protocol.py) → **update** (process, sample,
-verify and commit each row's tokens, set its status, retire the finished). Requests join at any step boundary
+Continuous batching, one forward a step (engine/step.py): **schedule** (engine/scheduler.py: a plan, as data, of
+who leaves, who joins, what each row is fed within the step's token budget) → **apply** it → **execute**
+(engine/batch.py: one forward over every feed, prompt pieces, decode rows and drafts together, on the executor:
+executor/protocol.py) → **update** (process, sample, verify and commit each row's tokens, set its status, retire
+the finished). Requests join at any step boundary
 and leave the step they finish (or are cancelled / pass their deadline), freeing their KV-cache slot.
 Events go to each request's sink from the engine thread; the sink must not block (the API hands
 them to its event loop).
@@ -23,14 +24,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from proctor.config import Settings
-from proctor.decoding.masks import constraints_ahead
-from proctor.decoding.pipeline import run_pipeline
 from proctor.decoding.plugins import PluginContext, PluginRegistry
 from proctor.domain import FinishReason, GenerationRequest, RequestValidationError, ShuttingDown, TokenEvent
 from proctor.domain.output_budget import OutputLimits
 from proctor.engine.attempts import FallbackAttempts
-from proctor.engine.batch import DecodeBatch, RowFeed, logit_rows
-from proctor.engine.beam import BeamSearches, update_searches
+from proctor.engine.batch import DecodeBatch
+from proctor.engine.beam import BeamSearches
 from proctor.engine.budget import attach_budget
 from proctor.engine.budget_facts import BudgetFactsCache
 from proctor.engine.drafting import Drafter, DraftPolicy
@@ -39,11 +38,11 @@ from proctor.engine.loaded_model import LoadedModel
 from proctor.engine.prefix_cache import PrefixCache
 from proctor.engine.preprocess import PreparedRequest, prepare_controls, prepare_request
 from proctor.engine.runner import build_runner
-from proctor.engine.scheduler import Scheduler, StepPlan
+from proctor.engine.scheduler import Scheduler
 from proctor.engine.sequence import EventSink, SequenceState
 from proctor.engine.status import RequestStatus
+from proctor.engine.step import StepRunner
 from proctor.engine.thread_tuner import PinnedThreads, ThreadPolicy, thread_policy
-from proctor.engine.verify import verify
 
 if TYPE_CHECKING:
     from proctor.constraints.service import ConstraintService
@@ -80,6 +79,8 @@ class Engine:
         self._pieces: dict[int, str] = {}  # per-token text for token details, filled on first use
         self._live = LiveRequests()  # every request held, by id (engine/live.py)
         self._beams = BeamSearches(loaded, rows)  # waiting beam requests; the plan hands them to the batch
+        self._stepper = StepRunner(loaded.vocab_size, self._scheduler, self._batch, self._drafter, self._beams,
+                                   self._live)
         self._wake = threading.Event()
         self._accepting = True
         self._stop = False
@@ -261,7 +262,7 @@ class Engine:
     def _run_loop(self) -> None:
         while True:
             if self._stop and not self._batch.states and not self._batch.searches:
-                self._fail_waiting(FinishReason.CANCELLED, "the server shut down before this request ran")
+                self._stepper.fail_waiting(FinishReason.CANCELLED, "the server shut down before this request ran")
                 return
             try:
                 worked = self._step()
@@ -269,7 +270,7 @@ class Engine:
                     self._set_healthy(True, "a step succeeded")
             except Exception as exc:  # an engine fault must not take the server down silently
                 log.exception("engine step failed")
-                self._fail_running(f"engine fault: {type(exc).__name__}: {exc}")
+                self._stepper.fail_running(f"engine fault: {type(exc).__name__}: {exc}")
                 self._faults += 1
                 if self._faults >= MAX_CONSECUTIVE_FAULTS:
                     self._set_healthy(False, f"{self._faults} consecutive engine faults, last: {exc}")
@@ -290,105 +291,10 @@ class Engine:
                 self._on_health(healthy, reason)
 
     def _step(self) -> bool:
-        """One engine step: schedule, execute (one forward), update; False when idle."""
-        now = time.monotonic()
-        batch = self._batch
-        self._end(self._scheduler.expired(batch, now), now)
-        plan = self._scheduler.plan(batch, admit=not self._stop, drafts=self._drafter.drafts, searches=self._beams.take)
-        if not plan.feeds:
-            return False
-        for state in plan.join:
-            state.started = now
-            state.status = RequestStatus.PREFILLING
-        decoding = sum(not feed.prompt for feed in plan.feeds)
-        self._threads.before_step(len(plan.feeds))
-        start = time.monotonic()
-        logits = batch.forward(plan.feeds)  # on CUDA this returns once launched: the update fills masks first
-        self._update(plan.feeds, logits)
-        elapsed = time.monotonic() - start
-        self._threads.after_step(elapsed)
-        self._observe(elapsed, decoding, plan)
-        self.steps += 1
-        return True
-
-    def _update(self, feeds: list[RowFeed], logits: torch.Tensor) -> None:
-        """The update pass: the decoding rows get their token (and their drafts, verified position by position:
-        engine/verify.py), the beam searches their selection (engine/beam.py), the rows whose prompt completed
-        their first token; then the finished rows leave. ``logits`` hold each feed's wanted positions in the
-        plan's order: the decoding rows first."""
-        masks = self.observer.masks if self.observer is not None else None
-        decoding = [feed for feed in feeds if not feed.prompt and feed.beam is None]
-        drafted = sum(len(feed.tokens) for feed in decoding)
-        after = logit_rows(feeds[len(decoding):], drafted)
-        completed = [(feed.state, rows[-1]) for feed, rows in after if feed.beam is None and feed.completes]
-        states = [feed.state for feed in decoding]
-        # The constraint bitmasks of the rows sampled first, filled before any logit is read: on CUDA the forward
-        # (launched, not waited for) still runs on the device meanwhile.
-        vocab = self.loaded.vocab_size
-        ahead = constraints_ahead(states, vocab), constraints_ahead([state for state, _ in completed], vocab)
-        if decoding:
-            drafts = [feed.tokens[1:] for feed in decoding]
-            kept = verify(states, drafts, logits[:drafted], time.monotonic, masks, ahead[0])
-            self._batch.settle(kept)
-            if drafted > len(decoding):
-                self._drafter.learn(states, drafts, kept)
-        update_searches(self._batch, after, logits)
-        if completed:
-            for state, _ in completed:
-                state.status = RequestStatus.RUNNING
-            decisions = run_pipeline(logits[[row for _, row in completed]], [state for state, _ in completed], masks,
-                                     ahead[1])
-            now = time.monotonic()
-            for (state, _), decision in zip(completed, decisions, strict=True):
-                state.commit(decision, now)
-        self._retire()
-
-    def _observe(self, elapsed: float, decoding: int, plan: StepPlan) -> None:
-        """The step's time for the metrics: as a prefill when it fed any prompt (one forward carries both), else as
-        a decode step over its ``decoding`` rows."""
-        observer = self.observer
-        if observer is None:
-            return
-        if any(feed.prompt for feed in plan.feeds):
-            observer.prefill(elapsed, sum(feed.completes for feed in plan.feeds))
-        else:
-            observer.decode_step(elapsed, decoding)
-
-    def _end(self, leaving: list[tuple[SequenceState, FinishReason]], now: float) -> None:
-        """End the plan's leaving requests without a token, wherever they are, and free their rows."""
-        for state, reason in leaving:
-            state.finish_without_token(reason, now)
-            self._beams.drop(state)
-            self._forget(state)
-        self._retire()
-
-    def _retire(self) -> None:
-        batch = self._batch
-        for search in [search for search in batch.searches if search.host.finished]:
-            batch.release_search(search)
-            self._forget(search.host)
-        done = [i for i, s in enumerate(batch.states) if s.finished]
-        if not done:
-            return
-        states = [batch.states[i] for i in done]
-        batch.remove(done)
-        for state in states:
-            self._forget(state)
+        """One engine step (engine/step.py); False when idle."""
+        worked = self._stepper.step(admit=not self._stop, threads=self._threads, observer=self.observer)
+        self.steps += worked
+        return worked
 
     def _forget(self, state: SequenceState) -> None:
         self._live.forget_state(state)
-
-    def _fail_running(self, message: str) -> None:
-        now = time.monotonic()
-        for state in [*self._batch.states, *(search.host for search in self._batch.searches)]:
-            if not state.finished:
-                state.finish_without_token(FinishReason.ERROR, now, detail=message, error=message)
-            self._forget(state)
-        self._batch.clear()
-
-    def _fail_waiting(self, reason: FinishReason, message: str) -> None:
-        now = time.monotonic()
-        for state in self._scheduler.drain():
-            state.finish_without_token(reason, now, detail=message)
-            self._beams.drop(state)
-            self._forget(state)

@@ -85,21 +85,35 @@ class PrefixCache:
         return keys
 
     def lookup(self, keys: list[bytes], prompt: list[int]) -> list[CachedChunk]:
-        """The cached chunks that begin ``prompt`` (the longest run from its first chunk, before its last token)."""
+        """The cached chunks that begin ``prompt`` (the longest run from its first chunk, before its last token),
+        counted and touched as used."""
+        found = self.peek(keys, prompt)
+        self.use(keys, prompt, found)
+        return found
+
+    def peek(self, keys: list[bytes], prompt: list[int]) -> list[CachedChunk]:
+        """What ``lookup`` would hand back, changing nothing (the step plan reads it: engine/scheduler.py)."""
         size = self.chunk_tokens
-        keys = keys[:(len(prompt) - 1) // size]
         found: list[CachedChunk] = []
         with self._lock:
-            for index, key in enumerate(keys):
+            for index, key in enumerate(keys[:(len(prompt) - 1) // size]):
                 chunk = self._chunks.get(key)
                 if chunk is None or list(chunk.tokens) != prompt[index * size:(index + 1) * size]:
                     break
                 found.append(chunk)
-            for key in reversed(keys[:len(found)]):  # the chain's first chunks end most recently used
-                self._chunks.move_to_end(key)
-            self.counts.hit_tokens += len(found) * size
-            self.counts.miss_tokens += (len(keys) - len(found)) * size
         return found
+
+    def use(self, keys: list[bytes], prompt: list[int], found: list[CachedChunk]) -> None:
+        """Count a prompt's hit and miss tokens and touch its ``found`` chunks: the chain's first chunks end most
+        recently used."""
+        size = self.chunk_tokens
+        reusable = len(keys[:(len(prompt) - 1) // size])
+        with self._lock:
+            for key in reversed(keys[:len(found)]):
+                if key in self._chunks:  # (an erasure may have dropped it since the peek)
+                    self._chunks.move_to_end(key)
+            self.counts.hit_tokens += len(found) * size
+            self.counts.miss_tokens += (reusable - len(found)) * size
 
     def store(self, keys: list[bytes], chunk: CachedChunk) -> None:
         """Keep ``chunk`` under the last of ``keys`` (its chain from the first chunk), evicting the least recently

@@ -1,17 +1,20 @@
 """Admission and the step plan: a bounded waiting queue in front of the running batch, and what every row is fed.
 
-At every step boundary ``expired`` says who leaves (cancelled, past the deadline); once they are gone, ``plan``
-says who starts and what each row is fed in the step's one forward, within a budget of ``max_step_tokens``
-tokens (vLLM's ``num_scheduled_tokens``):
+At every step boundary ``plan`` decides the whole step as data (a ``StepPlan``, like vLLM v1's ``SchedulerOutput``)
+and changes nothing: not the batch, not the queue, not a request's status. The engine applies it
+(Engine._apply): the requests ``leaving`` end (cancelled, past the deadline) and free their rows, the ``join``ers
+leave the queue and take rows, then the ``feeds`` run in the step's one forward, within a budget of
+``max_step_tokens`` tokens (vLLM's ``num_scheduled_tokens``):
 
 1. every running row its last token — always, so a long prompt never starves the rows that decode;
 2. each running row's draft (forced by its constraint, or looked up: engine/drafting.py), where the executor
    verifies drafts, within half the budget (``DRAFT_SHARE``), so prompts keep the rest;
 3. the prompts still being fed, oldest first, then waiting requests that join (a free row, room in the KV-cache
-   budget), each given as much of its prompt as the budget has left (the whole prompt in one step where the
-   executor cannot split one: executor/protocol.Capabilities).
+   budget), each given as much of its prompt as the budget has left after what the prefix cache holds of it (the
+   whole prompt in one step where the executor cannot split one: executor/protocol.Capabilities).
 
-Running rows before waiting ones, as vLLM's scheduler orders them.
+Running rows before waiting ones, as vLLM's scheduler orders them. The plan is made as if the leaving requests
+were already gone: their rows and cache are free for the joiners.
 
 Beam-search requests wait in the same queue and join in order, with a row a beam (engine/beam.py): their prompt
 is fed like any other, then every beam its last token each step, right after the running rows' feeds.
@@ -23,33 +26,49 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from proctor.domain import FinishReason, Overloaded
-from proctor.engine.batch import BeamRows, DecodeBatch, RowFeed
+from proctor.engine.batch import DecodeBatch, PrefixHit, RowFeed
 from proctor.engine.sequence import SequenceState
 from proctor.engine.status import RequestStatus
 from proctor.executor.protocol import Capabilities
 
-Drafts = Callable[[list[SequenceState]], list[list[int]]]
-Searches = Callable[[SequenceState], BeamRows]  # a joining beam request's search (engine/beam.BeamSearches.take)
+Drafts = Callable[[list[SequenceState]], list[list[int]]]  # the running rows' proposed drafts (engine/drafting.py)
+Leaving = tuple[SequenceState, FinishReason]
 DRAFT_SHARE = 0.5  # of the step's budget, at most, for drafts
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class Join:
+    """A waiting request that takes a row this step (a beam request: a row a beam), and what the prefix cache holds
+    of its prompt (its first feed starts after that)."""
+
+    state: SequenceState
+    prefix: PrefixHit
+
+
+@dataclass(frozen=True, slots=True)
 class StepPlan:
-    """What one engine step does, decided before any of it runs (Engine._step carries it out).
+    """What one engine step does, decided before any of it runs (Engine._apply carries it out).
 
-    ``join``: waiting requests that take a row (a beam request: a row a beam) this step (their first prompt piece
-    is among the feeds); ``feeds``: what each row is fed in the step's one forward: the running rows (and
-    drafts), then the beams, then prompt pieces."""
+    ``leaving``: requests that end now without a token (cancelled, past the deadline), wherever they are; ``join``:
+    waiting requests that take a row, oldest first (their first prompt piece is among the feeds); ``feeds``: what
+    each row is fed in the step's one forward: the running rows (last token and draft), then the beams, then
+    prompt pieces."""
 
-    join: list[SequenceState] = field(default_factory=list)
-    feeds: list[RowFeed] = field(default_factory=list)
+    leaving: tuple[Leaving, ...] = ()
+    join: tuple[Join, ...] = ()
+    feeds: tuple[RowFeed, ...] = ()
 
     @property
     def tokens(self) -> int:
         return sum(len(feed.tokens) for feed in self.feeds)
+
+    @property
+    def drafted(self) -> int:
+        """Draft tokens fed (each decoding row's tokens after its last one)."""
+        return sum(len(feed.tokens) - 1 for feed in self.feeds if not feed.prompt and feed.beam is None)
 
 
 class Scheduler:
@@ -94,89 +113,87 @@ class Scheduler:
         with self._lock:
             return self._reserved
 
-    def expired(self, batch: DecodeBatch, now: float) -> list[tuple[SequenceState, FinishReason]]:
-        """The requests that end now without a token (cancelled, or past their deadline), wherever they are; the
-        waiting ones leave the queue. The engine ends them before it asks for the ``plan``."""
-        leaving = []
-        for state in [*batch.states, *(search.host for search in batch.searches)]:
-            reason = state.check_external(now)
-            if reason is not None:
-                leaving.append((state, reason))
-        for state in self.remove_where(lambda s: s.check_external(now) is not None):
-            reason = state.check_external(now)
-            assert reason is not None
-            leaving.append((state, reason))
-        return leaving
-
-    def plan(self, batch: DecodeBatch, *, admit: bool, drafts: Drafts, searches: Searches) -> StepPlan:
-        """This step's plan, once the expired requests are gone (``admit`` False while shutting down: nobody
-        joins; ``searches``: a joining beam request's search)."""
-        plan = StepPlan()
-        staying = list(batch.states)
-        decoding = [state for state in staying if state.status is RequestStatus.RUNNING]
-        capabilities = batch.capabilities if staying or batch.searches or self.waiting_count() else None
-        drafted = drafts(decoding) if decoding and capabilities is not None and capabilities.extend else []
-        room = int(self.max_step_tokens * DRAFT_SHARE)
-        for index, state in enumerate(decoding):
-            draft = drafted[index][:max(0, room)] if drafted else []
-            room -= len(draft)
-            plan.feeds.append(RowFeed(state, [state.generated[-1], *draft], prompt=False))
-        for search in batch.searches:
-            if search.host.status is RequestStatus.RUNNING:
-                plan.feeds += [RowFeed(search.host, [token], prompt=False, beam=beam)
-                               for beam, token in enumerate(search.lane_tokens())]
-        budget = self.max_step_tokens - plan.tokens
-        first = True  # no prompt fed yet this step
-        staged = [(state, None) for state in staying] + [(search.host, 0) for search in batch.searches]
-        for state, beam in staged:
-            if state.status is RequestStatus.PREFILLING:
-                assert capabilities is not None
-                piece = _piece(state, budget, capabilities, first=first)
-                if piece:
-                    plan.feeds.append(RowFeed.piece(state, piece, beam))
-                    budget, first = budget - len(piece), False
-        if admit and capabilities is not None:
-            plan.join = self.take_joining(batch, budget, capabilities, first=first)
-            for state in plan.join:
-                beam = None
-                if state.request.sampling.num_beams > 1:
-                    batch.join_search(searches(state))  # a slot a beam; the prompt into the first
-                    beam = 0
-                else:
-                    batch.join(state)  # its row, and what the prefix cache holds of its prompt
-                piece = _piece(state, budget, capabilities, first=first)
-                plan.feeds.append(RowFeed.piece(state, piece, beam))
-                budget, first = budget - len(piece), False
-        return plan
-
-    def take_joining(self, batch: DecodeBatch, budget: int, capabilities: Capabilities,
-                     first: bool) -> list[SequenceState]:
-        """The waiting requests that join ``batch`` at this step boundary, oldest first: while rows are free (a
-        beam request takes one a beam), the cache has room, and the step's budget has tokens left for a prompt."""
+    def take(self, states: list[SequenceState]) -> None:
+        """Take ``states`` out of the waiting queue (the engine applying a plan: they leave, or join the batch)."""
+        if not states:
+            return
         with self._lock:
-            group: list[SequenceState] = []
-            while self._waiting:
-                candidate = self._waiting[0]
-                piece = _piece(candidate, budget, capabilities, first=first and not group, fed=0)
-                if not piece or not batch.fits([*group, candidate]):
-                    break
-                group.append(self._waiting.popleft())
-                budget -= len(piece)
-            return group
-
-    def remove_where(self, predicate: Callable[[SequenceState], bool]) -> list[SequenceState]:
-        """Take out waiting sequences matching ``predicate`` (cancelled or past their deadline)."""
-        with self._lock:
-            taken = [s for s in self._waiting if predicate(s)]
-            for s in taken:
-                self._waiting.remove(s)
-            return taken
+            for state in states:
+                self._waiting.remove(state)
 
     def drain(self) -> list[SequenceState]:
         with self._lock:
             taken = list(self._waiting)
             self._waiting.clear()
             return taken
+
+    def plan(self, batch: DecodeBatch, *, now: float, admit: bool, drafts: Drafts) -> StepPlan:
+        """This step's plan, as data; nothing changes here (``admit`` False while shutting down: nobody joins)."""
+        with self._lock:
+            waiting = list(self._waiting)
+        leaving = _expired([*batch.states, *(search.host for search in batch.searches), *waiting], now)
+        gone = frozenset(id(state) for state, _ in leaving)
+        staying = [state for state in batch.states if id(state) not in gone]
+        searches = [search for search in batch.searches if id(search.host) not in gone]
+        waiting = [state for state in waiting if id(state) not in gone]
+        capabilities = batch.capabilities if staying or searches or waiting else None
+        decoding = [state for state in staying if state.status is RequestStatus.RUNNING]
+        drafted = drafts(decoding) if decoding and capabilities is not None and capabilities.extend else []
+        feeds: list[RowFeed] = []
+        room = int(self.max_step_tokens * DRAFT_SHARE)
+        for index, state in enumerate(decoding):
+            draft = drafted[index][:max(0, room)] if drafted else []
+            room -= len(draft)
+            feeds.append(RowFeed(state, [state.generated[-1], *draft], prompt=False))
+        for search in searches:
+            if search.host.status is RequestStatus.RUNNING:
+                feeds += [RowFeed(search.host, [token], prompt=False, beam=beam)
+                          for beam, token in enumerate(search.lane_tokens())]
+        budget = self.max_step_tokens - sum(len(feed.tokens) for feed in feeds)
+        first = True  # no prompt fed yet this step
+        staged = [(state, None) for state in staying] + [(search.host, 0) for search in searches]
+        for state, beam in staged:
+            if state.status is RequestStatus.PREFILLING:
+                assert capabilities is not None
+                piece = _piece(state, budget, capabilities, first=first)
+                if piece:
+                    feeds.append(RowFeed.piece(state, piece, beam))
+                    budget, first = budget - len(piece), False
+        joins: list[Join] = []
+        if admit and capabilities is not None:
+            for state in _joining(batch, waiting, gone, budget, capabilities, first=first):
+                join = Join(state, batch.prefix_hit(state))
+                piece = _piece(state, budget, capabilities, first=first, fed=join.prefix.tokens)
+                beam = 0 if state.request.sampling.num_beams > 1 else None  # a beam search's prompt: its first slot
+                feeds.append(RowFeed.piece(state, piece, beam, fed=join.prefix.tokens))
+                joins.append(join)
+                budget, first = budget - len(piece), False
+        return StepPlan(tuple(leaving), tuple(joins), tuple(feeds))
+
+
+def _expired(states: list[SequenceState], now: float) -> list[Leaving]:
+    """The requests that end now without a token (cancelled, or past their deadline), in ``states``' order."""
+    leaving = []
+    for state in states:
+        reason = state.check_external(now)
+        if reason is not None:
+            leaving.append((state, reason))
+    return leaving
+
+
+def _joining(batch: DecodeBatch, waiting: list[SequenceState], gone: frozenset[int], budget: int,
+             capabilities: Capabilities, first: bool) -> list[SequenceState]:
+    """The waiting requests that join ``batch`` at this step boundary, oldest first: while rows are free (a beam
+    request takes one a beam), the cache has room once the ``gone`` requests left, and the step's budget has tokens
+    left for a prompt."""
+    group: list[SequenceState] = []
+    for candidate in waiting:
+        piece = _piece(candidate, budget, capabilities, first=first and not group, fed=0)
+        if not piece or not batch.fits([*group, candidate], gone):
+            break
+        group.append(candidate)
+        budget -= len(piece)
+    return group
 
 
 def _piece(state: SequenceState, budget: int, capabilities: Capabilities, *, first: bool,

@@ -39,7 +39,7 @@ def verify(states: list[SequenceState], drafts: list[list[int]], logits: torch.T
         else:
             rows = torch.tensor([first[i] + position for i in active], dtype=torch.long, device=logits.device)
             picked = logits.index_select(0, rows)
-        decisions = run_pipeline(picked, [states[i] for i in active], on_masks, ahead if position == 0 else None)
+        decisions = run_pipeline(picked, [states[i].row for i in active], on_masks, ahead if position == 0 else None)
         at = now()
         for i, decision in zip(active, decisions, strict=True):
             kept[i] += 1
