@@ -11,7 +11,7 @@ shown in the prompt, the same schemas every run (constraints_e2e.maskbench_sampl
 The cost on rows far from their budget, two ways: (1) in the same run, the requests that ended by themselves in
 both modes at the largest budget (the same tokens: the rule never fired) are timed again one at a time, off and
 on alternately, and the median ratio of their times per token is printed; (2) the rule's own work per token
-over the outputs at the largest budget, as a row runs it (``BudgetRule``: read the piece; list the endings only
+over the outputs at the largest budget, as a row runs it (``ClosingRule``: read the piece; list the endings only
 when they could come within reach), beside listing them at every token. ``--rule-only`` measures (2) alone,
 without a server, over the sample's first valid instances.
 
@@ -34,7 +34,7 @@ from constraints_e2e import MASKBENCH, SCHEMA_PROMPT_CHARS, independent_valid, m
 
 from proctor.app import BackgroundServer
 from proctor.config import Settings
-from proctor.constraints.json_schema import JsonCloser
+from proctor.constraints.json_schema import JsonCloser, JsonOutputRule
 from proctor_client import ProctorClient, ProctorError
 from proctor_client.v1 import generation_pb2 as pb
 
@@ -67,8 +67,8 @@ def rule_cost(outputs: list[tuple[object, str]], tokenizer: Any, budget: int) ->
     ``outputs`` (their schemas compiled by llguidance, the matcher advanced with the tokens)."""
     from proctor.constraints.backends import create_backend
     from proctor.constraints.spec import ConstraintSpec
-    from proctor.engine.budget import BudgetRule
-    from proctor.engine.budget_facts import budget_facts
+    from proctor.engine.closing import ClosingRule
+    from proctor.engine.closing_facts import closing_facts
 
     backend = create_backend("llguidance", tokenizer, len(tokenizer), (tokenizer.eos_token_id,))
     rule_s = every_s = 0.0
@@ -83,8 +83,9 @@ def rule_cost(outputs: list[tuple[object, str]], tokenizer: Any, budget: int) ->
             continue
         pieces = [tokenizer.decode([t]) for t in ids]
         matcher = compiled.new_matcher()
-        rule = BudgetRule(budget_facts(schema, compiled.new_matcher(), tokenizer, len(tokenizer)), matcher,
-                          tokenizer, len(tokenizer))
+        facts = closing_facts(JsonOutputRule(schema), compiled.new_matcher(), tokenizer,  # type: ignore[arg-type]
+                              len(tokenizer))
+        rule = ClosingRule(facts, matcher, tokenizer, len(tokenizer))
         closer = JsonCloser(schema)  # type: ignore[arg-type]
         for done, (token, piece) in enumerate(zip(ids, pieces, strict=True), start=1):
             matcher.advance(token)

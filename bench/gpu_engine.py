@@ -345,7 +345,7 @@ def main() -> int:
         "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}
     try:
         run(engine, [greedy(i, 8) for i in range(2)], args.timeout)  # warm-up: kernels, allocator, tokenizer caches
-        runner = engine._batch._runner
+        runner = engine._batch._executor
         figures["engine_paths"] = {
             "runner": type(runner).__name__, "weights": getattr(getattr(runner, "weights", None), "mode", None),
             "kv_cache_dtype": str(getattr(runner, "cache_dtype", "")).removeprefix("torch."),

@@ -213,7 +213,7 @@ def test_the_prefix_cache_gives_the_same_bits_at_every_cache_state(engines: dict
 def test_a_small_budget_evicts_and_never_reuses_the_wrong_chunk(server: Any, engines: dict[str, Engine]) -> None:
     small = start(server, prefix_cache_mb=6)  # two chunks of 128 tokens of this model (2.9 MB each)
     try:
-        budget = small.prefix_cache.budget_bytes
+        budget = small.prefix_cache.capacity_bytes
         assert small.prefix_cache.enabled
         # Same lengths, differing in the first token only (every chunk's key differs), or in the last chunk only.
         prompts = {"a": "A. " + RULES[:1400], "b": "B. " + RULES[:1400], "c": "A. " + RULES[:1200] + "C" * 200}

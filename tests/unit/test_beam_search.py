@@ -160,7 +160,7 @@ def test_beams_share_each_steps_one_forward_and_keep_their_bits(make_engine, tin
 
     solo = {name: run(make_engine(), plain(name, n)).token_ids for name, n in (("p1", 9), ("p2", 20))}
     engine = make_engine(start=False, max_batch_size=8, max_step_tokens=12)
-    runner = engine._batch._runner
+    runner = engine._batch._executor
     forwards: list[list[int]] = []
     real_forward = runner.forward
 

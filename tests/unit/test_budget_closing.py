@@ -69,14 +69,14 @@ def run(engine, generation: GenerationRequest):  # type: ignore[no-untyped-def]
 
 def minimum_of(engine, schema: dict) -> int:  # type: ignore[no-untyped-def]
     prepared = engine.prepare(request(schema, 512))
-    assert prepared.budget is not None
-    return prepared.budget.minimum
+    assert prepared.closing is not None
+    return prepared.closing.minimum
 
 
 def roomy(engine, schema: dict, extra: int) -> int:  # type: ignore[no-untyped-def]
     """A budget with ``extra`` free tokens before the rule can close (below it, the shortest output is forced
     from the first token)."""
-    facts = engine.prepare(request(schema, 512)).budget
+    facts = engine.prepare(request(schema, 512)).closing
     return facts.minimum + facts.margin + extra
 
 
@@ -118,10 +118,10 @@ def test_the_rule_comes_with_a_constraint_that_has_an_output_rule_only(engine) -
     """The engine asks the prepared constraint for its output rule (constraints/output_rule.py): a JSON schema has
     one, and its facts are read through it; a regex has none and runs without the rule, never refused for it."""
     prepared = engine.prepare(request(SCHEMAS["enum"], 512))
-    assert prepared.constraint.output_rule is not None and prepared.budget.rule is prepared.constraint.output_rule
+    assert prepared.constraint.output_rule is not None and prepared.closing.rule is prepared.constraint.output_rule
     regex = dataclasses.replace(request(SCHEMAS["enum"], 1), constraint=ConstraintRequest("regex", text="[a-z]{40}"))
     unruled = engine.prepare(regex)
-    assert unruled.constraint.output_rule is None and unruled.budget is None
+    assert unruled.constraint.output_rule is None and unruled.closing is None
 
 
 def test_without_the_rule_the_same_requests_are_cut_off_invalid(engine) -> None:  # type: ignore[no-untyped-def]
@@ -196,7 +196,7 @@ def test_a_contract_draft_at_a_tight_budget_is_valid_and_holds_every_required_cl
     specialised = specialise(NDA, contract)
     messages = render_messages(NDA, contract, specialised)
     plan = first_plan(NDA, contract, seed=1, limit=4096)
-    minimum = engine.prepare(generation_request(contract, NDA, specialised, plan, messages, None)).budget.minimum
+    minimum = engine.prepare(generation_request(contract, NDA, specialised, plan, messages, None)).closing.minimum
     for extra in (0, 7, 40):
         tight = dataclasses.replace(plan, max_new_tokens=minimum + extra, temperature=1.0)
         events = run(engine, generation_request(contract, NDA, specialised, tight, messages, None))
@@ -260,8 +260,8 @@ def test_real_schemas_at_budgets_from_their_minimum_to_512_are_valid_or_refused(
             prepared = engine.prepare(request(item["schema"], 512))
         except RequestValidationError:  # not served, or not exactly
             continue
-        if prepared.constraint.exact and prepared.budget is not None and prepared.budget.minimum:
-            chosen.append((item["name"], item["schema"], prepared.budget.minimum))
+        if prepared.constraint.exact and prepared.closing is not None and prepared.closing.minimum:
+            chosen.append((item["name"], item["schema"], prepared.closing.minimum))
     assert len(chosen) == 8
     closings = 0
     for name, schema, minimum in chosen:

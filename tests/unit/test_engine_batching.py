@@ -80,8 +80,8 @@ def test_kv_budget_holds_requests_back_instead_of_failing_them(make_engine, tiny
     runner = make_runner(tiny_loaded.model, 8, torch.device("cpu"))
     engine = make_engine(max_batch_size=8, kv_cache_mb=1, start=False)
     rooms = [len(engine.prepare(request(i, 20, "sizing")).prompt_ids) + 20 for i in range(3)]  # what each reserves
-    engine._batch.kv_budget_bytes = runner.bytes_for([max(rooms)])  # room for one request at a time
-    assert runner.bytes_for([min(rooms)] * 2) > engine._batch.kv_budget_bytes
+    engine._batch.kv_capacity_bytes = runner.bytes_for([max(rooms)])  # room for one request at a time
+    assert runner.bytes_for([min(rooms)] * 2) > engine._batch.kv_capacity_bytes
     sinks = []
     for i in range(3):
         sink = Collector()
@@ -166,7 +166,7 @@ def test_a_failing_prefill_fails_its_batch_cleanly_and_the_engine_goes_on(make_e
             return runner.forward(feeds)
 
     engine = make_engine(max_batch_size=4, start=False)
-    engine._batch._runner_built = FaultyRunner()
+    engine._batch._executor_built = FaultyRunner()
     ok, bad = Collector(), Collector()
     engine.submit(engine.prepare(request(0, 6, "ok")), ok)
     engine.submit(engine.prepare(request(4, 6, "bad")), bad)

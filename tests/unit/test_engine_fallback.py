@@ -111,7 +111,7 @@ def test_a_cancel_between_two_attempts_starts_no_other() -> None:
     launches, released, done = [], [], []
     request = GenerationRequest("r", prompt="x", sampling=SamplingParams(seed=3))
     prepared = PreparedRequest(request=request, prompt_ids=(1,), output_budget=OutputBudget(4))
-    attempts = FallbackAttempts(prepared, 3, released.append, budget=3, retry_temperature=0.7,
+    attempts = FallbackAttempts(prepared, 3, released.append, most_attempts=3, retry_temperature=0.7,
                                 start=lambda p, seed, sink, created: launches.append((p, seed, sink)),
                                 on_done=lambda: done.append(True))
     attempts.begin()

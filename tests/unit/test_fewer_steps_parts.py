@@ -57,7 +57,7 @@ def test_a_chunk_is_keyed_by_everything_before_it_and_the_scope() -> None:
     assert store.lookup(store.chain("alice", same_second_chunk), same_second_chunk) == []
     prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert store.lookup(store.chain("bob", prompt), prompt) == []  # another caller's namespace
-    other_model = PrefixCache(store.budget_bytes, "weights:q8", CHUNK)
+    other_model = PrefixCache(store.capacity_bytes, "weights:q8", CHUNK)
     assert other_model.chain("alice", prompt) != store.chain("alice", prompt)
     assert len(store.lookup(store.chain("alice", prompt), prompt)) == 2
     assert store.counts.hit_tokens == 8
@@ -75,7 +75,7 @@ def test_eviction_keeps_the_budget_and_the_first_chunks_of_a_chain() -> None:
     store = cache(budget_chunks=3)
     fill(store, "", list(range(100, 113)))  # three chunks
     fill(store, "", list(range(200, 209)))  # two more: two of the first prompt's leave
-    assert store.counts.bytes <= store.budget_bytes
+    assert store.counts.bytes <= store.capacity_bytes
     assert store.counts.evicted_chunks == 2
     first = list(range(100, 113))
     kept = store.lookup(store.chain("", first), first)

@@ -143,5 +143,5 @@ def test_the_engine_serves_on_the_graph_step_with_the_default_steps_tokens(make_
     monkeypatch.setattr(model_runner, "uses_graph_step", lambda *args: True)
     engine = make_engine(max_step_tokens=16, max_batch_size=4)
     assert serve_plain_and_beams(engine, prompt) == expected
-    runner = engine._batch._runner
+    runner = engine._batch._executor
     assert isinstance(runner, GraphSlots) and runner.buckets[-1] == 16 and runner.captures > 0

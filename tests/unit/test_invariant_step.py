@@ -88,4 +88,4 @@ def test_the_engine_serves_plain_and_beam_requests_on_the_invariant_step(make_en
     monkeypatch.setattr(model_runner, "uses_invariant_step", lambda *args: True)
     engine = make_engine(batch_invariant="on")
     assert serve_plain_and_beams(engine) == expected
-    assert isinstance(engine._batch._runner, InvariantSlots)
+    assert isinstance(engine._batch._executor, InvariantSlots)

@@ -56,7 +56,7 @@ def test_text_pushed_a_character_or_a_token_at_a_time_reads_the_same() -> None:
 
 
 def test_the_output_rule_the_engine_sees_reads_as_the_closer_does() -> None:
-    """engine/budget.py sees a schema only through ``OutputRule`` (constraints/output_rule.py): a fresh reader per
+    """engine/closing.py sees a schema only through ``OutputRule`` (constraints/output_rule.py): a fresh reader per
     row, at the empty output, and the growth texts; each answers what the closer answers."""
     rule: OutputRule = JsonOutputRule(OBJECT)
     row, other = rule.reader(), rule.reader()
@@ -88,7 +88,7 @@ def test_local_refs_and_branches_are_followed() -> None:
 def test_on_maskbench_an_accepted_ending_is_always_valid_and_nearly_every_cut_has_one(tokenizer) -> None:  # type: ignore[no-untyped-def]
     from proctor.constraints.backends import create_backend
     from proctor.constraints.spec import ConstraintSpec
-    from proctor.engine.budget import accepts
+    from proctor.engine.closing import accepts
 
     backend = create_backend("llguidance", tokenizer, len(tokenizer), (tokenizer.eos_token_id,))
     cuts = ended = 0

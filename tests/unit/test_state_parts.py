@@ -27,7 +27,7 @@ from proctor.domain import (
 )
 from proctor.domain.events import Timings, Usage
 from proctor.domain.output_budget import OutputBudget
-from proctor.engine.budget import BudgetRule
+from proctor.engine.closing import ClosingRule
 from proctor.engine.output_processor import Ending, OutputProcessor
 from proctor.engine.row_budget import RowBudget
 from proctor.engine.row_decoding import RowDecoding
@@ -144,15 +144,15 @@ def test_a_tight_budget_closes_the_json_with_an_ending_its_matcher_accepts(make_
     schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
     constraint = ConstraintRequest("json_schema", text=json.dumps(schema))
     facts = engine.prepare(request(512, constraint=constraint,
-                                   stopping=StoppingParams(max_new_tokens=512, close_at_budget=True))).budget
+                                   stopping=StoppingParams(max_new_tokens=512, close_at_budget=True))).closing
     assert facts is not None
     prepared = engine.prepare(request(constraint=constraint, stopping=StoppingParams(
         max_new_tokens=facts.minimum, close_at_budget=True)))
-    assert prepared.constraint is not None and prepared.budget is not None
+    assert prepared.constraint is not None and prepared.closing is not None
     matcher = prepared.constraint.compiled.new_matcher()
     tokenizer = engine.loaded.tokenizer
-    budget = RowBudget(prepared.output_budget, BudgetRule(prepared.budget, matcher, tokenizer, tiny_loaded.vocab_size),
-                       matcher)
+    rule = ClosingRule(prepared.closing, matcher, tokenizer, tiny_loaded.vocab_size)
+    budget = RowBudget(prepared.output_budget, rule, matcher)
     ending_ids = budget.opening()  # too tight for a free token: the shortest output from the first one
     assert ending_ids and len(ending_ids) <= facts.minimum
     assert budget.closing_draft(0, 100) == list(ending_ids[:-1]) and budget.closing_draft(1, 2) == list(ending_ids[1:3])

@@ -1,6 +1,6 @@
 """What the engine asks of a constraint to end an output validly within its token budget: the output rule.
 
-The engine's budget rule (engine/budget.py) asks, in text: from the output written so far, the shortest texts
+The engine's budget rule (engine/closing.py) asks, in text: from the output written so far, the shortest texts
 that end it validly (from the empty output, those are the shortest valid outputs: a budget below them is refused);
 and the texts one more free token can begin, which an ending would then have to finish (the longest of them,
 tokenized, is the margin it keeps). The tokens are the engine's: it tokenizes each text and keeps the first its

@@ -23,7 +23,7 @@ class FinishReason(enum.Enum):
     STOP_CRITERION = "stop_criterion"
     BLOCKED = "blocked"  # an input screen refused the input: nothing was generated (the API's, never the engine's)
     MODERATED = "moderated"  # an output moderator withheld the output (the API's response only, never the engine's)
-    CLOSED_AT_BUDGET = "closed_at_budget"  # the JSON was ended with its shortest valid ending (engine/budget.py)
+    CLOSED_AT_BUDGET = "closed_at_budget"  # the JSON was ended with its shortest valid ending (engine/closing.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class Usage:
     decode_steps: int = 0  # decode forwards after the prefill (engine/drafting.py: several tokens to one)
     drafted_tokens: int = 0  # proposed ahead of the model: forced by the constraint or looked up
     accepted_tokens: int = 0  # of those, verified and kept
-    closing_tokens: int = 0  # the last tokens, forced to end the JSON validly within the budget (engine/budget.py)
+    closing_tokens: int = 0  # the last tokens, forced to end the JSON validly within the budget (engine/closing.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,9 @@
-"""The validated fallback's retry loop: generate under the relaxed schema, validate, retry within a budget.
+"""The validated fallback's retry loop: generate under the relaxed schema, validate, retry while attempts remain.
 
 A JSON schema that no engine enforces exactly is compiled as a documented superset (see
 ``constraints/json_schema/relaxed.py``). Each attempt's events are held back until the attempt ends
 and its output has been validated against the full schema: a valid output is released (with every
-attempt listed on its final event); an invalid one starts the next attempt, until the budget is
+attempt listed on its final event); an invalid one starts the next attempt, until the attempts are
 spent — then the last output is released with ``schema_validation.valid = false`` and a finish
 detail that says so, never as valid. Streams on this path therefore arrive whole at the end.
 
@@ -32,12 +32,12 @@ StartAttempt = Callable[[PreparedRequest, int, EventSink, float], None]
 class FallbackAttempts:
     """One request's attempts; ``sink`` gets only the released attempt's events."""
 
-    def __init__(self, prepared: PreparedRequest, seed: int, sink: EventSink, *, budget: int,
+    def __init__(self, prepared: PreparedRequest, seed: int, sink: EventSink, *, most_attempts: int,
                  retry_temperature: float, start: StartAttempt, on_done: Callable[[], None] = lambda: None) -> None:
         self._prepared = prepared
         self._seed = seed
         self._sink = sink
-        self._budget = max(1, budget)
+        self._most = max(1, most_attempts)
         self._retry_temperature = retry_temperature
         self._start = start
         self._created = time.monotonic()
@@ -73,7 +73,7 @@ class FallbackAttempts:
         self._attempts.append(Attempt(number, attempt_seed(self._seed, number), self._temperature(number),
                                       event.usage.completion_tokens if event.usage else 0, event.finish_reason,
                                       valid, check.errors if check else ()))
-        if valid or number >= self._budget or event.finish_reason in FINAL_REASONS or event.error:
+        if valid or number >= self._most or event.finish_reason in FINAL_REASONS or event.error:
             self._release(event, valid, number)
             return
         if self.cancelled:  # the caller went away between two attempts

@@ -88,12 +88,12 @@ class PrefixHit:
 
 
 class DecodeBatch:
-    def __init__(self, make_runner: Callable[[], Executor], max_rows: int, kv_budget_bytes: int,
+    def __init__(self, make_executor: Callable[[], Executor], max_rows: int, kv_capacity_bytes: int,
                  chunk_tokens: int = 0, prefix_cache: PrefixCache | None = None) -> None:
-        self._make_runner = make_runner
-        self._runner_built: Executor | None = None
+        self._make_executor = make_executor
+        self._executor_built: Executor | None = None
         self.max_rows = max_rows
-        self.kv_budget_bytes = kv_budget_bytes
+        self.kv_capacity_bytes = kv_capacity_bytes
         self.chunk_tokens = chunk_tokens  # the prefix cache's chunk (0: no prefix cache)
         self.states: list[SequenceState] = []  # row i = slot i; prompts still being fed included
         self.searches: list[BeamRows] = []  # beam searches, the first in the top slots, each below the last
@@ -102,31 +102,31 @@ class DecodeBatch:
         self._fed: list[tuple[int, int]] = []  # (row, tokens) of each drafted feed of the last forward
 
     @property
-    def _runner(self) -> Executor:
+    def _executor(self) -> Executor:
         """Built on first use, which is on the engine thread: oneDNN weights packed on one thread and
         used from another were measured 1.6x slower on the 2-core machine."""
-        if self._runner_built is None:
-            self._runner_built = self._make_runner()
-        return self._runner_built
+        if self._executor_built is None:
+            self._executor_built = self._make_executor()
+        return self._executor_built
 
     @property
     def capabilities(self) -> Capabilities:
-        return self._runner.capabilities
+        return self._executor.capabilities
 
     def __len__(self) -> int:
         return len(self.states)
 
     def thread_invariant(self) -> bool:
-        """Whether the runner gives a row the same logits at any intra-op thread count (builds it)."""
+        """Whether the executor gives a row the same logits at any intra-op thread count (builds it)."""
         return self.capabilities.thread_invariant
 
     def held_bytes(self) -> int:
         """KV-cache bytes the requests' tokens occupy (metrics; read from any thread)."""
-        runner = self._runner_built
-        if runner is None:
+        executor = self._executor_built
+        if executor is None:
             return 0
-        beams = sum(runner.lengths[slot] for search in list(self.searches) for slot in search.slots)
-        return runner.bytes_per_token * (sum(s.prompt_fed + len(s.generated) for s in list(self.states)) + beams)
+        beams = sum(executor.lengths[slot] for search in list(self.searches) for slot in search.slots)
+        return executor.bytes_per_token * (sum(s.prompt_fed + len(s.generated) for s in list(self.states)) + beams)
 
     def free_rows(self) -> int:
         """Rows no request or beam holds (read from any thread: a hint)."""
@@ -145,7 +145,7 @@ class DecodeBatch:
         if len(everyone) <= 1:
             return True
         lengths = [len(s.prompt_ids) + s.output_budget.max_new_tokens for s in everyone for _ in range(_rows(s))]
-        return self._runner.bytes_for(lengths) <= self.kv_budget_bytes
+        return self._executor.bytes_for(lengths) <= self.kv_capacity_bytes
 
     def prefix_hit(self, state: SequenceState) -> PrefixHit:
         """What the prefix cache holds of ``state``'s prompt now (changes nothing: the step plan asks)."""
@@ -169,19 +169,19 @@ class DecodeBatch:
 
     def reorder_search(self, search: BeamRows, parents: list[int]) -> None:
         """Beam ``i``'s slot takes the cache of beam ``parents[i]``'s."""
-        self._runner.reorder(search.slots, parents)
+        self._executor.reorder(search.slots, parents)
 
     def release_search(self, search: BeamRows) -> None:
         """Free a search's slots; the searches below it move up, so every search's slots stay at the top."""
         for slot in search.slots:
-            self._runner.free(slot)
+            self._executor.free(slot)
         self._chains.pop(id(search.host), None)
         index = self.searches.index(search)
         self.searches.pop(index)
         for below in self.searches[index:]:  # highest slots first: each target is free by the time it is written
             moved = [slot + search.num_beams for slot in below.slots]
             for source, target in zip(reversed(below.slots), reversed(moved), strict=True):
-                self._runner.move(source, target)
+                self._executor.move(source, target)
             below.slots = moved
 
     def _take_prefix(self, state: SequenceState, slot: int, hit: PrefixHit) -> None:
@@ -192,7 +192,7 @@ class DecodeBatch:
         chain = self._chains[id(state)] = list(hit.chain)
         self.prefix_cache.use(chain, state.prompt_ids, list(hit.chunks))
         for chunk in hit.chunks:
-            self._runner.write_span(slot, state.prompt_fed, chunk.keys, chunk.values)
+            self._executor.write_span(slot, state.prompt_fed, chunk.keys, chunk.values)
             state.prompt_fed += len(chunk.tokens)
         state.cached_prompt_tokens = state.prompt_fed
 
@@ -205,7 +205,7 @@ class DecodeBatch:
         def slot(feed: RowFeed) -> int:
             return rows[id(feed.state)] if feed.beam is None else searches[id(feed.state)].slots[feed.beam]
 
-        logits = self._runner.forward([Feed(slot(feed), feed.tokens, feed.logits) for feed in feeds])
+        logits = self._executor.forward([Feed(slot(feed), feed.tokens, feed.logits) for feed in feeds])
         self._fed = [(slot(feed), len(feed.tokens)) for feed in feeds if not feed.prompt and feed.beam is None]
         for feed in feeds:
             if feed.prompt:
@@ -222,7 +222,7 @@ class DecodeBatch:
         size = self.chunk_tokens
         for index in range(before // size, min(state.prompt_fed // size, len(chain))):
             start = index * size
-            keys, values = self._runner.read_span(row, start, start + size)
+            keys, values = self._executor.read_span(row, start, start + size)
             self.prefix_cache.store(chain[:index + 1], CachedChunk(tuple(state.prompt_ids[start:start + size]),
                                                                    keys, values, state.request.subject_id))
         if state.prompt_fed == len(state.prompt_ids):
@@ -230,10 +230,10 @@ class DecodeBatch:
 
     def settle(self, kept: list[int]) -> None:
         """After a forward with drafts: each drafted row keeps the first ``kept[i]`` positions it was fed."""
-        runner = self._runner
+        executor = self._executor
         for (row, fed), keep in zip(self._fed, kept, strict=True):
             if keep < fed:
-                runner.trim(row, runner.lengths[row] - fed + keep)
+                executor.trim(row, executor.lengths[row] - fed + keep)
         self._fed = []
 
     def remove(self, rows: list[int]) -> None:
@@ -242,15 +242,15 @@ class DecodeBatch:
             self._chains.pop(id(self.states[row]), None)
             last = len(self.states) - 1
             if row != last:
-                self._runner.move(last, row)
+                self._executor.move(last, row)
                 self.states[row] = self.states[last]
             else:
-                self._runner.free(row)
+                self._executor.free(row)
             self.states.pop()
 
     def clear(self) -> None:
         for slot in [*range(len(self.states)), *(slot for search in self.searches for slot in search.slots)]:
-            self._runner.free(slot)
+            self._executor.free(slot)
         self.states = []
         self.searches = []
         self._chains.clear()

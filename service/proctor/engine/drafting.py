@@ -92,7 +92,7 @@ class Drafter:
             return []
         policy, matcher = self.policy, state.matcher
         closing = state.closing_draft(room) if policy.jump_forward else []
-        if closing:  # the budget's ending (engine/budget.py): forced, so kept whole
+        if closing:  # the budget's ending (engine/closing.py): forced, so kept whole
             return closing
         # An engine without its own forced-token API is asked through its mask: one fill more a step, so only
         # after a step the mask forced (forced runs come together; the run's first token is a step of its own).

@@ -30,8 +30,8 @@ from proctor.domain.output_budget import OutputLimits
 from proctor.engine.attempts import FallbackAttempts
 from proctor.engine.batch import DecodeBatch
 from proctor.engine.beam import BeamSearches
-from proctor.engine.budget import attach_budget
-from proctor.engine.budget_facts import BudgetFactsCache
+from proctor.engine.closing import attach_closing
+from proctor.engine.closing_facts import ClosingFactsCache
 from proctor.engine.drafting import Drafter, DraftPolicy
 from proctor.engine.live import LiveRequests
 from proctor.engine.loaded_model import LoadedModel
@@ -72,7 +72,7 @@ class Engine:
         self._batch = DecodeBatch(lambda: build_runner(loaded, settings, rows, release_dense_weights), rows,
                                   settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens, self.prefix_cache)
         self._drafter = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size)
-        self._budgets = BudgetFactsCache(loaded.tokenizer, loaded.vocab_size)
+        self._closing_facts = ClosingFactsCache(loaded.tokenizer, loaded.vocab_size)
         self._scheduler = Scheduler(settings.max_waiting, settings.max_step_tokens,
                                     free_rows=self._batch.free_rows)
         self._eos = frozenset(loaded.eos_token_ids)
@@ -112,8 +112,8 @@ class Engine:
             return prepared
         if self.constraints is None:
             raise RequestValidationError.single(request.constraint.field, "this server has constraints disabled")
-        return attach_budget(dataclasses.replace(prepared, constraint=self.constraints.prepare(request.constraint)),
-                             self._budgets)
+        return attach_closing(dataclasses.replace(prepared, constraint=self.constraints.prepare(request.constraint)),
+                             self._closing_facts)
 
     @contextlib.contextmanager
     def admission(self) -> Iterator[None]:
@@ -142,7 +142,7 @@ class Engine:
                                                 "enforces exactly (this schema is on the validated fallback)")
         if constraint is not None and not constraint.exact:
             request_id = request.request_id
-            attempts = FallbackAttempts(prepared, seed, sink, budget=self.settings.fallback_attempts,
+            attempts = FallbackAttempts(prepared, seed, sink, most_attempts=self.settings.fallback_attempts,
                                         retry_temperature=self.settings.fallback_temperature, start=self._start,
                                         on_done=lambda: self._live.forget_attempts(request_id))
             self._live.add_attempts(request_id, attempts)
@@ -213,7 +213,7 @@ class Engine:
     def occupancy(self) -> dict[str, int]:
         """Waiting and running requests and KV-cache bytes (a snapshot, for the metrics scrape)."""
         return {"waiting": self._scheduler.waiting_count(), "running": len(self._batch),
-                "kv_used_bytes": self._batch.held_bytes(), "kv_total_bytes": self._batch.kv_budget_bytes}
+                "kv_used_bytes": self._batch.held_bytes(), "kv_total_bytes": self._batch.kv_capacity_bytes}
 
     def fewer_steps(self) -> dict[str, int]:
         """Totals of the prefix cache and the drafts since start (a snapshot, for the metrics scrape)."""

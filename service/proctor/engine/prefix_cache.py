@@ -61,8 +61,8 @@ class CacheCounts:
 
 
 class PrefixCache:
-    def __init__(self, budget_bytes: int, model_key: str, chunk_tokens: int) -> None:
-        self.budget_bytes = budget_bytes
+    def __init__(self, capacity_bytes: int, model_key: str, chunk_tokens: int) -> None:
+        self.capacity_bytes = capacity_bytes
         self.chunk_tokens = chunk_tokens
         self._root = hashlib.sha256(f"proctor prefix cache\0{model_key}\0{chunk_tokens}".encode()).digest()
         self._chunks: OrderedDict[bytes, CachedChunk] = OrderedDict()
@@ -71,7 +71,7 @@ class PrefixCache:
 
     @property
     def enabled(self) -> bool:
-        return self.budget_bytes > 0 and self.chunk_tokens > 0
+        return self.capacity_bytes > 0 and self.chunk_tokens > 0
 
     def chain(self, scope: str, prompt: list[int]) -> list[bytes]:
         """The keys of ``prompt``'s full chunks, first to last."""
@@ -118,7 +118,7 @@ class PrefixCache:
     def store(self, keys: list[bytes], chunk: CachedChunk) -> None:
         """Keep ``chunk`` under the last of ``keys`` (its chain from the first chunk), evicting the least recently
         used chunks beyond the budget; the chunks before it in the chain are touched after it."""
-        if chunk.nbytes > self.budget_bytes:
+        if chunk.nbytes > self.capacity_bytes:
             return
         key = keys[-1]
         with self._lock:
@@ -128,7 +128,7 @@ class PrefixCache:
             for earlier in reversed(keys):
                 if earlier in self._chunks:
                     self._chunks.move_to_end(earlier)
-            while self.counts.bytes > self.budget_bytes:
+            while self.counts.bytes > self.capacity_bytes:
                 _, evicted = self._chunks.popitem(last=False)
                 self.counts.bytes -= evicted.nbytes
                 self.counts.evicted_chunks += 1

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from proctor.decoding.plugins import PluginContext, PluginRegistry
     from proctor.decoding.plugins.api import Kind
     from proctor.decoding.plugins.moderation import ModerationPlugin
-    from proctor.engine.budget_facts import BudgetFacts
+    from proctor.engine.closing_facts import ClosingFacts
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,7 @@ class PreparedRequest:
     controls: RequestControls = RequestControls()
     rendered_prompt: str = ""  # the input as the model saw it (chat template applied), for the audit
     truncation: PromptTruncation | None = None  # how context_overflow shortened the input, if it did
-    budget: BudgetFacts | None = None  # a JSON output's closing within its budget (engine/budget.py)
+    closing: ClosingFacts | None = None  # a JSON output's closing within its budget (engine/closing.py)
 
 
 _LONGEST: dict[int, int] = {}

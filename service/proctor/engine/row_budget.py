@@ -1,8 +1,8 @@
 """A request's budget: how many tokens its output may hold, and how a JSON output ends within them.
 
 Two facts, one home each: the ``OutputBudget`` (domain/output_budget.py: at least, at most and left, resolved once
-before the request runs) and, for a JSON-schema row with ``close_at_budget``, the closing rule (engine/budget.py's
-``BudgetRule``, used here through its public face only). This part decides, after each token, whether the output
+before the request runs) and, for a JSON-schema row with ``close_at_budget``, the closing rule (engine/closing.py's
+``ClosingRule``, used here through its public face only). This part decides, after each token, whether the output
 must now end with its shortest valid ending; the row's decoding state (engine/row_decoding.py) then forces that
 ending's tokens. Nothing here draws from the generator, so a replay takes the same decisions.
 """
@@ -16,7 +16,7 @@ from proctor.domain.output_budget import OutputBudget
 
 if TYPE_CHECKING:
     from proctor.constraints.backend import Matcher
-    from proctor.engine.budget import BudgetRule
+    from proctor.engine.closing import ClosingRule
 
 Ending = tuple[int, ...]  # tokens to force from the next position on (empty: nothing to force)
 Verdict = tuple[FinishReason | None, str, Ending]  # the finish reason and detail after the rule, and an ending
@@ -26,7 +26,7 @@ _CLOSABLE = (None, FinishReason.LENGTH, FinishReason.CONSTRAINT_COMPLETE)
 class RowBudget:
     """One row's output budget and, when it has one, its closing rule (``rule``) over its matcher."""
 
-    def __init__(self, output: OutputBudget, rule: BudgetRule | None = None, matcher: Matcher | None = None) -> None:
+    def __init__(self, output: OutputBudget, rule: ClosingRule | None = None, matcher: Matcher | None = None) -> None:
         if rule is not None and matcher is None:
             raise ValueError("a closing rule needs the row's matcher")
         self.output = output

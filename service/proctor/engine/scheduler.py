@@ -3,14 +3,14 @@
 At every step boundary ``plan`` decides the whole step as data (a ``StepPlan``, like vLLM v1's ``SchedulerOutput``)
 and changes nothing: not the batch, not the queue, not a request's status. The engine applies it
 (Engine._apply): the requests ``leaving`` end (cancelled, past the deadline) and free their rows, the ``join``ers
-leave the queue and take rows, then the ``feeds`` run in the step's one forward, within a budget of
+leave the queue and take rows, then the ``feeds`` run in the step's one forward, within a limit of
 ``max_step_tokens`` tokens (vLLM's ``num_scheduled_tokens``):
 
 1. every running row its last token — always, so a long prompt never starves the rows that decode;
 2. each running row's draft (forced by its constraint, or looked up: engine/drafting.py), where the executor
-   verifies drafts, within half the budget (``DRAFT_SHARE``), so prompts keep the rest;
-3. the prompts still being fed, oldest first, then waiting requests that join (a free row, room in the KV-cache
-   budget), each given as much of its prompt as the budget has left after what the prefix cache holds of it (the
+   verifies drafts, within half the step's tokens (``DRAFT_SHARE``), so prompts keep the rest;
+3. the prompts still being fed, oldest first, then waiting requests that join (a free row, room in the KV cache),
+   each given as much of its prompt as the step has room for after what the prefix cache holds of it (the
    whole prompt in one step where the executor cannot split one: executor/protocol.Capabilities).
 
 Running rows before waiting ones, as vLLM's scheduler orders them. The plan is made as if the leaving requests
@@ -36,7 +36,7 @@ from proctor.executor.protocol import Capabilities
 
 Drafts = Callable[[list[SequenceState]], list[list[int]]]  # the running rows' proposed drafts (engine/drafting.py)
 Leaving = tuple[SequenceState, FinishReason]
-DRAFT_SHARE = 0.5  # of the step's budget, at most, for drafts
+DRAFT_SHARE = 0.5  # of the step's tokens, at most, for drafts
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,25 +149,25 @@ class Scheduler:
             if search.host.status is RequestStatus.RUNNING:
                 feeds += [RowFeed(search.host, [token], prompt=False, beam=beam)
                           for beam, token in enumerate(search.lane_tokens())]
-        budget = self.max_step_tokens - sum(len(feed.tokens) for feed in feeds)
+        room = self.max_step_tokens - sum(len(feed.tokens) for feed in feeds)
         first = True  # no prompt fed yet this step
         staged = [(state, None) for state in staying] + [(search.host, 0) for search in searches]
         for state, beam in staged:
             if state.status is RequestStatus.PREFILLING:
                 assert capabilities is not None
-                piece = _piece(state, budget, capabilities, first=first)
+                piece = _piece(state, room, capabilities, first=first)
                 if piece:
                     feeds.append(RowFeed.piece(state, piece, beam))
-                    budget, first = budget - len(piece), False
+                    room, first = room - len(piece), False
         joins: list[Join] = []
         if admit and capabilities is not None:
-            for state in _joining(batch, waiting, gone, budget, capabilities, first=first):
+            for state in _joining(batch, waiting, gone, room, capabilities, first=first):
                 join = Join(state, batch.prefix_hit(state))
-                piece = _piece(state, budget, capabilities, first=first, fed=join.prefix.tokens)
+                piece = _piece(state, room, capabilities, first=first, fed=join.prefix.tokens)
                 beam = 0 if state.request.sampling.num_beams > 1 else None  # a beam search's prompt: its first slot
                 feeds.append(RowFeed.piece(state, piece, beam, fed=join.prefix.tokens))
                 joins.append(join)
-                budget, first = budget - len(piece), False
+                room, first = room - len(piece), False
         return StepPlan(tuple(leaving), tuple(joins), tuple(feeds))
 
 
@@ -181,28 +181,28 @@ def _expired(states: list[SequenceState], now: float) -> list[Leaving]:
     return leaving
 
 
-def _joining(batch: DecodeBatch, waiting: list[SequenceState], gone: frozenset[int], budget: int,
+def _joining(batch: DecodeBatch, waiting: list[SequenceState], gone: frozenset[int], room: int,
              capabilities: Capabilities, first: bool) -> list[SequenceState]:
     """The waiting requests that join ``batch`` at this step boundary, oldest first: while rows are free (a beam
-    request takes one a beam), the cache has room once the ``gone`` requests left, and the step's budget has tokens
+    request takes one a beam), the cache has room once the ``gone`` requests left, and the step has tokens
     left for a prompt."""
     group: list[SequenceState] = []
     for candidate in waiting:
-        piece = _piece(candidate, budget, capabilities, first=first and not group, fed=0)
+        piece = _piece(candidate, room, capabilities, first=first and not group, fed=0)
         if not piece or not batch.fits([*group, candidate], gone):
             break
         group.append(candidate)
-        budget -= len(piece)
+        room -= len(piece)
     return group
 
 
-def _piece(state: SequenceState, budget: int, capabilities: Capabilities, *, first: bool,
+def _piece(state: SequenceState, room: int, capabilities: Capabilities, *, first: bool,
            fed: int | None = None) -> list[int]:
-    """The next piece of ``state``'s prompt within ``budget`` tokens (``fed``: its tokens already in the cache;
-    None: its ``prompt_fed``). An executor that cannot split a prompt gets it whole: within the budget, or as the
-    step's first prompt whatever its length (a prompt longer than the budget must run some time)."""
+    """The next piece of ``state``'s prompt within ``room`` tokens (``fed``: its tokens already in the cache;
+    None: its ``prompt_fed``). An executor that cannot split a prompt gets it whole: within the room, or as the
+    step's first prompt whatever its length (a prompt longer than the step's limit must run some time)."""
     start = state.prompt_fed if fed is None else fed
     rest = state.prompt_ids[start:]
     if capabilities.split_prompts:
-        return rest[:max(0, budget)]
-    return rest if first or len(rest) <= budget else []
+        return rest[:max(0, room)]
+    return rest if first or len(rest) <= room else []

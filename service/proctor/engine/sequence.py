@@ -32,7 +32,7 @@ from proctor.decoding.stopping import check_external
 from proctor.domain import FinishReason, ReturnedSequence, TokenDetail
 from proctor.domain.events import Timings, Usage
 from proctor.domain.output_budget import OutputBudget
-from proctor.engine.budget import BudgetRule
+from proctor.engine.closing import ClosingRule
 from proctor.engine.output_processor import Ending, EventSink, OutputProcessor
 from proctor.engine.preprocess import PreparedRequest
 from proctor.engine.row_budget import RowBudget
@@ -63,8 +63,8 @@ class SequenceState:
         self.criteria = tuple((name, self._guarded(name, criterion)) for name, criterion in masks.criteria)
         self.output = OutputProcessor(prepared, tokenizer=tokenizer, seed=seed, sink=sink, pieces=pieces,
                                       must_include=self.row.must_include)
-        rule = BudgetRule(prepared.budget, self.row.matcher, tokenizer, vocab_size) \
-            if prepared.budget is not None and self.row.matcher is not None else None
+        rule = ClosingRule(prepared.closing, self.row.matcher, tokenizer, vocab_size) \
+            if prepared.closing is not None and self.row.matcher is not None else None
         self.budget = RowBudget(prepared.output_budget, rule, self.row.matcher)
         self.row.force(self.budget.opening())  # a budget too tight for even one free token: the shortest output
         self.confidence = ConfidenceStats() if request.confidence else None

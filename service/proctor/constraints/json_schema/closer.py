@@ -8,7 +8,7 @@ of ``true``), then, container by container outwards, give each missing required 
 schema allows (constraints/json_schema/shortest.py), add items up to ``minItems``, and close.
 
 A closer is a guess the matcher checks: the engine tokenizes each ending and keeps the first the constraint
-accepts to the end (engine/budget.py), so a schema read differently here than by the engine costs a candidate,
+accepts to the end (engine/closing.py), so a schema read differently here than by the engine costs a candidate,
 never a wrong output. Where the closer cannot tell (a pattern with lookarounds, a ``format`` without a simple
 pattern, ``not``, a triggered schema dependency) it offers nothing, and the row runs on as without the rule.
 """
@@ -324,7 +324,7 @@ class JsonCloser:
 def growth_texts(schema: Schema | bool) -> list[str]:
     """The texts one free token can begin and an ending must then finish: each property's ``"key":value`` and
     each array item, at their shortest, over every part of the schema. Their longest is the most one more token
-    can add to what ending an output costs (engine/budget.py's margin)."""
+    can add to what ending an output costs (engine/closing.py's margin)."""
     closer = JsonCloser(schema)
     texts: list[str] = []
     for site in reachable(schema):

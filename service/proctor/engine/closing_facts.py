@@ -1,5 +1,5 @@
 """What closing a constraint's outputs within their budget costs, computed once per compiled constraint
-(engine/budget.py).
+(engine/closing.py).
 
 The shortest valid output's tokens (a ``max_new_tokens`` below it is refused up front) and the margin: the most
 one more free token can add to an ending (the longest of the output rule's growth texts, a JSON schema's member or
@@ -27,7 +27,7 @@ FACTS_CACHED = 256  # constraints whose facts are kept (a few tokenizations and 
 
 
 @dataclass(frozen=True, slots=True)
-class BudgetFacts:
+class ClosingFacts:
     """What closing a constraint's outputs costs, computed once per compiled constraint."""
 
     rule: OutputRule  # the output rule of what the matcher enforces (the compiled constraint)
@@ -36,16 +36,16 @@ class BudgetFacts:
     margin: int  # the most one more free token can add to an ending's tokens (its longest member or item)
 
 
-class BudgetFactsCache:
-    """``BudgetFacts`` per compiled constraint (its spec's hash), kept for the last ``FACTS_CACHED``."""
+class ClosingFactsCache:
+    """``ClosingFacts`` per compiled constraint (its spec's hash), kept for the last ``FACTS_CACHED``."""
 
     def __init__(self, tokenizer: Any, vocab_size: int) -> None:
         self._tokenizer = tokenizer
         self._vocab_size = vocab_size
-        self._facts: OrderedDict[str, BudgetFacts] = OrderedDict()
+        self._facts: OrderedDict[str, ClosingFacts] = OrderedDict()
         self._lock = threading.Lock()  # prepare runs on the callers' worker threads
 
-    def facts(self, constraint: PreparedConstraint) -> BudgetFacts:
+    def facts(self, constraint: PreparedConstraint) -> ClosingFacts:
         key = constraint.summary.spec_sha256
         with self._lock:
             found = self._facts.get(key)
@@ -54,7 +54,7 @@ class BudgetFactsCache:
                 return found
         if constraint.output_rule is None:
             raise ValueError("the constraint has no output rule: its outputs cannot be closed within a budget")
-        found = budget_facts(constraint.output_rule, constraint.compiled.new_matcher(), self._tokenizer,
+        found = closing_facts(constraint.output_rule, constraint.compiled.new_matcher(), self._tokenizer,
                              self._vocab_size)
         with self._lock:
             self._facts[key] = found
@@ -63,7 +63,7 @@ class BudgetFactsCache:
         return found
 
 
-def budget_facts(rule: OutputRule, matcher: Matcher, tokenizer: Any, vocab_size: int) -> BudgetFacts:
+def closing_facts(rule: OutputRule, matcher: Matcher, tokenizer: Any, vocab_size: int) -> ClosingFacts:
     """The facts of ``rule`` (``matcher``: a fresh one of its compiled constraint)."""
     minimum, shortest = 0, ""
     for text in rule.reader().endings():
@@ -73,7 +73,7 @@ def budget_facts(rule: OutputRule, matcher: Matcher, tokenizer: Any, vocab_size:
             break
     longest = sorted(rule.growth_texts(), key=len, reverse=True)[:4]
     margin = max((len(encode(tokenizer, text)) for text in longest), default=0) + MARGIN_EXTRA
-    return BudgetFacts(rule, minimum, shortest, margin)
+    return ClosingFacts(rule, minimum, shortest, margin)
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:

@@ -2,7 +2,7 @@
 
 Every step a JSON-schema row knows what finishing would cost: its output rule (constraints/output_rule.py) reads
 its output and says the shortest texts that end it validly. When the tokens left (``max_new_tokens``, capped by
-the context) come within that cost plus the most one more free token could add to it (``BudgetFacts.margin``),
+the context) come within that cost plus the most one more free token could add to it (``ClosingFacts.margin``),
 the row stops generating freely: the first ending the matcher accepts to an accepting state becomes forced
 tokens (sequence.py plans each as a forced step; engine/drafting.py drafts them, so the ending is verified in
 one forward), and the row ends ``CLOSED_AT_BUDGET`` with ``usage.closing_tokens`` saying how many were forced.
@@ -20,7 +20,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
-from proctor.engine.budget_facts import BudgetFacts, BudgetFactsCache, accepts, encode
+from proctor.engine.closing_facts import ClosingFacts, ClosingFactsCache, accepts, encode
 
 if TYPE_CHECKING:
     from proctor.constraints.backend import Matcher
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("proctor.engine")
 
-def attach_budget(prepared: PreparedRequest, cache: BudgetFactsCache) -> PreparedRequest:
-    """The prepared request with its budget facts (a JSON schema, one sequence, ``close_at_budget`` on); refused
+def attach_closing(prepared: PreparedRequest, cache: ClosingFactsCache) -> PreparedRequest:
+    """The prepared request with its closing facts (a JSON schema, one sequence, ``close_at_budget`` on); refused
     when ``max_new_tokens`` cannot hold the schema's shortest valid output."""
     request, constraint = prepared.request, prepared.constraint
     if constraint is None or constraint.output_rule is None or not request.stopping.close_at_budget \
@@ -38,17 +38,17 @@ def attach_budget(prepared: PreparedRequest, cache: BudgetFactsCache) -> Prepare
     try:
         facts = cache.facts(constraint)
     except Exception:  # the closer's reading of a schema failed: served without the rule, never refused for it
-        log.exception("budget facts of %s failed; served without close_at_budget", constraint.summary.spec_sha256)
+        log.exception("closing facts of %s failed; served without close_at_budget", constraint.summary.spec_sha256)
         return prepared
     prepared.output_budget.require(facts.minimum, f"the schema's shortest valid output, {facts.minimum} tokens "
                                                   f"({_clip(facts.shortest)})")
-    return dataclasses.replace(prepared, budget=facts)
+    return dataclasses.replace(prepared, closing=facts)
 
 
-class BudgetRule:
+class ClosingRule:
     """One row's closer and the ending it was given (``closing``: the forced tokens, once it closes)."""
 
-    def __init__(self, facts: BudgetFacts, matcher: Matcher, tokenizer: Any, vocab_size: int) -> None:
+    def __init__(self, facts: ClosingFacts, matcher: Matcher, tokenizer: Any, vocab_size: int) -> None:
         self._facts = facts
         self._matcher = matcher
         self._tokenizer = tokenizer
