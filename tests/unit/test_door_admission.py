@@ -22,7 +22,8 @@ from helpers.requirements import require_module
 
 from proctor.api.caller_limits import request_bytes_limit
 from proctor.api.callers import Caller, CallerBook, CallerLimits, CallersFileError, load_callers
-from proctor.api.errors import error_id_of, status_for
+from proctor.api.errors import status_for
+from proctor.api.failures import error_id_of
 from proctor.api.gate import ServerGate
 from proctor.config import Settings
 from proctor.domain import EngineFault, Overloaded, RequestValidationError, ShuttingDown
@@ -179,14 +180,15 @@ def door(book: CallerBook) -> Iterator[tuple[Any, Metrics]]:
     from grpc_health.v1._async import HealthServicer
     from starlette.testclient import TestClient
 
-    from proctor.api.servicer import GenerationServicer
+    from proctor.api.generation_service import GenerationService
+    from proctor.api.readiness import serving_of
     from proctor.api.telemetry import TelemetryInterceptor
     from proctor.openai_http.routes import HttpDoor
 
     settings = Settings.load({"max_message_bytes": 4096})
     metrics = Metrics()
-    built = HttpDoor(settings, GenerationServicer(settings), ServerGate(book, max_request_bytes=4096),
-                     TelemetryInterceptor(metrics, None), HealthServicer())
+    built = HttpDoor(settings, GenerationService(settings), ServerGate(book, max_request_bytes=4096),
+                     TelemetryInterceptor(metrics, None), serving_of(HealthServicer()))
     with TestClient(built.app(), raise_server_exceptions=False) as client:
         yield client, metrics
 

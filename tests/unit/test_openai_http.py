@@ -198,14 +198,15 @@ def door() -> Any:
     from starlette.testclient import TestClient
 
     from proctor.api.gate import ServerGate
-    from proctor.api.servicer import GenerationServicer
+    from proctor.api.generation_service import GenerationService
+    from proctor.api.readiness import serving_of
     from proctor.api.telemetry import TelemetryInterceptor
     from proctor.openai_http.routes import HttpDoor
 
     settings = Settings.load({"max_message_bytes": 4096})
     health = HealthServicer()
-    built = HttpDoor(settings, GenerationServicer(settings), ServerGate(None), TelemetryInterceptor(None, None),
-                     health)
+    built = HttpDoor(settings, GenerationService(settings), ServerGate(None), TelemetryInterceptor(None, None),
+                     serving_of(health))
     with TestClient(built.app(), raise_server_exceptions=False) as client:
         yield client, health
 

@@ -15,10 +15,14 @@ Every limit is read from the server's ``Settings`` instance.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from proctor.api.call_info import CallInfo
 from proctor.api.caller_limits import output_limits
 from proctor.api.callers import Caller
 from proctor.api.convert import request_from_proto
-from proctor.api.size_limits import message_violations
+from proctor.api.size_limits import bounded_dict, message_violations
 from proctor.api.validation import validate
 from proctor.config import Settings
 from proctor.domain import GenerationRequest, RequestValidationError
@@ -41,3 +45,17 @@ def check_request(message: pb.GenerateRequest, settings: Settings, *, time_remai
     if bad:
         raise RequestValidationError(bad)
     return budgeted(request, limits)
+
+
+@dataclass(frozen=True, slots=True)
+class ProtoIntake:
+    """A ``GenerateRequest`` as the call layer takes it (api/generation_service.py's ``Intake``)."""
+
+    message: pb.GenerateRequest
+
+    def checked(self, settings: Settings, call: CallInfo, vocab_size: int | None) -> GenerationRequest:
+        return check_request(self.message, settings, time_remaining_s=call.time_remaining(), vocab_size=vocab_size,
+                             caller=call.caller)
+
+    def as_received(self) -> dict[str, Any]:
+        return bounded_dict(self.message)

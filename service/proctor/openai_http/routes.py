@@ -25,20 +25,22 @@ from typing import Any
 
 import grpc
 import orjson
-from grpc_health.v1 import health_pb2
-from grpc_health.v1._async import HealthServicer
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proctor.api.call_info import Identity
 from proctor.api.caller_limits import request_bytes_limit
-from proctor.api.gate import Identity, ServerGate
-from proctor.api.servicer import GenerationServicer
+from proctor.api.check_request import ProtoIntake
+from proctor.api.convert import chunk_from_event, response_from_events
+from proctor.api.gate import ServerGate
+from proctor.api.generation_service import GenerationService
+from proctor.api.grpc_calls import answering, call_info_of
+from proctor.api.readiness import Serving
 from proctor.api.telemetry import TelemetryInterceptor
 from proctor.config import Settings
-from proctor.observability.calls import CURRENT
 from proctor.openai_http.answers import ChunkWriter, unary_answer
 from proctor.openai_http.body import CHAT, COMPLETION, ParsedCall, parse_body
 from proctor.openai_http.context import HttpAbort, HttpCallContext
@@ -69,7 +71,7 @@ UNROUTED_CODES = {404: "NOT_FOUND", 405: "UNIMPLEMENTED"}  # its status label (g
 # unread would reset the connection under the answer: the connection stays open and uvicorn skips it. A larger one,
 # or one of unknown length, closes the connection after the answer, so it is never read.
 SKIPPABLE_BODY_BYTES = 64 * 1024
-HEALTH_NAMES = {"/health": "", "/ready": pb.DESCRIPTOR.services_by_name["Generation"].full_name}
+READY = {"/health": False, "/ready": True}  # liveness (the whole server) and readiness (the model serves calls)
 
 
 @dataclass
@@ -77,10 +79,10 @@ class HttpDoor:
     """The HTTP door's collaborators: the gRPC server's own gate, telemetry, servicer and health."""
 
     settings: Settings
-    servicer: GenerationServicer
+    service: GenerationService
     gate: ServerGate
     telemetry: TelemetryInterceptor
-    health: HealthServicer
+    serving: Serving  # the health service's answer (api/readiness.py): ready, or alive
 
     def app(self) -> Starlette:
         routes = [Route(ROUTES[CHAT], self.chat, methods=["POST"]),
@@ -103,13 +105,11 @@ class HttpDoor:
 
     async def health_check(self, request: Request) -> Response:
         """Liveness (/health) and readiness (/ready), as the gRPC health service answers them (drain included)."""
-        name = HEALTH_NAMES[request.url.path]
-        answer = await self.health.Check(health_pb2.HealthCheckRequest(service=name), None)
-        serving = answer.status == health_pb2.HealthCheckResponse.SERVING
+        serving = await self.serving(READY[request.url.path])
         return JSONResponse({"status": "SERVING" if serving else "NOT_SERVING"}, status_code=200 if serving else 503)
 
     def _model_ids(self) -> list[str]:
-        info = self.servicer.model_info
+        info = self.service.model_info
         model_id = str(info.get("model_id") or "")
         return [model_id] if model_id else []
 
@@ -135,7 +135,7 @@ class HttpDoor:
 
         async def behaviour(_: object, ctx: HttpCallContext) -> Response:
             await self._admit(method, ctx)
-            if self.servicer.runner.engine_or_none is None:
+            if not self.service.serving:
                 await ctx.abort(grpc.StatusCode.UNAVAILABLE, "the model is still loading; retry shortly")
             return _checked_body(answer, ctx)
 
@@ -201,17 +201,17 @@ class HttpDoor:
         if call.user:  # recorded as the caller the client asserts (as x-proctor-caller is)
             context.assert_caller(call.user)
         yield call
-        async with self.gate.generation_slot(identity is not None, identity, context):
+        async with self.gate.generation_slot(identity is not None, identity, context), answering(context):
+            info, method = call_info_of(context), f"POST {route}"
             if not call.stream:
-                yield await self.servicer.generate(message, context, f"POST {route}")
+                answer = await self.service.generate(ProtoIntake(message), info, method)
+                yield response_from_events(answer.events, answer.request, answer.audit_id)
                 return
-            chunks = self.servicer.stream_generate(message, context, f"POST {route}")
-            async with contextlib.aclosing(chunks):
-                async for chunk in chunks:
-                    observation = CURRENT.get()
-                    if observation is not None and observation.call is not None:
-                        context.audit_id = observation.call.audit_id
-                    yield chunk
+            stream = self.service.stream(ProtoIntake(message), info, method)
+            async with contextlib.aclosing(stream):
+                async for released in stream:
+                    context.audit_id = released.audit_id
+                    yield chunk_from_event(released.event, released.request, released.audit_id)
 
     async def _read_json(self, request: Request, identity: Identity | None) -> object:
         """The body as JSON, refused (413) past its caller's size limit before it is all read or parsed."""
@@ -245,7 +245,7 @@ class HttpDoor:
         return _closing_if_unread(request, answer)
 
     def _fingerprint(self) -> str:
-        info = self.servicer.model_info
+        info = self.service.model_info
         return f"proctor-{str(info.get('weights_sha256') or '')[:12]}"
 
 

@@ -20,12 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import uvicorn
-from grpc_health.v1._async import HealthServicer
 from starlette.applications import Starlette
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from proctor.api.gate import ServerGate
-from proctor.api.servicer import GenerationServicer
+from proctor.api.generation_service import GenerationService
+from proctor.api.readiness import Serving
 from proctor.api.telemetry import TelemetryInterceptor
 from proctor.api.tls import CertificateFiles
 from proctor.config import Settings
@@ -142,9 +142,9 @@ async def _watch_tls(files: CertificateFiles, context: ssl.SSLContext) -> None:
             log.error("TLS files changed but cannot be used over HTTP (%s); serving the previous certificate", exc)
 
 
-async def serve_http(settings: Settings, servicer: GenerationServicer, gate: ServerGate,
-                     telemetry: TelemetryInterceptor, health: HealthServicer) -> HttpListener:
+async def serve_http(settings: Settings, service: GenerationService, gate: ServerGate,
+                     telemetry: TelemetryInterceptor, serving: Serving) -> HttpListener:
     """Start the OpenAI-compatible HTTP API on ``settings.http_port`` over the gRPC server's own parts."""
-    listener = HttpListener(HttpDoor(settings, servicer, gate, telemetry, health).app(), settings)
+    listener = HttpListener(HttpDoor(settings, service, gate, telemetry, serving).app(), settings)
     await listener.start()
     return listener
