@@ -318,7 +318,7 @@ async def start_server(settings: Settings) -> RunningServer:
     port, _ = bind(server, settings)
     await server.start()
     health_server, health_port = await _serve_health_port(health, settings)
-    http = await serve_http(settings, service, gate, telemetry, serving_of(health)) if settings.http_port else None
+    http = await serve_http(settings, service, gate.rules, telemetry.observer, serving_of(health))
     observability.serve(settings)
     running = RunningServer(settings, server, port, health, service, asyncio.get_running_loop(), audit_sink=sink,
                             observability=observability, health_server=health_server, health_port=health_port,

@@ -180,15 +180,16 @@ def door(book: CallerBook) -> Iterator[tuple[Any, Metrics]]:
     from grpc_health.v1._async import HealthServicer
     from starlette.testclient import TestClient
 
+    from proctor.api.admission import Admission
     from proctor.api.generation_service import GenerationService
+    from proctor.api.observer import CallObserver
     from proctor.api.readiness import serving_of
-    from proctor.api.telemetry import TelemetryInterceptor
     from proctor.openai_http.routes import HttpDoor
 
     settings = Settings.load({"max_message_bytes": 4096})
     metrics = Metrics()
-    built = HttpDoor(settings, GenerationService(settings), ServerGate(book, max_request_bytes=4096),
-                     TelemetryInterceptor(metrics, None), serving_of(HealthServicer()))
+    built = HttpDoor(settings, GenerationService(settings), Admission(book), CallObserver(metrics, None),
+                     serving_of(HealthServicer()))
     with TestClient(built.app(), raise_server_exceptions=False) as client:
         yield client, metrics
 

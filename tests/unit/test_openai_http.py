@@ -197,15 +197,15 @@ def door() -> Any:
     from grpc_health.v1._async import HealthServicer
     from starlette.testclient import TestClient
 
-    from proctor.api.gate import ServerGate
+    from proctor.api.admission import Admission
     from proctor.api.generation_service import GenerationService
+    from proctor.api.observer import CallObserver
     from proctor.api.readiness import serving_of
-    from proctor.api.telemetry import TelemetryInterceptor
     from proctor.openai_http.routes import HttpDoor
 
     settings = Settings.load({"max_message_bytes": 4096})
     health = HealthServicer()
-    built = HttpDoor(settings, GenerationService(settings), ServerGate(None), TelemetryInterceptor(None, None),
+    built = HttpDoor(settings, GenerationService(settings), Admission(None), CallObserver(None, None),
                      serving_of(health))
     with TestClient(built.app(), raise_server_exceptions=False) as client:
         yield client, health

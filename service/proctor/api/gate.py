@@ -17,7 +17,6 @@ describe the call to the call layer with it. Nothing here logs or returns a cred
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -85,33 +84,17 @@ class ServerGate(grpc.aio.ServerInterceptor):
         return handler._replace(stream_stream=self._stream(handler.stream_stream, None, admit, slot, method))
 
     def admission(self, method: str) -> Callable[[grpc.aio.ServicerContext], Awaitable[Identity]]:
+        """The admission rules of ``method``'s calls; a refusal is a domain error (the wrappers answer it)."""
         rules = self.rules
 
         async def admit(context: grpc.aio.ServicerContext) -> Identity:
-            try:
-                identity = rules.identify(method, call_info_of(context))
-                assert identity is not None  # an open call is never admitted here
-                CURRENT_IDENTITY.set(identity)  # known from here: a refusal's access record names the caller
-                rules.authorize(method, identity)
-            except Exception as exc:
-                await abort_with(context, exc)
-                raise
+            identity = rules.identify(method, call_info_of(context))
+            assert identity is not None  # an open call is never admitted here
+            CURRENT_IDENTITY.set(identity)  # known from here: a refusal's access record names the caller
+            rules.authorize(method, identity)
             return identity
 
         return admit
-
-    @contextlib.asynccontextmanager
-    async def generation_slot(self, slot: bool, identity: Identity | None,
-                               context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
-        """Hold one of the caller's concurrent-generation slots for the whole call (refused: RESOURCE_EXHAUSTED)."""
-        with contextlib.ExitStack() as held:
-            try:
-                if slot:
-                    held.enter_context(self.rules.generation_slot(identity))
-            except Exception as exc:
-                await abort_with(context, exc)
-                raise
-            yield
 
     def _unary(self, behaviour: Any, deserialize: Any, admit: Any, slot: bool, method: str) -> Any:
         access = self.access if self.access is not None and self.access.watches(method) else None
@@ -121,7 +104,7 @@ class ServerGate(grpc.aio.ServerInterceptor):
             try:
                 identity = await admit(context) if admit is not None else None
                 decoded = await self._decode(deserialize, request, identity, context)
-                async with self.generation_slot(slot, identity, context):
+                with self.rules.generation_slot(identity if slot else None):
                     result = behaviour(decoded, context)
                     answer = await result if inspect.isawaitable(result) else result
             except BaseException as exc:
@@ -146,7 +129,7 @@ class ServerGate(grpc.aio.ServerInterceptor):
             try:
                 identity = await admit(context) if admit is not None else None
                 decoded = await self._decode(deserialize, request, identity, context)
-                async with self.generation_slot(slot, identity, context):
+                with self.rules.generation_slot(identity if slot else None):
                     responses = behaviour(decoded, context)
                     try:
                         if hasattr(responses, "__aiter__"):

@@ -13,6 +13,8 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
+from proctor.api.convert import chunk_from_event, response_from_events
+from proctor.api.generation_service import Answer, Released
 from proctor.openai_http.body import CHAT, ParsedCall
 from proctor.openai_http.tools import CallStream, parse_output
 from proctor_client.v1 import generation_pb2 as pb
@@ -79,9 +81,9 @@ def _choices(response: pb.GenerateResponse) -> list[tuple[str, int, list[pb.Toke
     return [(response.text, response.finish_reason, list(response.tokens))]
 
 
-def unary_answer(call: ParsedCall, response: pb.GenerateResponse, created: int,
-                 fingerprint: str) -> dict[str, Any]:
+def unary_answer(call: ParsedCall, answered: Answer, created: int, fingerprint: str) -> dict[str, Any]:
     """The whole answer of a unary chat or completions call."""
+    response = response_from_events(answered.events, answered.request, answered.audit_id)
     choices = []
     for index, (text, reason, tokens) in enumerate(_choices(response)):
         if call.kind == CHAT:
@@ -118,8 +120,9 @@ class ChunkWriter:
         if self.call.tools is not None:
             self.calls = CallStream(self.call.tools)
 
-    def chunks(self, chunk: pb.GenerateChunk) -> Iterator[dict[str, Any]]:
-        """The stream chunks one gRPC chunk releases (its final one carries the finish reason and our facts)."""
+    def chunks(self, released: Released) -> Iterator[dict[str, Any]]:
+        """The stream chunks one event releases (its final one carries the finish reason and our facts)."""
+        chunk = chunk_from_event(released.event, released.request, released.audit_id)
         self.request_id = self.request_id or chunk.request_id
         final = chunk.finish_reason != pb.FINISH_REASON_UNSPECIFIED
         if self.call.message.num_return_sequences > 1:  # n completions arrive whole at the end, each a choice
@@ -132,7 +135,8 @@ class ChunkWriter:
         if final:
             yield from self._end(0, chunk.finish_reason, chunk)
 
-    def usage_chunk(self, chunk: pb.GenerateChunk) -> dict[str, Any]:
+    def usage_chunk(self, released: Released) -> dict[str, Any]:
+        chunk = chunk_from_event(released.event, released.request, released.audit_id)
         return {**self._frame([]), "usage": usage(chunk)}
 
     def _choice_chunks(self, index: int, text: str, tokens: list[pb.TokenDetail], reason: int,
