@@ -185,7 +185,8 @@ async def _decode(deserialize: Callable[[bytes], Any], raw: bytes, context: grpc
 
 async def _answered(exc: BaseException, context: grpc.aio.ServicerContext) -> BaseException:
     """What a failed call raises: its own status (an abort, a cancel) as it is; any other exception is answered
-    from the error table (INTERNAL, logged with an error id), and that abort is what propagates."""
+    from the error table (a domain error, the admission rules' refusals included: its status; anything else:
+    INTERNAL, logged with an error id), and that abort is what propagates."""
     if not isinstance(exc, Exception) or isinstance(exc, grpc.aio.AbortError):
         return exc
     try:

@@ -2,7 +2,8 @@
 
 Both doors call it with their request (an ``Intake``: the gRPC message, or the draft request an HTTP body reads
 as) and the call's transport-free description (``CallInfo``: peer, caller, deadline, the metadata the audit and
-traces read), and get the domain's events back: a unary ``Answer``, or a stream of ``Released`` events. A failure
+traces read), and get the domain's events back (api/answered.py): a unary ``Answer``, or a stream of ``Released``
+events. A failure
 is recorded and raised as a domain error (proctor.domain.errors), which each door answers in its own form by the
 one table (api/failures.py): gRPC statuses in api/servicer.py, OpenAI's error objects in openai_http/routes.py.
 
@@ -17,13 +18,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from proctor.api.answered import Answer, Released
 from proctor.api.audit_trail import MODEL_FIELDS, AuditTrail
 from proctor.api.call_info import GONE, CallInfo
 from proctor.api.call_runner import CallRunner, GenerationEngine, with_receipt
-from proctor.api.convert import default_plugin_calls
+from proctor.api.check_request import default_plugin_calls
 from proctor.api.samples import sample_events, wants_samples
 from proctor.audit.records import CallRecord, PrivacyPolicy
 from proctor.config import Settings
@@ -68,24 +69,6 @@ class ModelFacts(Protocol):
     def vocab_size(self) -> int: ...
     @property
     def eos_token_ids(self) -> tuple[int, ...]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A unary call's answer: its checked request, the events its caller gets, its audit id."""
-
-    request: GenerationRequest
-    events: list[TokenEvent]
-    audit_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Released:
-    """One event of a stream as its caller gets it, with the call's checked request and audit id."""
-
-    event: TokenEvent
-    request: GenerationRequest
-    audit_id: str
 
 
 class GenerationService:

@@ -34,11 +34,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from proctor.api.admission import Admission
+from proctor.api.answered import Answer, Released
 from proctor.api.call_info import GONE, CallInfo, Identity
 from proctor.api.caller_limits import request_bytes_limit
-from proctor.api.check_request import ProtoIntake
+from proctor.api.check_request import DraftIntake
 from proctor.api.failures import failure_of
-from proctor.api.generation_service import Answer, GenerationService, Released
+from proctor.api.generation_service import GenerationService
 from proctor.api.observer import CallObserver, gone_code, publish, unpublish
 from proctor.api.readiness import Serving
 from proctor.config import Settings
@@ -223,7 +224,7 @@ class HttpDoor:
                             "model", 404, "model_not_found")
         yield call
         info = info.admitted(identity).asserting(call.user)  # the body's user: the caller it asserts
-        intake, method = ProtoIntake(call.message), f"POST {route}"
+        intake, method = DraftIntake(call.draft.request(), call.draft.violations()), f"POST {route}"
         with self.admission.generation_slot(identity):
             if not call.stream:
                 yield await self.service.generate(intake, info, method)

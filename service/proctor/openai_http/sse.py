@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from proctor.api.generation_service import Released
+from proctor.api.answered import Released
 from proctor.openai_http.answers import ChunkWriter
 from proctor.openai_http.errors import failure_response
 from proctor.openai_http.responses import ResponseEvents
