@@ -29,6 +29,8 @@ from proctor.api.access_log import AccessLog
 from proctor.api.audit_servicer import AuditServicer
 from proctor.api.audit_trail import AuditTrail
 from proctor.api.contracts_servicer import ContractsServicer
+from proctor.api.generation_service import GenerationService
+from proctor.api.readiness import SERVICE_NAME, serving_of
 from proctor.api.security import bind, build_gate
 from proctor.api.servicer import GenerationServicer
 from proctor.api.telemetry import TelemetryInterceptor
@@ -56,12 +58,10 @@ from proctor_client.v1 import (
     audit_pb2_grpc,
     contracts_pb2,
     contracts_pb2_grpc,
-    generation_pb2,
     generation_pb2_grpc,
 )
 
 log = logging.getLogger("proctor.app")
-SERVICE_NAME = generation_pb2.DESCRIPTOR.services_by_name["Generation"].full_name
 CONTRACTS_SERVICE_NAME = contracts_pb2.DESCRIPTOR.services_by_name["Contracts"].full_name
 AUDIT_SERVICE_NAME = audit_pb2.DESCRIPTOR.services_by_name["Audit"].full_name
 
@@ -74,7 +74,7 @@ class RunningServer:
     server: grpc.aio.Server
     port: int
     health: HealthServicer
-    servicer: GenerationServicer
+    service: GenerationService
     loop: asyncio.AbstractEventLoop
     engine: Engine | None = None
     audit_sink: AuditSink | None = None
@@ -103,9 +103,9 @@ class RunningServer:
             log.exception("model loading failed")
             raise
         self.engine = engine
-        self.servicer.attach(engine, info, schemas, plugins=engine.plugins, model=engine.loaded)
+        self.service.attach(engine, info, schemas, plugins=engine.plugins, model=engine.loaded)
         phrases = sorted(engine.server_forbidden)
-        self.servicer.audit.server = {"version": __version__, "server_forbidden_phrases": {
+        self.service.audit.server = {"version": __version__, "server_forbidden_phrases": {
             "count": len(phrases), "sha256": hashlib.sha256("\n".join(phrases).encode()).hexdigest()}}
         self._ready = True
         await self._publish_health()
@@ -301,15 +301,15 @@ async def start_server(settings: Settings) -> RunningServer:
     audit = AuditTrail(sink, privacy_policy(settings), compliance=settings.audit_compliance,
                        top_n=settings.audit_top_n, receipts=settings.audit_receipts,
                        keys=keys if settings.audit_encryption == "subject" else None)
-    servicer = GenerationServicer(settings, audit)
-    generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
-    contracts = ContractsServicer(servicer.runner, load_templates(settings))
+    service = GenerationService(settings, audit)
+    generation_pb2_grpc.add_GenerationServicer_to_server(GenerationServicer(service), server)
+    contracts = ContractsServicer(service.runner, load_templates(settings))
     contracts_pb2_grpc.add_ContractsServicer_to_server(contracts, server)
     names = [SERVICE_NAME, CONTRACTS_SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
              reflection.SERVICE_NAME]
     if sink is not None:
         audit_pb2_grpc.add_AuditServicer_to_server(
-            AuditServicer(settings, sink.store, servicer.runner, checkpoint_path(settings), sink.request_checkpoint,
+            AuditServicer(settings, sink.store, service.runner, checkpoint_path(settings), sink.request_checkpoint,
                           keys),
             server)
         names.append(AUDIT_SERVICE_NAME)
@@ -318,9 +318,9 @@ async def start_server(settings: Settings) -> RunningServer:
     port, _ = bind(server, settings)
     await server.start()
     health_server, health_port = await _serve_health_port(health, settings)
-    http = await serve_http(settings, servicer, gate, telemetry, health) if settings.http_port else None
+    http = await serve_http(settings, service, gate.rules, telemetry.observer, serving_of(health))
     observability.serve(settings)
-    running = RunningServer(settings, server, port, health, servicer, asyncio.get_running_loop(), audit_sink=sink,
+    running = RunningServer(settings, server, port, health, service, asyncio.get_running_loop(), audit_sink=sink,
                             observability=observability, health_server=health_server, health_port=health_port,
                             http=http, keys=audit.keys)
     if sink is not None and keys is not None and policy.on:

@@ -7,17 +7,17 @@ import os
 import time
 from pathlib import Path
 
-import grpc
 import pytest
 
 from proctor.api import callers as callers_module
+from proctor.api.admission import identify
+from proctor.api.call_info import CallInfo
 from proctor.api.caller_limits import CallerLimiter, output_limits
 from proctor.api.callers import Caller, CallerBook, CallerLimits, CallersFileError, load_callers, role_for
-from proctor.api.gate import Refused, identify
 from proctor.api.security import exposure_problem
 from proctor.api.tls import peer_certificate
 from proctor.config import Settings
-from proctor.domain import GenerationRequest, RequestValidationError, StoppingParams
+from proctor.domain import GenerationRequest, RequestValidationError, StoppingParams, Unauthenticated
 from proctor.domain.output_budget import budgeted
 from tests.helpers.certs import CertificateAuthority
 
@@ -126,23 +126,26 @@ def test_every_rpc_needs_its_role_and_unknown_rpcs_need_admin() -> None:
 def test_identify_by_token_and_by_certificate(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text(YAML)
     book = CallerBook(tmp_path / "c.yaml")
-    assert identify(book, {"authorization": "Bearer writer-token"}, {}).caller.name == "writer"
-    assert identify(book, {"authorization": "bearer  writer-token "}, {}).source == "token"
+
+    def call(metadata: dict[str, str], certificate: dict[str, list[bytes]]) -> CallInfo:
+        return CallInfo(metadata=metadata, certificate=certificate)
+
+    assert identify(book, call({"authorization": "Bearer writer-token"}, {})).caller.name == "writer"
+    assert identify(book, call({"authorization": "bearer  writer-token "}, {})).source == "token"
     for metadata, message in (({}, "no credentials"), ({"authorization": "Bearer nope"}, "unknown bearer token"),
                               ({"authorization": "Basic d3JpdGVy"}, "must be 'Bearer")):
-        with pytest.raises(Refused, match=message) as err:
-            identify(book, metadata, {})
-        assert err.value.code is grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(Unauthenticated, match=message):
+            identify(book, call(metadata, {}))
     ca = CertificateAuthority(tmp_path / "ca", "unit")
     auditor = ca.issue("auditor", server=False)
     ops = ca.issue("someone", server=False, sans=("ops.internal",))
     stranger = ca.issue("stranger", server=False)
     pem = {"x509_pem_cert": [auditor.cert.read_bytes()]}
     assert peer_certificate(pem).subject == "CN=auditor,O=Proctor Tests"  # type: ignore[union-attr]
-    assert identify(book, {}, pem).caller.name == "auditor"
-    assert identify(book, {}, {"x509_pem_cert": [ops.cert.read_bytes()]}).caller.name == "ops"
-    with pytest.raises(Refused, match="not a known caller"):
-        identify(book, {}, {"x509_pem_cert": [stranger.cert.read_bytes()]})
+    assert identify(book, call({}, pem)).caller.name == "auditor"
+    assert identify(book, call({}, {"x509_pem_cert": [ops.cert.read_bytes()]})).caller.name == "ops"
+    with pytest.raises(Unauthenticated, match="not a known caller"):
+        identify(book, call({}, {"x509_pem_cert": [stranger.cert.read_bytes()]}))
 
 
 def test_the_rate_limit_allows_the_burst_then_says_when_to_retry(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,10 +23,19 @@ from helpers.requirements import require_module
 
 from proctor.api.caller_limits import request_bytes_limit
 from proctor.api.callers import Caller, CallerBook, CallerLimits, CallersFileError, load_callers
-from proctor.api.errors import error_id_of, status_for
+from proctor.api.errors import status_for
+from proctor.api.failures import error_id_of
 from proctor.api.gate import ServerGate
 from proctor.config import Settings
-from proctor.domain import EngineFault, Overloaded, RequestValidationError, ShuttingDown
+from proctor.domain import (
+    DeadlineExceeded,
+    EngineFault,
+    Overloaded,
+    PermissionDenied,
+    RequestValidationError,
+    ShuttingDown,
+    Unauthenticated,
+)
 from proctor.observability.calls import CallObservation
 from proctor.observability.logs import TEXT_FORMAT, TextFormatter, escape_text, log_call
 from proctor.observability.metrics import Metrics
@@ -91,6 +101,34 @@ def test_what_the_caller_can_act_on_keeps_its_words() -> None:
     unexpected = status_for(KeyError(SECRET))
     assert unexpected.code == code_pb2.INTERNAL and SECRET not in unexpected.message
     assert "KeyError" not in unexpected.message
+
+
+def test_both_doors_answer_each_domain_error_with_the_same_status() -> None:
+    """The one table, in each door's form: the gRPC status (with its details) and the HTTP status, OpenAI's
+    error type and code, ``param`` by body key, and the retry and error-id headers."""
+    from proctor.openai_http.errors import failure_response
+
+    cases = [(RequestValidationError.single("stopping.stop[1]", "too long"), code_pb2.INVALID_ARGUMENT, 400,
+              "invalid_request_error"),
+             (Overloaded("busy", 1500), code_pb2.RESOURCE_EXHAUSTED, 429, "rate_limit_error"),
+             (ShuttingDown("draining"), code_pb2.UNAVAILABLE, 503, "service_unavailable_error"),
+             (Unauthenticated("who"), code_pb2.UNAUTHENTICATED, 401, "authentication_error"),
+             (PermissionDenied("no"), code_pb2.PERMISSION_DENIED, 403, "permission_error"),
+             (DeadlineExceeded("late"), code_pb2.DEADLINE_EXCEEDED, 504, "timeout_error"),
+             (KeyError(SECRET), code_pb2.INTERNAL, 500, "server_error")]
+    for error, grpc_code, http_status, kind in cases:
+        status = status_for(error)
+        answer = failure_response(error, lambda path: path.replace("stopping.stop", "stop"))
+        body = json.loads(bytes(answer.body))["error"]
+        assert status.code == grpc_code and answer.status_code == http_status and body["type"] == kind, error
+        assert body["code"] == code_pb2.Code.Name(grpc_code).lower() and body["message"] == status.message.replace(
+            "stopping.stop", "stop")
+    bad = json.loads(bytes(failure_response(cases[0][0], lambda path: path.replace("stopping.stop", "stop")).body))
+    assert bad["error"]["param"] == "stop[1]" and bad["error"]["message"] == "stop[1]: too long"
+    busy = failure_response(Overloaded("busy", 1500), str)
+    assert busy.headers["retry-after"] == "2" and busy.headers["retry-after-ms"] == "1500"
+    crash = failure_response(cases[-1][0], str)
+    assert crash.headers["x-proctor-error-id"] == error_id_of(cases[-1][0]) and SECRET not in bytes(crash.body).decode()
 
 
 # --- the caller's own size limit ---------------------------------------------------------------------------------
@@ -179,14 +217,16 @@ def door(book: CallerBook) -> Iterator[tuple[Any, Metrics]]:
     from grpc_health.v1._async import HealthServicer
     from starlette.testclient import TestClient
 
-    from proctor.api.servicer import GenerationServicer
-    from proctor.api.telemetry import TelemetryInterceptor
+    from proctor.api.admission import Admission
+    from proctor.api.generation_service import GenerationService
+    from proctor.api.observer import CallObserver
+    from proctor.api.readiness import serving_of
     from proctor.openai_http.routes import HttpDoor
 
     settings = Settings.load({"max_message_bytes": 4096})
     metrics = Metrics()
-    built = HttpDoor(settings, GenerationServicer(settings), ServerGate(book, max_request_bytes=4096),
-                     TelemetryInterceptor(metrics, None), HealthServicer())
+    built = HttpDoor(settings, GenerationService(settings), Admission(book), CallObserver(metrics, None),
+                     serving_of(HealthServicer()))
     with TestClient(built.app(), raise_server_exceptions=False) as client:
         yield client, metrics
 

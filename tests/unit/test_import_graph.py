@@ -24,7 +24,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"models"}),  # loading a model into what the engine runs
     frozenset({"audit"}),
     frozenset({"api"}),  # servicers: convert and check, never torch
-    frozenset({"openai_http"}),  # the OpenAI-compatible HTTP door over the servicers
+    frozenset({"openai_http"}),  # the OpenAI-compatible HTTP door over the call layer (no gRPC, no protobuf)
     frozenset({"app", "health_probe"}),  # the composition root; the health probe (a client of the server)
     frozenset({"cli"}),  # the entry point over both
 )
@@ -76,6 +76,27 @@ def _layer(module: str) -> int:
         if top in members:
             return rank
     raise AssertionError(f"{module}: its top-level name {top!r} is in no layer (add it to LAYERS)")
+
+
+# The HTTP door translates between HTTP and the call layer; it neither speaks gRPC nor builds protobuf messages.
+WIRE_FREE = ("openai_http",)
+WIRE_MODULES = ("grpc", "grpc_health", "grpc_status", "grpc_reflection", "google.protobuf", "google.rpc",
+                "proctor_client.v1")
+
+
+def _wire_imports(path: Path) -> list[str]:
+    """The gRPC and protobuf modules ``path`` imports (any import: lazy, under TYPE_CHECKING, any spelling)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or "", *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found += [name for name in names if name.split(".")[-1].endswith("_pb2") or name.endswith("_pb2_grpc")
+                  or any(name == wire or name.startswith(f"{wire}.") for wire in WIRE_MODULES)]
+    return found
 
 
 def _top(module: str) -> str:
@@ -164,6 +185,12 @@ def test_a_package_with_one_face_is_imported_through_it() -> None:
     assert _behind_a_face(graph) == []
 
 
+def test_the_http_door_imports_neither_grpc_nor_protobuf() -> None:
+    offenders = {f"{_name(p)}: {', '.join(found)}" for top in WIRE_FREE for p in (PACKAGE / top).rglob("*.py")
+                 if (found := _wire_imports(p))}
+    assert offenders == set()
+
+
 def test_the_checks_see_a_circle_and_an_upward_arrow() -> None:
     """Guard: the graph walk must report what it is there to catch."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
@@ -177,3 +204,5 @@ def test_the_checks_see_a_circle_and_an_upward_arrow() -> None:
     assert _inner_offenders({f"{face}.support": {"proctor.constraints.compiler", "proctor.constraints.spec"},
                              "proctor.constraints.service": {f"{face}.support"}}) \
         == [f"{face}.support -> proctor.constraints.compiler"]
+    assert _wire_imports(PACKAGE / "api" / "servicer.py")  # the gRPC door's imports are seen
+    assert _wire_imports(PACKAGE / "api" / "errors.py")

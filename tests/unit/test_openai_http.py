@@ -12,9 +12,10 @@ import pytest
 from helpers.requirements import require_module
 
 from proctor.config import Settings
-from proctor.openai_http.body import CHAT, COMPLETION, parse_body
+from proctor.domain import ConstraintRequest
+from proctor.openai_http.body import CHAT, COMPLETION, ParsedCall, parse_body
 from proctor.openai_http.errors import BodyError
-from proctor.openai_http.fields import EXTENSIONS, STANDARD, param_of, proto_leaves
+from proctor.openai_http.fields import EXTENSIONS, STANDARD, param_of
 from proctor.openai_http.tools import CallStream, parse_output, tool_plan
 from proctor_client.v1 import generation_pb2 as pb
 
@@ -24,6 +25,33 @@ TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {
 
 def chat(**fields: Any) -> dict[str, Any]:
     return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}
+
+
+def proto_leaves() -> list[str]:
+    """Every field the tables must cover: GenerateRequest's, with sampling's and stopping's by path."""
+    nested = {"sampling": pb.SamplingParams.DESCRIPTOR, "stopping": pb.StoppingParams.DESCRIPTOR}
+    leaves = []
+    for field in pb.GenerateRequest.DESCRIPTOR.fields:
+        inner = nested.get(field.name)
+        leaves.extend([f"{field.name}.{f.name}" for f in inner.fields] if inner is not None else [field.name])
+    return leaves
+
+
+def constraint(call: ParsedCall) -> ConstraintRequest | None:
+    return call.draft.request().constraint
+
+
+def schema_of(call: ParsedCall) -> Any:
+    """The JSON schema the call is constrained to: its text and its object, the same schema."""
+    found = constraint(call)
+    assert found is not None and found.kind == "json_schema" and found.parsed == (json.loads(found.text),)
+    return found.parsed[0]
+
+
+def grammar_of(call: ParsedCall) -> str:
+    found = constraint(call)
+    assert found is not None and found.kind == "grammar" and found.grammar_syntax == "lark"
+    return found.text
 
 
 def test_every_proto_field_is_standard_or_an_extension() -> None:
@@ -48,12 +76,13 @@ def test_a_chat_body_converts_with_standard_fields_and_extensions() -> None:
                            logprobs=True, top_logprobs=2, user="alice", speculation="off", top_k=5,
                            forbidden={"phrases": ["x"], "case_insensitive": False},
                            grammar={"syntax": "lark", "text": 'start: "a"'}), CHAT)
-    m = call.message
-    assert m.stopping.max_new_tokens == 7 and list(m.stopping.stop) == ["END"]
-    assert m.sampling.temperature == 0.5 and m.sampling.seed == 3 and m.sampling.top_k == 5
-    assert dict(m.logit_bias) == {42: -100.0} and m.token_details and m.top_logprobs == 2
-    assert m.speculation == pb.SPECULATION_OFF and m.grammar.syntax == pb.GRAMMAR_SYNTAX_LARK
-    assert list(m.forbidden.phrases) == ["x"] and not m.forbidden.case_insensitive
+    r = call.draft.request()
+    assert r.stopping.max_new_tokens == 7 and r.stopping.stop == ("END",)
+    assert r.sampling.temperature == 0.5 and r.sampling.seed == 3 and r.sampling.top_k == 5
+    assert r.sampling.top_p == pytest.approx(0.9) and r.sampling.top_p != 0.9  # a 32-bit float, as on gRPC
+    assert r.logit_bias == ((42, -100.0),) and r.token_details and r.top_logprobs == 2
+    assert r.speculation == "off" and r.constraint is not None and r.constraint.grammar_syntax == "lark"
+    assert r.forbidden.phrases == ("x",) and not r.forbidden.case_insensitive
     assert call.user == "alice" and call.logprobs
 
 
@@ -89,35 +118,34 @@ def test_every_json_schema_is_enforced_and_strict_refuses_the_fallback() -> None
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     loose = parse_body(chat(response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}),
                        CHAT)
-    assert json.loads(loose.message.json_schema) == {**schema, "additionalProperties": False}
-    assert not loose.message.constraint_exact_only and loose.schema is not None and loose.schema.closed == ("#",)
+    assert schema_of(loose) == {**schema, "additionalProperties": False}
+    assert not constraint(loose).exact_only and loose.schema is not None and loose.schema.closed == ("#",)  # type: ignore[union-attr]
     strict = parse_body(chat(response_format={"type": "json_schema",
                                               "json_schema": {"name": "s", "schema": schema, "strict": True}}), CHAT)
-    assert strict.message.constraint_exact_only and strict.params["json_schema"] == "response_format.json_schema.schema"
+    assert constraint(strict).exact_only and strict.params["json_schema"] == "response_format.json_schema.schema"  # type: ignore[union-attr]
     kept_open = {**schema, "additionalProperties": True}
     as_sent = parse_body(chat(response_format={"type": "json_schema", "json_schema": {"name": "s",
                                                                                      "schema": kept_open}}), CHAT)
-    assert json.loads(as_sent.message.json_schema) == kept_open and as_sent.schema.closed == ()  # type: ignore[union-attr]
+    assert schema_of(as_sent) == kept_open and as_sent.schema.closed == ()  # type: ignore[union-attr]
 
 
 def test_tools_constrain_the_call_by_choice() -> None:
     required = parse_body(chat(tools=[TOOL], tool_choice="required", parallel_tool_calls=False), CHAT)
-    schema = json.loads(required.message.json_schema)
+    schema = schema_of(required)
     assert schema["properties"]["name"] == {"const": "lookup"} and schema["properties"]["arguments"] == \
         {**TOOL["function"]["parameters"], "additionalProperties": False}  # type: ignore[dict-item]
-    assert json.loads(required.message.messages.tools_json) == [TOOL] and not required.message.constraint_exact_only
+    assert json.loads(required.draft.request().tools_json) == [TOOL] and not constraint(required).exact_only  # type: ignore[union-attr]
     several = parse_body(chat(tools=[TOOL], tool_choice="required"), CHAT)  # parallel calls: OpenAI's default
-    assert several.message.grammar.text.startswith('start: "<tool_call>" call "</tool_call>" ("\\n" "<tool_call>"')
+    assert grammar_of(several).startswith('start: "<tool_call>" call "</tool_call>" ("\\n" "<tool_call>"')
     auto = parse_body(chat(tools=[TOOL]), CHAT)
-    assert auto.message.WhichOneof("constraint") == "grammar" and "%json" in auto.message.grammar.text
-    assert '"whitespace_flexible": false' in auto.message.grammar.text
+    assert "%json" in grammar_of(auto) and '"whitespace_flexible": false' in grammar_of(auto)
     one = parse_body(chat(tools=[TOOL], parallel_tool_calls=False), CHAT)
-    assert one.message.grammar.text.startswith('start: TEXT | "<tool_call>" call "</tool_call>"\n')
+    assert grammar_of(one).startswith('start: TEXT | "<tool_call>" call "</tool_call>"\n')
     free = parse_body(chat(tools=[TOOL], tool_choice="none"), CHAT)
-    assert free.message.WhichOneof("constraint") is None
+    assert constraint(free) is None
     strict_tool = {"type": "function", "function": {**TOOL["function"], "strict": True}}  # type: ignore[dict-item]
     strict = parse_body(chat(tools=[strict_tool], tool_choice="required"), CHAT)
-    assert strict.message.constraint_exact_only and strict.schema.strict  # type: ignore[union-attr]
+    assert constraint(strict).exact_only and strict.schema.strict  # type: ignore[union-attr]
     assert strict.schema.closed == ("tools/lookup#",)  # type: ignore[union-attr]
 
 
@@ -197,15 +225,16 @@ def door() -> Any:
     from grpc_health.v1._async import HealthServicer
     from starlette.testclient import TestClient
 
-    from proctor.api.gate import ServerGate
-    from proctor.api.servicer import GenerationServicer
-    from proctor.api.telemetry import TelemetryInterceptor
+    from proctor.api.admission import Admission
+    from proctor.api.generation_service import GenerationService
+    from proctor.api.observer import CallObserver
+    from proctor.api.readiness import serving_of
     from proctor.openai_http.routes import HttpDoor
 
     settings = Settings.load({"max_message_bytes": 4096})
     health = HealthServicer()
-    built = HttpDoor(settings, GenerationServicer(settings), ServerGate(None), TelemetryInterceptor(None, None),
-                     health)
+    built = HttpDoor(settings, GenerationService(settings), Admission(None), CallObserver(None, None),
+                     serving_of(health))
     with TestClient(built.app(), raise_server_exceptions=False) as client:
         yield client, health
 

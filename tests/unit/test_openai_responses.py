@@ -26,16 +26,19 @@ def test_a_responses_body_is_the_chat_call_it_means() -> None:
                                        {"type": "function_call", "call_id": "call_1", "name": "lookup",
                                         "arguments": '{"q": "x"}'},
                                        {"type": "function_call_output", "call_id": "call_1", "output": "found"}]))
-    turns = [(m.role, m.content) for m in call.message.messages.messages]
+    request = call.draft.request()
+    assert request.messages is not None and request.constraint is not None
+    turns = [(m.role, m.content) for m in request.messages]
     assert turns[0] == ("system", "Be brief.") and turns[1] == ("user", "a")
     assert turns[2][0] == "assistant" and '"name": "lookup"' in turns[2][1]
     assert turns[3] == ("user", "<tool_response>\nfound\n</tool_response>")
-    assert call.message.stopping.max_new_tokens == 7 and call.message.constraint_exact_only
-    assert json.loads(call.message.json_schema)["properties"]["name"] == {"const": "lookup"}
+    assert request.stopping.max_new_tokens == 7 and request.constraint.exact_only
+    assert json.loads(request.constraint.text)["properties"]["name"] == {"const": "lookup"}
     assert call.responses_echo is not None and call.responses_echo["tools"] == [TOOL]
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     formatted = parse_responses(body(text={"format": {"type": "json_schema", "name": "s", "schema": schema}}))
-    assert json.loads(formatted.message.json_schema) == {**schema, "additionalProperties": False}
+    constraint = formatted.draft.request().constraint
+    assert constraint is not None and json.loads(constraint.text) == {**schema, "additionalProperties": False}
     assert formatted.params["json_schema"] == "text.format.schema"
     assert formatted.params["stopping.max_new_tokens"] == "max_output_tokens"
 

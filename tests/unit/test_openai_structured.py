@@ -14,7 +14,6 @@ from helpers.requirements import BENCHDATA, missing, require_module
 from proctor.constraints.json_schema.closing import close_objects
 from proctor.openai_http.body import CHAT, parse_body
 from proctor.openai_http.errors import BodyError
-from proctor_client.v1 import generation_pb2 as pb
 
 jsonschema = require_module("jsonschema")
 MASKBENCH = BENCHDATA / "maskbench"
@@ -85,24 +84,23 @@ def test_compositions_and_maps_stay_open() -> None:
 
 @pytest.mark.parametrize(("fields", "check"), [
     ({"guided_json": {"type": "object", "properties": {"a": {}}}},
-     lambda m: json.loads(m.json_schema)["additionalProperties"] is False),
-    ({"guided_json": '{"type": "integer"}'}, lambda m: json.loads(m.json_schema) == {"type": "integer"}),
-    ({"guided_regex": "[0-9]+"}, lambda m: m.regex == "[0-9]+"),
-    ({"guided_choice": ["yes", "no"]}, lambda m: list(m.choice.options) == ["yes", "no"]),
-    ({"guided_grammar": 'root ::= "a"'}, lambda m: m.grammar.syntax == pb.GRAMMAR_SYNTAX_EBNF),
-    ({"guided_grammar": 'start: "a"'}, lambda m: m.grammar.syntax == pb.GRAMMAR_SYNTAX_LARK),
+     lambda c: json.loads(c.text)["additionalProperties"] is False and c.parsed[0]["additionalProperties"] is False),
+    ({"guided_json": '{"type": "integer"}'}, lambda c: json.loads(c.text) == {"type": "integer"}),
+    ({"guided_regex": "[0-9]+"}, lambda c: c.kind == "regex" and c.text == "[0-9]+"),
+    ({"guided_choice": ["yes", "no"]}, lambda c: c.kind == "choice" and list(c.options) == ["yes", "no"]),
+    ({"guided_grammar": 'root ::= "a"'}, lambda c: c.kind == "grammar" and c.grammar_syntax == "ebnf"),
+    ({"guided_grammar": 'start: "a"'}, lambda c: c.kind == "grammar" and c.grammar_syntax == "lark"),
     ({"structured_outputs": {"json": {"type": "string"}, "disable_fallback": True}},
-     lambda m: m.constraint_exact_only and json.loads(m.json_schema) == {"type": "string"}),
+     lambda c: c.exact_only and json.loads(c.text) == {"type": "string"} == c.parsed[0]),
     ({"structured_outputs": {"regex": "a+", "disable_any_whitespace": False}},
-     lambda m: m.regex == "a+" and m.json_whitespace == pb.JSON_WHITESPACE_FLEXIBLE),
-    ({"structured_outputs": {"choice": ["x"]}}, lambda m: list(m.choice.options) == ["x"]),
-    ({"structured_outputs": {"json_object": True}}, lambda m: json.loads(m.json_schema) == {"type": "object"}),
-    ({"guided_regex": "a", "guided_decoding_backend": "guidance"},
-     lambda m: m.constraint_backend == pb.CONSTRAINT_BACKEND_LLGUIDANCE),
+     lambda c: c.text == "a+" and c.flexible_whitespace),
+    ({"structured_outputs": {"choice": ["x"]}}, lambda c: list(c.options) == ["x"]),
+    ({"structured_outputs": {"json_object": True}}, lambda c: json.loads(c.text) == {"type": "object"}),
+    ({"guided_regex": "a", "guided_decoding_backend": "guidance"}, lambda c: c.backend == "llguidance"),
 ])
 def test_vllm_names_set_the_same_constraint(fields: dict[str, Any], check: Any) -> None:
     call = parse_body(chat(**fields), CHAT)
-    assert check(call.message)
+    assert check(call.draft.request().constraint)
 
 
 @pytest.mark.parametrize(("fields", "param"), [

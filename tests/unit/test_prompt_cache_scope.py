@@ -11,9 +11,9 @@ import pytest
 from helpers.engine import tiny_settings
 
 from proctor.api.audit_trail import AuditTrail
+from proctor.api.call_info import CallInfo, Identity
 from proctor.api.call_runner import CallRunner
 from proctor.api.callers import Caller
-from proctor.api.gate import CURRENT_IDENTITY, Identity
 from proctor.audit.records import CallRecord, PrivacyPolicy
 from proctor.domain import GenerationRequest
 
@@ -21,12 +21,9 @@ from proctor.domain import GenerationRequest
 def scope(policy: str, caller: Caller | None, cache_prompt: bool = True) -> str | None:
     runner: CallRunner[object] = CallRunner(tiny_settings(audit_prompt_policy=policy, audit=False),
                                             AuditTrail(None, PrivacyPolicy(), compliance=False, top_n=0))
-    token = CURRENT_IDENTITY.set(Identity(caller, "token") if caller is not None else None)
-    try:
-        request = runner.admit(GenerationRequest(request_id="r", prompt="Hi", cache_prompt=cache_prompt),
-                               CallRecord(audit_id="", method="Generate", received_ms=0, caller={}, model={}))
-    finally:
-        CURRENT_IDENTITY.reset(token)
+    info = CallInfo(identity=Identity(caller, "token") if caller is not None else None)
+    request = runner.admit(GenerationRequest(request_id="r", prompt="Hi", cache_prompt=cache_prompt),
+                           CallRecord(audit_id="", method="Generate", received_ms=0, caller={}, model={}), info)
     return request.prefix_cache_scope
 
 

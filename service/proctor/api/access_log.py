@@ -23,6 +23,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from proctor.api.audit_trail import caller_identity, new_audit_id
+from proctor.api.grpc_calls import call_info_of
 from proctor.audit import FORMAT
 from proctor.audit.kinds import ACCESS
 from proctor.audit.sink import AuditSink, AuditUnavailable
@@ -45,7 +46,7 @@ class AccessLog:
         """Queue the access record of a finished call (``returned``: the messages it answered with)."""
         sink = self.sink
         body = {"format": FORMAT, "kind": ACCESS, "audit_id": new_audit_id(), "time_ms": int(time.time() * 1000),
-                "caller": caller_identity(context), "method": method.removeprefix(AUDIT_SERVICE),
+                "caller": caller_identity(call_info_of(context)), "method": method.removeprefix(AUDIT_SERVICE),
                 "target": _target(request), "returned": returned, "status": _status(context, error)}
         try:
             if sink.try_submit(body) is None:  # a full queue: off the loop, so no call waits on it

@@ -19,6 +19,7 @@ import grpc
 
 from proctor.api.call_runner import CallRunner
 from proctor.api.errors import abort_with
+from proctor.api.grpc_calls import answering, call_info_of
 from proctor.audit.erasure import erased_problem, opened_json
 from proctor.audit.keystore import KeyStore
 from proctor.audit.kinds import RECORD_KINDS, REQUEST
@@ -159,19 +160,19 @@ class AuditServicer(apb_grpc.AuditServicer):
         if problem:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, problem)
         generation = self._generation
-        call = generation.audit.begin("Replay", context)
+        call = generation.audit.begin("Replay", call_info_of(context))
         call.replay_of = request.audit_id
         replayed = dataclasses.replace(
             request_from_dict(body["request"], f"replay-{request.audit_id}-{uuid.uuid4().hex[:8]}"),
             audited=True, audit_top_n=max(generation.audit.top_n, 1),
             subject_id=recorded_subject(body))  # the replay's record is the subject's, not the auditor's
-        try:
-            call.request = replayed
-            events = await generation.collect(replayed, call)
-            await generation.audit.commit(call)
-        except BaseException as exc:
-            await generation.fail(call, exc, context)
-            raise
+        async with answering(context):
+            try:
+                call.request = replayed
+                events = await generation.collect(replayed, call)
+                await generation.audit.commit(call)
+            except BaseException as exc:
+                raise await generation.fail(call, exc)  # noqa: B904 (exc itself, or the record's failure)
         return compare(body, events, generation.audit.policy.digest if body["output"]["policy"] == "hmac" else None,
                        call.audit_id)
 

@@ -17,10 +17,8 @@ import time
 import uuid
 from typing import Any
 
-import grpc
-from google.rpc import code_pb2
-
-from proctor.api.gate import current_identity
+from proctor.api.call_info import ASSERTED_CALLER, CallInfo
+from proctor.api.failures import failure_of
 from proctor.audit.keystore import KeyStore
 from proctor.audit.receipts import ReceiptSigner
 from proctor.audit.records import CallRecord, PrivacyPolicy, build_body, subject_of
@@ -59,23 +57,21 @@ def new_audit_id() -> str:
     return f"{int(time.time() * 1000):013x}{uuid.uuid4().hex[:19]}"
 
 
-def caller_identity(context: grpc.aio.ServicerContext) -> dict[str, str]:
+def caller_identity(call: CallInfo) -> dict[str, str]:
     """Who called: the caller the gate authenticated, else (open mode) what the call itself shows.
 
     Open mode records a bearer token's fingerprint, a TLS client certificate name or the peer
     address. ``x-proctor-caller`` metadata is recorded too, always marked as asserted by the client.
     """
-    metadata = {key: value for key, value in (context.invocation_metadata() or ())
-                if isinstance(value, str)}
-    peer = context.peer() or ""
-    asserted = metadata.get("x-proctor-caller")
-    identity = current_identity()
-    if identity is not None:
-        found = {"identity": identity.caller.name, "source": f"authenticated ({identity.source})", "peer": peer}
+    metadata, peer = call.metadata, call.peer
+    asserted = metadata.get(ASSERTED_CALLER)
+    if call.identity is not None:
+        found = {"identity": call.identity.caller.name, "source": f"authenticated ({call.identity.source})",
+                 "peer": peer}
     elif metadata.get("authorization"):
         fingerprint = hashlib.sha256(metadata["authorization"].encode()).hexdigest()[:16]
         found = {"identity": f"token:{fingerprint}", "source": "authorization", "peer": peer}
-    elif names := (context.auth_context() or {}).get("x509_common_name") or []:
+    elif names := call.certificate.get("x509_common_name") or []:
         found = {"identity": names[0].decode(), "source": "tls", "peer": peer}
     elif asserted:
         return {"identity": asserted, "source": ASSERTED, "peer": peer}
@@ -113,10 +109,10 @@ class AuditTrail:
             raise AuditStoreUnavailable("the audit store is not taking records; in compliance mode calls are "
                                         "refused until it recovers (retry later or on another replica)")
 
-    def begin(self, method: str, context: grpc.aio.ServicerContext) -> CallRecord:
-        """Open the call's record (bound to the RPC's observation: its trace id, the per-call log line)."""
+    def begin(self, method: str, call: CallInfo) -> CallRecord:
+        """Open the call's record (bound to the call's observation: its trace id, the per-call log line)."""
         return bind_call(CallRecord(audit_id=new_audit_id() if self.enabled else "", method=method,
-                                    received_ms=int(time.time() * 1000), caller=caller_identity(context),
+                                    received_ms=int(time.time() * 1000), caller=caller_identity(call),
                                     model=self.model))
 
     async def commit(self, call: CallRecord, *, wait: bool | None = None, answered: str | None = None) -> None:
@@ -189,9 +185,7 @@ class AuditTrail:
                 signed.set_result(note)
 
     def status_from(self, call: CallRecord, exc: BaseException) -> None:
-        """Record how a failed call ended (the gRPC code name and message)."""
-        from proctor.api.errors import status_for
-
+        """Record how a failed call ended (the status name and message of api/failures.py's table)."""
         if isinstance(exc, asyncio.CancelledError):
             deadline = call.request.deadline if call.request is not None else None
             if deadline is not None and time.monotonic() >= deadline - DEADLINE_SLACK_S:
@@ -199,7 +193,5 @@ class AuditTrail:
             else:
                 call.status_code, call.status_message = "CANCELLED", "the client cancelled the call"
             return
-        if isinstance(exc, grpc.aio.AbortError):
-            return  # already set by whoever aborted
-        status = status_for(exc)
-        call.status_code, call.status_message = code_pb2.Code.Name(status.code), status.message
+        failure = failure_of(exc)
+        call.status_code, call.status_message = failure.code, failure.message

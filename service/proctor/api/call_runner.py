@@ -19,12 +19,9 @@ import dataclasses
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Generic, Protocol, TypeVar
 
-import grpc
-
 from proctor.api.audit_trail import AuditStoreUnavailable, AuditTrail, AuditWriteFailed
+from proctor.api.call_info import GONE, CallInfo
 from proctor.api.caller_limits import output_limits
-from proctor.api.errors import abort_code, abort_with
-from proctor.api.gate import current_identity
 from proctor.api.loop_relay import LoopRelay
 from proctor.audit.records import CallRecord, subject_of
 from proctor.config import Settings
@@ -37,6 +34,7 @@ from proctor.decoding.plugins.moderation import (
     screen_input,
 )
 from proctor.domain import (
+    DeadlineExceeded,
     EngineFault,
     FinishReason,
     GenerationRequest,
@@ -50,8 +48,6 @@ from proctor.domain.events import Usage
 from proctor.domain.output_budget import budgeted
 from proctor.observability.calls import PREPARE, stage
 
-# The caller went away: a cancel (client, deadline) or the closing of a stream at a yield. Recorded, never answered.
-GONE = (asyncio.CancelledError, GeneratorExit)
 DEADLINE_MESSAGE = "the call's deadline passed during generation"
 EventSink = Callable[[TokenEvent], None]
 BeforeCommit = Callable[[CallRecord, list[TokenEvent]], None]
@@ -113,13 +109,12 @@ class CallRunner(Generic[P]):
             raise ShuttingDown("the model is still loading; retry shortly")
         return self.engine_or_none
 
-    def admit(self, request: GenerationRequest, call: CallRecord) -> GenerationRequest:
+    def admit(self, request: GenerationRequest, call: CallRecord, info: CallInfo) -> GenerationRequest:
         """A checked request as this call runs it: with the audit's settings, its subject (records.subject_of: what
         its record is sealed under, and what an erasure drops from the prefix cache) and the prefix cache's namespace
         (the caller's own; none when the request, the caller's entry or, by default, an ``hmac`` prompt policy
         keeps prompts out of the cache), kept on the call's record."""
-        identity = current_identity()
-        caller = identity.caller if identity is not None else None
+        caller = info.caller
         allowed = caller.prompt_cache if caller is not None and caller.prompt_cache is not None \
             else self.settings.audit_prompt_policy == "full"  # prompts kept out of the audit: out of the cache too
         keep = request.cache_prompt and allowed
@@ -130,25 +125,25 @@ class CallRunner(Generic[P]):
         call.request = request
         return request
 
-    async def run_call(self, method: str, request: GenerationRequest, context: grpc.aio.ServicerContext,
+    async def run_call(self, method: str, request: GenerationRequest, info: CallInfo,
                        before_commit: BeforeCommit | None = None, *, built_here: bool = False,
                        fields: Mapping[str, str] | None = None) -> tuple[list[TokenEvent], str]:
         """Run a request as one audited call of ``method``: ``before_commit`` adds to the record what only the
         calling service knows. ``built_here``: a request the server built itself (a contract attempt), which
         check_request never saw, so the caller's token cap is applied here; ``fields``: its fields' names as
-        the caller set them, for a refusal. Returns the events the caller gets and the audit id."""
-        return await self.run(self.audit.begin(method, context), request, context, before_commit,
+        the caller set them, for a refusal. Returns the events the caller gets and the audit id; a failure is
+        recorded and raised as the domain error its door answers (api/failures.py)."""
+        return await self.run(self.audit.begin(method, info), request, info, before_commit,
                               built_here=built_here, fields=fields)
 
-    async def run(self, call: CallRecord, request: GenerationRequest, context: grpc.aio.ServicerContext,
+    async def run(self, call: CallRecord, request: GenerationRequest, info: CallInfo,
                   before_commit: BeforeCommit | None = None, *, built_here: bool = False,
                   fields: Mapping[str, str] | None = None) -> tuple[list[TokenEvent], str]:
         """``run_call`` for a call whose record was begun already."""
         try:
-            identity = current_identity()
             if built_here:
-                request = budgeted(request, output_limits(self.settings, identity.caller if identity else None))
-            request = self.admit(request, call)
+                request = budgeted(request, output_limits(self.settings, info.caller))
+            request = self.admit(request, call, info)
             events = await self.collect(request, call)
             self.final_status(events[-1], call)
             released = await self.moderated(call, events)
@@ -156,10 +151,9 @@ class CallRunner(Generic[P]):
                 before_commit(call, released)
             await self.audit.commit(call, answered="".join(event.text for event in released))
         except BaseException as exc:
-            await self.fail(call, exc.renamed(fields) if fields and isinstance(exc, RequestValidationError) else exc,
-                            context)
-            raise
-        await self.deadline_status(events[-1], context)
+            renamed = exc.renamed(fields) if fields and isinstance(exc, RequestValidationError) else exc
+            raise await self.fail(call, renamed)  # noqa: B904 (exc itself, or the record's failure)
+        self.check_deadline(events[-1])
         return with_receipt(released, call), call.audit_id
 
     async def _start(self, request: GenerationRequest, call: CallRecord) -> asyncio.Queue[TokenEvent]:
@@ -256,25 +250,24 @@ class CallRunner(Generic[P]):
         with contextlib.suppress(AuditWriteFailed):
             await self.audit.commit(call, wait=False)
 
-    async def fail(self, call: CallRecord, exc: BaseException, context: grpc.aio.ServicerContext) -> None:
-        """Record the failed call (once) and abort with the mapped status; a cancel is only recorded."""
+    async def fail(self, call: CallRecord, exc: BaseException) -> BaseException:
+        """Record the failed call (once) and return what its door answers: ``exc``, or the failure to write its
+        record. A cancel is only recorded."""
         if isinstance(exc, GONE):
             await self.record_gone(call)
-            return
-        if not isinstance(exc, grpc.aio.AbortError):
-            self.audit.status_from(call, exc)
-        if not isinstance(exc, AuditWriteFailed):
-            try:
-                # Compliance mode waits for a failed call's record too, except where waiting defeats the answer:
-                # load shedding (a refusal must stay cheap under overload: it is submitted, and lands within the
-                # writer's next batch) and a store that is down. (A cancel never waits: record_gone.)
-                unwaited = isinstance(exc, Overloaded | AuditStoreUnavailable)
-                await self.audit.commit(call, wait=False if unwaited else None)
-            except AuditWriteFailed as audit_exc:
-                exc = audit_exc
-        if isinstance(exc, grpc.aio.AbortError):
-            return
-        await abort_with(context, exc)  # an unexpected error is logged there, once, with its error id
+            return exc
+        self.audit.status_from(call, exc)
+        if isinstance(exc, AuditWriteFailed):
+            return exc
+        try:
+            # Compliance mode waits for a failed call's record too, except where waiting defeats the answer:
+            # load shedding (a refusal must stay cheap under overload: it is submitted, and lands within the
+            # writer's next batch) and a store that is down. (A cancel never waits: record_gone.)
+            unwaited = isinstance(exc, Overloaded | AuditStoreUnavailable)
+            await self.audit.commit(call, wait=False if unwaited else None)
+        except AuditWriteFailed as audit_exc:
+            return audit_exc
+        return exc
 
     @staticmethod
     def final_status(event: TokenEvent, call: CallRecord) -> None:
@@ -282,10 +275,10 @@ class CallRunner(Generic[P]):
             call.status_code, call.status_message = "DEADLINE_EXCEEDED", DEADLINE_MESSAGE
 
     @staticmethod
-    async def deadline_status(event: TokenEvent, context: grpc.aio.ServicerContext) -> None:
-        """A request that ran out of time ends with DEADLINE_EXCEEDED, as gRPC callers expect."""
+    def check_deadline(event: TokenEvent) -> None:
+        """A request that ran out of time ends with DeadlineExceeded (after its record), as gRPC callers expect."""
         if event.finish_reason is FinishReason.DEADLINE:
-            await abort_code(context, grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_MESSAGE)
+            raise DeadlineExceeded(DEADLINE_MESSAGE)
 
 
 def screened_input(request: GenerationRequest, rendered: str) -> ScreenInput:

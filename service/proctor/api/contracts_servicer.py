@@ -17,9 +17,11 @@ from typing import Any
 
 import grpc
 
+from proctor.api.call_info import CallInfo
 from proctor.api.call_runner import CallRunner
 from proctor.api.convert import FINISH_TO_PROTO
 from proctor.api.errors import abort_with
+from proctor.api.grpc_calls import answering, call_info_of
 from proctor.audit.records import CallRecord
 from proctor.contracts.drafting import (
     FINAL_REASONS,
@@ -69,8 +71,13 @@ class ContractsServicer(cpb_grpc.ContractsServicer):
         except RequestValidationError as exc:
             await abort_with(context, exc)
             raise AssertionError("unreachable") from exc
-        remaining = context.time_remaining()
-        deadline = None if remaining is None else time.monotonic() + remaining
+        async with answering(context):
+            return await self._draft(request, template, specialised, call_info_of(context), started)
+
+    async def _draft(self, request: ContractRequest, template: ContractTemplate, specialised: Specialised,
+                     info: CallInfo, started: float) -> cpb.DraftContractResponse:
+        """The audited attempts until one is valid or the budget is spent; the response from the last."""
+        deadline = info.deadline
         seed = request.seed if request.seed is not None else secrets.randbits(63)
         limit = self._runner.settings.max_new_tokens_limit
         messages = render_messages(template, request, specialised)
@@ -89,7 +96,7 @@ class ContractsServicer(cpb_grpc.ContractsServicer):
                 call.contract = _record_section(request, template, specialised, plan, budget, check[0])
 
             gen = generation_request(request, template, specialised, plan, messages, deadline)
-            events, audit_id = await self._runner.run_call("DraftContract", gen, context, annotate,
+            events, audit_id = await self._runner.run_call("DraftContract", gen, info, annotate,
                                                            built_here=True, fields=ATTEMPT_FIELDS)
             final = events[-1]
             assert final.finish_reason is not None

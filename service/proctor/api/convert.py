@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -12,7 +9,7 @@ from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
-from proctor.config import Settings, plugin_calls_setting
+from proctor.api.answered import asked_details
 from proctor.constraints.engines import AUTO, BACKEND_NAMES
 from proctor.constraints.spec import GrammarSyntax
 from proctor.domain import (
@@ -101,18 +98,6 @@ def _plugins(calls: Iterable[pb.PluginCall], field: str) -> tuple[PluginCall, ..
                  for i, c in enumerate(calls))
 
 
-def default_plugin_calls(settings: Settings, field: str) -> tuple[PluginCall, ...]:
-    """The server's own screens or moderators (``field``: "input_screens" or "output_moderators"), named
-    ``settings.<field>[i]`` in errors and in the audit record."""
-    return tuple(PluginCall(name, json.loads(params), f"settings.{field}[{i}]")
-                 for i, (name, params) in enumerate(plugin_calls_setting(field, getattr(settings, field))))
-
-
-def _moderation_plugins(calls: Iterable[pb.PluginCall], field: str, settings: Settings) -> tuple[PluginCall, ...]:
-    """The server's own screens or moderators, then the request's."""
-    return default_plugin_calls(settings, field) + _plugins(calls, field)
-
-
 def _forbidden(message: pb.GenerateRequest) -> ForbiddenParams:
     f = message.forbidden
     return ForbiddenParams(phrases=tuple(f.phrases), **_present(f, ("case_insensitive", "whole_word")))
@@ -130,9 +115,9 @@ def _present(message: Message, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(message, name) for name in names if message.HasField(name)}
 
 
-def request_from_proto(message: pb.GenerateRequest, settings: Settings,
-                       time_remaining_s: float | None) -> GenerationRequest:
-    """The message as a domain request, converted only: api/check_request.py checks it, before and after."""
+def request_from_proto(message: pb.GenerateRequest) -> GenerationRequest:
+    """The message as a domain request, converted only: api/check_request.py checks it, before and after, and
+    adds the server's parts (the request id when none is given, the deadline, the server's own screens)."""
     s, st = message.sampling, message.stopping
     messages = None
     prompt = None
@@ -143,7 +128,7 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
     else:
         prompt = message.prompt
     request = GenerationRequest(
-        request_id=message.request_id or uuid.uuid4().hex,
+        request_id=message.request_id,
         prompt=prompt,
         messages=messages,
         tools_json=tools_json,
@@ -163,7 +148,6 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
         ),
         **_present(message, ("top_logprobs", "num_return_sequences")),
         token_details=message.token_details,
-        deadline=None if time_remaining_s is None else time.monotonic() + time_remaining_s,
         constraint=constraint_from_proto(message),
         forbidden=_forbidden(message),
         logit_bias=tuple(sorted(message.logit_bias.items())),
@@ -175,23 +159,79 @@ def request_from_proto(message: pb.GenerateRequest, settings: Settings,
         speculation=SPECULATION_FROM_PROTO[message.speculation],
         **_present(message, ("cache_prompt",)),
         subject_id=message.subject_id,
-        input_screens=_moderation_plugins(message.input_screens, "input_screens", settings),
-        output_moderators=_moderation_plugins(message.output_moderators, "output_moderators", settings),
+        input_screens=_plugins(message.input_screens, "input_screens"),
+        output_moderators=_plugins(message.output_moderators, "output_moderators"),
     )
     return request
 
 
+def request_to_proto(request: GenerationRequest) -> pb.GenerateRequest:
+    """A converted request (before the server's parts) as the message that asks for it: a refused HTTP call's
+    record keeps its request in this one form, as a gRPC call's does (an optional field is set when it differs
+    from the domain's default)."""
+    s, st, c = request.sampling, request.stopping, request.constraint
+    message = pb.GenerateRequest(
+        request_id=request.request_id, token_details=request.token_details, logit_bias=dict(request.logit_bias),
+        allowed_token_ids=request.allowed_token_ids, confidence=request.confidence, subject_id=request.subject_id,
+        context_overflow=_number(CONTEXT_OVERFLOW_FROM_PROTO, request.context_overflow),
+        speculation=_number(SPECULATION_FROM_PROTO, request.speculation),
+        forbidden=pb.ForbiddenPhrases(phrases=request.forbidden.phrases, **_changed(request.forbidden, (
+            "case_insensitive", "whole_word"))),
+        sampling=pb.SamplingParams(**_changed(s, SAMPLING_OPTIONALS), forced_tokens=dict(s.forced_tokens),
+                                   early_stopping=_number(EARLY_STOPPING_FROM_PROTO, s.early_stopping)),
+        stopping=pb.StoppingParams(**_changed(st, ("max_new_tokens", "min_new_tokens", "close_at_budget")),
+                                   stop=st.stop, stop_token_ids=st.stop_token_ids, ignore_eos=st.ignore_eos,
+                                   must_include=st.must_include),
+        **_changed(request, ("top_logprobs", "num_return_sequences", "cache_prompt")))
+    if st.repetition is not None:
+        message.stopping.repetition.ngram_size, message.stopping.repetition.repeats = (st.repetition.ngram_size,
+                                                                                       st.repetition.repeats)
+    if request.messages is not None:
+        message.messages.messages.extend(pb.ChatMessage(role=m.role, content=m.content) for m in request.messages)
+        message.messages.tools_json = request.tools_json
+    else:
+        message.prompt = request.prompt or ""
+    for name in ("logits_processors", "stopping_criteria", "input_screens", "output_moderators"):
+        for call in getattr(request, name):
+            getattr(message, name).add(name=call.name).params.update(call.params)
+    if c is not None:
+        _constraint_to_proto(c, message)
+    return message
+
+
+def _constraint_to_proto(c: ConstraintRequest, message: pb.GenerateRequest) -> None:
+    message.constraint_backend = _number(BACKEND_FROM_PROTO, c.backend)
+    message.json_whitespace = pb.JSON_WHITESPACE_FLEXIBLE if c.flexible_whitespace else pb.JSON_WHITESPACE_UNSPECIFIED
+    message.constraint_exact_only = c.exact_only
+    if c.kind == "choice":
+        message.choice.options.extend(c.options)
+    elif c.kind == "grammar":
+        message.grammar.text = c.text
+        message.grammar.syntax = _number(SYNTAX_FROM_PROTO, c.grammar_syntax)
+    else:
+        setattr(message, c.kind, c.text)
+
+
+def _number(table: dict[int, Any], value: object) -> Any:
+    """The wire number of ``value`` in a from-proto table: 0 (unset) for the one unset means (Any: the stubs type
+    each enum's numbers apart)."""
+    return 0 if table.get(0) == value else next(number for number, ours in table.items() if ours == value)
+
+
+def _changed(params: object, names: tuple[str, ...]) -> dict[str, Any]:
+    """The fields of ``names`` whose value differs from their default in ``type(params)()``."""
+    default = type(params)() if not isinstance(params, GenerationRequest) else GenerationRequest("")
+    return {name: getattr(params, name) for name in names if getattr(params, name) != getattr(default, name)}
+
+
 def details_to_proto(details: Iterable[TokenDetail], request: GenerationRequest | None = None) -> list[pb.TokenDetail]:
-    """Per-token details as the caller asked for them (the engine may compute more for the audit)."""
-    if request is not None and not (request.token_details or request.top_logprobs > 0):
-        return []
-    top = request.top_logprobs if request is not None else None
+    """Per-token details as the caller asked for them (api/answered.py; the engine may compute more for the audit)."""
     return [
         pb.TokenDetail(
             token_id=d.token_id, text=d.text, logprob=d.logprob, final_logprob=d.final_logprob,
             removed_by=d.removed_by, top_logprobs=[pb.TokenLogprob(token_id=a.token_id, text=a.text, logprob=a.logprob)
-                                                   for a in d.top_logprobs[:top]])
-        for d in details
+                                                   for a in d.top_logprobs])
+        for d in asked_details(details, request)
     ]
 
 

@@ -1,46 +1,37 @@
-"""The one server interceptor every RPC passes: who calls and what they may do, then safe request decoding.
+"""The one server interceptor every RPC passes: the admission rules, then safe request decoding.
 
-Order per call, so that nothing is spent on a caller before it is admitted: caller identified from the bearer
-token (``authorization: Bearer …``) or the mTLS client certificate (``UNAUTHENTICATED`` when neither names a
-known caller) → role checked (``PERMISSION_DENIED``) → the caller's rate (``RESOURCE_EXHAUSTED`` +
-``RetryInfo``) → the request's bytes against the caller's own ``max_request_bytes`` (``RESOURCE_EXHAUSTED``, as
-gRPC answers a message over its own limit) → the bytes decoded here (undecodable bytes → ``INVALID_ARGUMENT``,
-not a traceback and ``UNKNOWN``) → the caller's concurrent-generation slot. Health is exempt; reflection needs a
-known caller unless configured otherwise. Without a callers file (loopback only) every caller is let through.
-A call that fails with anything but a status of its own is answered by the one error table (api/errors.py:
-INTERNAL, a fixed message and an error id), never with gRPC's ``UNKNOWN`` that quotes the exception.
+Order per call, so that nothing is spent on a caller before it is admitted: the admission rules of
+api/admission.py (the caller from its bearer token or client certificate, ``UNAUTHENTICATED``; its role,
+``PERMISSION_DENIED``; its rate, ``RESOURCE_EXHAUSTED`` + ``RetryInfo``) → the request's bytes against the caller's
+own ``max_request_bytes`` (``RESOURCE_EXHAUSTED``, as gRPC answers a message over its own limit) → the bytes
+decoded here (undecodable bytes → ``INVALID_ARGUMENT``, not a traceback and ``UNKNOWN``) → the caller's
+concurrent-generation slot. Health is exempt; reflection needs a known caller unless configured otherwise. Without
+a callers file (loopback only) every caller is let through. A call that fails with anything but a status of its
+own is answered by the one error table (api/failures.py: INTERNAL, a fixed message and an error id), never with
+gRPC's ``UNKNOWN`` that quotes the exception.
 
-The identity is published in a context variable for the servicers (audit record, max_new_tokens
-cap). Nothing here logs or returns a credential.
+The identity is published in a context variable (api/grpc_calls.py) for the servicers of the same call, which
+describe the call to the call layer with it. Nothing here logs or returns a credential.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
-import hashlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
 
-from proctor.api.caller_limits import STREAM_RETRY_MS, CallerLimiter, request_bytes_limit
-from proctor.api.callers import (
-    GENERATING_METHODS,
-    HEALTH_PREFIX,
-    REFLECTION_PREFIXES,
-    Caller,
-    CallerBook,
-    role_for,
-)
+from proctor.api.admission import Admission
+from proctor.api.call_info import Identity
+from proctor.api.caller_limits import CallerLimiter, request_bytes_limit
+from proctor.api.callers import GENERATING_METHODS, HEALTH_PREFIX, REFLECTION_PREFIXES, CallerBook
 from proctor.api.errors import abort_code, abort_with
-from proctor.api.tls import peer_certificate
-from proctor.domain import Overloaded, RequestValidationError
+from proctor.api.grpc_calls import CURRENT_IDENTITY, call_info_of, current_identity
+from proctor.domain import RequestValidationError
 
 log = logging.getLogger("proctor.auth")
 OFF_LOOP_DECODE_BYTES = 256 * 1024
@@ -55,60 +46,21 @@ class AccessRecorder(Protocol):
                error: BaseException | None) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Identity:
-    """An authenticated caller and how it proved who it is (``token`` or ``tls``)."""
-
-    caller: Caller
-    source: str
-
-
-CURRENT_IDENTITY: contextvars.ContextVar[Identity | None] = contextvars.ContextVar("proctor_identity", default=None)
-
-
-def current_identity() -> Identity | None:
-    """The authenticated caller of the RPC being served (None in open mode)."""
-    return CURRENT_IDENTITY.get()
-
-
-class Refused(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def identify(book: CallerBook, metadata: dict[str, str], auth_context: dict[str, list[bytes]]) -> Identity:
-    """The caller a bearer token or client certificate names; ``Refused`` (UNAUTHENTICATED) otherwise."""
-    callers = book.current()
-    header = metadata.get("authorization")
-    if header is not None:
-        scheme, _, token = header.strip().partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Refused(grpc.StatusCode.UNAUTHENTICATED, "the authorization metadata must be 'Bearer <token>'")
-        caller = callers.by_token.get(hashlib.sha256(token.strip().encode()).hexdigest())
-        if caller is None:
-            raise Refused(grpc.StatusCode.UNAUTHENTICATED, "unknown bearer token")
-        return Identity(caller, "token")
-    cert = peer_certificate(auth_context)
-    if cert is not None:
-        caller = callers.by_subject.get(cert.subject) or next(
-            (callers.by_san[san] for san in cert.sans if san in callers.by_san), None)
-        if caller is None:
-            raise Refused(grpc.StatusCode.UNAUTHENTICATED,
-                          f"the client certificate {cert.subject!r} is not a known caller")
-        return Identity(caller, "tls")
-    raise Refused(grpc.StatusCode.UNAUTHENTICATED,
-                  "no credentials: send 'authorization: Bearer <token>' metadata or a client certificate")
-
-
 class ServerGate(grpc.aio.ServerInterceptor):
     def __init__(self, book: CallerBook | None, *, reflection_needs_auth: bool = True,
                  max_request_bytes: int | None = None) -> None:
-        self.book = book
+        self.rules = Admission(book)
         self.reflection_needs_auth = reflection_needs_auth
         self.max_request_bytes = max_request_bytes  # the server's limit (Settings.max_message_bytes)
-        self.limiter = CallerLimiter()
         self.access: AccessRecorder | None = None  # set by the server: each Audit call, let through or refused
+
+    @property
+    def book(self) -> CallerBook | None:
+        return self.rules.book
+
+    @property
+    def limiter(self) -> CallerLimiter:
+        return self.rules.limiter
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:
@@ -132,48 +84,17 @@ class ServerGate(grpc.aio.ServerInterceptor):
         return handler._replace(stream_stream=self._stream(handler.stream_stream, None, admit, slot, method))
 
     def admission(self, method: str) -> Callable[[grpc.aio.ServicerContext], Awaitable[Identity]]:
-        role = None if method.startswith(REFLECTION_PREFIXES) else role_for(method)  # reflection: any caller
-        book = self.book
-        assert book is not None
+        """The admission rules of ``method``'s calls; a refusal is a domain error (the wrappers answer it)."""
+        rules = self.rules
 
         async def admit(context: grpc.aio.ServicerContext) -> Identity:
-            metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
-            try:
-                identity = identify(book, metadata, context.auth_context() or {})
-            except Refused as refused:
-                log.info("refused %s from %s: %s", method, context.peer(), refused)
-                await context.abort(refused.code, str(refused))
-                raise
-            caller = identity.caller
+            identity = rules.identify(method, call_info_of(context))
+            assert identity is not None  # an open call is never admitted here
             CURRENT_IDENTITY.set(identity)  # known from here: a refusal's access record names the caller
-            if role is not None and not caller.may(role):
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                    f"caller {caller.name!r} lacks the role {role!r} that {method} needs")
-            wait_ms = self.limiter.take_request(caller)
-            if wait_ms is not None:
-                await abort_with(context, Overloaded(
-                    f"caller {caller.name!r} is over its {caller.limits.requests_per_second:g} requests/s", wait_ms))
+            rules.authorize(method, identity)
             return identity
 
         return admit
-
-    @contextlib.asynccontextmanager
-    async def generation_slot(self, slot: bool, identity: Identity | None,
-                               context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
-        """Hold one of the caller's concurrent-generation slots for the whole call (refused: RESOURCE_EXHAUSTED).
-        Taken and returned here only, so no path of a call (refused, cancelled, failed) can keep one."""
-        if not slot or identity is None:
-            yield
-            return
-        caller = identity.caller
-        if not self.limiter.open_stream(caller):
-            await abort_with(context, Overloaded(
-                f"caller {caller.name!r} already has {caller.limits.concurrent_streams} generations running",
-                STREAM_RETRY_MS))
-        try:
-            yield
-        finally:
-            self.limiter.close_stream(caller)
 
     def _unary(self, behaviour: Any, deserialize: Any, admit: Any, slot: bool, method: str) -> Any:
         access = self.access if self.access is not None and self.access.watches(method) else None
@@ -183,7 +104,7 @@ class ServerGate(grpc.aio.ServerInterceptor):
             try:
                 identity = await admit(context) if admit is not None else None
                 decoded = await self._decode(deserialize, request, identity, context)
-                async with self.generation_slot(slot, identity, context):
+                with self.rules.generation_slot(identity if slot else None):
                     result = behaviour(decoded, context)
                     answer = await result if inspect.isawaitable(result) else result
             except BaseException as exc:
@@ -208,7 +129,7 @@ class ServerGate(grpc.aio.ServerInterceptor):
             try:
                 identity = await admit(context) if admit is not None else None
                 decoded = await self._decode(deserialize, request, identity, context)
-                async with self.generation_slot(slot, identity, context):
+                with self.rules.generation_slot(identity if slot else None):
                     responses = behaviour(decoded, context)
                     try:
                         if hasattr(responses, "__aiter__"):
@@ -264,7 +185,8 @@ async def _decode(deserialize: Callable[[bytes], Any], raw: bytes, context: grpc
 
 async def _answered(exc: BaseException, context: grpc.aio.ServicerContext) -> BaseException:
     """What a failed call raises: its own status (an abort, a cancel) as it is; any other exception is answered
-    from the error table (INTERNAL, logged with an error id), and that abort is what propagates."""
+    from the error table (a domain error, the admission rules' refusals included: its status; anything else:
+    INTERNAL, logged with an error id), and that abort is what propagates."""
     if not isinstance(exc, Exception) or isinstance(exc, grpc.aio.AbortError):
         return exc
     try:

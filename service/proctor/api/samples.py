@@ -14,8 +14,7 @@ import dataclasses
 import secrets
 from typing import Any
 
-import grpc
-
+from proctor.api.call_info import CallInfo
 from proctor.api.call_runner import BeforeCommit, CallRunner
 from proctor.audit.records import CallRecord
 from proctor.domain import GenerationRequest, ReturnedSequence, TokenEvent
@@ -27,7 +26,7 @@ def wants_samples(request: GenerationRequest) -> bool:
 
 
 async def sample_events(runner: CallRunner[Any], method: str, request: GenerationRequest,
-                        context: grpc.aio.ServicerContext) -> tuple[list[TokenEvent], str]:
+                        info: CallInfo) -> tuple[list[TokenEvent], str]:
     """The first completion's events (its final event carrying every completion) and its audit id."""
     count = request.num_return_sequences
     seed = request.sampling.seed if request.sampling.seed is not None else secrets.randbits(63)
@@ -42,7 +41,7 @@ async def sample_events(runner: CallRunner[Any], method: str, request: Generatio
             call.sample = {"group": request.request_id, "index": index, "of": count}
         return annotate
 
-    running = [asyncio.ensure_future(runner.run_call(method, completion, context, group(index)))
+    running = [asyncio.ensure_future(runner.run_call(method, completion, info, group(index)))
                for index, completion in enumerate(completions)]
     try:
         results = await asyncio.gather(*running)

@@ -86,6 +86,8 @@ def request_to_dict(request: GenerationRequest, seed: int | None) -> dict[str, A
     """Every generation parameter, with the seed actually used (replay rebuilds the request from it)."""
     data = dataclasses.asdict(request)
     data.pop("deadline", None)
+    if data["constraint"] is not None:
+        data["constraint"].pop("parsed", None)  # its text is the record's; the object is the door's parse of it
     for key in ("input_screens", "output_moderators", "tools_json"):  # only when used: older records keep their shape
         if not data[key]:
             del data[key]

@@ -107,8 +107,8 @@ class ConstraintService:
                 raise RequestValidationError.single(
                     field, f"the schema nests {depth} levels deep; the limit (max_schema_depth) is "
                            f"{self.max_schema_depth}")
-            try:
-                schema = json.loads(request.text)
+            try:  # a schema the door read as an object is not parsed again
+                schema = request.parsed[0] if request.parsed else json.loads(request.text)
             except json.JSONDecodeError as exc:
                 raise RequestValidationError.single(field, f"not valid JSON: {exc}") from None
             if not isinstance(schema, dict | bool):

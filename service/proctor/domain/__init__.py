@@ -1,11 +1,14 @@
 """Plain request/result types shared by the API and the engine (no protobuf, no torch)."""
 
 from proctor.domain.errors import (
+    DeadlineExceeded,
     EngineFault,
     FieldViolation,
     Overloaded,
+    PermissionDenied,
     RequestValidationError,
     ShuttingDown,
+    Unauthenticated,
 )
 from proctor.domain.events import (
     Attempt,
@@ -40,6 +43,7 @@ __all__ = [
     "Confidence",
     "ConstraintRequest",
     "ConstraintSummary",
+    "DeadlineExceeded",
     "EngineFault",
     "FieldViolation",
     "FinishReason",
@@ -48,6 +52,7 @@ __all__ = [
     "GenerationRequest",
     "ModerationVerdict",
     "Overloaded",
+    "PermissionDenied",
     "PhraseInclusion",
     "PluginCall",
     "PluginInfo",
@@ -62,4 +67,5 @@ __all__ = [
     "TokenAlternative",
     "TokenDetail",
     "TokenEvent",
+    "Unauthenticated",
 ]

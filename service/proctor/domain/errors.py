@@ -1,4 +1,5 @@
-"""Domain errors; ``api/errors.py`` maps each to one gRPC status in a single table."""
+"""Domain errors; ``api/failures.py`` maps each to one status in a single table, which each door answers in its own
+form (gRPC: ``api/errors.py``; HTTP: ``openai_http/errors.py``)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,15 @@ class EngineFault(RuntimeError):
 
 class ShuttingDown(RuntimeError):
     """The server is draining and takes no new requests; maps to UNAVAILABLE (clients retry elsewhere)."""
+
+
+class Unauthenticated(PermissionError):
+    """No known caller: neither a bearer token nor a client certificate names one; maps to UNAUTHENTICATED."""
+
+
+class PermissionDenied(PermissionError):
+    """The caller is known but lacks the role the call needs; maps to PERMISSION_DENIED."""
+
+
+class DeadlineExceeded(TimeoutError):
+    """The call's deadline passed while it ran (its record says so); maps to DEADLINE_EXCEEDED."""

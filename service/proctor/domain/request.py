@@ -144,6 +144,8 @@ class ConstraintRequest:
     ``kind`` is "json_schema", "regex", "choice", "grammar" or "schema_ref"; ``text`` holds the
     schema JSON, the regex, the grammar or the schema reference; ``options`` the choices.
     ``backend`` is "auto" or an engine name; ``field`` is the request field it came from.
+    ``parsed``: a JSON schema's object, when the door read it as one (the HTTP door): ``text`` is its JSON, for
+    the limits and the record, and nothing parses it again (not part of equality; never recorded).
     """
 
     kind: str
@@ -153,6 +155,7 @@ class ConstraintRequest:
     backend: str = "auto"
     flexible_whitespace: bool = False
     exact_only: bool = False  # refuse a JSON schema no engine enforces exactly (no validated fallback)
+    parsed: tuple[object, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def field(self) -> str:

@@ -1,6 +1,7 @@
-"""The OpenAI-compatible HTTP API (``--http-port``): the clients people already have, over the gRPC door's code.
+"""The OpenAI-compatible HTTP API (``--http-port``): the clients people already have, over the call layer.
 
-routes.py (the Starlette app) → body.py and fields.py (the body into a ``GenerateRequest``) → the Generation
-servicer, gate and telemetry of api/ → answers.py (OpenAI's shapes, SSE) and errors.py (OpenAI's error object);
-tools.py (tool calls), context.py (an HTTP request as a gRPC call), server.py (uvicorn, TLS).
+routes.py (the Starlette app: admission from the headers, the body, the call layer of api/) → body.py, fields.py,
+structured.py and tools.py (the body into the call layer's request) → answers.py and sse.py (OpenAI's shapes,
+server-sent events) and errors.py (OpenAI's error object); responses.py (the Responses API), server.py (uvicorn,
+TLS). Nothing here speaks gRPC or protobuf.
 """

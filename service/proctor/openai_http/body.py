@@ -1,8 +1,8 @@
-"""An OpenAI-style request body, checked and converted into the ``GenerateRequest`` the gRPC door takes.
+"""An OpenAI-style request body, checked and converted into the call layer's request (openai_http/draft.py).
 
 Only the body's shape is checked here (types, the keys this server knows, one constraint at most); the ranges
-and limits are checked by api/check_request.py, the one place for them, whose violations are then named by
-the body keys (openai_http/fields.py). A body error names its key in ``param``.
+and limits are checked by the call layer (api/check_request.py), the one place for them, whose violations are
+then named by the body keys (openai_http/fields.py). A body error names its key in ``param``.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from proctor.openai_http.draft import Draft
 from proctor.openai_http.errors import BodyError
 from proctor.openai_http.fields import CONSTRAINT_KEYS, EXTENSIONS, VLLM_KEYS, apply_extensions
+from proctor.openai_http.json_form import INT32, float32
 from proctor.openai_http.structured import Constraint, SchemaUse, response_format, vllm_constraint
 from proctor.openai_http.tools import CALL_CLOSE, CALL_OPEN, ToolPlan, tool_plan
-from proctor_client.v1 import generation_pb2 as pb
 
 CHAT, COMPLETION = "chat", "completion"
 COMMON_KEYS = frozenset({"model", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "presence_penalty",
@@ -35,7 +36,7 @@ class ParsedCall:
     """What the HTTP door needs to run the call and to answer it in OpenAI's shapes."""
 
     kind: str
-    message: pb.GenerateRequest
+    draft: Draft
     model: str
     stream: bool = False
     include_usage: bool = False
@@ -45,6 +46,11 @@ class ParsedCall:
     user: str = ""
     params: dict[str, str] = field(default_factory=dict)  # proto path → body key, where the usual one differs
     responses_echo: dict[str, Any] | None = None  # a Responses API call: the fields its response repeats back
+
+    @property
+    def choices(self) -> int:
+        """How many completions the call asks for (``n``)."""
+        return int(self.draft.values.get("num_return_sequences", 1))
 
 
 def parse_body(raw: object, kind: str) -> ParsedCall:
@@ -59,41 +65,41 @@ def parse_body(raw: object, kind: str) -> ParsedCall:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BodyError("model is required: the id GET /v1/models lists", "model")
-    message = pb.GenerateRequest()
+    draft = Draft()
     params: dict[str, str] = {}
     plan = None
     if kind == CHAT:
         plan = tool_plan(body)
-        _messages(body.get("messages"), message, plan)
+        _messages(body.get("messages"), draft, plan)
     else:
-        _prompt(body, message)
-    _sampling(body, message)
-    _stopping(body, message, kind)
-    logprobs = _logprobs(body, message, kind)
+        _prompt(body, draft)
+    _sampling(body, draft)
+    _stopping(body, draft, kind)
+    logprobs = _logprobs(body, draft, kind)
     if body.get("logit_bias") is not None:
-        _logit_bias(body["logit_bias"], message)
+        _logit_bias(body["logit_bias"], draft)
     user = _optional(body, "user", str) or ""
     stream = bool(_optional(body, "stream", bool))
     include_usage = _stream_options(body, stream)
-    constraint = _constraint(body, message, plan)
+    constraint = _constraint(body, draft, plan)
     if constraint is not None and constraint.source not in CONSTRAINT_KEYS:  # named by the key that set it
-        field = message.WhichOneof("constraint") or "json_schema"
+        field = draft.constraint_kind() or "json_schema"
         params[field] = constraint.source
         if field == "grammar":  # a grammar's violations name its text
             params["grammar.text"] = constraint.source
-    if plan is not None and message.num_return_sequences > 1:
+    if plan is not None and draft.values.get("num_return_sequences", 0) > 1:
         raise BodyError("n > 1 with tools is not supported: one choice per tool-calling request", "n")
-    apply_extensions(body, message)
+    apply_extensions(body, draft)
     schema = constraint.schema if constraint is not None else None
-    return ParsedCall(kind, message, model, stream, include_usage, logprobs, plan, schema, user, params)
+    return ParsedCall(kind, draft, model, stream, include_usage, logprobs, plan, schema, user, params)
 
 
-def _constraint(body: dict[str, Any], message: pb.GenerateRequest, plan: ToolPlan | None) -> Constraint | None:
+def _constraint(body: dict[str, Any], draft: Draft, plan: ToolPlan | None) -> Constraint | None:
     """The one constraint the body sets (an extension key, vLLM's keys, response_format or tools), if any."""
-    found = [c for c in (response_format(body.get("response_format"), message, "response_format"),
-                         vllm_constraint(body, message)) if c is not None]
+    found = [c for c in (response_format(body.get("response_format"), draft, "response_format"),
+                         vllm_constraint(body, draft)) if c is not None]
     found += [Constraint(key) for key in CONSTRAINT_KEYS if body.get(key) is not None]
-    if plan is not None and plan.constrain(message):
+    if plan is not None and plan.constrain(draft):
         found.append(Constraint("tools", SchemaUse(plan.strict, plan.closed())))
     if len(found) > 1:
         raise BodyError(f"{found[1].source} and {found[0].source} both constrain the output; send one",
@@ -111,9 +117,21 @@ def _optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> 
     return value
 
 
+def _int32(body: dict[str, Any], key: str) -> int | None:
+    """An integer key whose field is a 32-bit integer (as the gRPC door's message holds it)."""
+    value = _optional(body, key, int)
+    if value is not None and not INT32[0] <= value < INT32[1]:
+        raise BodyError(f"{key} must be between {INT32[0]} and {INT32[1] - 1}", key)
+    return value  # type: ignore[no-any-return]
+
+
 def _number(body: dict[str, Any], key: str) -> float | None:
+    """A number key whose field is a 32-bit float (as the gRPC door's message holds it)."""
     value = _optional(body, key, (int, float))
-    return None if value is None else float(value)
+    try:
+        return None if value is None else float32(float(value))
+    except OverflowError:
+        raise BodyError(f"{key} must be a number a 32-bit float can hold", key) from None
 
 
 def _text(content: object, where: str) -> str:
@@ -133,10 +151,10 @@ def _text(content: object, where: str) -> str:
     return "".join(texts)
 
 
-def _messages(raw: object, message: pb.GenerateRequest, plan: ToolPlan | None) -> None:
+def _messages(raw: object, draft: Draft, plan: ToolPlan | None) -> None:
     if not isinstance(raw, list) or not raw:
         raise BodyError("messages must be a non-empty array", "messages")
-    turns = message.messages.messages
+    turns: list[tuple[str, str]] = []
     for index, entry in enumerate(raw):
         where = f"messages[{index}]"
         if not isinstance(entry, dict):
@@ -157,18 +175,19 @@ def _messages(raw: object, message: pb.GenerateRequest, plan: ToolPlan | None) -
             except ValueError as exc:
                 raise BodyError(f"{where}.tool_calls: arguments are not JSON", f"{where}.tool_calls") from exc
             content += CALL_OPEN + json.dumps({"name": function.get("name"), "arguments": parsed}) + CALL_CLOSE
-        turns.add(role=ROLES[role], content=content)
+        turns.append((ROLES[role], content))
+    draft.values["messages"] = turns
     if plan is not None:
-        message.messages.tools_json = plan.definitions
+        draft.values["tools_json"] = plan.definitions
 
 
-def _prompt(body: dict[str, Any], message: pb.GenerateRequest) -> None:
+def _prompt(body: dict[str, Any], draft: Draft) -> None:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise BodyError("prompt must be a string (one prompt per request)", "prompt")
-    message.prompt = prompt
+    draft.values["prompt"] = prompt
     if body.get("echo"):
         raise BodyError("echo is not supported: the response holds the completion only", "echo")
     if body.get("suffix"):
@@ -178,43 +197,41 @@ def _prompt(body: dict[str, Any], message: pb.GenerateRequest) -> None:
         raise BodyError("best_of other than n is not supported", "best_of")
 
 
-def _sampling(body: dict[str, Any], message: pb.GenerateRequest) -> None:
-    sampling = message.sampling
+def _sampling(body: dict[str, Any], draft: Draft) -> None:
     for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         value = _number(body, key)
         if value is not None:
-            setattr(sampling, key, value)
+            draft.values[f"sampling.{key}"] = value
     seed = _optional(body, "seed", int)
     if seed is not None:
         if not 0 <= seed < 2**64:
             raise BodyError("seed must be between 0 and 2**64 - 1", "seed")
-        sampling.seed = seed
-    n = _optional(body, "n", int)
+        draft.values["sampling.seed"] = seed
+    n = _int32(body, "n")
     if n is not None:
-        message.num_return_sequences = n
+        draft.values["num_return_sequences"] = n
 
 
-def _stopping(body: dict[str, Any], message: pb.GenerateRequest, kind: str) -> None:
-    stopping = message.stopping
-    limit = _optional(body, "max_completion_tokens", int) if kind == CHAT else None
+def _stopping(body: dict[str, Any], draft: Draft, kind: str) -> None:
+    limit = _int32(body, "max_completion_tokens") if kind == CHAT else None
     if limit is None:
-        limit = _optional(body, "max_tokens", int)
+        limit = _int32(body, "max_tokens")
     if limit is not None:
-        stopping.max_new_tokens = limit
+        draft.values["stopping.max_new_tokens"] = limit
     stop = body.get("stop")
     if isinstance(stop, str):
         stop = [stop]
     if stop is not None:
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
             raise BodyError("stop must be a string or an array of strings", "stop")
-        stopping.stop.extend(stop)
+        draft.values["stopping.stop"] = stop
 
 
-def _logprobs(body: dict[str, Any], message: pb.GenerateRequest, kind: str) -> bool:
+def _logprobs(body: dict[str, Any], draft: Draft, kind: str) -> bool:
     """Per-token log-probabilities: chat's ``logprobs`` + ``top_logprobs``, or the completions' count."""
     if kind == CHAT:
         wanted = bool(_optional(body, "logprobs", bool))
-        top = _optional(body, "top_logprobs", int)
+        top = _int32(body, "top_logprobs")
         if top is not None and not wanted:
             raise BodyError("top_logprobs needs logprobs: true", "top_logprobs")
     else:
@@ -223,24 +240,26 @@ def _logprobs(body: dict[str, Any], message: pb.GenerateRequest, kind: str) -> b
             raise BodyError(f"logprobs must be between 0 and {MAX_COMPLETION_LOGPROBS}", "logprobs")
         wanted = top is not None
     if wanted:
-        message.token_details = True
+        draft.values["token_details"] = True
         if top:
-            message.top_logprobs = top
+            draft.values["top_logprobs"] = top
     return wanted
 
 
-def _logit_bias(raw: object, message: pb.GenerateRequest) -> None:
+def _logit_bias(raw: object, draft: Draft) -> None:
     if not isinstance(raw, dict):
         raise BodyError("logit_bias must map token ids to biases", "logit_bias")
+    biases: dict[int, float] = draft.values.setdefault("logit_bias", {})
     for key, bias in raw.items():
         where = f"logit_bias[{key}]"
         try:
             token = int(key)
         except ValueError:
             raise BodyError(f"{where}: {key!r} is not a token id", where) from None
-        if isinstance(bias, bool) or not isinstance(bias, int | float) or not -2**31 <= token < 2**31:
+        if isinstance(bias, bool) or not isinstance(bias, int | float) or not -2**31 <= token < 2**31 \
+                or abs(bias) > 2**1023:
             raise BodyError(f"{where} must be a number for a token id", where)
-        message.logit_bias[token] = float(bias)
+        biases[token] = float32(float(bias))
 
 
 def _stream_options(body: dict[str, Any], stream: bool) -> bool:

@@ -1,22 +1,21 @@
-"""The one table from an OpenAI-style body to ``GenerateRequest``: every field, standard or ours.
+"""The one table from an OpenAI-style body to the request: every field of ``GenerateRequest``, standard or ours.
 
 Each field of ``GenerateRequest``, ``SamplingParams`` and ``StoppingParams`` is either set by a standard
 OpenAI body key (``STANDARD``, converted in openai_http/body.py) or offered as one of our extensions
 (``EXTENSIONS``): a body key beside the standard ones, which the SDKs send as ``extra_body``. An extension
-takes the field's proto3 JSON form (``google.protobuf.json_format``), with enums also by their short name
-(``"speculation": "on"``). tests/unit/test_openai_fields.py fails when a proto field is in neither table, so
-a new field on the proto side cannot be forgotten here.
+takes the field's proto3 JSON form (openai_http/json_form.py), with enums also by their short name
+(``"speculation": "on"``). tests/unit/test_openai_http.py fails when a proto field is in neither table, so
+a new field on the proto side cannot be forgotten here. The fields are named by their proto paths throughout
+the door (openai_http/draft.py), so a violation the call layer finds is named back by the body key that set it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import json_format
-from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor
-
+from proctor.openai_http.draft import CONSTRAINT_FIELDS, Draft
 from proctor.openai_http.errors import BodyError
-from proctor_client.v1 import generation_pb2 as pb
+from proctor.openai_http.json_form import ENUMS, KINDS, PRESENCE, FormError, read
 
 # proto path → the standard OpenAI body key that sets it (openai_http/body.py converts these)
 STANDARD: dict[str, str] = {
@@ -61,23 +60,14 @@ VLLM_OPTIONS: dict[str, str] = {
     "structured_outputs.disable_additional_properties": "",  # objects are closed here whatever it says
     "guided_decoding_backend": "constraint_backend",
 }
-VLLM_BACKENDS: dict[str, Any] = {  # the ConstraintBackend values
-    "auto": pb.CONSTRAINT_BACKEND_AUTO, "xgrammar": pb.CONSTRAINT_BACKEND_XGRAMMAR,
-    "guidance": pb.CONSTRAINT_BACKEND_LLGUIDANCE, "outlines": pb.CONSTRAINT_BACKEND_OUTLINES}
+VLLM_BACKENDS: dict[str, int] = {  # the ConstraintBackend values
+    name: ENUMS["ConstraintBackend"].read(ours)
+    for name, ours in (("auto", "auto"), ("xgrammar", "xgrammar"), ("guidance", "llguidance"),
+                       ("outlines", "outlines"))}
 # The body keys vLLM's extensions take (each a 400 naming it when its value is wrong).
 VLLM_KEYS = frozenset({"structured_outputs", *(k.partition(".")[0] for k in (*VLLM_CONSTRAINTS, *VLLM_OPTIONS))})
 # How a violation's proto path reads when the table alone does not say (repeated messages' inner list).
 PATH_ALIASES = {"messages.messages": "messages"}
-
-
-def proto_leaves() -> list[str]:
-    """Every field the tables must cover: GenerateRequest's, with sampling's and stopping's by path."""
-    nested = {"sampling": pb.SamplingParams.DESCRIPTOR, "stopping": pb.StoppingParams.DESCRIPTOR}
-    leaves = []
-    for field in pb.GenerateRequest.DESCRIPTOR.fields:
-        inner = nested.get(field.name)
-        leaves.extend([f"{field.name}.{f.name}" for f in inner.fields] if inner is not None else [field.name])
-    return leaves
 
 
 def param_of(path: str, overrides: dict[str, str] | None = None) -> str:
@@ -89,50 +79,22 @@ def param_of(path: str, overrides: dict[str, str] | None = None) -> str:
     return path
 
 
-def _field(path: str) -> FieldDescriptor:
-    descriptor = pb.GenerateRequest.DESCRIPTOR
-    *parents, name = path.split(".")
-    for parent in parents:
-        descriptor = descriptor.fields_by_name[parent].message_type
-    return descriptor.fields_by_name[name]
+def apply_extensions(body: dict[str, Any], draft: Draft) -> None:
+    """Set every extension key of ``body`` on ``draft``; a value the field cannot take is a BodyError naming it.
 
-
-def _shortened(field: FieldDescriptor, value: Any) -> Any:
-    """``value`` with every enum in it (a list's, a message's fields') given by its full name."""
-    if isinstance(value, list):
-        return [_shortened(field, v) for v in value]
-    if field.enum_type is not None:
-        return _enum_value(field.enum_type, value)
-    if field.message_type is not None and isinstance(value, dict):
-        inner = field.message_type.fields_by_name
-        return {k: _shortened(inner[k], v) if k in inner else v for k, v in value.items()}
-    return value
-
-
-def _enum_value(enum: EnumDescriptor, value: Any) -> Any:
-    """An enum given by its short name (``"on"``) as its full one (``SPECULATION_ON``); other values as given."""
-    if not isinstance(value, str):
-        return value
-    unspecified = next((v.name for v in enum.values if v.name.endswith("_UNSPECIFIED")), "")
-    prefix = unspecified.removesuffix("UNSPECIFIED")
-    full = value.upper() if value.upper().startswith(prefix) else prefix + value.upper()
-    return full if full in enum.values_by_name else value
-
-
-def apply_extensions(body: dict[str, Any], message: pb.GenerateRequest) -> None:
-    """Set every extension key of ``body`` on ``message``; a value the field cannot take is a BodyError naming it."""
+    As merging the field's message would: a field without presence given at its default leaves what the body set
+    otherwise (a strict ``response_format`` stays exact with ``constraint_exact_only: false``)."""
     for key, path in EXTENSIONS.items():
         if key not in body or body[key] is None:
             continue
-        value = _shortened(_field(path), body[key])
-        *parents, name = path.split(".")
-        wrapped: dict[str, Any] = {name: value}
-        for parent in reversed(parents):
-            wrapped = {parent: wrapped}
         try:
-            message.MergeFrom(json_format.ParseDict(wrapped, pb.GenerateRequest()))
-        except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
+            value = read(KINDS[path], body[key])
+        except FormError as exc:
             raise BodyError(f"{key}: not a valid value of this field ({_short(exc)})", key) from exc
+        if path in CONSTRAINT_FIELDS:
+            draft.set_constraint(path, value)
+        elif path in PRESENCE or value or not isinstance(value, bool | int | str):
+            draft.values[path] = value
 
 
 def _short(exc: Exception) -> str:

@@ -1,16 +1,20 @@
-"""The OpenAI-compatible routes, as a Starlette app over the gRPC door's own code.
+"""The OpenAI-compatible routes, as a Starlette app over the call layer (api/generation_service.py).
 
 A generation runs through the same pieces as a gRPC call, in the same order, and nothing is read or parsed for a
-caller before it is admitted: the telemetry's observation (metrics by the route's template, the trace from
-``traceparent``, the access log line) → the gate, from the headers alone (bearer token or client certificate →
-caller, role, rate: 401, 403, 429) → the body, read against the caller's own size limit (413, refused from its
-``Content-Length`` before a byte is read) → the body checked and converted into a ``GenerateRequest`` (400 naming
-the key) → the caller's concurrent-generation slot → the Generation servicer (check_request, admission, the
-engine, moderation, the audit record, which names the route).
+caller before it is admitted: the call's observation (api/observer.py: metrics by the route's template, the trace
+from ``traceparent``, the access log line) → the admission rules (api/admission.py), from the headers alone
+(bearer token or client certificate → caller, role, rate: 401, 403, 429) → the body, read against the caller's own
+size limit (413, refused from its ``Content-Length`` before a byte is read) → the body checked and converted into
+the call layer's request (400 naming the key) → the caller's concurrent-generation slot → the call layer
+(check_request, admission, the engine, moderation, the audit record, which names the route and the caller the
+body's ``user`` asserts). The door describes the call to the layer as a ``CallInfo`` (its headers, peer and client
+certificate) and answers what the layer raises, a domain error, in OpenAI's error object (openai_http/errors.py);
+an answer's events become OpenAI's JSON (openai_http/answers.py) or server-sent events (openai_http/sse.py).
 
 Every request label is from a closed set: the service ``openai``, the route's template (``/v1/models/{model}``,
-never the path it matched) or ``other`` for a request no route serves, and a gRPC status name. A refusal that
-leaves a large body (or one of unknown length) unread closes the connection, so that body is never read at all.
+never the path it matched) or ``other`` for a request no route serves, and a status name (gRPC's names, as every
+door's). A refusal that leaves a large body (or one of unknown length) unread closes the connection, so that body
+is never read at all.
 """
 
 from __future__ import annotations
@@ -19,45 +23,47 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-import grpc
-import orjson
-from grpc_health.v1 import health_pb2
-from grpc_health.v1._async import HealthServicer
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proctor.api.admission import Admission
+from proctor.api.answered import Answer, Released
+from proctor.api.call_info import GONE, CallInfo, Identity
 from proctor.api.caller_limits import request_bytes_limit
-from proctor.api.gate import Identity, ServerGate
-from proctor.api.servicer import GenerationServicer
-from proctor.api.telemetry import TelemetryInterceptor
+from proctor.api.check_request import DraftIntake
+from proctor.api.failures import failure_of
+from proctor.api.generation_service import GenerationService
+from proctor.api.observer import CallObserver, gone_code, publish, unpublish
+from proctor.api.readiness import Serving
 from proctor.config import Settings
-from proctor.observability.calls import CURRENT
+from proctor.domain import ShuttingDown
+from proctor.observability.calls import CallObservation
 from proctor.openai_http.answers import ChunkWriter, unary_answer
 from proctor.openai_http.body import CHAT, COMPLETION, ParsedCall, parse_body
-from proctor.openai_http.context import HttpAbort, HttpCallContext
 from proctor.openai_http.errors import (
     BodyError,
-    abort_response,
     body_error_response,
     error_response,
-    grpc_code_of,
-    server_error_response,
+    failure_response,
+    status_of,
 )
 from proctor.openai_http.fields import param_of
 from proctor.openai_http.responses import ResponseEvents, parse_responses, response_object
-from proctor_client.v1 import generation_pb2 as pb
+from proctor.openai_http.sse import chat_events, response_events
 
 SERVICE = "openai"  # the metrics' and traces' service label of the HTTP routes
 GENERATE_METHOD = "/proctor.v1.Generation/Generate"  # the role and generation slot a completion takes
 MODELS_METHOD = "/proctor.v1.Generation/GetModelInfo"
 AUDIT_HEADER = "x-proctor-audit-id"
+# The request headers the call's code reads (as gRPC metadata): credentials, trace context, the asserted caller.
+FORWARDED_HEADERS = ("authorization", "traceparent", "tracestate", "x-proctor-caller")
 OFF_LOOP_PARSE_BYTES = 256 * 1024  # a larger body is parsed in a worker thread, not on the event loop
 RESPONSES = "responses"  # the Responses API: a chat call in its own shapes (openai_http/responses.py)
 # The routes, by the template that is their metric label (the path a route matches is never a label).
@@ -69,18 +75,30 @@ UNROUTED_CODES = {404: "NOT_FOUND", 405: "UNIMPLEMENTED"}  # its status label (g
 # unread would reset the connection under the answer: the connection stays open and uvicorn skips it. A larger one,
 # or one of unknown length, closes the connection after the answer, so it is never read.
 SKIPPABLE_BODY_BYTES = 64 * 1024
-HEALTH_NAMES = {"/health": "", "/ready": pb.DESCRIPTOR.services_by_name["Generation"].full_name}
+READY = {"/health": False, "/ready": True}  # liveness (the whole server) and readiness (the model serves calls)
+T = TypeVar("T")
+
+
+def call_info(request: Request) -> CallInfo:
+    """The call a Starlette request makes: the headers its code reads, its peer, its verified client certificate
+    (the ASGI TLS extension that openai_http/server.py adds to uvicorn's scope)."""
+    headers, client = request.headers, request.client
+    tls = (request.scope.get("extensions") or {}).get("tls") or {}
+    chain = tls.get("client_cert_chain") or []
+    return CallInfo(peer=f"ipv4:{client[0]}:{client[1]}" if client is not None else "",
+                    metadata={name: headers[name] for name in FORWARDED_HEADERS if name in headers},
+                    certificate={"x509_pem_cert": (chain[0].encode(),)} if chain else {})
 
 
 @dataclass
 class HttpDoor:
-    """The HTTP door's collaborators: the gRPC server's own gate, telemetry, servicer and health."""
+    """The HTTP door's collaborators: the gRPC door's own admission rules, call observer and call layer."""
 
     settings: Settings
-    servicer: GenerationServicer
-    gate: ServerGate
-    telemetry: TelemetryInterceptor
-    health: HealthServicer
+    service: GenerationService
+    admission: Admission
+    observer: CallObserver
+    serving: Serving  # the health service's answer (api/readiness.py): ready, or alive
 
     def app(self) -> Starlette:
         routes = [Route(ROUTES[CHAT], self.chat, methods=["POST"]),
@@ -103,21 +121,18 @@ class HttpDoor:
 
     async def health_check(self, request: Request) -> Response:
         """Liveness (/health) and readiness (/ready), as the gRPC health service answers them (drain included)."""
-        name = HEALTH_NAMES[request.url.path]
-        answer = await self.health.Check(health_pb2.HealthCheckRequest(service=name), None)
-        serving = answer.status == health_pb2.HealthCheckResponse.SERVING
+        serving = await self.serving(READY[request.url.path])
         return JSONResponse({"status": "SERVING" if serving else "NOT_SERVING"}, status_code=200 if serving else 503)
 
     def _model_ids(self) -> list[str]:
-        info = self.servicer.model_info
-        model_id = str(info.get("model_id") or "")
+        model_id = str(self.service.model_info.get("model_id") or "")
         return [model_id] if model_id else []
 
     def _model_card(self, model_id: str) -> dict[str, Any]:
         return {"id": model_id, "object": "model", "created": 0, "owned_by": "proctor"}
 
     async def models(self, request: Request) -> Response:
-        return await self._observed(request, MODELS_METHOD, MODELS_ROUTE, lambda: JSONResponse(
+        return await self._answered(request, MODELS_METHOD, MODELS_ROUTE, lambda: JSONResponse(
             {"object": "list", "data": [self._model_card(m) for m in self._model_ids()]}))
 
     async def model(self, request: Request) -> Response:
@@ -127,91 +142,96 @@ class HttpDoor:
             if wanted not in self._model_ids():
                 raise BodyError(f"The model {wanted!r} does not exist", "model", 404, "model_not_found")
             return JSONResponse(self._model_card(wanted))
-        return await self._observed(request, MODELS_METHOD, MODEL_ROUTE, answer)
+        return await self._answered(request, MODELS_METHOD, MODEL_ROUTE, answer)
 
-    async def _observed(self, request: Request, method: str, route: str, answer: Callable[[], Response]) -> Response:
-        """A call that generates nothing, observed (as ``route``) and gated as the gRPC method ``method`` is."""
-        context = HttpCallContext.of(request)
+    async def _answered(self, request: Request, method: str, route: str, answer: Callable[[], Response]) -> Response:
+        """A call that generates nothing, observed (as ``route``) and admitted as the gRPC method ``method`` is."""
+        info = call_info(request)
 
-        async def behaviour(_: object, ctx: HttpCallContext) -> Response:
-            await self._admit(method, ctx)
-            if self.servicer.runner.engine_or_none is None:
-                await ctx.abort(grpc.StatusCode.UNAVAILABLE, "the model is still loading; retry shortly")
-            return _checked_body(answer, ctx)
+        async def call() -> AsyncGenerator[Response, None]:
+            await self._admit(method, info)
+            if not self.service.serving:
+                raise ShuttingDown("the model is still loading; retry shortly")
+            yield answer()
 
-        observed = self.telemetry.observe(behaviour, SERVICE, route, context.invocation_metadata())
         try:
-            response: Response = await observed(None, context)
-        except HttpAbort as abort:
-            response = abort_response(abort, param_of)
+            (response,) = [answered async for answered in self._observed(call(), route, info)]
         except BodyError as error:
             response = body_error_response(error)
+        except Exception as exc:  # a domain error (or anything unexpected: a 500 naming its error id)
+            response = failure_response(exc, param_of)
         return _closing_if_unread(request, response)
 
-    async def _admit(self, method: str, context: HttpCallContext) -> Any:
-        """The gate's checks of a gRPC call of ``method``: the caller, its role and its rate (None when open)."""
-        if self.gate.book is None:
-            return None
-        return await self.gate.admission(method)(context)
+    async def _admit(self, method: str, info: CallInfo) -> Identity | None:
+        """The admission rules of a call of the gRPC method ``method``: the caller, its role, its rate (None when
+        open); a refusal is a domain error."""
+        return self.admission.admit(method, info)
+
+    async def _observed(self, inner: AsyncGenerator[T, None], route: str, info: CallInfo) -> AsyncGenerator[T, None]:
+        """``inner`` observed as a call of ``route``: its observation is the current call's while it runs and is
+        recorded once, when it ends, with the status it ended with."""
+        observation = self.observer.open(SERVICE, route, info.trace_metadata(), info.peer)
+        token = publish(observation)
+        failure: BaseException | None = None
+        try:
+            async with contextlib.aclosing(inner):
+                async for item in inner:
+                    yield item
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            self.observer.close(observation, _status(failure, observation))
+            unpublish(token)
 
     async def _generate(self, request: Request, kind: str) -> Response:
-        context = HttpCallContext.of(request)
-        route = ROUTES[kind]
-        observed = self.telemetry.observe(self._generation, SERVICE, route, context.invocation_metadata())
-        stream = observed((request, kind, route), context)
+        route, info = ROUTES[kind], call_info(request)
+        stream = self._observed(self._generation(request, kind, route, info), route, info)
+        params: dict[str, str] = {}  # proto path → body key, where the call's body named a field otherwise
         try:
-            call: ParsedCall = await anext(stream)
+            call = await anext(stream)
+            assert isinstance(call, ParsedCall)
+            params = call.params
             first = await anext(stream)
-        except HttpAbort as abort:
-            return _closing_if_unread(request, abort_response(abort, lambda path: param_of(path, context.params)))
         except BodyError as error:
             return _closing_if_unread(request, body_error_response(error))
-        created = int(time.time())
-        fingerprint = self._fingerprint()
-        if not call.stream:
+        except Exception as exc:  # a domain error (or anything unexpected: a 500 naming its error id)
+            return _closing_if_unread(request, failure_response(exc, lambda path: param_of(path, params)))
+        created, fingerprint = int(time.time()), self._fingerprint()
+        if isinstance(first, Answer):
             with contextlib.suppress(StopAsyncIteration):
                 await anext(stream)  # the observation ends: metrics, span, log line
             answer = unary_answer(call, first, created, fingerprint)
             if call.responses_echo is not None:
                 answer = response_object(answer, call)
             return JSONResponse(answer, headers={AUDIT_HEADER: first.audit_id})
+        assert isinstance(first, Released)
         writer = ChunkWriter(call, created, fingerprint)
-        events = _events(writer, first, stream) if call.responses_echo is None else \
-            _response_events(writer, ResponseEvents(call, created), first, stream)
+        events = chat_events(writer, first, stream, param_of) if call.responses_echo is None else \
+            response_events(writer, ResponseEvents(call, created), first, stream, param_of)
         return StreamingResponse(events, media_type="text/event-stream",
-                                 headers={AUDIT_HEADER: context.audit_id, "Cache-Control": "no-cache"})
+                                 headers={AUDIT_HEADER: first.audit_id, "Cache-Control": "no-cache"})
 
-    async def _generation(self, args: tuple[Request, str, str],
-                          context: HttpCallContext) -> AsyncGenerator[Any, None]:
-        """The observed call: the caller admitted from the headers, the body read and parsed, then the unary
-        response or the stream's chunks."""
-        request, kind, route = args
-        identity = await self._admit(GENERATE_METHOD, context)
-        try:
-            raw = await self._read_json(request, identity)
-            call = parse_responses(raw) if kind == RESPONSES else parse_body(raw, kind)
-            if call.model not in self._model_ids():
-                raise BodyError(f"The model {call.model!r} does not exist; GET /v1/models lists this server's",
-                                "model", 404, "model_not_found")
-        except BodyError as error:
-            context.set_code(grpc_code_of(error))
-            raise
-        context.params = call.params
-        message = call.message
-        if call.user:  # recorded as the caller the client asserts (as x-proctor-caller is)
-            context.assert_caller(call.user)
+    async def _generation(self, request: Request, kind: str, route: str,
+                          info: CallInfo) -> AsyncGenerator[ParsedCall | Answer | Released, None]:
+        """The call: the caller admitted from the headers, the body read and parsed, then the call layer's answer
+        or the stream's events, within the caller's generation slot."""
+        identity = await self._admit(GENERATE_METHOD, info)
+        raw = await self._read_json(request, identity)
+        call = parse_responses(raw) if kind == RESPONSES else parse_body(raw, kind)
+        if call.model not in self._model_ids():
+            raise BodyError(f"The model {call.model!r} does not exist; GET /v1/models lists this server's",
+                            "model", 404, "model_not_found")
         yield call
-        async with self.gate.generation_slot(identity is not None, identity, context):
+        info = info.admitted(identity).asserting(call.user)  # the body's user: the caller it asserts
+        intake, method = DraftIntake(call.draft.request(), call.draft.violations()), f"POST {route}"
+        with self.admission.generation_slot(identity):
             if not call.stream:
-                yield await self.servicer.generate(message, context, f"POST {route}")
+                yield await self.service.generate(intake, info, method)
                 return
-            chunks = self.servicer.stream_generate(message, context, f"POST {route}")
-            async with contextlib.aclosing(chunks):
-                async for chunk in chunks:
-                    observation = CURRENT.get()
-                    if observation is not None and observation.call is not None:
-                        context.audit_id = observation.call.audit_id
-                    yield chunk
+            async with contextlib.aclosing(self.service.stream(intake, info, method)) as stream:
+                async for released in stream:
+                    yield released
 
     async def _read_json(self, request: Request, identity: Identity | None) -> object:
         """The body as JSON, refused (413) past its caller's size limit before it is all read or parsed."""
@@ -237,7 +257,7 @@ class HttpDoor:
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         """A request no route serves (404, 405): counted under the one label ``other``, never under its path."""
         assert isinstance(exc, HTTPException)
-        metrics = self.telemetry.metrics
+        metrics = self.observer.metrics
         if metrics is not None:
             metrics.requests.labels(SERVICE, OTHER, UNROUTED_CODES.get(exc.status_code, "INVALID_ARGUMENT")).inc()
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
@@ -245,57 +265,8 @@ class HttpDoor:
         return _closing_if_unread(request, answer)
 
     def _fingerprint(self) -> str:
-        info = self.servicer.model_info
+        info = self.service.model_info
         return f"proctor-{str(info.get('weights_sha256') or '')[:12]}"
-
-
-async def _events(writer: ChunkWriter, first: pb.GenerateChunk,
-                  rest: AsyncGenerator[Any, None]) -> AsyncIterator[bytes]:
-    """Server-sent events: OpenAI's chunks, the usage chunk when asked for, then ``[DONE]``."""
-    async with contextlib.aclosing(rest):  # a client that leaves closes the call (record, engine abort)
-        chunk: pb.GenerateChunk | None = first
-        while chunk is not None:
-            for out in writer.chunks(chunk):
-                yield b"data: " + orjson.dumps(out) + b"\n\n"
-            if chunk.finish_reason != pb.FINISH_REASON_UNSPECIFIED and writer.call.include_usage:
-                yield b"data: " + orjson.dumps(writer.usage_chunk(chunk)) + b"\n\n"
-            try:
-                chunk = await anext(rest)
-            except StopAsyncIteration:
-                chunk = None
-            except HttpAbort as abort:  # after the first chunk the status is sent: the error goes in the stream
-                answer = abort_response(abort, param_of)
-                yield b"data: " + bytes(answer.body) + b"\n\n"
-                chunk = None
-    yield b"data: [DONE]\n\n"
-
-
-async def _response_events(writer: ChunkWriter, events: ResponseEvents, first: pb.GenerateChunk,
-                           rest: AsyncGenerator[Any, None]) -> AsyncIterator[bytes]:
-    """The Responses API's server-sent events (``event:`` and ``data:`` lines), from the chat stream's chunks."""
-    async with contextlib.aclosing(rest):  # a client that leaves closes the call (record, engine abort)
-        for name, payload in events.start(first.request_id):
-            yield _event(name, payload)
-        chunk: pb.GenerateChunk | None = first
-        while chunk is not None:
-            for out in writer.chunks(chunk):
-                for name, payload in events.feed(out):
-                    yield _event(name, payload)
-                if "proctor" in out:  # the final chunk
-                    for name, payload in events.finish(out, writer.usage_chunk(chunk)["usage"]):
-                        yield _event(name, payload)
-            try:
-                chunk = await anext(rest)
-            except StopAsyncIteration:
-                chunk = None
-            except HttpAbort as abort:  # after the first event the status is sent: the error goes in the stream
-                error = json.loads(bytes(abort_response(abort, param_of).body))["error"]
-                yield _event("error", {"type": "error", "sequence_number": events.sequence, **error})
-                chunk = None
-
-
-def _event(name: str, payload: dict[str, Any]) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
 def _json(data: bytes) -> object:
@@ -307,12 +278,15 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _checked_body(answer: Callable[[], Response], context: HttpCallContext) -> Response:
-    try:
-        return answer()
-    except BodyError as error:
-        context.set_code(grpc_code_of(error))
-        raise
+def _status(failure: BaseException | None, observation: CallObservation) -> str:
+    """The status an observed call ended with, by name (a body refused before any work: its own)."""
+    if failure is None:
+        return "OK"
+    if isinstance(failure, GONE):
+        return gone_code(observation, None)  # HTTP calls have no deadline of their own
+    if isinstance(failure, BodyError):
+        return status_of(failure)
+    return failure_of(failure).code
 
 
 def _closing_if_unread(request: Request, response: Response) -> Response:
@@ -330,4 +304,4 @@ def _closing_if_unread(request: Request, response: Response) -> Response:
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
-    return _closing_if_unread(request, server_error_response(exc))
+    return _closing_if_unread(request, failure_response(exc, param_of))

@@ -20,13 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import uvicorn
-from grpc_health.v1._async import HealthServicer
 from starlette.applications import Starlette
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from proctor.api.gate import ServerGate
-from proctor.api.servicer import GenerationServicer
-from proctor.api.telemetry import TelemetryInterceptor
+from proctor.api.admission import Admission
+from proctor.api.generation_service import GenerationService
+from proctor.api.observer import CallObserver
+from proctor.api.readiness import Serving
 from proctor.api.tls import CertificateFiles
 from proctor.config import Settings
 from proctor.openai_http.routes import HttpDoor
@@ -44,8 +44,8 @@ class _Server(uvicorn.Server):
 
 class _TlsScopeProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol that also puts the verified client certificate in the scope, as the ASGI TLS
-    extension spells it (``scope["extensions"]["tls"]["client_cert_chain"]``: PEM), so the gate maps it to a
-    caller exactly as it does a gRPC call's (api/gate.py)."""
+    extension spells it (``scope["extensions"]["tls"]["client_cert_chain"]``: PEM), so the admission rules map it
+    to a caller exactly as they do a gRPC call's (api/admission.py)."""
 
     client_pem: str | None = None
 
@@ -142,9 +142,13 @@ async def _watch_tls(files: CertificateFiles, context: ssl.SSLContext) -> None:
             log.error("TLS files changed but cannot be used over HTTP (%s); serving the previous certificate", exc)
 
 
-async def serve_http(settings: Settings, servicer: GenerationServicer, gate: ServerGate,
-                     telemetry: TelemetryInterceptor, health: HealthServicer) -> HttpListener:
-    """Start the OpenAI-compatible HTTP API on ``settings.http_port`` over the gRPC server's own parts."""
-    listener = HttpListener(HttpDoor(settings, servicer, gate, telemetry, health).app(), settings)
+async def serve_http(settings: Settings, service: GenerationService, admission: Admission,
+                     observer: CallObserver, serving: Serving) -> HttpListener | None:
+    """Start the OpenAI-compatible HTTP API on ``settings.http_port`` (None when it is 0: no HTTP API) over the gRPC
+    server's own parts: its call layer, admission rules (callers, rates, slots), call observer (metrics, traces,
+    log) and health."""
+    if not settings.http_port:
+        return None
+    listener = HttpListener(HttpDoor(settings, service, admission, observer, serving).app(), settings)
     await listener.start()
     return listener

@@ -1,4 +1,4 @@
-"""The constraint a body asks for, in every spelling the clients use, as one ``GenerateRequest`` constraint.
+"""The constraint a body asks for, in every spelling the clients use, as the request's one constraint.
 
 - ``response_format`` (chat) and ``text.format`` (Responses): ``json_schema`` is always enforced: served as
   gRPC's AUTO serves a schema (exact where an engine enforces it, else the validated fallback, said in
@@ -8,6 +8,9 @@
   JSON object; ``text`` is no constraint.
 - vLLM's extensions: ``structured_outputs`` ``{json|regex|choice|grammar|json_object}`` and the older
   ``guided_*`` keys (fields.py's ``VLLM_CONSTRAINTS`` is the table).
+
+A JSON schema is set as the object the body held (objects closed), with its text for the limits and the record:
+nothing parses it again.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from proctor.constraints.json_schema import close_objects
+from proctor.openai_http.draft import Draft
 from proctor.openai_http.errors import BodyError
 from proctor.openai_http.fields import VLLM_BACKENDS, VLLM_CONSTRAINTS, VLLM_OPTIONS
-from proctor_client.v1 import generation_pb2 as pb
+from proctor.openai_http.json_form import ENUMS
 
-ANY_OBJECT = '{"type": "object"}'  # json_object: any JSON object, as OpenAI's JSON mode gives
+ANY_OBJECT = {"type": "object"}  # json_object: any JSON object, as OpenAI's JSON mode gives
 FORMAT_TYPES = ("text", "json_object", "json_schema")
 
 
@@ -44,8 +48,8 @@ class Constraint:
     schema: SchemaUse | None = None
 
 
-def set_json_schema(message: pb.GenerateRequest, schema: object, where: str, *, strict: bool) -> SchemaUse:
-    """Constrain ``message`` to ``schema`` (objects closed; ``strict``: no validated fallback)."""
+def set_json_schema(draft: Draft, schema: object, where: str, *, strict: bool) -> SchemaUse:
+    """Constrain ``draft`` to ``schema`` (objects closed; ``strict``: no validated fallback)."""
     if isinstance(schema, str):  # vLLM and some clients send the schema as JSON text
         try:
             schema = json.loads(schema)
@@ -54,12 +58,17 @@ def set_json_schema(message: pb.GenerateRequest, schema: object, where: str, *, 
     if not isinstance(schema, dict):
         raise BodyError(f"{where} must be a JSON schema object", where)
     closed = close_objects(schema)
-    message.json_schema = json.dumps(closed.schema)
-    message.constraint_exact_only = strict
+    constrain_to_schema(draft, closed.schema)
+    draft.values["constraint_exact_only"] = strict
     return SchemaUse(strict, closed.closed)
 
 
-def response_format(raw: object, message: pb.GenerateRequest, where: str, *, flat: bool = False) -> Constraint | None:
+def constrain_to_schema(draft: Draft, schema: object) -> None:
+    """The JSON schema constraint: the object itself, and its text (as the gRPC door's message would hold it)."""
+    draft.set_constraint("json_schema", json.dumps(schema), (schema,))
+
+
+def response_format(raw: object, draft: Draft, where: str, *, flat: bool = False) -> Constraint | None:
     """Chat's ``response_format`` (``flat``: the Responses API's ``text.format``, name and schema beside type)."""
     if raw is None:
         return None
@@ -69,7 +78,7 @@ def response_format(raw: object, message: pb.GenerateRequest, where: str, *, fla
     if kind == "text":
         return None
     if kind == "json_object":
-        message.json_schema = ANY_OBJECT
+        constrain_to_schema(draft, ANY_OBJECT)
         return Constraint(where)
     spec, at = (raw, where) if flat else (raw.get("json_schema"), f"{where}.json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
@@ -78,11 +87,11 @@ def response_format(raw: object, message: pb.GenerateRequest, where: str, *, fla
     if strict is not None and not isinstance(strict, bool):
         raise BodyError(f"{at}.strict must be a boolean", f"{at}.strict")
     schema = spec.get("schema", {})
-    return Constraint(f"{at}.schema", set_json_schema(message, schema, f"{at}.schema", strict=bool(strict)))
+    return Constraint(f"{at}.schema", set_json_schema(draft, schema, f"{at}.schema", strict=bool(strict)))
 
 
-def vllm_constraint(body: dict[str, Any], message: pb.GenerateRequest) -> Constraint | None:
-    """vLLM's ``structured_outputs`` or ``guided_*`` keys on ``message``; None when the body has none."""
+def vllm_constraint(body: dict[str, Any], draft: Draft) -> Constraint | None:
+    """vLLM's ``structured_outputs`` or ``guided_*`` keys on ``draft``; None when the body has none."""
     found: list[tuple[str, str, Any]] = []
     outputs = body.get("structured_outputs")
     if outputs is not None:
@@ -98,28 +107,29 @@ def vllm_constraint(body: dict[str, Any], message: pb.GenerateRequest) -> Constr
     found += [(key, VLLM_CONSTRAINTS[key], body[key]) for key in VLLM_CONSTRAINTS if body.get(key) is not None]
     if len(found) > 1:
         raise BodyError(f"{found[1][0]} and {found[0][0]} both constrain the output; send one", found[1][0])
-    _vllm_options(body, outputs or {}, message)
+    _vllm_options(body, outputs or {}, draft)
     if not found:
         return None
     where, kind, value = found[0]
     if kind == "json":
-        return Constraint(where, set_json_schema(message, value, where, strict=message.constraint_exact_only))
+        strict = bool(draft.values.get("constraint_exact_only", False))
+        return Constraint(where, set_json_schema(draft, value, where, strict=strict))
     if kind == "json_object":
-        message.json_schema = ANY_OBJECT
+        constrain_to_schema(draft, ANY_OBJECT)
     elif kind == "regex":
-        message.regex = _string(value, where)
+        draft.set_constraint("regex", _string(value, where))
     elif kind == "choice":
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             raise BodyError(f"{where} must be a non-empty array of strings", where)
-        message.choice.options.extend(value)
+        draft.set_constraint("choice", {"options": list(value)})
     else:  # grammar: GBNF (llama.cpp, xgrammar) has "::=" rules; otherwise Lark (llguidance)
         text = _string(value, where)
-        message.grammar.syntax = pb.GRAMMAR_SYNTAX_EBNF if "::=" in text else pb.GRAMMAR_SYNTAX_LARK
-        message.grammar.text = text
+        draft.set_constraint("grammar", {"syntax": ENUMS["GrammarSyntax"].read("ebnf" if "::=" in text else "lark"),
+                                         "text": text})
     return Constraint(where)
 
 
-def _vllm_options(body: dict[str, Any], outputs: dict[str, Any], message: pb.GenerateRequest) -> None:
+def _vllm_options(body: dict[str, Any], outputs: dict[str, Any], draft: Draft) -> None:
     for key, field in VLLM_OPTIONS.items():
         value = outputs.get(key.rpartition(".")[2]) if key.startswith("structured_outputs.") else body.get(key)
         if value is None:
@@ -127,14 +137,14 @@ def _vllm_options(body: dict[str, Any], outputs: dict[str, Any], message: pb.Gen
         if field == "constraint_backend":
             if value not in VLLM_BACKENDS:
                 raise BodyError(f"{key} must be one of {', '.join(VLLM_BACKENDS)}", key)
-            message.constraint_backend = VLLM_BACKENDS[value]
+            draft.values["constraint_backend"] = VLLM_BACKENDS[value]
             continue
         if not isinstance(value, bool):
             raise BodyError(f"{key} must be a boolean", key)
         if field == "constraint_exact_only":
-            message.constraint_exact_only = value
+            draft.values["constraint_exact_only"] = value
         elif field == "json_whitespace":  # vLLM's default is any whitespace; ours is compact
-            message.json_whitespace = pb.JSON_WHITESPACE_COMPACT if value else pb.JSON_WHITESPACE_FLEXIBLE
+            draft.values["json_whitespace"] = ENUMS["JsonWhitespace"].read("compact" if value else "flexible")
 
 
 def _string(value: object, where: str) -> str:

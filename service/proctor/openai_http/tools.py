@@ -32,8 +32,9 @@ from proctor.constraints.json_schema import (
     close_objects,
     json_options,
 )
+from proctor.openai_http.draft import Draft
 from proctor.openai_http.errors import BodyError
-from proctor_client.v1 import generation_pb2 as pb
+from proctor.openai_http.json_form import ENUMS
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -95,20 +96,21 @@ class ToolPlan:
         """The objects closed in the callable tools' parameters, as ``tools/<name>#/pointer``."""
         return tuple(f"tools/{t.name}{path}" for t in self.callable for path in t.closed)
 
-    def constrain(self, message: pb.GenerateRequest) -> bool:
-        """Set this plan's constraint on ``message``; False when the output stays free (``none``)."""
+    def constrain(self, draft: Draft) -> bool:
+        """Set this plan's constraint on ``draft``; False when the output stays free (``none``)."""
         if self.mode == "none":
             return False
-        message.constraint_exact_only = self.strict
+        draft.values["constraint_exact_only"] = self.strict
         if not self.blocks:
-            message.json_schema = json.dumps(self.call_schema())
+            schema = self.call_schema()
+            draft.set_constraint("json_schema", json.dumps(schema), (schema,))
             return True
         block = f'"{CALL_OPEN}" call "{CALL_CLOSE}"'
         calls = f'{block} ("\\n" {block})*' if self.parallel else block
         start = f"TEXT | {calls}" if self.mode == "auto" else calls
-        message.grammar.syntax = pb.GRAMMAR_SYNTAX_LARK
         schema = {**self.call_schema(), "x-guidance": json_options(flexible=False)}  # as a json_schema's
-        message.grammar.text = f"start: {start}\nTEXT: /[^<](?s:.)*/\ncall: %json {json.dumps(schema)}\n"
+        text = f"start: {start}\nTEXT: /[^<](?s:.)*/\ncall: %json {json.dumps(schema)}\n"
+        draft.set_constraint("grammar", {"syntax": ENUMS["GrammarSyntax"].read("lark"), "text": text})
         return True
 
 
