@@ -17,7 +17,11 @@ log = logging.getLogger("proctor.engine")
 
 
 def plan_for(loaded: LoadedModel, settings: Settings) -> ExecutorPlan:
-    """The executor plan for ``loaded`` under ``settings``: the one place the settings become the plan's flags."""
+    """The executor plan for ``loaded`` under ``settings``: the one place the settings become the plan's flags.
+
+    Its home is the engine (``Engine.plan``), made once: the engine holds both things the plan is made of and runs
+    the executor it names. Not ``LoadedModel``: that is what models/ loaded, whatever the flags (tests run one
+    loaded model under several engines' settings)."""
     return executor_plan(loaded.model, loaded.device, loaded.weights, asked_weights=settings.weights,
                          batch_invariant=settings.batch_invariant, cuda_graphs=settings.cuda_graphs,
                          step_tokens=settings.max_step_tokens)
