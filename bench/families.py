@@ -28,8 +28,9 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from proctor.executor.families import decodes_fused, describe  # noqa: E402
-from proctor.executor.llama_step import LlamaSlots  # noqa: E402
 from proctor.executor.model_runner import PerSlotRunner  # noqa: E402
+from proctor.executor.protocol import Executor, Feed  # noqa: E402
+from proctor.executor.slot_forward import SlotForward  # noqa: E402
 
 SHAPES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", "Qwen2.5-0.5B", {
@@ -60,13 +61,14 @@ def prompts(rows: int, vocab: int) -> list[list[int]]:
     return [torch.randint(10, vocab, (PROMPT_TOKENS + 3 * r,), generator=generator).tolist() for r in range(rows)]
 
 
-def step_times(runner: object, rows: list[list[int]], steps: int) -> tuple[list[float], list[torch.Tensor]]:
-    """Prefill every row, then ``steps`` decode steps of all rows; each step's seconds and logits."""
-    nexts = [int(runner.prefill(i, ids)[0].argmax()) for i, ids in enumerate(rows)]  # type: ignore[attr-defined]
+def step_times(runner: Executor, rows: list[list[int]], steps: int) -> tuple[list[float], list[torch.Tensor]]:
+    """Every row's prompt (a forward each), then ``steps`` decode steps of all rows; each step's seconds and
+    logits."""
+    nexts = [int(runner.forward([Feed(i, ids, 1)])[0].argmax()) for i, ids in enumerate(rows)]
     times, logits = [], []
     for _ in range(steps):
         start = time.perf_counter()
-        out = runner.decode(nexts)  # type: ignore[attr-defined]
+        out = runner.forward([Feed(slot, [token], 1) for slot, token in enumerate(nexts)])
         times.append(time.perf_counter() - start)
         logits.append(out)
         nexts = [int(row.argmax()) for row in out]
@@ -95,10 +97,10 @@ def main() -> None:
                 baseline = None
                 for label, make in paths:
                     mode = "dense" if ", dense," in label else "q4"
+                    products = "kernels" if label.endswith("C++ kernel") else "library"  # the same weights either way
+                    runner: Executor
                     if make is None:
-                        slots = LlamaSlots(model, rows, torch.device("cpu"), mode)
-                        slots._fused = label.endswith("C++ kernel")  # the same weights either way
-                        runner: object = slots
+                        runner = SlotForward(model, rows, torch.device("cpu"), mode, products=products)
                     else:
                         runner = make(rows)
                     times, logits = step_times(runner, texts, args.steps)
@@ -106,8 +108,7 @@ def main() -> None:
                     baseline = baseline or median
                     identical = ""
                     if make is None and rows > 1:  # row 0 alone on a fresh runner of the same kind
-                        alone = LlamaSlots(model, 1, torch.device("cpu"), mode)
-                        alone._fused = slots._fused
+                        alone = SlotForward(model, 1, torch.device("cpu"), mode, products=products)
                         _, single = step_times(alone, texts[:1], args.steps)
                         same = all(torch.equal(a[0], b[0]) for a, b in zip(single, logits, strict=True))
                         identical = "yes" if same else "**no**"

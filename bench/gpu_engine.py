@@ -346,14 +346,15 @@ def main() -> int:
     try:
         run(engine, [greedy(i, 8) for i in range(2)], args.timeout)  # warm-up: kernels, allocator, tokenizer caches
         runner = engine._batch._executor
+        step = getattr(runner, "step", None)  # the slot forward's row step (graph_step.GraphReplay under graphs)
         figures["engine_paths"] = {
-            "runner": type(runner).__name__, "weights": getattr(getattr(runner, "weights", None), "mode", None),
+            "runner": str(engine.plan.kind), "description": engine.plan.description, "weights": engine.plan.weights,
             "kv_cache_dtype": str(getattr(runner, "cache_dtype", "")).removeprefix("torch."),
             "drafts_and_jump_forward": engine._batch.capabilities.extend,  # False on CUDA (executor/protocol.py)
             "batch_invariant": {"asked": args.batch_invariant,
                                 "rows_own_bits": engine._batch.capabilities.rows_own_bits},
-            "cuda_graphs": {"asked": args.cuda_graphs, "captured": getattr(runner, "captures", None),
-                            "given_up": getattr(runner, "graphs_failed", None)}}
+            "cuda_graphs": {"asked": args.cuda_graphs, "captured": getattr(step, "captures", None),
+                            "given_up": getattr(step, "graphs_failed", None)}}
         rows, solo, together = [], None, {}
         for n in streams:
             row, first = throughput(engine, steps, n, args.new_tokens, args.timeout)
@@ -373,7 +374,7 @@ def main() -> int:
                 print(f"streams={row['streams']} JSON: {row['tokens_per_s']:.0f} tok/s "
                       f"({row['json_over_plain_tokens_per_s']:.2f}x plain)", file=sys.stderr, flush=True)
             figures["json_runs"] = json_rows
-        figures["engine_paths"]["cuda_graphs"]["captured"] = getattr(runner, "captures", None)
+        figures["engine_paths"]["cuda_graphs"]["captured"] = getattr(step, "captures", None)
         assert solo is not None
         figures["determinism"] = {f"request0_alone_eq_among_{n}": {
             "token_ids_equal": s.ids == solo.ids, "logprobs_equal": s.logprobs == solo.logprobs,

@@ -215,23 +215,24 @@ def _measure_here(path: Path, steps: int) -> None:
     import torch
 
     from proctor.config import Settings
-    from proctor.executor.llama_step import LlamaSlots
+    from proctor.executor.protocol import Feed
+    from proctor.executor.slot_forward import SlotForward
     from proctor.models.loader import load_model
 
     started = time.perf_counter()
     loaded = load_model(Settings(model=str(path), weights="gguf"))
-    slots = LlamaSlots(loaded.model, max(STREAMS), torch.device("cpu"), "gguf")
+    slots = SlotForward(loaded.model, max(STREAMS), torch.device("cpu"), "gguf")
     load_s = time.perf_counter() - started
     figures: dict[str, float] = {"load_s": load_s, "weights_mb": slots.weights.nbytes / 1e6}
     with torch.inference_mode():
         for streams in STREAMS:
             for slot in range(streams):
                 slots.free(slot)
-                slots.prefill(slot, [(slot * 7 + i) % 1000 + 10 for i in range(PROMPT)])
+                slots.forward([Feed(slot, [(slot * 7 + i) % 1000 + 10 for i in range(PROMPT)], 1)])
             times = []
             for step in range(steps):
                 began = time.perf_counter()
-                slots.decode([(step + slot) % 1000 + 10 for slot in range(streams)])
+                slots.forward([Feed(slot, [(step + slot) % 1000 + 10], 1) for slot in range(streams)])
                 times.append(time.perf_counter() - began)
             median = statistics.median(times[2:])
             figures[f"step_ms_{streams}"] = median * 1e3

@@ -1,14 +1,14 @@
-"""One forward a step (issue 42): prompt tokens as rows of the step, against a prefill of their own.
+"""One forward a step (issue 42): prompt tokens as rows of the step, beside the decoding rows.
 
 On the real default model (or ``--model FILE.gguf``), in one process and one run:
 
-- a prompt of T tokens alone: the old prefill path (``LlamaSlots.prefill``: matrix products over the prompt and
-  SDPA attention) against the rows path the engine now uses (``LlamaSlots.forward``: every position a row of
-  the layer kernel, each with its own bits, the LM head on the last position only);
-- 16 decoding rows and a joining prompt of T tokens: a decode step and a prefill apart (the old engine's
-  step), against one forward carrying both (the new one).
+- a prompt of T tokens alone, through the rows path (``SlotForward.forward``: every position a row of the layer
+  kernel, each with its own bits, the LM head on the last position only);
+- 16 decoding rows and a joining prompt of T tokens: a decode step and the prompt in two forwards, against one
+  forward carrying both (what the engine runs).
 
-Medians of ``--repeats`` runs; ratios below 1 favour the rows path / the one forward.
+The old per-phase prefill path this was first measured against is gone (issue 55; its figures stay in
+bench/README.md). Medians of ``--repeats`` runs; ratios below 1 favour the one forward.
 
     python bench/mixed_step.py [--weights q4] [--model FILE.gguf] [--prompts 64,128,256,512] [--repeats 7]
 """
@@ -28,8 +28,8 @@ sys.path[:0] = [str(ROOT / "service")]
 import torch  # noqa: E402
 
 from proctor.config import Settings  # noqa: E402
-from proctor.executor.llama_step import LlamaSlots  # noqa: E402
 from proctor.executor.protocol import Feed  # noqa: E402
+from proctor.executor.slot_forward import SlotForward  # noqa: E402
 from proctor.models.loader import load_model  # noqa: E402
 
 ROWS, HELD = 16, 100  # decoding rows beside the prompt, and the tokens each already holds
@@ -60,40 +60,36 @@ def main() -> None:
 
     print(f"{loaded.model_id}, weights {loaded.weights}, {torch.get_num_threads()} threads, median of "
           f"{args.repeats}\n")
-    print("| prompt tokens | prefill path ms | rows path ms | rows ÷ prefill | 16 decode rows + prompt: apart ms "
-          "| one forward ms | one ÷ apart |")
-    print("|---|---|---|---|---|---|---|")
+    print("| prompt tokens | prompt alone ms | 16 decode rows + prompt: two forwards ms | one forward ms "
+          "| one ÷ two |")
+    print("|---|---|---|---|---|")
     with torch.inference_mode():
-        runner = LlamaSlots(loaded.model, ROWS + 1, loaded.device, loaded.weights)
+        runner = SlotForward(loaded.model, ROWS + 1, loaded.device, loaded.weights)
         for slot in range(ROWS):
             runner.forward([Feed(slot, tokens(HELD), 1)])
+        decode = [Feed(slot, [5], 1) for slot in range(ROWS)]
         for n in lengths:
             prompt = tokens(n)
 
-            def prefill(prompt: list[int] = prompt) -> None:
-                runner.free(ROWS)
-                runner.prefill(ROWS, prompt)
-
-            def rows(prompt: list[int] = prompt) -> None:
+            def alone(prompt: list[int] = prompt) -> None:
                 runner.free(ROWS)
                 runner.forward([Feed(ROWS, prompt, 1)])
 
             def apart(prompt: list[int] = prompt) -> None:
                 for slot in range(ROWS):
                     runner.trim(slot, HELD)
-                runner.decode([5] * ROWS)
-                prefill(prompt)
+                runner.forward(decode)
+                alone(prompt)
 
             def together(prompt: list[int] = prompt) -> None:
                 for slot in range(ROWS):
                     runner.trim(slot, HELD)
                 runner.free(ROWS)
-                runner.forward([Feed(slot, [5], 1) for slot in range(ROWS)] + [Feed(ROWS, prompt, 1)])
+                runner.forward([*decode, Feed(ROWS, prompt, 1)])
 
-            figures = [median_ms(run, args.repeats) for run in (prefill, rows, apart, together)]
-            print(f"| {n} | {figures[0]:.1f} | {figures[1]:.1f} | {figures[1] / figures[0]:.2f} | {figures[2]:.1f} "
-                  f"| {figures[3]:.1f} | {figures[3] / figures[2]:.2f} |", flush=True)
-
+            figures = [median_ms(run, args.repeats) for run in (alone, apart, together)]
+            print(f"| {n} | {figures[0]:.1f} | {figures[1]:.1f} | {figures[2]:.1f} | {figures[2] / figures[1]:.2f} |",
+                  flush=True)
 
 if __name__ == "__main__":
     main()

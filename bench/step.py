@@ -1,6 +1,6 @@
-"""Decode-step benchmark of the slot forward (executor/llama_step.py) at several batch sizes.
+"""Decode-step benchmark of the slot forward (executor/slot_forward.py) at several batch sizes.
 
-Measures, on one device and dtype: prefill time of a prompt, the time of one decode step with B
+Measures, on one device and dtype: the time of a prompt fed alone, the time of one decode step with B
 running rows (each at its own length), aggregate tokens/s, and ``model.generate()`` (batch 1) on
 the same model in the same run as the baseline. Also checks that a row's logits are bit-identical
 alone and in the widest batch (the determinism the engine relies on).
@@ -26,11 +26,23 @@ sys.path[:0] = [str(ROOT / "service")]
 
 import torch  # noqa: E402
 
-from proctor.executor.llama_step import LlamaSlots  # noqa: E402
+from proctor.executor.protocol import Feed  # noqa: E402
+from proctor.executor.slot_forward import SlotForward  # noqa: E402
 
 SMOLLM2_135M = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
                 "num_key_value_heads": 3, "vocab_size": 49152, "max_position_embeddings": 8192,
                 "rope_theta": 100000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": True}
+
+
+def prompt(slots: SlotForward, slot: int, ids: list[int]) -> torch.Tensor:
+    """``ids`` into ``slot``, emptied first, in one forward; the last position's logits."""
+    slots.free(slot)
+    return slots.forward([Feed(slot, ids, 1)])
+
+
+def step(slots: SlotForward, tokens: list[int]) -> torch.Tensor:
+    """One token to each of slots 0 … len(tokens) - 1, in one forward."""
+    return slots.forward([Feed(slot, [token], 1) for slot, token in enumerate(tokens)])
 
 
 def load(random: bool, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
@@ -86,27 +98,25 @@ def main() -> None:
                                   "torch": torch.__version__, "random_weights": args.random,
                                   "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}
     with torch.inference_mode():
-        slots = LlamaSlots(model, max(batches), device)
-        figures["prefill_ms"] = timed(device, lambda: (slots.lengths.__setitem__(0, 0),
-                                                       slots.prefill(0, prompts[0])), 3) * 1000
+        slots = SlotForward(model, max(batches), device)
+        figures["prefill_ms"] = timed(device, lambda: prompt(slots, 0, prompts[0]), 3) * 1000
         rows = {}
         for b in batches:
             for i in range(b):
-                slots.lengths[i] = 0
-                slots.prefill(i, prompts[i])
+                prompt(slots, i, prompts[i])
             tokens = [5] * b
             for _ in range(2):
-                slots.decode(tokens)
-            step = timed(device, lambda: [slots.decode(tokens) for _ in range(args.steps)], 3) / args.steps  # noqa: B023
-            rows[b] = {"step_ms": step * 1000, "tokens_per_s": b / step}
-            print(f"B={b}: step {step * 1000:.2f} ms, {b / step:.0f} tok/s", file=sys.stderr, flush=True)
+                step(slots, tokens)
+            seconds = timed(device, lambda: [step(slots, tokens) for _ in range(args.steps)], 3) / args.steps  # noqa: B023
+            rows[b] = {"step_ms": seconds * 1000, "tokens_per_s": b / seconds}
+            print(f"B={b}: step {seconds * 1000:.2f} ms, {b / seconds:.0f} tok/s", file=sys.stderr, flush=True)
         figures["decode"] = rows
         # Determinism: row 0 alone vs row 0 in the widest batch.
-        solo = LlamaSlots(model, 1, device)
-        alone = [solo.prefill(0, prompts[0]), solo.decode([11]), solo.decode([12])]
-        wide = LlamaSlots(model, max(batches), device)
-        firsts = torch.cat([wide.prefill(i, p) for i, p in enumerate(prompts)])
-        together = [firsts, wide.decode([11] * len(prompts)), wide.decode([12] * len(prompts))]
+        solo = SlotForward(model, 1, device)
+        alone = [prompt(solo, 0, prompts[0]), step(solo, [11]), step(solo, [12])]
+        wide = SlotForward(model, max(batches), device)
+        firsts = torch.cat([prompt(wide, i, p) for i, p in enumerate(prompts)])
+        together = [firsts, step(wide, [11] * len(prompts)), step(wide, [12] * len(prompts))]
         figures["bit_identical_in_batch"] = all(torch.equal(a[0], t[0]) for a, t in zip(alone, together, strict=True))
         figures["max_logit_gap_in_batch"] = max(float((a[0] - t[0]).abs().max()) for a, t in zip(alone, together,
                                                                                                  strict=True))

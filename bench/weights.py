@@ -3,7 +3,8 @@
 1. **Kernels** — ``x @ W.T`` for the default model's layer shapes (fused qkv, o, fused gate/up,
    down, LM head) at 1, 4, 16 and 32 rows, per mode; the weights of one layer are cycled through 30
    copies so they stream from memory as in a real step (a single reused matrix would sit in cache).
-2. **Decode step** — ``LlamaSlots.decode`` of the real model at 1 and 16 rows, per mode; ratio to dense.
+2. **Decode step** — ``SlotForward.forward`` of the real model, one token a row, at 1 and 16 rows, per mode;
+   ratio to dense.
 3. **Quality against dense** (the fp32 dequantization of the GGUF, the reference): top-1 agreement
    and KL divergence per position, teacher-forced over fixed texts; perplexity on a fixed text;
    greedy agreement (share of identical 48-token outputs, tokens until the first divergence) over
@@ -25,10 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "service"), str(ROOT / "tests")]
 
 import torch  # noqa: E402
+from helpers.slots import feed_prompt, feed_prompts, feed_step  # noqa: E402
 from helpers.weight_quality import AGREEMENT_PROMPTS, PERPLEXITY_TEXT, agreement, chat_ids, perplexity  # noqa: E402
 
 from proctor.config import Settings  # noqa: E402
-from proctor.executor.llama_step import LlamaSlots  # noqa: E402
+from proctor.executor.slot_forward import SlotForward  # noqa: E402
 from proctor.executor.smoothing import calibration_ids  # noqa: E402
 from proctor.executor.weights import make_linear  # noqa: E402
 from proctor.models import load_model  # noqa: E402
@@ -69,13 +71,13 @@ def step_times(model, tokenizer, modes: list[str], rows: list[int]) -> dict[str,
     out: dict[str, dict[int, float]] = {}
     with torch.inference_mode():
         for mode in modes:
-            slots = LlamaSlots(model, max(rows), torch.device("cpu"), mode, calibration_ids(tokenizer))
+            slots = SlotForward(model, max(rows), torch.device("cpu"), mode, calibration_ids(tokenizer))
             for r in rows:
                 for i in range(r):
                     slots.free(i)
-                    slots.prefill(i, prompts[i])
+                    feed_prompt(slots, i, prompts[i])
                 tokens = [5] * r
-                seconds = median_time(lambda: [slots.decode(tokens) for _ in range(10)], 5) / 10  # noqa: B023
+                seconds = median_time(lambda: [feed_step(slots, tokens) for _ in range(10)], 5) / 10  # noqa: B023
                 out.setdefault(mode, {})[r] = seconds * 1e3
                 print(f"step {mode:5s} rows {r:2d}: {seconds * 1e3:.2f} ms", file=sys.stderr, flush=True)
     return out
@@ -86,9 +88,9 @@ def teacher_forced(model, tokenizer, mode: str) -> dict[str, float]:  # type: ig
     agree, divergence, positions = 0.0, 0.0, 0
     with torch.inference_mode():
         for ids in texts:
-            reference = LlamaSlots(model, 1, torch.device("cpu"), "dense").prefill(0, ids, every_position=True)
-            candidate = LlamaSlots(model, 1, torch.device("cpu"), mode, calibration_ids(tokenizer)).prefill(
-                0, ids, every_position=True)
+            reference = feed_prompt(SlotForward(model, 1, torch.device("cpu"), "dense"), 0, ids, every_position=True)
+            candidate = feed_prompt(SlotForward(model, 1, torch.device("cpu"), mode, calibration_ids(tokenizer)), 0,
+                                    ids, every_position=True)
             ref_lp, cand_lp = torch.log_softmax(reference, -1), torch.log_softmax(candidate, -1)
             agree += float((reference.argmax(-1) == candidate.argmax(-1)).sum())
             divergence += float((ref_lp.exp() * (ref_lp - cand_lp)).sum())
@@ -100,11 +102,11 @@ def bit_identical_in_batch(model, tokenizer, mode: str) -> bool:  # type: ignore
     prompts = [chat_ids(tokenizer, p) for p in AGREEMENT_PROMPTS] * 2
     calibration = calibration_ids(tokenizer)
     with torch.inference_mode():
-        solo = LlamaSlots(model, 1, torch.device("cpu"), mode, calibration)
-        alone = [solo.prefill(0, prompts[0]), solo.decode([11]), solo.decode([12])]
-        wide = LlamaSlots(model, len(prompts), torch.device("cpu"), mode, calibration)
-        firsts = torch.cat([wide.prefill(i, p) for i, p in enumerate(prompts)])
-        together = [firsts, wide.decode([11] * len(prompts)), wide.decode([12] * len(prompts))]
+        solo = SlotForward(model, 1, torch.device("cpu"), mode, calibration)
+        alone = [feed_prompt(solo, 0, prompts[0]), feed_step(solo, [11]), feed_step(solo, [12])]
+        wide = SlotForward(model, len(prompts), torch.device("cpu"), mode, calibration)
+        firsts = feed_prompts(wide, prompts)
+        together = [firsts, feed_step(wide, [11] * len(prompts)), feed_step(wide, [12] * len(prompts))]
     return all(torch.equal(a[0], t[0]) for a, t in zip(alone, together, strict=True))
 
 

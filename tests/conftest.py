@@ -109,13 +109,14 @@ def tiny_engine(tiny_loaded):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def make_engine(tiny_loaded):  # type: ignore[no-untyped-def]
-    """``make_engine(start=True, loaded=None, **settings)``; every engine is shut down at teardown."""
+    """``make_engine(start=True, loaded=None, plan=None, **settings)`` (``plan``: an executor plan other than the
+    settings'); every engine is shut down at teardown."""
     from proctor.engine.engine import Engine
 
     engines: list[Engine] = []
 
-    def _make(start: bool = True, loaded=None, **settings: object) -> Engine:  # type: ignore[no-untyped-def]
-        engine = Engine(loaded or tiny_loaded, tiny_settings(**settings))
+    def _make(start: bool = True, loaded=None, plan=None, **settings: object) -> Engine:  # type: ignore[no-untyped-def]
+        engine = Engine(loaded or tiny_loaded, tiny_settings(**settings), plan=plan)
         engines.append(engine)
         if start:
             engine.start()

@@ -248,8 +248,7 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
                   observability: Observability | None = None
                   ) -> tuple[Engine, dict[str, object], list[RegisteredSchema]]:
     from proctor.engine.engine import Engine
-    from proctor.executor.families import runner_problem
-    from proctor.executor.invariance import invariance_problem
+    from proctor.engine.runner import plan_for
     from proctor.models import load_model
     from proctor.models.info import model_info
     from proctor.models.loader import resolve_source
@@ -258,17 +257,16 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
     signature = checked_signature(settings, resolve_source(settings).path)  # before any byte of it is loaded
     log.info("model signature: %s", signature.detail)
     loaded = load_model(settings)
-    problem = runner_problem(loaded.model, loaded.weights, settings.weights) or invariance_problem(
-        settings.batch_invariant, loaded.model, loaded.device, loaded.weights)
-    if problem is not None:  # at start, not as the fault of every request
-        raise ValueError(problem)
+    plan = plan_for(loaded, settings)  # the executor, decided once (executor/plan.py)
+    if plan.problem is not None:  # at start, not as the fault of every request
+        raise ValueError(plan.problem)
     constraints, warm_constraints = _build_constraints(loaded, settings, observability)
     plugins, forbidden = _build_plugins_and_forbidden(loaded, settings)
     engine = Engine(loaded, settings, on_health=on_health, constraints=constraints,
-                    plugins=plugins, server_forbidden=forbidden, release_dense_weights=True)
+                    plugins=plugins, server_forbidden=forbidden, release_dense_weights=True, plan=plan)
     if observability is not None:
         observability.watch_engine(engine)
-    info = {**model_info(loaded, settings), "model_signature": signature.status, "model_signer": signature.signer}
+    info = {**model_info(loaded, plan), "model_signature": signature.status, "model_signer": signature.signer}
     log.info("runner: %s", info["runner"])
     engine.start()
     if settings.warmup:

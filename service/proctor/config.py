@@ -34,7 +34,7 @@ WEIGHT_MODES = tuple(WEIGHT_MODE_REVISIONS)
 SAMPLER_REVISION = 2
 # Whether rows must be batch-invariant: each row's logits the same bits whatever shares its forward (issue 43).
 # auto: what the runner offers (every runner on the CPU; not CUDA's default one, where the libraries pick kernels by
-# the batch's shape); on: required (on CUDA the batch-invariant step, executor/invariant_step.py; the server refuses
+# the batch's shape); on: required (on CUDA the Triton step, executor/triton_step.py; the server refuses
 # to start where it cannot serve the model); off: not required. The audit record says what the rows were, and a
 # replay is refused across a difference.
 BATCH_INVARIANT_MODES = ("auto", "on", "off")

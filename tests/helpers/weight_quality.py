@@ -1,7 +1,8 @@
 """Quality of a weight mode against the dense reference: greedy agreement and perplexity (test and bench).
 
 Shared by tests/integration/test_weight_modes_real.py and bench/weights.py so the figures in
-bench/README.md and the thresholds the tests hold are computed the same way.
+bench/README.md and the thresholds the tests hold are computed the same way: on the slot forward as the server
+runs it (every position a row of the step, ``SlotForward.forward``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any
 
 import torch
 
-from proctor.executor.llama_step import LlamaSlots
+from helpers.slots import feed_prompt, feed_step
+from proctor.executor.slot_forward import SlotForward
 from proctor.executor.smoothing import calibration_ids
 
 # Fixed chat prompts (the user turn; the chat template is applied) and a fixed text for perplexity.
@@ -50,17 +52,17 @@ def chat_ids(tokenizer: Any, user: str) -> list[int]:
                                               tokenize=True, return_dict=False))
 
 
-def slots_for(model: Any, tokenizer: Any, mode: str, rows: int = 1) -> LlamaSlots:
-    return LlamaSlots(model, rows, torch.device("cpu"), mode, calibration_ids(tokenizer))
+def slots_for(model: Any, tokenizer: Any, mode: str, rows: int = 1) -> SlotForward:
+    return SlotForward(model, rows, torch.device("cpu"), mode, calibration_ids(tokenizer))
 
 
-def greedy(slots: LlamaSlots, prompt_ids: list[int], tokens: int) -> list[int]:
+def greedy(slots: SlotForward, prompt_ids: list[int], tokens: int) -> list[int]:
     slots.free(0)
     with torch.inference_mode():
-        logits = slots.prefill(0, prompt_ids)
+        logits = feed_prompt(slots, 0, prompt_ids)
         out = [int(logits.argmax())]
         for _ in range(tokens - 1):
-            out.append(int(slots.decode([out[-1]]).argmax()))
+            out.append(int(feed_step(slots, [out[-1]]).argmax()))
     return out
 
 
@@ -80,7 +82,7 @@ def perplexity(model: Any, tokenizer: Any, mode: str) -> float:
     ids = tokenizer(PERPLEXITY_TEXT)["input_ids"]
     slots = slots_for(model, tokenizer, mode)
     with torch.inference_mode():
-        logits = slots.prefill(0, ids, every_position=True)
+        logits = feed_prompt(slots, 0, ids, every_position=True)
     logprobs = torch.log_softmax(logits[:-1].float(), dim=-1)
     nll = -logprobs.gather(-1, torch.tensor(ids[1:])[:, None]).mean()
     return math.exp(float(nll))

@@ -132,8 +132,9 @@ def test_full_queue_answers_resource_exhausted_at_once(narrow_server: Any) -> No
 def test_a_rows_logits_are_bit_identical_alone_and_in_a_batch(server: Any) -> None:
     """Stronger than equal greedy tokens: the logits themselves do not depend on the batch."""
     import torch
+    from helpers.slots import feed_prompt, feed_prompts, feed_step
 
-    from proctor.executor.llama_step import LlamaSlots
+    from proctor.executor.slot_forward import SlotForward
 
     loaded = server.running.engine.loaded
     prompts = [r[0] for r in REQUESTS[:8]]
@@ -141,13 +142,13 @@ def test_a_rows_logits_are_bit_identical_alone_and_in_a_batch(server: Any) -> No
     with torch.inference_mode():
         alone = []
         for ids in rows:
-            solo = LlamaSlots(loaded.model, 1, loaded.device, loaded.weights)  # the weights the server built
-            first = solo.prefill(0, ids)
-            alone.append((first, solo.decode([int(first.argmax())]), solo.decode([7])))
-        batch = LlamaSlots(loaded.model, 8, loaded.device, loaded.weights)
-        firsts = torch.cat([batch.prefill(i, ids) for i, ids in enumerate(rows)])
-        seconds = batch.decode([int(t) for t in firsts.argmax(-1)])
-        thirds = batch.decode([7] * len(rows))
+            solo = SlotForward(loaded.model, 1, loaded.device, loaded.weights)  # the weights the server built
+            first = feed_prompt(solo, 0, ids)
+            alone.append((first, feed_step(solo, [int(first.argmax())]), feed_step(solo, [7])))
+        batch = SlotForward(loaded.model, 8, loaded.device, loaded.weights)
+        firsts = feed_prompts(batch, rows)
+        seconds = feed_step(batch, [int(t) for t in firsts.argmax(-1)])
+        thirds = feed_step(batch, [7] * len(rows))
     for i, (first, second, third) in enumerate(alone):
         assert torch.equal(firsts[i], first[0]), f"prefill logits of row {i}"
         assert torch.equal(seconds[i], second[0]), f"first decode step, row {i}"

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.slots import feed_prompt, feed_step
 
 from proctor.config import Settings
-from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.slot_forward import SlotForward
 from proctor.models.loader import load_model
 
 TEXTS = ["Hello world", "  leading spaces and ünïcödé, 数字 123", "<|im_start|>user\nHi<|im_end|>\n", "a\n\n\tb"]
@@ -48,8 +49,8 @@ def test_its_logits_follow_the_q4_mode_on_the_same_blocks(from_gguf, tokenizer, 
     runs = []
     with torch.inference_mode():
         for loaded in (from_gguf, q4):
-            slots = LlamaSlots(loaded.model, 1, torch.device("cpu"), loaded.weights)
-            steps = [slots.prefill(0, list(ids))[0]] + [slots.decode([token])[0] for token in forced]
+            slots = SlotForward(loaded.model, 1, torch.device("cpu"), loaded.weights)
+            steps = [feed_prompt(slots, 0, ids)[0]] + [feed_step(slots, [token])[0] for token in forced]
             runs.append(torch.stack(steps))
     gap = (runs[0] - runs[1]).abs().amax(dim=-1)
     agree = (runs[0].argmax(-1) == runs[1].argmax(-1)).float().mean()

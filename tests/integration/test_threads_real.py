@@ -18,8 +18,9 @@ PROMPTS = ["Write a haiku about the sea.", "Summarise: the Receiving Party shall
 
 def test_slot_forward_logits_are_bit_identical_at_one_two_and_three_threads(server: Any) -> None:
     import torch
+    from helpers.slots import feed_prompts, feed_step
 
-    from proctor.executor.llama_step import LlamaSlots
+    from proctor.executor.slot_forward import SlotForward
 
     loaded = server.running.engine.loaded
     rows = [loaded.tokenizer(p)["input_ids"] for p in PROMPTS]
@@ -29,11 +30,11 @@ def test_slot_forward_logits_are_bit_identical_at_one_two_and_three_threads(serv
         with torch.inference_mode():
             for threads in (1, 2, 3):
                 torch.set_num_threads(threads)
-                slots = LlamaSlots(loaded.model, 4, loaded.device, loaded.weights)  # the weights the server built
-                assert slots.thread_invariant
-                firsts = torch.cat([slots.prefill(i, ids) for i, ids in enumerate(rows)])
-                seconds = slots.decode([int(t) for t in firsts.argmax(-1)])
-                thirds = slots.decode([7] * len(rows))
+                slots = SlotForward(loaded.model, 4, loaded.device, loaded.weights)  # the weights the server built
+                assert slots.capabilities.thread_invariant
+                firsts = feed_prompts(slots, rows)
+                seconds = feed_step(slots, [int(t) for t in firsts.argmax(-1)])
+                thirds = feed_step(slots, [7] * len(rows))
                 results[threads] = (firsts, seconds, thirds)
     finally:
         torch.set_num_threads(before)

@@ -15,8 +15,8 @@ from helpers.engine import Collector
 
 from proctor.domain import GenerationRequest, SamplingParams, StoppingParams
 from proctor.engine.status import RequestStatus
-from proctor.executor.llama_step import LlamaSlots
 from proctor.executor.protocol import Feed
+from proctor.executor.slot_forward import SlotForward
 
 LONG = " ".join(f"item {i} of the list," for i in range(60))
 
@@ -25,10 +25,10 @@ def test_a_prompt_in_pieces_is_the_bits_of_the_whole_prompt(tiny_model, tokenize
     ids = tokenizer(LONG)["input_ids"]
     assert len(ids) > 300, len(ids)
     with torch.inference_mode():
-        whole = LlamaSlots(tiny_model, 2, torch.device("cpu"))
+        whole = SlotForward(tiny_model, 2, torch.device("cpu"))
         expected = whole.forward([Feed(0, ids, 1)])
         after_whole = whole.forward([Feed(0, [5], 1)])
-        pieces = LlamaSlots(tiny_model, 2, torch.device("cpu"))
+        pieces = SlotForward(tiny_model, 2, torch.device("cpu"))
         pieces.forward([Feed(1, [7, 8, 9], 0)])  # another row, fed beside the pieces
         for start, end in ((0, 17), (17, 200), (200, len(ids))):
             last = pieces.forward([Feed(0, ids[start:end], int(end == len(ids))), Feed(1, [start % 50 + 3], 1)])

@@ -9,18 +9,28 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import torch
 from helpers.engine import Collector
+from helpers.slots import feed_prompt, feed_prompts, feed_step
 
 from proctor.domain import FinishReason, GenerationRequest, SamplingParams, StoppingParams
-from proctor.executor.llama_step import LlamaSlots
 from proctor.executor.model_runner import PerSlotRunner, make_runner
-from proctor.executor.protocol import Feed
+from proctor.executor.plan import executor_plan
+from proctor.executor.protocol import Executor, Feed
+from proctor.executor.slot_forward import SlotForward
+
+CPU = torch.device("cpu")
 
 PROMPTS = ["The capital of France is", "Hi", "你好，世界。今天天气很好。",
            "Once upon a time, in a small village by the sea, there lived an old fisherman",
            "1, 2, 3, 4,", "Dear Sir or Madam, I am writing to"]
+
+
+def cpu_runner(model: Any, slots: int) -> Executor:
+    """What a CPU server with dense weights builds for ``model``."""
+    return make_runner(executor_plan(model, CPU, "dense"), model, slots)
 
 
 def request(index: int, n: int, request_id: str, **sampling: object) -> GenerationRequest:
@@ -77,7 +87,7 @@ def test_cancelled_request_frees_its_slot_within_a_step(make_engine) -> None:  #
 
 
 def test_kv_budget_holds_requests_back_instead_of_failing_them(make_engine, tiny_loaded) -> None:  # type: ignore[no-untyped-def]
-    runner = make_runner(tiny_loaded.model, 8, torch.device("cpu"))
+    runner = cpu_runner(tiny_loaded.model, 8)
     engine = make_engine(max_batch_size=8, kv_cache_mb=1, start=False)
     rooms = [len(engine.prepare(request(i, 20, "sizing")).prompt_ids) + 20 for i in range(3)]  # what each reserves
     engine._batch.kv_capacity_bytes = runner.bytes_for([max(rooms)])  # room for one request at a time
@@ -106,12 +116,12 @@ def test_kv_budget_holds_requests_back_instead_of_failing_them(make_engine, tiny
 
 
 def test_slot_forward_matches_the_models_own_forward(tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    slots = LlamaSlots(tiny_model, 4, torch.device("cpu"))
+    slots = SlotForward(tiny_model, 4, CPU)
     rows = [tokenizer(p)["input_ids"] for p in PROMPTS[:4]]
     with torch.inference_mode():
-        first = torch.cat([slots.prefill(i, ids) for i, ids in enumerate(rows)])
+        first = feed_prompts(slots, rows)
         nxt = [int(t) for t in first.argmax(-1)]
-        second = slots.decode(nxt)
+        second = feed_step(slots, nxt)
         for i, ids in enumerate(rows):
             reference = tiny_model(input_ids=torch.tensor([[*ids, nxt[i]]])).logits[0, -2:].float()
             assert torch.allclose(first[i], reference[0], atol=1e-4), f"prefill row {i}"
@@ -119,13 +129,12 @@ def test_slot_forward_matches_the_models_own_forward(tiny_model, tokenizer) -> N
 
 
 def test_slot_moves_keep_each_rows_cache(tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    slots = LlamaSlots(tiny_model, 4, torch.device("cpu"))
+    slots = SlotForward(tiny_model, 4, CPU)
     rows = [tokenizer(p)["input_ids"] for p in PROMPTS[:3]]
     with torch.inference_mode():
-        for i, ids in enumerate(rows):
-            slots.prefill(i, ids)
+        feed_prompts(slots, rows)
         slots.move(2, 0)  # row 0 leaves; row 2 takes its slot
-        moved = slots.decode([5, 6])
+        moved = feed_step(slots, [5, 6])
         reference = [tiny_model(input_ids=torch.tensor([rows[2] + [5]])).logits[0, -1],
                      tiny_model(input_ids=torch.tensor([rows[1] + [6]])).logits[0, -1]]
     assert torch.allclose(moved[0], reference[0], atol=1e-4)
@@ -138,7 +147,7 @@ def test_other_architectures_use_the_per_slot_runner(tokenizer) -> None:  # type
     config = GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=len(tokenizer), n_positions=256)
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).eval()
-    runner = make_runner(model, 4, torch.device("cpu"))
+    runner = cpu_runner(model, 4)
     assert isinstance(runner, PerSlotRunner)
     rows = [tokenizer(p)["input_ids"] for p in PROMPTS[:2]]
     with torch.inference_mode():
@@ -151,7 +160,7 @@ def test_other_architectures_use_the_per_slot_runner(tokenizer) -> None:  # type
 
 
 def test_a_failing_prefill_fails_its_batch_cleanly_and_the_engine_goes_on(make_engine, tiny_loaded) -> None:  # type: ignore[no-untyped-def]
-    runner = make_runner(tiny_loaded.model, 4, torch.device("cpu"))
+    runner = cpu_runner(tiny_loaded.model, 4)
     poisoned = list(tiny_loaded.tokenizer(PROMPTS[4])["input_ids"])
 
     class FaultyRunner:  # the real runner, with a fault injected for one prompt
@@ -182,11 +191,11 @@ def test_slot_forward_runs_in_bfloat16_on_cpu(tiny_model, tokenizer) -> None:  #
     import copy
 
     model = copy.deepcopy(tiny_model).to(torch.bfloat16)
-    slots = LlamaSlots(model, 2, torch.device("cpu"))
+    slots = SlotForward(model, 2, CPU)
     ids = tokenizer(PROMPTS[0])["input_ids"]
     with torch.inference_mode():
-        first = slots.prefill(0, ids)
-        second = slots.decode([int(first.argmax())])
+        first = feed_prompt(slots, 0, ids)
+        second = feed_step(slots, [int(first.argmax())])
         reference = model(input_ids=torch.tensor([[*ids, int(first.argmax())]])).logits[0, -2:].float()
     assert first.dtype == torch.float32
     assert torch.allclose(first[0], reference[0], atol=0.1, rtol=0.05)

@@ -1,4 +1,4 @@
-"""Multi-token extends of the slot forward (LlamaSlots.extend, executor/llama_step.py) on the tiny model.
+"""Multi-token feeds of the slot forward (SlotForward.forward, executor/slot_forward.py) on the tiny model.
 
 Jump-forward and speculation feed several tokens of one request in one forward and keep what the
 verification accepts. That is exact only if every fed position's logits are the bits one decode step per
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.slots import feed_prompt, feed_prompts, feed_step
 
 from proctor.executor import fused_decode
-from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.protocol import Feed
+from proctor.executor.slot_forward import SlotForward
 from proctor.executor.smoothing import calibration_ids
 from proctor.executor.weights import fbgemm_available
 
@@ -36,23 +38,27 @@ def prompts() -> list[list[int]]:
 
 def stepwise(model, tokenizer, mode: str, prompt: list[int], tokens: list[int]) -> torch.Tensor:  # type: ignore[no-untyped-def]
     """Each token of ``tokens`` fed alone, one decode step each, in a one-slot runner."""
-    solo = LlamaSlots(model, 1, torch.device("cpu"), mode, calibration_ids(tokenizer))
-    solo.prefill(0, prompt)
-    return torch.cat([solo.decode([token]) for token in tokens])
+    solo = SlotForward(model, 1, torch.device("cpu"), mode, calibration_ids(tokenizer))
+    feed_prompt(solo, 0, prompt)
+    return torch.cat([feed_step(solo, [token]) for token in tokens])
+
+
+def extend(runner: SlotForward, feeds: tuple[list[int], ...] | list[list[int]]) -> torch.Tensor:
+    """``feeds[i]`` to slot ``i`` in one forward, every fed position's logits."""
+    return runner.forward([Feed(slot, list(feed), len(feed)) for slot, feed in enumerate(feeds)])
 
 
 @pytest.mark.parametrize("mode", modes())
 def test_every_extended_position_is_the_bits_of_a_decode_step(tiny_model, tokenizer, mode: str) -> None:  # type: ignore[no-untyped-def]
     with torch.inference_mode():
-        batch = LlamaSlots(tiny_model, len(PROMPT_LENGTHS), torch.device("cpu"), mode, calibration_ids(tokenizer))
-        for slot, prompt in enumerate(prompts()):
-            batch.prefill(slot, prompt)
-        first = batch.extend([list(feed) for feed in FIRST_FEEDS])
+        batch = SlotForward(tiny_model, len(PROMPT_LENGTHS), torch.device("cpu"), mode, calibration_ids(tokenizer))
+        feed_prompts(batch, prompts())
+        first = extend(batch, FIRST_FEEDS)
         assert first.shape[0] == sum(map(len, FIRST_FEEDS))
         assert batch.lengths[:3] == [n + len(f) for n, f in zip(PROMPT_LENGTHS, FIRST_FEEDS, strict=True)]
         for slot, kept in enumerate(KEPT_AFTER_FIRST):
             batch.trim(slot, PROMPT_LENGTHS[slot] + kept)
-        second = batch.extend([list(feed) for feed in SECOND_FEEDS])
+        second = extend(batch, SECOND_FEEDS)
         offsets = [0]
         for feed in FIRST_FEEDS:
             offsets.append(offsets[-1] + len(feed))
@@ -68,25 +74,10 @@ def test_every_extended_position_is_the_bits_of_a_decode_step(tiny_model, tokeni
                 f"{mode}: slot {slot} differs from one step per token (max gap {(ours - reference).abs().max():.3g})")
 
 
-@pytest.mark.parametrize("mode", modes())
-def test_a_decode_step_is_an_extend_of_one_token_each(tiny_model, tokenizer, mode: str) -> None:  # type: ignore[no-untyped-def]
-    with torch.inference_mode():
-        runners = []
-        for _ in range(2):
-            runner = LlamaSlots(tiny_model, 3, torch.device("cpu"), mode, calibration_ids(tokenizer))
-            for slot, prompt in enumerate(prompts()):
-                runner.prefill(slot, prompt)
-            runners.append(runner)
-        decoded = runners[0].decode([7, 8, 9])
-        extended = runners[1].extend([[7], [8], [9]])
-    assert torch.equal(decoded, extended)
-    assert runners[0].lengths == runners[1].lengths
-
-
 def test_trim_refuses_to_grow_a_slot(tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
     with torch.inference_mode():
-        runner = LlamaSlots(tiny_model, 1, torch.device("cpu"), "dense")
-        runner.prefill(0, [1, 2, 3])
+        runner = SlotForward(tiny_model, 1, torch.device("cpu"), "dense")
+        feed_prompt(runner, 0, [1, 2, 3])
         with pytest.raises(ValueError, match="holds 3 tokens"):
             runner.trim(0, 4)
         runner.trim(0, 2)

@@ -16,9 +16,12 @@ from typing import Any
 import pytest
 import torch
 import transformers
+from helpers.slots import feed_prompt, feed_prompts, feed_step
 
 from proctor.executor.families import Unsupported, describe
-from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.plan import executor_plan
+from proctor.executor.protocol import Feed
+from proctor.executor.slot_forward import SlotForward
 
 WINDOW = 16
 BASE = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -87,8 +90,8 @@ def test_the_prompt_logits_equal_the_models_forward(family_model: tuple[str, Any
     name, model = family_model
     ids = prompt(3 * WINDOW, 1)  # longer than every window
     with torch.inference_mode():
-        slots = LlamaSlots(model, 1, torch.device("cpu"))
-        ours = slots.prefill(0, ids, every_position=True)
+        slots = SlotForward(model, 1, torch.device("cpu"))
+        ours = feed_prompt(slots, 0, ids, every_position=True)
         theirs = model(input_ids=torch.tensor([ids])).logits[0].float()
     assert (ours - theirs).abs().max().item() < 1e-4, name
 
@@ -99,11 +102,11 @@ def test_64_greedy_tokens_equal_the_models_own_greedy_loop(family_model: tuple[s
     ours: list[int] = []
     theirs: list[int] = []
     with torch.inference_mode():
-        slots = LlamaSlots(model, 1, torch.device("cpu"))
-        logits = slots.prefill(0, ids)
+        slots = SlotForward(model, 1, torch.device("cpu"))
+        logits = feed_prompt(slots, 0, ids)
         for _ in range(64):
             ours.append(int(logits[0].argmax()))
-            logits = slots.decode([ours[-1]])
+            logits = feed_step(slots, [ours[-1]])
         sequence = list(ids)
         for _ in range(64):
             theirs.append(int(model(input_ids=torch.tensor([sequence])).logits[0, -1].argmax()))
@@ -116,11 +119,11 @@ LENGTHS = (1, 3, 7, 12, 15, 16, 17, 20, 24, 31, 33, 40, 47, 52, 60, 64)  # aroun
 
 def decode_rows(model: Any, rows: list[list[int]], steps: int, weights: str) -> list[torch.Tensor]:
     """Each row's logits at every decode step [steps, V], the rows decoded together."""
-    slots = LlamaSlots(model, len(rows), torch.device("cpu"), weights)
-    nexts = [int(slots.prefill(i, ids)[0].argmax()) for i, ids in enumerate(rows)]
+    slots = SlotForward(model, len(rows), torch.device("cpu"), weights)
+    nexts = [int(row.argmax()) for row in feed_prompts(slots, rows)]
     outputs: list[list[torch.Tensor]] = [[] for _ in rows]
     for _ in range(steps):
-        logits = slots.decode(nexts)
+        logits = feed_step(slots, nexts)
         for i in range(len(rows)):
             outputs[i].append(logits[i])
         nexts = [int(row.argmax()) for row in logits]
@@ -149,7 +152,7 @@ def test_a_family_that_is_not_served_is_refused_naming_it() -> None:
 def test_q8_on_a_family_its_kernels_do_not_compute_is_refused_at_construction() -> None:
     model: Callable[[], Any] = lambda: build("gemma2")  # noqa: E731
     with pytest.raises(ValueError, match="q8 is built for Llama's arithmetic only; gemma2"):
-        LlamaSlots(model(), 1, torch.device("cpu"), "q8", calibration_ids=[1, 2, 3])
+        SlotForward(model(), 1, torch.device("cpu"), "q8", calibration_ids=[1, 2, 3])
 
 
 def test_a_length_dependent_rope_gives_each_position_its_regime_whatever_else_runs() -> None:
@@ -164,8 +167,8 @@ def test_a_length_dependent_rope_gives_each_position_its_regime_whatever_else_ru
     model = getattr(transformers, model_class)(config).eval()
     short = prompt(20, 3)
     with torch.inference_mode():
-        slots = LlamaSlots(model, 1, torch.device("cpu"))
-        ours = slots.prefill(0, short, every_position=True)
+        slots = SlotForward(model, 1, torch.device("cpu"))
+        ours = feed_prompt(slots, 0, short, every_position=True)
         theirs = model(input_ids=torch.tensor([short])).logits[0].float()
         assert (ours - theirs).abs().max().item() < 1e-4
         rows = [short, prompt(30, 4), prompt(70, 5)]  # the last one past the original length
@@ -175,18 +178,20 @@ def test_a_length_dependent_rope_gives_each_position_its_regime_whatever_else_ru
 
 
 def test_the_runner_description_names_the_path_and_why() -> None:
-    from proctor.executor.families import runner_description
+    cpu = torch.device("cpu")
 
-    assert runner_description(build("llama"), "q4") == (
-        "slot forward: llama, batched, q4 weights in the C++ decode kernels")
-    assert runner_description(build("gemma2"), "q8").endswith("the q8 C++ kernel does not compute this family's layer")
-    assert runner_description(build("phi3"), "q4").endswith("q4 weights in the C++ decode kernels")
-    assert runner_description(build("gemma2"), "q4").endswith("q4 weights in the C++ decode kernels")
-    assert runner_description(build("qwen2-sliding"), "q4").endswith("q4 weights in the C++ decode kernels")
-    assert runner_description(build("qwen3"), "dense") == (
+    def description(model: Any, weights: str) -> str:
+        return executor_plan(model, cpu, weights).description
+
+    assert description(build("llama"), "q4") == "slot forward: llama, batched, q4 weights in the C++ decode kernels"
+    assert description(build("gemma2"), "q8").endswith("the q8 C++ kernel does not compute this family's layer")
+    assert description(build("phi3"), "q4").endswith("q4 weights in the C++ decode kernels")
+    assert description(build("gemma2"), "q4").endswith("q4 weights in the C++ decode kernels")
+    assert description(build("qwen2-sliding"), "q4").endswith("q4 weights in the C++ decode kernels")
+    assert description(build("qwen3"), "dense") == (
         "slot forward: qwen3, batched, dense weights through PyTorch operations")
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=64))
-    assert runner_description(gpt2, "q4").startswith("per-slot: transformers' forward, one row at a time")
+    assert description(gpt2, "q4").startswith("per-slot: transformers' forward, one row at a time")
 
 
 @pytest.mark.parametrize("name", ["gemma2", "qwen2-sliding", "phi3"])
@@ -246,15 +251,15 @@ def test_the_q4_kernel_computes_what_the_operations_compute_for_the_family(name:
         missing(f"the decode kernels: {problem}")
     model = build(name)
     with torch.inference_mode():
-        slots = LlamaSlots(model, 3, torch.device("cpu"), "q4")
-        assert slots._fused, name
-        for slot, length in enumerate((5, 20, 40)):
-            slots.prefill(slot, prompt(length, 30 + slot))
+        slots = SlotForward(model, 3, torch.device("cpu"), "q4")
+        assert slots.products == "kernels", name
+        feed_prompts(slots, [prompt(length, 30 + slot) for slot, length in enumerate((5, 20, 40))])
         lengths, keys = list(slots.lengths), [k.clone() for k in slots._keys]
         values = [v.clone() for v in slots._values]
-        fused = [slots.decode(step) for step in ([7, 8, 9], [10, 11, 12])]
+        steps = [[Feed(slot, [token], 1) for slot, token in enumerate(tokens)] for tokens in ([7, 8, 9], [10, 11, 12])]
+        fused = [slots.forward(feeds) for feeds in steps]
         slots.lengths, slots._keys, slots._values = lengths, keys, values
-        ops = [slots.decode_ops(step) for step in ([7, 8, 9], [10, 11, 12])]
+        ops = [slots.forward_ops(feeds) for feeds in steps]
     for ours, reference in zip(fused, ops, strict=True):
         assert torch.allclose(ours, reference, rtol=1e-3, atol=2e-3), (name, (ours - reference).abs().max())
 

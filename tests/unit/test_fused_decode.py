@@ -14,7 +14,8 @@ from helpers.requirements import missing
 
 from proctor.decoding import logits_ops
 from proctor.executor import fused_decode
-from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.protocol import Feed
+from proctor.executor.slot_forward import SlotForward
 from proctor.executor.smoothing import calibration_ids
 from proctor.executor.weights import fbgemm_available
 
@@ -30,19 +31,19 @@ def kernel_ready() -> None:
         missing(f"the q8 decode kernel: {problem}")
 
 
-def prefilled(model, tokenizer, lengths: tuple[int, ...], mode: str = "q8") -> LlamaSlots:  # type: ignore[no-untyped-def]
-    slots = LlamaSlots(model, len(lengths), torch.device("cpu"), mode, calibration_ids(tokenizer))
+def prefilled(model, tokenizer, lengths: tuple[int, ...], mode: str = "q8") -> SlotForward:  # type: ignore[no-untyped-def]
+    slots = SlotForward(model, len(lengths), torch.device("cpu"), mode, calibration_ids(tokenizer))
     generator = torch.Generator().manual_seed(3)
     for slot, length in enumerate(lengths):
-        slots.prefill(slot, torch.randint(10, 5000, (length,), generator=generator).tolist())
+        slots.forward([Feed(slot, torch.randint(10, 5000, (length,), generator=generator).tolist(), 1)])
     return slots
 
 
-def snapshot(slots: LlamaSlots) -> tuple[list[int], list[torch.Tensor], list[torch.Tensor]]:
+def snapshot(slots: SlotForward) -> tuple[list[int], list[torch.Tensor], list[torch.Tensor]]:
     return list(slots.lengths), [k.clone() for k in slots._keys], [v.clone() for v in slots._values]
 
 
-def restore(slots: LlamaSlots, state: tuple[list[int], list[torch.Tensor], list[torch.Tensor]]) -> None:
+def restore(slots: SlotForward, state: tuple[list[int], list[torch.Tensor], list[torch.Tensor]]) -> None:
     slots.lengths = list(state[0])
     slots._keys, slots._values = [k.clone() for k in state[1]], [v.clone() for v in state[2]]
 
@@ -58,11 +59,12 @@ def test_the_kernel_computes_what_the_operations_compute(kernel_ready: None, tin
     with torch.inference_mode():
         slots = prefilled(tiny_model, tokenizer, PROMPT_LENGTHS, mode)
         state = snapshot(slots)
-        tokens = [[11, 22, 33], [44, 55, 66]]
-        reference = [slots.decode_ops(step) for step in tokens]
+        steps = [[Feed(slot, [token], 1) for slot, token in enumerate(tokens)]
+                 for tokens in ([11, 22, 33], [44, 55, 66])]
+        reference = [slots.forward_ops(feeds) for feeds in steps]
         reference_cache = snapshot(slots)
         restore(slots, state)
-        fused = [slots.decode(step) for step in tokens]
+        fused = [slots.forward(feeds) for feeds in steps]
     for step, (r, f) in enumerate(zip(reference, fused, strict=True)):
         relative = float((r - f).norm() / r.norm())
         assert relative < 1e-4, f"step {step}: logits differ by {relative:.2e}"
@@ -80,7 +82,7 @@ def test_bad_arguments_raise_instead_of_crashing(kernel_ready: None, tiny_model,
         slots = prefilled(tiny_model, tokenizer, (5,))
         layer = slots._layers[0]
         h = torch.zeros(1, tiny_model.config.hidden_size)
-        cos, sin = (table[:, 0] for table in slots._rope_tables_by_key[None])
+        cos, sin = (table[:, 0] for table in slots.rotary.by_key[None])
         op = fused_decode.decode_layer()
         arguments = [h, layer.in_norm, layer.qkv.packed, layer.o.packed, layer.post_norm, layer.gate_up.packed,
                      layer.down.packed, slots._keys[0], slots._values[0], [5], cos, sin, slots.heads, slots.kv_heads,
@@ -133,7 +135,7 @@ def test_the_q4_kernel_refuses_blocks_that_do_not_fit(kernel_ready: None, tiny_m
         slots = prefilled(tiny_model, tokenizer, (5,), "q4")
         layer = slots._layers[0]
         h = torch.zeros(1, tiny_model.config.hidden_size)
-        cos, sin = (table[:, 0] for table in slots._rope_tables_by_key[None])
+        cos, sin = (table[:, 0] for table in slots.rotary.by_key[None])
         op = fused_decode.decode_layer("q4")
         arguments = [h, layer.in_norm, layer.qkv.blocks, layer.o.blocks, layer.post_norm, layer.gate_up.blocks,
                      layer.down.blocks, slots._keys[0], slots._values[0], [5], cos, sin, slots.heads, slots.kv_heads,

@@ -22,11 +22,14 @@ import pytest
 import torch
 from helpers.gguf_writer import tiny_loaded_from_gguf, write_gguf, write_raw_tensor_gguf
 from helpers.requirements import missing
+from helpers.slots import feed_prompt, feed_prompts, feed_step
 from test_families import build
 
 from proctor.executor import fused_decode
-from proctor.executor.families import describe, runner_problem
-from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.families import describe
+from proctor.executor.plan import executor_plan
+from proctor.executor.protocol import Feed
+from proctor.executor.slot_forward import SlotForward
 from proctor.models.errors import ModelError
 from proctor.models.gguf_file import GgufFile
 from proctor.models.placement import resolve_weights
@@ -38,6 +41,7 @@ CASES: dict[str, dict[str, Any]] = {
     "phi3": {}, "phi3-longrope": {},
 }
 PROMPT = 200  # past every window (16), below the longrope switch (256)
+CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -73,11 +77,13 @@ def test_logits_are_transformers_logits(served: tuple[str, Any, Any]) -> None:
     ids = prompt(1)
     with torch.inference_mode():
         reference = model(torch.tensor([ids])).logits[0].float()
-        slots = LlamaSlots(skeleton, 1, torch.device("cpu"), "gguf")
-        logits = slots.prefill(0, ids, every_position=True)
+        # the file's blocks through PyTorch's operations, keys and values in float32: every prompt position
+        logits = feed_prompt(SlotForward(skeleton, 1, CPU, "gguf", products="library"), 0, ids, every_position=True)
         following = int(reference[-1].argmax())
         reference_next = model(torch.tensor([[*ids, following]])).logits[0, -1].float()
-        decoded = slots.decode([following])[0]
+        kernels = SlotForward(skeleton, 1, CPU, "gguf")  # the C++ layer step, its float16 cache
+        feed_prompt(kernels, 0, ids)
+        decoded = feed_step(kernels, [following])[0]
     assert (logits - reference).abs().max() < 1e-4, name
     assert (decoded - reference_next).abs().max() < 5e-3, name
 
@@ -88,12 +94,12 @@ def test_a_row_is_the_same_bits_alone_and_in_a_batch(served: tuple[str, Any, Any
     with torch.inference_mode():
         alone = []
         for ids in prompts:
-            solo = LlamaSlots(skeleton, 1, torch.device("cpu"), "gguf")
-            first = solo.prefill(0, ids)
-            alone.append(torch.cat([first, solo.decode([5]), solo.decode([9])]))
-        batch = LlamaSlots(skeleton, len(prompts), torch.device("cpu"), "gguf")
-        firsts = torch.cat([batch.prefill(i, ids) for i, ids in enumerate(prompts)])
-        second, third = batch.decode([5] * len(prompts)), batch.decode([9] * len(prompts))
+            solo = SlotForward(skeleton, 1, CPU, "gguf")
+            first = feed_prompt(solo, 0, ids)
+            alone.append(torch.cat([first, feed_step(solo, [5]), feed_step(solo, [9])]))
+        batch = SlotForward(skeleton, len(prompts), CPU, "gguf")
+        firsts = feed_prompts(batch, prompts)
+        second, third = feed_step(batch, [5] * len(prompts)), feed_step(batch, [9] * len(prompts))
     for index in range(len(prompts)):
         together = torch.stack([firsts[index], second[index], third[index]])
         assert torch.equal(alone[index], together), (name, index)
@@ -107,13 +113,12 @@ def test_an_extend_gives_each_position_the_bits_of_a_decode_step(served: tuple[s
     with torch.inference_mode():
         alone = []
         for ids, feed in zip(prompts, feeds, strict=True):
-            solo = LlamaSlots(skeleton, 1, torch.device("cpu"), "gguf")
-            solo.prefill(0, ids)
-            alone.append(torch.cat([solo.decode([token]) for token in feed]))
-        batch = LlamaSlots(skeleton, len(prompts), torch.device("cpu"), "gguf")
-        for slot, ids in enumerate(prompts):
-            batch.prefill(slot, ids)
-        extended = batch.extend(feeds)
+            solo = SlotForward(skeleton, 1, CPU, "gguf")
+            feed_prompt(solo, 0, ids)
+            alone.append(torch.cat([feed_step(solo, [token]) for token in feed]))
+        batch = SlotForward(skeleton, len(prompts), CPU, "gguf")
+        feed_prompts(batch, prompts)
+        extended = batch.forward([Feed(slot, feed, len(feed)) for slot, feed in enumerate(feeds)])
     assert torch.equal(extended[:4], alone[0]), name
     assert torch.equal(extended[4:], alone[1]), name
 
@@ -125,7 +130,7 @@ def test_quantized_blocks_stay_close_to_the_model(default_gguf: Path, tmp_path: 
         for matrix_type, tolerance in (("F16", 0.01), ("Q8_0", 0.1), ("Q5_1", 0.5)):
             skeleton = tiny_loaded_from_gguf(write_gguf(model, default_gguf, tmp_path / f"{matrix_type}.gguf",
                                                         matrix_type))
-            got = LlamaSlots(skeleton, 1, torch.device("cpu"), "gguf").prefill(0, prompt(5, 40))[0]
+            got = feed_prompt(SlotForward(skeleton, 1, CPU, "gguf"), 0, prompt(5, 40))[0]
             assert (got - reference).abs().max() < tolerance * reference.abs().max(), matrix_type
 
 
@@ -140,7 +145,7 @@ def test_an_architecture_the_slot_forward_lacks_is_a_start_up_error_on_gguf() ->
 
     with torch.device("meta"):
         model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=64, n_head=2))
-    problem = runner_problem(model, "gguf")
+    problem = executor_plan(model, CPU, "gguf", asked_weights="gguf").problem
     assert problem is not None and "'gpt2'" in problem and "slot forward only" in problem
 
 

@@ -12,12 +12,29 @@ from helpers.requirements import require_module
 
 require_module("proctor.executor.invariant_kernels")  # before anything else imports triton
 
-from proctor.executor.graph_step import GraphSlots, Step, bucket_for, row_buckets  # noqa: E402
-from proctor.executor.invariant_step import InvariantSlots  # noqa: E402
+from proctor.executor.graph_step import GraphReplay, bucket_for, row_buckets  # noqa: E402
+from proctor.executor.model_runner import make_runner  # noqa: E402
+from proctor.executor.plan import ExecutorKind, executor_plan  # noqa: E402
 from proctor.executor.protocol import Feed  # noqa: E402
+from proctor.executor.slot_forward import SlotForward  # noqa: E402
+from proctor.executor.strategies import Capture, Step  # noqa: E402
 
 CPU = torch.device("cpu")
 PROMPT = [2, 45, 200, 17, 82, 9, 61, 241, 13]
+
+
+def graphed_slots(model, slots: int, invariant: bool, largest_bucket: int, capture: Capture) -> SlotForward:  # type: ignore[no-untyped-def]
+    return SlotForward(model, slots, CPU, "dense", products="invariant" if invariant else "library", replay="graphs",
+                       largest_bucket=largest_bucket, capture=capture)
+
+
+def replay_of(runner: SlotForward) -> GraphReplay:
+    assert isinstance(runner.step, GraphReplay)
+    return runner.step
+
+
+def invariant_slots(model, slots: int) -> SlotForward:  # type: ignore[no-untyped-def]
+    return SlotForward(model, slots, CPU, "dense", products="invariant")
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +71,8 @@ def test_padded_steps_give_every_row_the_unpadded_steps_bits(small_model) -> Non
     """Prompt pieces, decode rows and drafts in steps of 3, 5, 1, 6 and 19 rows (padded to 4, 8, 1, 8; 19 past the
     largest bucket, eager): logits, lengths and every held cache position the same bits as the unpadded step."""
     capture = CountingCapture()
-    graphed = GraphSlots(small_model, 4, CPU, invariant=True, largest_bucket=8, capture=capture)
-    plain = InvariantSlots(small_model, 4, CPU)
+    graphed = graphed_slots(small_model, 4, True, 8, capture)
+    plain = invariant_slots(small_model, 4)
     steps = [
         [Feed(0, PROMPT[:3], 1)],
         [Feed(0, [77], 1), Feed(1, PROMPT[:4], 0)],
@@ -67,7 +84,7 @@ def test_padded_steps_give_every_row_the_unpadded_steps_bits(small_model) -> Non
         for feeds in steps:
             assert torch.equal(graphed.forward(feeds), plain.forward(feeds))
             assert graphed.lengths == plain.lengths
-    assert graphed.captures == 3 and len(capture.steps) == 3  # buckets 4, 8 and 1; the 19-row step eager
+    assert replay_of(graphed).captures == 3 and len(capture.steps) == 3  # buckets 4, 8 and 1; the 19-row step eager
     for layer in range(len(graphed._keys)):
         for slot, length in enumerate(plain.lengths):
             assert torch.equal(graphed._keys[layer][slot, :, :length], plain._keys[layer][slot, :, :length])
@@ -79,39 +96,39 @@ def test_a_bucket_is_replayed_with_new_inputs_and_captured_again_when_the_cache_
 
     monkeypatch.setattr(slot_cache, "KV_GROWTH_TOKENS", 16)  # the cache grows in steps of 16 positions, not 256
     capture = CountingCapture()
-    graphed = GraphSlots(small_model, 2, CPU, invariant=True, largest_bucket=4, capture=capture)
-    plain = InvariantSlots(small_model, 2, CPU)
+    graphed = graphed_slots(small_model, 2, True, 4, capture)
+    plain = invariant_slots(small_model, 2)
     long_prompt = (PROMPT * 2)[:10]
     with torch.inference_mode():
         for runner in (graphed, plain):
             runner.forward([Feed(0, long_prompt, 1)])  # 10 rows: past the largest bucket, eager
         for token in (5, 6, 7):  # one row each: bucket 1, captured once, replayed with each token and position
             assert torch.equal(graphed.forward([Feed(0, [token], 1)]), plain.forward([Feed(0, [token], 1)]))
-        assert graphed.captures == 1
+        assert replay_of(graphed).captures == 1
         first_cache = graphed._keys[0]
         for token in (8, 9, 10):  # positions 13 … 15: a step keeps one spare, so the last grows the cache past 16
             assert torch.equal(graphed.forward([Feed(0, [token], 1)]), plain.forward([Feed(0, [token], 1)]))
     assert graphed._keys[0].data_ptr() != first_cache.data_ptr()
-    assert graphed.captures == 2  # the bucket's graph held the old cache's address: captured again
+    assert replay_of(graphed).captures == 2  # the bucket's graph held the old cache's address: captured again
 
 
 def test_a_capture_that_fails_leaves_every_step_eager_and_right(small_model) -> None:  # type: ignore[no-untyped-def]
     def refuse(step: Step) -> Step:
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    graphed = GraphSlots(small_model, 2, CPU, invariant=True, largest_bucket=4, capture=refuse)
-    plain = InvariantSlots(small_model, 2, CPU)
+    graphed = graphed_slots(small_model, 2, True, 4, refuse)
+    plain = invariant_slots(small_model, 2)
     with torch.inference_mode():
         for feeds in ([Feed(0, PROMPT, 2)], [Feed(0, [5], 1), Feed(1, [6, 7], 1)]):
             assert torch.equal(graphed.forward(feeds), plain.forward(feeds))
-    assert graphed.captures == 0 and "stream is capturing" in graphed.graphs_failed
+    assert replay_of(graphed).captures == 0 and "stream is capturing" in replay_of(graphed).graphs_failed
 
 
 @pytest.mark.parametrize("invariant", [True, False])
 def test_both_modes_compute_the_models_logits(small_model, invariant: bool) -> None:  # type: ignore[no-untyped-def]
     """PyTorch's products (``--batch-invariant off``) and the kernels' give the model's own logits to float
     tolerance, padded."""
-    graphed = GraphSlots(small_model, 2, CPU, invariant=invariant, largest_bucket=16, capture=CountingCapture())
+    graphed = graphed_slots(small_model, 2, invariant, 16, CountingCapture())
     with torch.inference_mode():
         mine = graphed.forward([Feed(0, PROMPT, len(PROMPT))])
         theirs = small_model(torch.tensor([PROMPT])).logits[0].float()
@@ -121,27 +138,37 @@ def test_both_modes_compute_the_models_logits(small_model, invariant: bool) -> N
     assert graphed.capabilities.rows_own_bits is invariant and graphed.capabilities.extend is invariant
 
 
-def test_the_graph_step_is_chosen_on_cuda_for_the_models_its_kernels_serve(tiny_model) -> None:  # type: ignore[no-untyped-def]
-    from proctor.executor.invariance import uses_graph_step
-
+def test_the_graph_step_is_planned_on_cuda_for_the_models_its_kernels_serve(tiny_model) -> None:  # type: ignore[no-untyped-def]
     cuda = torch.device("cuda")  # a device value only: nothing is allocated on it
-    assert uses_graph_step(tiny_model, cuda, True, "dense")
-    assert not uses_graph_step(tiny_model, cuda, False, "dense")  # --no-cuda-graphs
-    assert not uses_graph_step(tiny_model, CPU, True, "dense")  # nothing to capture on the CPU
-    assert not uses_graph_step(tiny_model, cuda, True, "fp16")  # the kernels multiply the model's own matrices
+
+    def kind(device: torch.device, graphs: bool, weights: str = "dense") -> ExecutorKind:
+        return executor_plan(tiny_model, device, weights, cuda_graphs=graphs).kind
+
+    assert kind(cuda, True) is ExecutorKind.GRAPHED
+    assert kind(cuda, False) is ExecutorKind.SLOT_FORWARD  # --no-cuda-graphs
+    assert kind(CPU, True) is ExecutorKind.SLOT_FORWARD  # nothing to capture on the CPU
+    assert kind(cuda, True, "fp16") is ExecutorKind.SLOT_FORWARD  # the kernels multiply the model's own matrices
 
 
-def test_the_engine_serves_on_the_graph_step_with_the_default_steps_tokens(make_engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The engine on GraphSlots, as ``--cuda-graphs`` builds it on CUDA (chosen here on the CPU, eager): plain and
-    beam requests in one batch, a prompt in pieces of a 16-token step budget, give the default step's tokens."""
+@pytest.mark.parametrize(("asked", "products"), [("auto", "library"), ("on", "invariant")])
+def test_make_runner_builds_the_graphed_step_the_plan_names(small_model, asked: str, products: str) -> None:  # type: ignore[no-untyped-def]
+    plan = executor_plan(small_model, torch.device("cuda"), "dense", batch_invariant=asked, cuda_graphs=True,
+                         step_tokens=8).on(CPU)
+    runner = make_runner(plan, small_model, 2)
+    assert isinstance(runner, SlotForward) and (runner.products, runner.replay) == (products, "graphs")
+    assert replay_of(runner).buckets == (1, 2, 4, 8) and replay_of(runner).rows.invariant_products is (asked == "on")
+    assert runner.capabilities == plan.capabilities
+
+
+def test_the_engine_serves_on_the_graph_step_with_the_default_steps_tokens(make_engine, tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    """The engine on the plan ``--cuda-graphs`` makes on CUDA (built here on the CPU, eager): plain and beam requests
+    in one batch, a prompt in pieces of a 16-token step budget, give the default step's tokens."""
     from helpers.engine import serve_plain_and_beams
-
-    from proctor.executor import model_runner
 
     prompt = "The printing press changed Europe"
     expected = serve_plain_and_beams(make_engine(max_step_tokens=16, max_batch_size=4), prompt)
-    monkeypatch.setattr(model_runner, "uses_graph_step", lambda *args: True)
-    engine = make_engine(max_step_tokens=16, max_batch_size=4)
+    plan = executor_plan(tiny_loaded.model, torch.device("cuda"), "dense", cuda_graphs=True, step_tokens=16).on(CPU)
+    engine = make_engine(max_step_tokens=16, max_batch_size=4, plan=plan)
     assert serve_plain_and_beams(engine, prompt) == expected
     runner = engine._batch._executor
-    assert isinstance(runner, GraphSlots) and runner.buckets[-1] == 16 and runner.captures > 0
+    assert isinstance(runner, SlotForward) and replay_of(runner).buckets[-1] == 16 and replay_of(runner).captures > 0

@@ -29,8 +29,8 @@ from proctor.domain import GenerationRequest, StoppingParams
 from proctor.engine.status import RequestStatus
 from proctor.executor import fused_decode
 from proctor.executor.gguf_linear import BLOCK_TYPES
-from proctor.executor.llama_step import LlamaSlots
 from proctor.executor.protocol import Feed
+from proctor.executor.slot_forward import SlotForward
 from proctor.executor.smoothing import calibration_ids
 from proctor.executor.weights import fbgemm_available
 
@@ -129,7 +129,7 @@ def test_every_family_keeps_each_rows_bits_in_any_mix(family: tuple[str, Any], w
     name, model = family
     if weights != "dense":
         kernels()
-    check_mix(lambda slots: LlamaSlots(model, slots, torch.device("cpu"), weights), data,
+    check_mix(lambda slots: SlotForward(model, slots, torch.device("cpu"), weights), data,
               model.config.vocab_size, f"{name} {weights}")
 
 
@@ -141,7 +141,7 @@ def test_every_weight_mode_keeps_each_rows_bits_in_any_mix(tiny_model, tokenizer
     if weights != "dense":
         kernels()
     calibration = calibration_ids(tokenizer)
-    check_mix(lambda slots: LlamaSlots(tiny_model, slots, torch.device("cpu"), weights, calibration), data,
+    check_mix(lambda slots: SlotForward(tiny_model, slots, torch.device("cpu"), weights, calibration), data,
               tiny_model.config.vocab_size, weights)
 
 
@@ -161,7 +161,7 @@ def block_model(request: pytest.FixtureRequest, default_gguf: Path, tmp_path_fac
 def test_every_gguf_block_type_keeps_each_rows_bits_in_any_mix(block_model: tuple[str, Any, int],
                                                                data: st.DataObject) -> None:
     name, model, vocab = block_model
-    check_mix(lambda slots: LlamaSlots(model, slots, torch.device("cpu"), "gguf"), data, vocab, f"gguf {name}")
+    check_mix(lambda slots: SlotForward(model, slots, torch.device("cpu"), "gguf"), data, vocab, f"gguf {name}")
 
 
 def test_a_prompt_fed_as_rows_is_the_models_forward(family: tuple[str, Any]) -> None:
@@ -169,7 +169,7 @@ def test_a_prompt_fed_as_rows_is_the_models_forward(family: tuple[str, Any]) -> 
     name, model = family
     ids = torch.randint(3, model.config.vocab_size, (48,), generator=torch.Generator().manual_seed(3)).tolist()
     with torch.inference_mode():
-        ours = LlamaSlots(model, 1, torch.device("cpu")).forward([Feed(0, ids, len(ids))])
+        ours = SlotForward(model, 1, torch.device("cpu")).forward([Feed(0, ids, len(ids))])
         theirs = model(input_ids=torch.tensor([ids])).logits[0].float()
     assert (ours - theirs).abs().max().item() < 1e-4, name
 

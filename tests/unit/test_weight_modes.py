@@ -12,9 +12,10 @@ import dataclasses
 
 import pytest
 import torch
+from helpers.slots import feed_prompt, feed_prompts, feed_step
 
 from proctor.config import WEIGHT_MODES
-from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.slot_forward import SlotForward
 from proctor.executor.slot_weights import release_dense, slot_weights
 from proctor.executor.smoothing import calibration_ids
 from proctor.executor.weights import fbgemm_available, make_linear, mode_problem
@@ -27,18 +28,25 @@ QUANTIZED = [m for m in WEIGHT_MODES if m not in ("dense", "gguf")]  # gguf: a .
 needs_fbgemm = pytest.mark.skipif(not fbgemm_available(), reason="fbgemm needs an x86 CPU with AVX2")
 
 
-def logits_alone_and_together(model, tokenizer, mode: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:  # type: ignore[no-untyped-def]
+def logits_alone_and_together(model, tokenizer, mode: str,  # type: ignore[no-untyped-def]
+                               greedy: bool = True) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each prompt's last logits, then two steps (its greedy token, or with ``greedy`` False token 11, whatever the
+    mode chose: modes then compare on the same inputs; then token 7), alone and in a batch of all the prompts."""
     prompts = [tokenizer(p)["input_ids"] for p in PROMPTS]
+
+    def follow(logits: torch.Tensor) -> int:
+        return int(logits.argmax()) if greedy else 11
+
     with torch.inference_mode():
         alone = []
         for ids in prompts:
-            solo = LlamaSlots(model, 1, torch.device("cpu"), mode, calibration_ids(tokenizer))
-            first = solo.prefill(0, ids)
-            alone.append(torch.cat([first, solo.decode([int(first.argmax())]), solo.decode([7])]))
-        batch = LlamaSlots(model, len(prompts), torch.device("cpu"), mode, calibration_ids(tokenizer))
-        firsts = torch.cat([batch.prefill(i, ids) for i, ids in enumerate(prompts)])
-        second = batch.decode([int(row.argmax()) for row in firsts])
-        third = batch.decode([7] * len(prompts))
+            solo = SlotForward(model, 1, torch.device("cpu"), mode, calibration_ids(tokenizer))
+            first = feed_prompt(solo, 0, ids)
+            alone.append(torch.cat([first, feed_step(solo, [follow(first)]), feed_step(solo, [7])]))
+        batch = SlotForward(model, len(prompts), torch.device("cpu"), mode, calibration_ids(tokenizer))
+        firsts = feed_prompts(batch, prompts)
+        second = feed_step(batch, [follow(row) for row in firsts])
+        third = feed_step(batch, [7] * len(prompts))
     together = [torch.stack([firsts[i], second[i], third[i]]) for i in range(len(prompts))]
     return alone, together
 
@@ -63,14 +71,15 @@ def test_a_rows_logits_are_the_same_bits_at_any_thread_count(tiny_model, tokeniz
     finally:
         torch.set_num_threads(threads)
     assert all(torch.equal(a, b) for a, b in zip(one, more, strict=True))
-    assert LlamaSlots(tiny_model, 1, torch.device("cpu"), mode, calibration_ids(tokenizer)).thread_invariant
+    runner = SlotForward(tiny_model, 1, torch.device("cpu"), mode, calibration_ids(tokenizer))
+    assert runner.capabilities.thread_invariant
 
 
 @needs_fbgemm
 @pytest.mark.parametrize(("mode", "tolerance"), [("fp16", 2e-3), ("q8", 0.1)])
 def test_quantized_logits_stay_close_to_dense(tiny_model, tokenizer, mode: str, tolerance: float) -> None:  # type: ignore[no-untyped-def]
-    dense = logits_alone_and_together(tiny_model, tokenizer, "dense")[1]
-    quantized = logits_alone_and_together(tiny_model, tokenizer, mode)[1]
+    dense = logits_alone_and_together(tiny_model, tokenizer, "dense", greedy=False)[1]
+    quantized = logits_alone_and_together(tiny_model, tokenizer, mode, greedy=False)[1]
     for d, q in zip(dense, quantized, strict=True):
         relative = float((q - d).norm() / d.norm())
         assert relative < tolerance, f"{mode}: relative error {relative:.2e}"
@@ -94,8 +103,8 @@ def test_q4_logits_stay_close_to_dense_on_its_own_blocks(tiny_model, tokenizer) 
                 linear.weight.copy_(BlockLinear(linear.weight, "q4_1").dequantized_rows(rows))
         embedding = on_blocks.model.embed_tokens.weight
         embedding.copy_(BlockLinear(embedding, "q8_0").dequantized_rows(torch.arange(embedding.shape[0])))
-    dense = logits_alone_and_together(on_blocks, tokenizer, "dense")[1]
-    q4 = logits_alone_and_together(on_blocks, tokenizer, "q4")[1]
+    dense = logits_alone_and_together(on_blocks, tokenizer, "dense", greedy=False)[1]
+    q4 = logits_alone_and_together(on_blocks, tokenizer, "q4", greedy=False)[1]
     assert slot_weights(on_blocks, "q4").embed.numel() == 0  # its embedding is the head's blocks: not kept twice
     for d, q in zip(dense, q4, strict=True):
         relative = float((q - d).norm() / d.norm())
@@ -173,13 +182,13 @@ def test_smoothing_leaves_the_dense_product_unchanged(tiny_model, tokenizer) -> 
 
     ids = tokenizer(PROMPTS[3])["input_ids"]
     smoothed = _build_smoothed(tiny_model, "dense", input_peaks(tiny_model, calibration_ids(tokenizer)))
-    plain = LlamaSlots(tiny_model, 1, torch.device("cpu"))
+    plain = SlotForward(tiny_model, 1, torch.device("cpu"))
     smoothed = dataclasses.replace(smoothed, embed=plain.weights.embed)  # the fp32 table, not q8's fp16 one
-    folded = LlamaSlots(tiny_model, 1, torch.device("cpu"))
+    folded = SlotForward(tiny_model, 1, torch.device("cpu"))
     folded.weights, folded._layers, folded._lm_head = smoothed, smoothed.layers, smoothed.lm_head
     folded._final_norm = smoothed.final_norm
     with torch.inference_mode():
-        expected, got = plain.prefill(0, ids), folded.prefill(0, ids)
+        expected, got = feed_prompt(plain, 0, ids), feed_prompt(folded, 0, ids)
     assert not torch.equal(expected, got), "no scale was folded"
     assert torch.allclose(expected, got, atol=1e-4, rtol=1e-4)
 
@@ -202,9 +211,9 @@ def test_released_dense_weights_keep_built_modes_and_refuse_new_ones(tiny_model,
     model = copy.deepcopy(tiny_model)
     ids = tokenizer(PROMPTS[0])["input_ids"]
     with torch.inference_mode():
-        before = LlamaSlots(model, 1, torch.device("cpu"), "dense").prefill(0, ids)
+        before = feed_prompt(SlotForward(model, 1, torch.device("cpu"), "dense"), 0, ids)
         freed = release_dense(model)
-        after = LlamaSlots(model, 1, torch.device("cpu"), "dense").prefill(0, ids)
+        after = feed_prompt(SlotForward(model, 1, torch.device("cpu"), "dense"), 0, ids)
     assert freed > 0
     assert model.model.layers[0].mlp.down_proj.weight.numel() == 0
     assert torch.equal(before, after)

@@ -49,7 +49,7 @@ from proctor.engine.batch import DecodeBatch, RowFeed
 from proctor.engine.detokenizer import text_decoder
 from proctor.engine.sequence import SequenceState
 from proctor.engine.status import RequestStatus
-from proctor.executor.families import unsupported_reason
+from proctor.executor.plan import ExecutorPlan
 
 NEG = -1.0e9  # transformers' "impossible" score
 
@@ -243,9 +243,10 @@ class BeamSearch:
 class BeamSearches:
     """The engine's beam requests while they wait: created on a caller's thread, taken by the batch when they join."""
 
-    def __init__(self, loaded: Any, max_rows: int) -> None:
+    def __init__(self, loaded: Any, max_rows: int, plan: ExecutorPlan) -> None:
         self._loaded = loaded
         self._max_rows = max_rows
+        self._plan = plan
         self._decode = text_decoder(loaded.tokenizer, skip_special_tokens=True)
         self._lock = threading.Lock()
         self._pending: dict[int, BeamSearch] = {}  # by id() of the request's state, while it waits in the queue
@@ -253,9 +254,9 @@ class BeamSearches:
     def create(self, state: SequenceState) -> BeamSearch:
         """A beam request's search (what beam search does not combine with was refused by api/validation.py;
         what this model or this batch cannot do is refused here, before any work)."""
-        reason = unsupported_reason(self._loaded.model)
-        if reason is not None:
-            raise RequestValidationError.single("sampling.num_beams", f"beam search needs the slot forward: {reason}")
+        if not self._plan.beams:
+            raise RequestValidationError.single(
+                "sampling.num_beams", f"beam search needs the slot forward; this server runs {self._plan.description}")
         beams = state.request.sampling.num_beams
         if beams > self._max_rows:
             raise RequestValidationError.single(

@@ -1,7 +1,7 @@
 """Drafts: the tokens a running row will likely produce next, verified several to a forward.
 
 A decode step feeds each row its last token and gets one token back. When the next tokens can be guessed,
-the engine feeds ``[last, d1 … dk]`` in one forward instead (``LlamaSlots.extend``: every position the same
+the engine feeds ``[last, d1 … dk]`` in one forward instead (``SlotForward.forward``: every position the same
 bits as a decode step of its own) and verifies the draft position by position with the ordinary pipeline
 (engine/verify.py): position ``j``'s logits are processed and sampled only when every earlier draft token
 was the token sampled before it. So the tokens, their log-probabilities and the generator's draws are

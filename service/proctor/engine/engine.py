@@ -37,12 +37,13 @@ from proctor.engine.live import LiveRequests
 from proctor.engine.loaded_model import LoadedModel
 from proctor.engine.prefix_cache import PrefixCache
 from proctor.engine.preprocess import PreparedRequest, prepare_controls, prepare_request
-from proctor.engine.runner import build_runner
+from proctor.engine.runner import build_runner, plan_for
 from proctor.engine.scheduler import Scheduler
 from proctor.engine.sequence import EventSink, SequenceState
 from proctor.engine.status import RequestStatus
 from proctor.engine.step import StepRunner
 from proctor.engine.thread_tuner import PinnedThreads, ThreadPolicy, thread_policy
+from proctor.executor.plan import ExecutorPlan
 
 if TYPE_CHECKING:
     from proctor.constraints.service import ConstraintService
@@ -57,9 +58,12 @@ class Engine:
     def __init__(self, loaded: LoadedModel, settings: Settings,
                  on_health: Callable[[bool, str], None] | None = None,
                  constraints: ConstraintService | None = None, plugins: PluginRegistry | None = None,
-                 server_forbidden: tuple[str, ...] = (), release_dense_weights: bool = False) -> None:
+                 server_forbidden: tuple[str, ...] = (), release_dense_weights: bool = False,
+                 plan: ExecutorPlan | None = None) -> None:
         self.loaded = loaded
         self.settings = settings
+        # made once, here beside the model and settings it is made of, or the one app.py checked at start-up
+        self.plan = plan if plan is not None else plan_for(loaded, settings)
         self.constraints = constraints
         self.plugins = plugins if plugins is not None else PluginRegistry.load("")
         self.server_forbidden = server_forbidden
@@ -69,7 +73,7 @@ class Engine:
         self.prefix_cache = PrefixCache(settings.prefix_cache_mb * 1024 * 1024,
                                         f"{loaded.weights_sha256}:{loaded.weights}:{loaded.dtype}:{loaded.device}",
                                         settings.prefill_chunk_tokens)
-        self._batch = DecodeBatch(lambda: build_runner(loaded, settings, rows, release_dense_weights), rows,
+        self._batch = DecodeBatch(lambda: build_runner(loaded, self.plan, rows, release_dense_weights), rows,
                                   settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens, self.prefix_cache)
         self._drafter = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size)
         self._closing_facts = ClosingFactsCache(loaded.tokenizer, loaded.vocab_size)
@@ -78,7 +82,7 @@ class Engine:
         self._eos = frozenset(loaded.eos_token_ids)
         self._pieces: dict[int, str] = {}  # per-token text for token details, filled on first use
         self._live = LiveRequests()  # every request held, by id (engine/live.py)
-        self._beams = BeamSearches(loaded, rows)  # waiting beam requests; the plan hands them to the batch
+        self._beams = BeamSearches(loaded, rows, self.plan)  # waiting beam requests; the step plan hands them over
         self._stepper = StepRunner(loaded.vocab_size, self._scheduler, self._batch, self._drafter, self._beams,
                                    self._live)
         self._wake = threading.Event()

@@ -2,7 +2,7 @@
 
 Round 0 is an ordinary decode step: every row's first fed position (its last token) is processed, sampled
 and committed. Round ``j`` then takes the rows whose draft token ``j - 1`` was the token just sampled, and
-processes, samples and commits their position ``j``: the same logits (LlamaSlots.extend), the same state
+processes, samples and commits their position ``j``: the same logits (SlotForward.forward), the same state
 and the same generator draws as the ``j``-th step of the stepwise path. A row leaves the rounds at its
 first mismatch, when it finishes, or at the end of its draft (whose last position still gives one token).
 """

@@ -1,6 +1,6 @@
 """What sets one model family's forward apart from Llama's, as data read from the transformers config.
 
-One slot forward (``llama_step.py``) reads a ``Family``; no module is written per model. The fields
+One slot forward (``slot_forward.py``) reads a ``Family``; no module is written per model. The fields
 are the differences among the families served on the batched path:
 
 - Llama 1/2/3 (every ``rope_scaling`` transformers' rotary module implements; untied heads), Mistral
@@ -27,7 +27,7 @@ MLP_NAMES = {"phi3": ("gate_up_proj",)}
 SERVED = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3")
 GEMMA = ("gemma2", "gemma3_text")
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
-# Rotary tables that depend on how long the sequence is: computed per position regime (see LlamaSlots._rope_tables).
+# Rotary tables that depend on how long the sequence is: computed per position regime (slot_ops.RotaryTables).
 LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
 # Weights modes whose C++ decode kernel computes every family described here (the q8 one: Llama's only).
 EVERY_FAMILY_KERNELS = ("q4", "gguf")
@@ -158,37 +158,6 @@ def weights_problem(family: Family, weights: str) -> str | None:
         return (f"--weights q8 is built for Llama's arithmetic only; {family.name} differs "
                 "(use --weights q4, fp16 or dense)")
     return None
-
-
-def runner_problem(model: Any, weights: str, asked: str = "auto") -> str | None:
-    """Why ``model`` cannot be served in ``weights`` mode, the operator having asked for ``asked`` (None: it
-    can). An architecture the slot forward does not serve runs on transformers' own forward with its dense
-    weights: fine for ``auto`` (said in the runner line), a start-up error when a mode was asked for."""
-    reason = unsupported_reason(model)
-    if reason is not None:
-        if weights == "gguf":  # the skeleton has no weights of its own for transformers' forward
-            return (f"a .gguf file is served from its blocks on the batched slot forward only, which does not "
-                    f"serve this model: {reason} (use --weights dense to dequantize it for transformers' forward)")
-        if asked.strip().lower() not in ("auto", "", "dense"):
-            return (f"--weights {asked} needs the batched slot forward, which does not serve this model: {reason} "
-                    "(use --weights auto or dense to run it on transformers' own forward, one row at a time)")
-        return None
-    return weights_problem(describe(model.config), weights)
-
-
-def runner_description(model: Any, weights: str) -> str:
-    """Which forward serves ``model`` in ``weights`` mode, and why (the start-up log, GetModelInfo.runner)."""
-    reason = unsupported_reason(model)
-    if reason is not None:
-        return f"per-slot: transformers' forward, one row at a time, dense weights ({reason})"
-    family = describe(model.config)
-    if decodes_fused(family, weights):
-        return f"slot forward: {family.name}, batched, {weights} weights in the C++ decode kernels"
-    computes = weights in EVERY_FAMILY_KERNELS or family.plain
-    why = "" if weights not in ("q8", *EVERY_FAMILY_KERNELS) else (
-        f"; the {weights} C++ kernel does not compute this family's layer" if not computes
-        else "; head sizes the kernels lack")
-    return f"slot forward: {family.name}, batched, {weights} weights through PyTorch operations{why}"
 
 
 def unsupported_reason(model: Any) -> str | None:

@@ -19,9 +19,9 @@ How:
 - The cache holds every slot's row from the start. A graph holds the addresses of the cache and the rotary
   table: when either grows (the cache's length in steps of ``KV_GROWTH_TOKENS``), the graphs are dropped and
   each is captured again at its next use.
-- The arithmetic is ``InvariantSlots.rows_hidden``: the kernels' products and norms with ``invariant`` (every
-  row its own bits at any bucket), cuBLAS's without. Attention is the kernel's in both, so it reads each row's
-  own prefix whatever the others' lengths.
+- The arithmetic is ``TritonStep.rows_hidden`` (triton_step.py): the kernels' products and norms with
+  ``invariant_products`` (every row its own bits at any bucket), cuBLAS's without. Attention is the kernel's in
+  both, so it reads each row's own prefix whatever the others' lengths.
 
 On the CPU nothing is captured: the same padded step runs eagerly. The tests hold its padding, buffers and
 re-capture to the unpadded step, bit for bit, under Triton's interpreter (tests/unit/test_graph_step.py).
@@ -30,18 +30,14 @@ re-capture to the unpadded step, bit for bit, under Triton's interpreter (tests/
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from proctor.executor.invariant_step import InvariantSlots
+from proctor.executor.strategies import Capture, Step
+from proctor.executor.triton_step import TritonStep
 
 log = logging.getLogger("proctor.executor")
-
-Step = Callable[[], torch.Tensor]  # a step over one bucket's static buffers: its logits buffer
-Capture = Callable[[Step], Step]  # a step → a replay of it
 
 
 def row_buckets(largest: int) -> tuple[int, ...]:
@@ -92,40 +88,42 @@ class _Bucket:
     replay: Step
 
 
-class GraphSlots(InvariantSlots):
-    """``InvariantSlots`` whose steps are padded to ``row_buckets(largest_bucket)`` and replayed (``capture``:
-    CUDA graphs on CUDA, eager elsewhere)."""
+class GraphReplay:
+    """The Triton step ``rows`` with its steps padded to ``row_buckets(largest_bucket)`` and replayed (``capture``:
+    CUDA graphs on CUDA, eager elsewhere): the slot forward's row forward under ``graphs`` replay."""
 
-    def __init__(self, model: Any, max_slots: int, device: torch.device, invariant: bool, largest_bucket: int,
-                 capture: Capture | None = None) -> None:
-        super().__init__(model, max_slots, device, invariant)
+    def __init__(self, rows: TritonStep, largest_bucket: int, capture: Capture | None = None) -> None:
+        self.rows = rows
+        self._cache = rows.cache
+        self._device = rows.cache.device
         self.buckets = row_buckets(largest_bucket)
-        self._capture: Capture = capture if capture is not None else CudaGraphs() if device.type == "cuda" else eager
+        self._capture: Capture = capture if capture is not None else (
+            CudaGraphs() if self._device.type == "cuda" else eager)
         self._graphs: dict[int, _Bucket] = {}
         self._signature: tuple[int, ...] = ()
-        # pinned on CUDA, so the copy to a bucket's inputs does not wait; flat, so a bucket's [4, rows] is contiguous
-        self._staging = torch.empty(5 * self.buckets[-1], dtype=torch.long, pin_memory=device.type == "cuda")
+        # pinned on CUDA, so the copy to a bucket's inputs does not wait; flat, so a bucket's [5, rows] is contiguous
+        self._staging = torch.empty(5 * self.buckets[-1], dtype=torch.long, pin_memory=self._device.type == "cuda")
         self.captures = 0  # graphs captured so far (diagnostics and tests)
         self.graphs_failed = ""  # why capture was given up (then every step runs eagerly)
-        self.reserve(max_slots, 1)  # every slot's row now: only the cache's length grows (and moves the graphs)
+        self._cache.reserve(self._cache.max_slots, 1)  # every slot's row now: only its length grows (moving graphs)
 
-    def _decode_invariant(self, token_ids: list[int], slots: list[int], positions: list[int],
-                          wanted: list[int] | None = None) -> torch.Tensor:
+    def __call__(self, token_ids: list[int], slots: list[int], positions: list[int],
+                 wanted: list[int] | None = None) -> torch.Tensor:
         rows = len(token_ids)
         bucket = bucket_for(rows, self.buckets)
         if bucket is None or self.graphs_failed:
-            return super()._decode_invariant(token_ids, slots, positions, wanted)
-        self.ready_for(max(slots) + 1, max(positions) + 2)  # + 2: the last position stays free for the padding
+            return self.rows(token_ids, slots, positions, wanted)
+        self.rows.ready_for(max(slots) + 1, max(positions) + 2)  # + 2: the last position stays free for the padding
         padding = bucket - rows
         chosen = list(range(rows)) if wanted is None else wanted
         staged = torch.tensor([token_ids + [0] * padding, slots + [0] * padding,
-                               positions + [self._capacity - 1] * padding,
+                               positions + [self._cache.capacity - 1] * padding,
                                [position + 1 for position in positions] + [1] * padding,
                                chosen + [0] * (bucket - len(chosen))], dtype=torch.long)
         self._staged(bucket).copy_(staged)
         graph = self._graph(bucket)
         if graph is None:
-            return super()._decode_invariant(token_ids, slots, positions, wanted)
+            return self.rows(token_ids, slots, positions, wanted)
         graph.inputs.copy_(self._staged(bucket), non_blocking=True)  # nothing here waits for the device
         # the wanted rows copied out of the static buffer, which the next replay overwrites
         return graph.replay().index_select(0, graph.inputs[4, :len(chosen)])
@@ -140,12 +138,12 @@ class GraphSlots(InvariantSlots):
         graph = self._graphs.get(bucket)
         if graph is not None:
             return graph
-        inputs = torch.zeros((5, bucket), dtype=torch.long, device=self.device)
+        inputs = torch.zeros((5, bucket), dtype=torch.long, device=self._device)
         inputs.copy_(self._staged(bucket))
         ids, slots, positions, lengths = inputs[:4]
 
         def step() -> torch.Tensor:
-            return self.head(self.rows_hidden(ids, slots, positions, lengths))
+            return self.rows.head(self.rows.rows_hidden(ids, slots, positions, lengths))
 
         try:
             replay = self._capture(step)
@@ -161,8 +159,7 @@ class GraphSlots(InvariantSlots):
         return self._staging[:5 * bucket].view(5, bucket)
 
     def _addresses(self) -> tuple[int, ...]:
-        """What a captured graph holds the addresses of: the cache's and the rotary table's storage (and the cache's
-        shape, which its strides follow)."""
-        tables = self._rope_tables_by_key[self._rope_key]
-        return (self._capacity, self._rows, *(cache.data_ptr() for cache in self._keys + self._values),
-                *(table.data_ptr() for table in tables))
+        """What a captured graph holds the addresses of: the cache's storage (and shape, which its strides follow)
+        and the rotary table's."""
+        tables = self.rows.rotary.by_key[self.rows.rope_key]
+        return (*self._cache.storage(), *(table.data_ptr() for table in tables))

@@ -1,13 +1,13 @@
-"""The executor for architectures the slot forward does not describe, and the choice between the two.
+"""The executor for architectures the slot forward does not describe, and ``make_runner``, which builds what the
+executor plan (plan.py) says.
 
-- ``LlamaSlots`` (llama_step.py): one forward for all rows, each row with its own length — the fast
-  path, for every family executor/families.py describes.
+- ``SlotForward`` (slot_forward.py): one forward for all rows, each row with its own length — the fast
+  path, for every family executor/families.py describes, with the plan's strategies.
 - ``PerSlotRunner`` (here): any other causal LM through transformers' own forward, one
   ``DynamicCache`` per slot, the rows run one after another. Correct for every architecture, without the
-  batching speed-up: a prompt is fed whole (transformers' prefill computes a prompt split in pieces
-  differently), and no drafts (a position of a multi-token feed is not the bits of a one-token step).
+  batching speed-up (strategies.per_slot_capabilities says what it does not offer).
 
-Both return float32 logits, and a row's logits never depend on the other rows.
+Both return float32 logits.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any, cast
 import torch
 from transformers import DynamicCache
 
-from proctor.executor.families import unsupported_reason
-from proctor.executor.invariance import uses_graph_step, uses_invariant_step
-from proctor.executor.llama_step import LlamaSlots
+from proctor.executor.plan import ExecutorKind, ExecutorPlan
 from proctor.executor.protocol import Capabilities, Executor, Feed
+from proctor.executor.slot_forward import SlotForward
+from proctor.executor.strategies import per_slot_capabilities
 
 log = logging.getLogger("proctor.engine")
 
@@ -44,8 +44,7 @@ class PerSlotRunner:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(device=self.device, extend=False, split_prompts=False, spans=False, rows_own_bits=True,
-                            thread_invariant=False)
+        return per_slot_capabilities(self.device)
 
     def bytes_for(self, lengths: Sequence[int]) -> int:
         return sum(lengths) * self.bytes_per_token  # each slot's cache grows with its own tokens
@@ -89,24 +88,14 @@ class PerSlotRunner:
         raise NotImplementedError("the per-slot runner keeps no spans (capabilities.spans)")
 
 
-def make_runner(model: Any, max_slots: int, device: torch.device, weights: str = "dense",
-                calibration_ids: list[int] | None = None, batch_invariant: str = "auto", cuda_graphs: bool = False,
-                step_tokens: int = 256) -> Executor:
-    """The slot forward when the architecture allows it (on CUDA with ``cuda_graphs``, its steps padded to row
-    buckets up to ``step_tokens`` and replayed as graphs: executor/graph_step.py; through the batch-invariant kernels
-    where ``--batch-invariant on`` needs them: executor/invariance.py), else the generic per-slot runner (which runs
-    the model's own dense weights whatever ``weights`` says)."""
-    reason = unsupported_reason(model)
-    if uses_graph_step(model, device, cuda_graphs, weights):
-        from proctor.executor.graph_step import GraphSlots  # imports triton: only where it runs
-
-        return GraphSlots(model, max_slots, device, invariant=batch_invariant == "on", largest_bucket=step_tokens)
-    if uses_invariant_step(model, device, batch_invariant, weights):
-        from proctor.executor.invariant_step import InvariantSlots  # imports triton: only where it runs
-
-        return InvariantSlots(model, max_slots, device)
-    if reason is None:
-        return LlamaSlots(model, max_slots, device, weights, calibration_ids)
-    log.warning("batched decoding is not available for this model (%s); rows are decoded one by one%s", reason,
-                "" if weights == "dense" else f", with dense weights (not {weights})")
-    return PerSlotRunner(model, max_slots, device)
+def make_runner(plan: ExecutorPlan, model: Any, max_slots: int, calibration_ids: list[int] | None = None) -> Executor:
+    """The executor ``plan`` names for ``model``, with ``max_slots`` slots (``calibration_ids``: what q8 weights are
+    smoothed on). A plan with a problem is refused: the server stops at start-up on it (app.py)."""
+    if plan.problem is not None:
+        raise ValueError(plan.problem)
+    if plan.kind is ExecutorKind.PER_SLOT:
+        log.warning("batched decoding is not available for this model; rows are decoded one by one (%s)",
+                    plan.description)
+        return PerSlotRunner(model, max_slots, plan.device)
+    return SlotForward(model, max_slots, plan.device, plan.weights, calibration_ids, products=plan.products,
+                       replay=plan.replay, largest_bucket=plan.largest_bucket)

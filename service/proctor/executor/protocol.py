@@ -3,9 +3,10 @@
 The engine (scheduler, step, request state) decides what every row is fed this step; an executor owns the
 weights, the kernels, the family's arithmetic and the KV cache as slots, and runs one forward over all the
 feeds. It declares what it can do in ``Capabilities`` instead of being asked what class it is, so a new runner
-(the CUDA one of issue 43) plugs in by saying what it offers:
+plugs in by saying what it offers (which one serves is the executor plan's to say: plan.py):
 
-- ``LlamaSlots`` (llama_step.py): every family executor/families.py describes, every position a row of its own.
+- ``SlotForward`` (slot_forward.py): every family executor/families.py describes, every position a row of its own,
+  with its strategies (strategies.py);
 - ``PerSlotRunner`` (model_runner.py): any other causal LM through transformers' forward, row by row.
 
 A ``Feed`` is one row's tokens for this step, appended at its slot's current length: a piece of its prompt, its

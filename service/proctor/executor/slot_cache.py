@@ -1,4 +1,4 @@
-"""The KV cache of the slot forward as slots (executor/llama_step.py): one preallocated cache per layer, row ``i``
+"""The KV cache of the slot forward as slots (executor/slot_forward.py): one preallocated cache per layer, row ``i``
 of each the keys and values of slot ``i``, each slot with its own length.
 
 Its memory is mapped page by page as positions are written (``lazy_zeros``), and a slot's pages past what it
@@ -28,7 +28,7 @@ class SlotCache:
         self.cache_dtype = cache_dtype
         self._position_bytes = head_dim * torch.empty(0, dtype=cache_dtype).element_size()  # one head's position
         self.bytes_per_token = layers * 2 * kv_heads * self._position_bytes
-        self._layer_count, self._kv_heads, self._head_dim, self._device = layers, kv_heads, head_dim, device
+        self._layer_count, self._kv_heads, self._head_dim, self.device = layers, kv_heads, head_dim, device
         self._capacity = 0  # tokens per slot
         self._rows = 0  # slots allocated (grows in powers of two up to max_slots)
         self._keys: list[torch.Tensor] = []
@@ -40,7 +40,7 @@ class SlotCache:
         """Resident cache bytes once the slots hold ``lengths`` tokens: on the CPU what they hold (and a page per
         layer, head and slot of rounding), since pages are committed as written and handed back when freed;
         elsewhere every slot sized for the longest."""
-        if self._device.type == "cpu":
+        if self.device.type == "cpu":
             rounding = len(lengths) * self._layer_count * 2 * self._kv_heads * mmap.PAGESIZE
             return sum(lengths) * self.bytes_per_token + rounding
         longest = max(lengths, default=0)
@@ -56,7 +56,7 @@ class SlotCache:
         maps: list[mmap.mmap] = []
         for caches in (self._keys, self._values):
             for index in range(self._layer_count):  # one layer at a time: the old and new caches never coexist whole
-                new, memory = lazy_zeros(shape, self.cache_dtype, self._device)
+                new, memory = lazy_zeros(shape, self.cache_dtype, self.device)
                 maps += [memory] if memory is not None else []
                 if index < len(caches):
                     for slot, length in enumerate(self.lengths[:self._rows]):  # what is held, not the whole extent
@@ -66,6 +66,21 @@ class SlotCache:
                 else:
                     caches.append(new)
         self._rows, self._capacity, self._maps = new_rows, capacity, maps
+
+    @property
+    def capacity(self) -> int:
+        """Positions each slot has room for now (the cache's length; it grows in steps of ``KV_GROWTH_TOKENS``)."""
+        return self._capacity
+
+    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``index``'s keys and values [slots, KV heads, capacity, D], written and read in place by a step's
+        kernels (they are new tensors once the cache grows)."""
+        return self._keys[index], self._values[index]
+
+    def storage(self) -> tuple[int, ...]:
+        """The cache's shape and addresses: a captured CUDA graph holds them (graph_step.py), so it is captured
+        again when they change."""
+        return (self._capacity, self._rows, *(cache.data_ptr() for cache in self._keys + self._values))
 
     def _round_rows(self, rows: int) -> int:
         return min(self.max_slots, 1 << max(0, rows - 1).bit_length())
@@ -107,8 +122,8 @@ class SlotCache:
         lengths = [self.lengths[source] for source in sources]
         n = max(lengths)
         self.reserve(max(slots) + 1, n + 1)
-        index = torch.tensor(sources, dtype=torch.long, device=self._device)
-        target = torch.tensor(list(slots), dtype=torch.long, device=self._device)
+        index = torch.tensor(sources, dtype=torch.long, device=self.device)
+        target = torch.tensor(list(slots), dtype=torch.long, device=self.device)
         for cache in self._keys + self._values:
             cache[target, :, :n] = cache[index, :, :n]  # the right side is gathered first: a permutation is safe
         for slot, length in zip(slots, lengths, strict=True):

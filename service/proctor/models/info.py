@@ -5,19 +5,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from proctor.config import SAMPLER_REVISION, WEIGHT_MODE_REVISIONS, Settings
-from proctor.executor.families import runner_description
-from proctor.executor.invariance import rows_own_bits
+from proctor.config import SAMPLER_REVISION, WEIGHT_MODE_REVISIONS
 
 if TYPE_CHECKING:
     from proctor.engine.loaded_model import LoadedModel
+    from proctor.executor.plan import ExecutorPlan
 
 
-def model_info(loaded: LoadedModel, settings: Settings) -> dict[str, object]:
-    """The ModelInfo fields that describe the loaded model."""
+def model_info(loaded: LoadedModel, plan: ExecutorPlan) -> dict[str, object]:
+    """The ModelInfo fields that describe the loaded model and the executor ``plan`` that serves it."""
     return {
         "model_id": loaded.model_id,
-        "runner": runner_description(loaded.model, loaded.weights),
+        "runner": plan.description,
         "weights_sha256": loaded.weights_sha256,
         "tokenizer_sha256": loaded.tokenizer_sha256,
         "dtype": str(loaded.dtype).removeprefix("torch."),
@@ -30,8 +29,8 @@ def model_info(loaded: LoadedModel, settings: Settings) -> dict[str, object]:
         "prefill_chunk_tokens": 0,
         "device": str(loaded.device),
         # Whether each row's logits were its own bits whatever shared its forward (replay refused across a
-        # difference): every runner on the CPU; on CUDA not yet (issue 43).
-        "batch_invariant": rows_own_bits(loaded.model, loaded.device, settings.batch_invariant, loaded.weights),
+        # difference): every executor on the CPU; on CUDA the invariant kernels' (--batch-invariant on).
+        "batch_invariant": plan.rows_own_bits,
         "context_length_tokens": loaded.context_length,
         "vocab_size": loaded.vocab_size,
         "eos_token_ids": list(loaded.eos_token_ids),

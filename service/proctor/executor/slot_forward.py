@@ -1,19 +1,25 @@
-"""A batched forward pass over a slot KV cache (continuous batching), for every family that
-``executor/families.py`` describes: Llama, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3 and Phi-3.
+"""The slot forward: one batched forward over a slot KV cache (continuous batching), for every family that
+``executor/families.py`` describes — Llama, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3 and Phi-3 — with its strategies
+(strategies.py: which products, which replay) chosen once, by the executor plan (plan.py).
 
 Why our own forward instead of the model's: transformers' caches share one write position across
 the batch, so rows of different lengths need left padding that grows and has to be re-aligned each
 time a request joins. Here every running request owns a *slot* (row ``i`` of a preallocated cache
-per layer) with its own length: a decode step writes each row's new key/value at that row's own
-position and attends over its own prefix (a per-row mask), so requests join after a batch-1
-prefill into a free slot and leave by moving the last slot into the hole. No padding, no re-alignment.
+per layer) with its own length: a step writes each row's new key/value at that row's own position and
+attends over its own prefix, so requests join into a free slot and leave by moving the last slot into the
+hole. No padding, no re-alignment. Every fed position is a row of its own (slot, position): prompt pieces,
+decode rows and drafts alike, in one forward.
 
 The arithmetic is the model's own: its weights (q/k/v and gate/up fused into one matrix product each),
 its rotary embedding module, its norms, biases, activation, windows and soft-capping as transformers
-computes them (``slot_ops.py``), and ``scaled_dot_product_attention`` where nothing else applies. Tests
-check logits against the model's own forward, family by family (tests/unit/test_families.py). The q4
-C++ decode kernel computes every family's layer (``families.decodes_fused``), the q8 one Llama's
-arithmetic only (``Family.plain``); dense and fp16 decode through PyTorch operations, batched all the same.
+computes them (``slot_ops.py``). Tests check logits against the model's own forward, family by family
+(tests/unit/test_families.py). The step runs one of:
+
+- ``library`` products: PyTorch operations (dense and fp16 weights, or a family the C++ step lacks);
+- ``kernels``: each layer one C++ call (q4 and gguf for every family, q8 for Llama's arithmetic:
+  ``families.decodes_fused``);
+- ``invariant`` products, or ``graphs`` replay: the Triton step (triton_step.py), tensors in and out, with the
+  invariant kernels or the library's products, eager or replayed as CUDA graphs (graph_step.py).
 """
 
 from __future__ import annotations
@@ -23,23 +29,28 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from proctor.executor import fused_decode
 from proctor.executor.families import (
     EVERY_FAMILY_KERNELS,
-    LENGTH_DEPENDENT_ROPE,
     Family,
-    decodes_fused,
     describe,
     unsupported_reason,
     weights_problem,
 )
-from proctor.executor.invariance import slot_rows_own_bits
 from proctor.executor.protocol import Capabilities, Feed
-from proctor.executor.slot_cache import SlotCache, round_up
-from proctor.executor.slot_ops import decode_biases, gate, prefill_visible, rms_norm, rotate, softcap
+from proctor.executor.slot_cache import SlotCache
+from proctor.executor.slot_ops import RotaryTables, decode_biases, gate, rms_norm, rotate, softcap
 from proctor.executor.slot_weights import LayerWeights, slot_weights
+from proctor.executor.strategies import (
+    Capture,
+    Products,
+    Replay,
+    built_capabilities,
+    slot_capabilities,
+    slot_products,
+    strategy_problem,
+)
 
 # Decode attention runs over the longest row's length rounded up to this many positions. Rows see
 # only their own prefix (the rest is masked), but the vectorised sums inside the matrix products and
@@ -51,64 +62,89 @@ ATTENTION_SPAN_BLOCK = 64
 # at a time, so a prompt fed as rows (hundreds of them) never holds hundreds of copies of its prefix at once.
 ATTENTION_ROWS = 32
 
+# Row ``r``: token ``ids[r]`` at ``positions[r]`` of slot ``slots[r]``; the logits of rows ``wanted`` (None: all).
+RowForward = Callable[[list[int], list[int], list[int], "list[int] | None"], torch.Tensor]
 
-class LlamaSlots(SlotCache):
-    """The model's weights plus a KV cache of ``max_slots`` rows, each with its own length."""
+
+class SlotForward(SlotCache):
+    """The model's weights plus a KV cache of ``max_slots`` rows, each with its own length, and the step's
+    strategies: ``products`` (None: the C++ layer step where it computes the family in ``weights`` mode, else the
+    library's) and ``replay`` (``graphs``: steps padded to row buckets up to ``largest_bucket`` and replayed, each
+    captured by ``capture``; None: as CUDA graphs on CUDA, eagerly elsewhere)."""
 
     def __init__(self, model: Any, max_slots: int, device: torch.device, weights: str = "dense",
-                 calibration_ids: list[int] | None = None) -> None:
+                 calibration_ids: list[int] | None = None, products: Products | None = None,
+                 replay: Replay = "eager", largest_bucket: int = 256, capture: Capture | None = None) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"the slot forward does not support this model: {reason}")
         self.family = family = describe(model.config)
-        problem = weights_problem(family, weights)
+        self.products: Products = products or slot_products(family, weights)
+        self.replay: Replay = replay
+        problem = weights_problem(family, weights) or strategy_problem(model, family, weights, self.products, replay)
         if problem is not None:
             raise ValueError(problem)
-        self.device = device
         self.heads, self.kv_heads, self.head_dim = family.heads, family.kv_heads, family.head_dim
         self.eps = family.eps
         self.max_slots = max_slots
         self._scale = family.attn_scale
-        self._model = model
         self.weights = slot_weights(model, weights, calibration_ids)
         self._final_norm = self.weights.final_norm
         self._lm_head = self.weights.lm_head
-        self._rotary = model.model.rotary_emb
-        self._rope_tables_by_key: dict[str | None, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.rotary = RotaryTables(model.model.rotary_emb, family, device)
         self._windows = set(family.windows)
         self.dtype = self._final_norm.dtype  # the activations' dtype (q8 keeps its embedding table in fp16)
         self._layers = self.weights.layers
-        # q8 and q4 decode through the C++ kernels (fused_decode.py), which take head sizes in multiples of
-        # 8 and keep keys and values in float16: half the memory, and half the bytes a step reads over a
-        # long prefix (both are approximate anyway; the other modes keep the model's dtype).
-        self._fused = decodes_fused(family, weights)
-        self._decode_layer = fused_decode.decode_layer(weights) if self._fused else None  # raises if it cannot load
+        # The C++ layer step (fused_decode.py) takes head sizes in multiples of 8 and keeps keys and values in
+        # float16: half the memory, and half the bytes a step reads over a long prefix (q8, q4 and gguf are
+        # approximate anyway; the other strategies keep the model's dtype).
+        fused = self.products == "kernels"
+        self._decode_layer = fused_decode.decode_layer(weights) if fused else None  # raises if it cannot load
         self._kernel_final_norm = _kernel_norm(self._final_norm, family)
         self._fused_arguments = [_fused_arguments(layer, weights, family, window)
                                  for layer, window in zip(self._layers, family.windows, strict=True)
-                                 ] if self._fused else []
+                                 ] if fused else []
         SlotCache.__init__(self, len(self._layers), max_slots, self.kv_heads, self.head_dim,
-                           torch.float16 if self._fused else self.dtype, device)
+                           torch.float16 if fused else self.dtype, device)
         self._vocab_width = int(model.config.vocab_size)  # the logits' width, learnt from logits (_head)
+        self.step = self._step(model, largest_bucket, capture)
 
-    @property
-    def thread_invariant(self) -> bool:
-        """A row's logits are the same bits at any intra-op thread count with oneDNN-packed or fbgemm
-        weights (tests/integration/test_threads_real.py), so the engine may tune the count under load."""
-        return self.weights.thread_invariant
+    def _step(self, model: Any, largest_bucket: int, capture: Capture | None) -> RowForward:
+        """The step's row forward for the chosen strategies (the Triton ones import triton: only where they run)."""
+        if self.products == "kernels":
+            return self._decode_fused
+        if self.products == "library" and self.replay == "eager":
+            return self._decode_ops
+        from proctor.executor.triton_step import TritonStep
+
+        triton = TritonStep(model, self.family, self.weights, self, self.rotary, self._embed,
+                            invariant_products=self.products == "invariant")
+        if self.replay == "eager":
+            return triton
+        from proctor.executor.graph_step import GraphReplay
+
+        return GraphReplay(triton, largest_bucket, capture)
 
     @property
     def capabilities(self) -> Capabilities:
-        """On CPU every product, norm and attention is computed row by row, so a position's logits are its own
-        (tests/unit/test_mixed_step.py): drafts, prompts in pieces of any size. On CUDA the libraries pick their
-        kernels by the batch's shape, so nothing is known to keep a row's bits: no drafts there."""
-        own = slot_rows_own_bits(self.device)
-        return Capabilities(device=self.device, extend=own, split_prompts=True, spans=True, rows_own_bits=own,
-                            thread_invariant=own and self.thread_invariant)
+        """What the strategies offer on this device (strategies.slot_capabilities; on the CPU every position's
+        logits are its own: tests/unit/test_mixed_step.py), with the thread count as the built weights allow (the
+        same bits at any intra-op thread count with oneDNN-packed or fbgemm weights, tests/integration/
+        test_threads_real.py: the engine may then tune the count under load)."""
+        offered = slot_capabilities(self.device, self.products, self.replay)
+        return built_capabilities(offered, self.products, self.weights.thread_invariant)
 
     def forward(self, feeds: Sequence[Feed]) -> torch.Tensor:
         """Every feed's tokens appended to its slot in one forward: each position a row of its own (slot,
         position), prompt pieces, decode rows and drafts alike; the logits of the positions the feeds want."""
+        return self._forward_feeds(feeds, self.step)
+
+    def forward_ops(self, feeds: Sequence[Feed]) -> torch.Tensor:
+        """``forward`` through the PyTorch operations whatever the products (the reference the C++ layer step is
+        tested against, on the same cache)."""
+        return self._forward_feeds(feeds, self._decode_ops)
+
+    def _forward_feeds(self, feeds: Sequence[Feed], step: RowForward) -> torch.Tensor:
         tokens: list[int] = []
         slots: list[int] = []
         positions: list[int] = []
@@ -121,103 +157,22 @@ class LlamaSlots(SlotCache):
             tokens += feed.tokens
             slots += [feed.slot] * count
             positions += range(start, start + count)
-        return self._forward_rows(tokens, slots, positions, wanted=wanted)
+        return self._forward_rows(tokens, slots, positions, step, wanted)
 
-    # --- forward passes -------------------------------------------------------------------------
-    def prefill(self, slot: int, token_ids: list[int], start: int = 0, every_position: bool = False) -> torch.Tensor:
-        """Run prompt tokens into ``slot`` after the ``start`` it already holds (0: an empty slot; more:
-        the next chunk of a chunked prefill); return the last position's logits [1, V] (or every
-        position's, [T, V]: perplexity measurements)."""
-        n = len(token_ids)
-        if self.lengths[slot] != start:
-            raise ValueError(f"slot {slot} holds {self.lengths[slot]} tokens, not {start}")
-        total = start + n
-        self.reserve(slot + 1, total + 1)
-        ids = torch.tensor(token_ids, dtype=torch.long, device=self.device)
-        positions = torch.arange(start, total, device=self.device)
-        visible = {window: prefill_visible(start, total, window, self.device) for window in self._windows}
-        h = self._embed(ids)  # [T, hidden]
-        rope = self._rope(h, positions, total)  # per rotary table: cos, sin [T, 1, D]
-        for index, layer in enumerate(self._layers):
-            x = self._norm(h, layer.in_norm)
-            q, k, v = self._project_qkv(x, layer, *rope[self.family.rope_keys[index]])  # [T, H|KVH, D]
-            keys, values = self._keys[index], self._values[index]
-            keys[slot, :, start:total].copy_(k.transpose(0, 1))
-            values[slot, :, start:total].copy_(v.transpose(0, 1))
-            if start:  # a later chunk also sees the cached prefix
-                k = keys[slot, :, :total].transpose(0, 1).to(q.dtype)
-                v = values[slot, :, :total].transpose(0, 1).to(q.dtype)
-            out = self._prefill_attention(q, k, v, visible[self.family.windows[index]])
-            h = h + self._attention_out(out.reshape(n, -1), layer)
-            h = h + self._mlp(self._norm(h, layer.post_norm), layer)
-        self.lengths[slot] = total
-        return self._logits(h if every_position else h[-1:])
-
-    def _prefill_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           visible: torch.Tensor | None) -> torch.Tensor:
-        """Attention of the prompt's queries [T, H, D] over keys and values [L, KVH, D]; ``visible``
-        [T, L] (None: causal). Soft-capped scores (Gemma 2) are computed here; the rest by SDPA."""
-        q, k, v = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
-        family = self.family
-        if family.attn_softcap is None:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, is_causal=visible is None,
-                                                 scale=family.scale_override, enable_gqa=True)
-            return out[0].transpose(0, 1)
-        group = self.heads // self.kv_heads
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = softcap(torch.matmul(q, k.transpose(-1, -2)) * self._scale, family.attn_softcap)
-        if visible is None:
-            visible = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~visible, float("-inf"))
-        out = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype), v)
-        return out[0].transpose(0, 1)
-
-    def decode(self, token_ids: list[int]) -> torch.Tensor:
-        """Feed one token to each of slots ``0..B-1`` (B = len(token_ids)); return logits [B, V]."""
-        rows = len(token_ids)
-        return self._forward_rows(token_ids, list(range(rows)), self.lengths[:rows])
-
-    def extend(self, feeds: list[list[int]]) -> torch.Tensor:
-        """Feed ``feeds[i]`` (one or more tokens) to slot ``i`` for every ``i < len(feeds)`` in one forward;
-        return every fed position's logits [sum of lengths, V], slot by slot.
-
-        Each position is a row of its own (slot, position) in the same kernel a decode step runs, so its
-        logits are the same bits one decode step per token gives (tests/unit/test_extend.py). The slots'
-        lengths grow by their feeds; ``trim`` takes back the positions a verification rejects."""
-        tokens: list[int] = []
-        slots: list[int] = []
-        positions: list[int] = []
-        for slot, feed in enumerate(feeds):
-            start = self.lengths[slot]
-            tokens += feed
-            slots += [slot] * len(feed)
-            positions += range(start, start + len(feed))
-        return self._forward_rows(tokens, slots, positions)
-
-    def decode_ops(self, token_ids: list[int]) -> torch.Tensor:
-        """``decode`` through the PyTorch operations whatever the mode (the reference the kernels are tested
-        against)."""
-        rows = len(token_ids)
-        return self._forward_rows(token_ids, list(range(rows)), self.lengths[:rows], self._decode_ops)
-
-    def _forward_rows(self, token_ids: list[int], slots: list[int], positions: list[int],
-                      forward: RowForward | None = None, wanted: list[int] | None = None) -> torch.Tensor:
+    def _forward_rows(self, token_ids: list[int], slots: list[int], positions: list[int], step: RowForward,
+                      wanted: list[int]) -> torch.Tensor:
         """One forward where row ``r`` is token ``token_ids[r]`` at ``positions[r]`` of slot ``slots[r]``;
-        every slot's length grows by its rows. The logits of rows ``wanted`` (None: every row)."""
+        every slot's length grows by its rows. The logits of rows ``wanted``."""
         self.reserve(max(slots) + 1, max(positions) + 1)
-        if forward is None:
-            forward = self._decode_fused if self._fused else self._decode_ops
-        if wanted is not None and len(wanted) == len(token_ids):
-            wanted = None
-        logits = forward(token_ids, slots, list(positions), wanted)
+        logits = step(token_ids, slots, list(positions), None if len(wanted) == len(token_ids) else wanted)
         for slot in slots:
             self.lengths[slot] += 1
         return logits
 
     def _decode_ops(self, token_ids: list[int], slots: list[int], positions: list[int],
                     wanted: list[int] | None = None) -> torch.Tensor:
-        """A decode forward as PyTorch operations (dense and fp16, every family; for q8 and q4 on Llama's
-        arithmetic the reference the kernels are tested against)."""
+        """The rows as PyTorch operations (``library`` products: dense and fp16, every family; in the C++ step's
+        modes the reference it is tested against)."""
         rows = len(token_ids)
         span = -(-(max(positions) + 1) // ATTENTION_SPAN_BLOCK) * ATTENTION_SPAN_BLOCK
         self.reserve(max(slots) + 1, span)
@@ -227,7 +182,7 @@ class LlamaSlots(SlotCache):
         slot_index = torch.tensor(slots, dtype=torch.long, device=self.device)
         biases = decode_biases(where, span, self._windows, self.dtype)
         h = self._embed(ids)  # [B, hidden]
-        rope = self._rope(h, where, max(positions) + 1)
+        rope = self.rotary.at(h, where, max(positions) + 1)
         for index, layer in enumerate(self._layers):
             x = self._norm(h, layer.in_norm)
             q, k, v = self._project_qkv(x, layer, *rope[self.family.rope_keys[index]])  # [B, H|KVH, D]
@@ -249,12 +204,12 @@ class LlamaSlots(SlotCache):
 
     def _decode_fused(self, token_ids: list[int], slots: list[int], positions: list[int],
                       wanted: list[int] | None = None) -> torch.Tensor:
-        """A decode forward with each layer in one C++ call (fused_decode.py): q8 and q4 weights."""
+        """The rows with each layer in one C++ call (``kernels`` products, fused_decode.py: q8, q4 and gguf)."""
         h = self._embed(torch.tensor(token_ids, dtype=torch.long, device=self.device))
-        tables = {key: tuple(table[:, 0] for table in self._rope_tables(h, max(positions) + 1, key))  # [L, D]
+        tables = {key: tuple(table[:, 0] for table in self.rotary.table(h, max(positions) + 1, key))  # [L, D]
                   for key in set(self.family.rope_keys)}  # the kernel indexes them by position
         decode_layer = self._decode_layer
-        assert decode_layer is not None  # _fused
+        assert decode_layer is not None  # kernels products
         mapped = [] if slots == list(range(len(slots))) else slots
         for index, (weights, tail) in enumerate(self._fused_arguments):
             cos, sin = tables[self.family.rope_keys[index]]
@@ -278,38 +233,6 @@ class LlamaSlots(SlotCache):
         if self.family.embed_scale is not None:  # Gemma: times √hidden, as a scalar of the activations' dtype
             h = h * torch.tensor(self.family.embed_scale, dtype=self.dtype)
         return h
-
-    def _rope(self, h: torch.Tensor, positions: torch.Tensor,
-              needed: int) -> dict[str | None, tuple[torch.Tensor, torch.Tensor]]:
-        """cos/sin for ``positions`` ([N, 1, D]) from each rotary table the layers use (gathered once a step,
-        not once a layer); ``needed``: the highest position + 1."""
-        rope = {}
-        for key in set(self.family.rope_keys):
-            cos, sin = self._rope_tables(h, needed, key)
-            rope[key] = (cos[positions], sin[positions])
-        return rope
-
-    def _rope_tables(self, h: torch.Tensor, needed: int, key: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The cos/sin tables [L, 1, D] (per layer type where the family has several), filled by the model's
-        rotary module once per growth: it is elementwise in the position, so a table row is the same bits as
-        computing that position alone. A rope whose frequencies depend on the sequence's length (dynamic,
-        longrope) is computed per regime: positions below ``rope_original_length`` from a table no longer than
-        that, the rest from the long one, so a row never depends on how long another row is."""
-        tables = self._rope_tables_by_key.get(key)
-        if tables is None or needed > tables[0].shape[0]:
-            length = round_up(needed)
-            cos, sin = self._rotary_call(h, length, key)
-            short = self.family.rope_original_length
-            if self.family.rope_type in LENGTH_DEPENDENT_ROPE and length > short:
-                short_cos, short_sin = self._rotary_call(h, short, key)
-                cos, sin = torch.cat((short_cos, cos[short:])), torch.cat((short_sin, sin[short:]))
-            tables = self._rope_tables_by_key[key] = (cos[:, None, :], sin[:, None, :])
-        return tables
-
-    def _rotary_call(self, h: torch.Tensor, length: int, key: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.arange(length, device=self.device)[None]
-        cos, sin = self._rotary(h, positions) if key is None else self._rotary(h, positions, key)
-        return cos[0], sin[0]
 
     def _norm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return rms_norm(h, weight, self.family)
@@ -360,9 +283,6 @@ class LlamaSlots(SlotCache):
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         return softcap(self._lm_head(self._norm(h, self._final_norm)), self.family.final_softcap).float()
-
-
-RowForward = Callable[[list[int], list[int], list[int], "list[int] | None"], torch.Tensor]
 
 
 def _rows(h: torch.Tensor, wanted: list[int] | None) -> torch.Tensor:
