@@ -95,7 +95,11 @@ def test_an_unauthenticated_flood_of_random_paths_leaves_the_metric_series_uncha
         for _ in range(50):
             flood(secrets.token_hex(8))
     after = _series(door)
-    assert len(after) == len(before), sorted(set(after) - set(before))[:10]
+    # The series a request can add are those labelled by its method; others (a constraint engine's, whose first
+    # compile may land during the flood) are not the flood's.
+    by_method = [line for line in after if 'method="' in line]
+    assert len(by_method) == len([line for line in before if 'method="' in line]), \
+        sorted(set(by_method) - set(before))[:10]
     assert not any("warm-up" in line for line in after)
     assert any('method="/v1/models/{model}"' in line and 'code="UNAUTHENTICATED"' in line for line in after)
     assert any('method="other"' in line for line in after)
