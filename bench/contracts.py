@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT / "service"), str(ROOT / "clients" / "python" / "src"),
 from load import start_server  # noqa: E402
 
 from proctor.constraints.registry import SchemaRegistry  # noqa: E402
-from proctor.contracts.drafting import check_contract, render_messages  # noqa: E402
+from proctor.contracts.attempt_plans import check_contract, render_messages  # noqa: E402
 from proctor.contracts.request import ContractRequest, Party, RequiredClause  # noqa: E402
 from proctor.contracts.specialise import specialise  # noqa: E402
 from proctor.contracts.templates import ContractTemplate, TemplateRegistry  # noqa: E402

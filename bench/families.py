@@ -1,5 +1,5 @@
 """Decode steps of other model families on the batched slot forward (issue 25), against the path they had
-before: transformers' own forward one row after another (``PerSlotRunner``).
+before: transformers' own forward one row after another (``PerSlotExecutor``).
 
 Random-weight models of real shapes (speed does not depend on the weights): Qwen2.5-0.5B, Qwen3-0.6B and
 Gemma-3-270M. For each, the median decode step at 1 and 16 rows (each row prefilled with its own prompt)
@@ -27,8 +27,8 @@ sys.path[:0] = [str(ROOT / "service")]
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
+from proctor.executor.build import PerSlotExecutor  # noqa: E402
 from proctor.executor.families import decodes_fused, describe  # noqa: E402
-from proctor.executor.model_runner import PerSlotRunner  # noqa: E402
 from proctor.executor.protocol import Executor, Feed  # noqa: E402
 from proctor.executor.slot_forward import SlotForward  # noqa: E402
 
@@ -88,7 +88,7 @@ def main() -> None:
             model = build(family)
             shape = SHAPES[family][2]
             fam = describe(model.config)
-            paths = [("per-slot, dense (before)", lambda rows, m=model: PerSlotRunner(m, rows, torch.device("cpu"))),
+            paths = [("per-slot, dense (before)", lambda rows, m=model: PerSlotExecutor(m, rows, torch.device("cpu"))),
                      ("slot forward, dense, PyTorch ops", None), ("slot forward, q4, PyTorch ops", None)]
             if decodes_fused(fam, "q4"):
                 paths.append(("slot forward, q4, C++ kernel", None))

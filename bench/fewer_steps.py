@@ -50,7 +50,7 @@ from proctor.config import Settings  # noqa: E402
 from proctor.constraints.compiler import CompileLimits, ConstraintCompiler  # noqa: E402
 from proctor.constraints.registry import SchemaRegistry  # noqa: E402
 from proctor.constraints.service import ConstraintService  # noqa: E402
-from proctor.contracts.drafting import render_messages  # noqa: E402
+from proctor.contracts.attempt_plans import render_messages  # noqa: E402
 from proctor.contracts.specialise import specialise  # noqa: E402
 from proctor.contracts.templates import TemplateRegistry  # noqa: E402
 from proctor.domain import (  # noqa: E402

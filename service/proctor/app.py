@@ -248,7 +248,7 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
                   observability: Observability | None = None
                   ) -> tuple[Engine, dict[str, object], list[RegisteredSchema]]:
     from proctor.engine.engine import Engine
-    from proctor.engine.runner import plan_for
+    from proctor.engine.executor_setup import plan_for
     from proctor.models import load_model
     from proctor.models.info import model_info
     from proctor.models.loader import resolve_source
@@ -301,13 +301,13 @@ async def start_server(settings: Settings) -> RunningServer:
                        keys=keys if settings.audit_encryption == "subject" else None)
     service = GenerationService(settings, audit)
     generation_pb2_grpc.add_GenerationServicer_to_server(GenerationServicer(service), server)
-    contracts = ContractsServicer(service.runner, load_templates(settings))
+    contracts = ContractsServicer(service.calls, load_templates(settings))
     contracts_pb2_grpc.add_ContractsServicer_to_server(contracts, server)
     names = [SERVICE_NAME, CONTRACTS_SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
              reflection.SERVICE_NAME]
     if sink is not None:
         audit_pb2_grpc.add_AuditServicer_to_server(
-            AuditServicer(settings, sink.store, service.runner, checkpoint_path(settings), sink.request_checkpoint,
+            AuditServicer(settings, sink.store, service.calls, checkpoint_path(settings), sink.request_checkpoint,
                           keys),
             server)
         names.append(AUDIT_SERVICE_NAME)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from helpers.engine import Collector, tiny_settings
 
-from proctor.contracts.drafting import render_messages
+from proctor.contracts.attempt_plans import render_messages
 from proctor.contracts.specialise import specialise
 from proctor.contracts.templates import TemplateRegistry
 from proctor.domain import (

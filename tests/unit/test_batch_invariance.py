@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from proctor.config import Settings
-from proctor.engine.runner import plan_for
+from proctor.engine.executor_setup import plan_for
 from proctor.executor.plan import executor_plan
 from proctor.executor.slot_forward import SlotForward
 from proctor.models.info import model_info

@@ -189,7 +189,7 @@ def test_flexible_whitespace_outputs_close_too(engine) -> None:  # type: ignore[
 def test_a_contract_draft_at_a_tight_budget_is_valid_and_holds_every_required_clause(engine) -> None:  # type: ignore[no-untyped-def]
     from test_contracts import NDA, nda_request
 
-    from proctor.contracts.drafting import check_contract, first_plan, generation_request, render_messages
+    from proctor.contracts.attempt_plans import check_contract, first_plan, generation_request, render_messages
     from proctor.contracts.specialise import specialise
 
     contract = nda_request()

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from proctor.constraints.registry import SchemaRegistry
-from proctor.contracts.drafting import (
+from proctor.contracts.attempt_plans import (
     LENGTH_GROWTH,
     REPETITION_PENALTY,
     RETRY_TEMPERATURE,

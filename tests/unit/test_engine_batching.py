@@ -16,7 +16,7 @@ from helpers.engine import Collector
 from helpers.slots import feed_prompt, feed_prompts, feed_step
 
 from proctor.domain import FinishReason, GenerationRequest, SamplingParams, StoppingParams
-from proctor.executor.model_runner import PerSlotRunner, make_runner
+from proctor.executor.build import PerSlotExecutor, make_executor
 from proctor.executor.plan import executor_plan
 from proctor.executor.protocol import Executor, Feed
 from proctor.executor.slot_forward import SlotForward
@@ -30,7 +30,7 @@ PROMPTS = ["The capital of France is", "Hi", "你好，世界。今天天气很�
 
 def cpu_runner(model: Any, slots: int) -> Executor:
     """What a CPU server with dense weights builds for ``model``."""
-    return make_runner(executor_plan(model, CPU, "dense"), model, slots)
+    return make_executor(executor_plan(model, CPU, "dense"), model, slots)
 
 
 def request(index: int, n: int, request_id: str, **sampling: object) -> GenerationRequest:
@@ -148,7 +148,7 @@ def test_other_architectures_use_the_per_slot_runner(tokenizer) -> None:  # type
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).eval()
     runner = cpu_runner(model, 4)
-    assert isinstance(runner, PerSlotRunner)
+    assert isinstance(runner, PerSlotExecutor)
     rows = [tokenizer(p)["input_ids"] for p in PROMPTS[:2]]
     with torch.inference_mode():
         for i, ids in enumerate(rows):

@@ -1,5 +1,5 @@
 """The executor plan (executor/plan.py): made once from the model, the device and the flags, it is what
-``make_runner`` builds, what GetModelInfo and the audit record say (``runner``, ``batch_invariant``), what the
+``make_executor`` builds, what GetModelInfo and the audit record say (``runner``, ``batch_invariant``), what the
 server refuses to start on and whether beam search is admitted.
 
 Every executor the CPU builds is built here from its plan and held to it; a CUDA server's plans are made without a
@@ -19,7 +19,7 @@ import torch
 from test_families import build
 
 from proctor.executor import fused_decode
-from proctor.executor.model_runner import PerSlotRunner, make_runner
+from proctor.executor.build import PerSlotExecutor, make_executor
 from proctor.executor.plan import ExecutorKind, ExecutorPlan, executor_plan
 from proctor.executor.protocol import Executor, Feed
 from proctor.executor.slot_forward import SlotForward
@@ -49,7 +49,7 @@ def assert_built_as_planned(runner: Executor, plan: ExecutorPlan) -> None:
     """The runner is the plan's kind, with its strategies, and offers what the plan said it would (the thread count
     aside: the built weights may take ``thread_invariant`` back, never give it)."""
     if plan.kind is ExecutorKind.PER_SLOT:
-        assert isinstance(runner, PerSlotRunner)
+        assert isinstance(runner, PerSlotExecutor)
     else:
         assert isinstance(runner, SlotForward)
         assert (runner.products, runner.replay) == (plan.products, plan.replay)
@@ -68,7 +68,7 @@ def serve_a_step(runner: Executor) -> torch.Tensor:
 def test_the_slot_forward_is_built_and_described_as_planned(tiny_loaded, tokenizer, mode: str) -> None:  # type: ignore[no-untyped-def]
     loaded = dataclasses.replace(tiny_loaded, weights=mode)
     plan = executor_plan(loaded.model, CPU, mode)
-    runner = make_runner(plan, loaded.model, 2, calibration_ids(tokenizer))
+    runner = make_executor(plan, loaded.model, 2, calibration_ids(tokenizer))
     assert plan.kind is ExecutorKind.SLOT_FORWARD and plan.problem is None and plan.beams
     assert_built_as_planned(runner, plan)
     assert serve_a_step(runner).shape == (2, loaded.vocab_size)
@@ -90,7 +90,7 @@ def test_gguf_blocks_are_built_and_described_as_planned(default_gguf: Path, tmp_
     plan = executor_plan(skeleton, CPU, "gguf", asked_weights="gguf")
     assert plan.products == "kernels" and plan.problem is None
     assert plan.description == "slot forward: qwen3, batched, gguf weights in the C++ decode kernels"
-    runner = make_runner(plan, skeleton, 2)
+    runner = make_executor(plan, skeleton, 2)
     assert_built_as_planned(runner, plan)
     assert serve_a_step(runner).shape[0] == 2
 
@@ -102,7 +102,7 @@ def test_an_unsupported_architecture_is_planned_and_built_per_slot(tiny_loaded, 
     assert plan.kind is ExecutorKind.PER_SLOT and plan.weights == "dense" and not plan.beams
     assert plan.problem is None and "'gpt2'" in plan.description
     assert plan.description.startswith("per-slot: transformers' forward, one row at a time, dense weights")
-    runner = make_runner(plan, model, 2)
+    runner = make_executor(plan, model, 2)
     assert_built_as_planned(runner, plan)
     serve_a_step(runner)
     info = model_info(loaded, plan)
@@ -110,7 +110,7 @@ def test_an_unsupported_architecture_is_planned_and_built_per_slot(tiny_loaded, 
     asked = executor_plan(model, CPU, "q4", asked_weights="q4")  # a mode asked for: refused at start-up
     assert asked.problem is not None and "--weights q4 needs the batched slot forward" in asked.problem
     with pytest.raises(ValueError, match="needs the batched slot forward"):
-        make_runner(asked, model, 2)
+        make_executor(asked, model, 2)
     gguf = executor_plan(model, CPU, "gguf", asked_weights="gguf")
     assert gguf.problem is not None and "slot forward only" in gguf.problem
 

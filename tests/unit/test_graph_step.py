@@ -12,8 +12,8 @@ from helpers.requirements import require_module
 
 require_module("proctor.executor.invariant_kernels")  # before anything else imports triton
 
+from proctor.executor.build import make_executor  # noqa: E402
 from proctor.executor.graph_step import GraphReplay, bucket_for, row_buckets  # noqa: E402
-from proctor.executor.model_runner import make_runner  # noqa: E402
 from proctor.executor.plan import ExecutorKind, executor_plan  # noqa: E402
 from proctor.executor.protocol import Feed  # noqa: E402
 from proctor.executor.slot_forward import SlotForward  # noqa: E402
@@ -154,7 +154,7 @@ def test_the_graph_step_is_planned_on_cuda_for_the_models_its_kernels_serve(tiny
 def test_make_runner_builds_the_graphed_step_the_plan_names(small_model, asked: str, products: str) -> None:  # type: ignore[no-untyped-def]
     plan = executor_plan(small_model, torch.device("cuda"), "dense", batch_invariant=asked, cuda_graphs=True,
                          step_tokens=8).on(CPU)
-    runner = make_runner(plan, small_model, 2)
+    runner = make_executor(plan, small_model, 2)
     assert isinstance(runner, SlotForward) and (runner.products, runner.replay) == (products, "graphs")
     assert replay_of(runner).buckets == (1, 2, 4, 8) and replay_of(runner).rows.invariant_products is (asked == "on")
     assert runner.capabilities == plan.capabilities

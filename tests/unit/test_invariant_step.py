@@ -10,7 +10,7 @@ from helpers.requirements import require_module
 
 require_module("proctor.executor.invariant_kernels")  # before anything else imports triton
 
-from proctor.executor.model_runner import make_runner  # noqa: E402
+from proctor.executor.build import make_executor  # noqa: E402
 from proctor.executor.plan import ExecutorKind, executor_plan  # noqa: E402
 from proctor.executor.protocol import Feed  # noqa: E402
 from proctor.executor.slot_forward import SlotForward  # noqa: E402
@@ -102,6 +102,6 @@ def test_the_engine_serves_plain_and_beam_requests_on_the_plan_cuda_makes_for_on
 
 def test_make_runner_builds_the_invariant_step_the_plan_names(tiny_model) -> None:  # type: ignore[no-untyped-def]
     plan = executor_plan(tiny_model, torch.device("cuda"), "dense", batch_invariant="on").on(CPU)
-    runner = make_runner(plan, tiny_model, 2)
+    runner = make_executor(plan, tiny_model, 2)
     assert isinstance(runner, SlotForward) and isinstance(runner.step, TritonStep) and runner.step.invariant_products
     assert runner.capabilities == plan.capabilities

@@ -1,4 +1,4 @@
-"""Which prompts may outlive their request in the prefix cache (api/call_runner.CallRunner.admit).
+"""Which prompts may outlive their request in the prefix cache (api/audited_calls.AuditedCalls.admit).
 
 The privacy rules: a caller's chunks live in its own namespace; its callers-file entry decides, and without
 one the server does: on, unless prompts are kept out of the audit trail (``--audit-prompt-policy hmac``); a
@@ -11,15 +11,15 @@ import pytest
 from helpers.engine import tiny_settings
 
 from proctor.api.audit_trail import AuditTrail
+from proctor.api.audited_calls import AuditedCalls
 from proctor.api.call_info import CallInfo, Identity
-from proctor.api.call_runner import CallRunner
 from proctor.api.callers import Caller
 from proctor.audit.records import CallRecord, PrivacyPolicy
 from proctor.domain import GenerationRequest
 
 
 def scope(policy: str, caller: Caller | None, cache_prompt: bool = True) -> str | None:
-    runner: CallRunner[object] = CallRunner(tiny_settings(audit_prompt_policy=policy, audit=False),
+    runner: AuditedCalls[object] = AuditedCalls(tiny_settings(audit_prompt_policy=policy, audit=False),
                                             AuditTrail(None, PrivacyPolicy(), compliance=False, top_n=0))
     info = CallInfo(identity=Identity(caller, "token") if caller is not None else None)
     request = runner.admit(GenerationRequest(request_id="r", prompt="Hi", cache_prompt=cache_prompt),

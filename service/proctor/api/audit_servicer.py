@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from proctor.api.call_runner import CallRunner
+from proctor.api.audited_calls import AuditedCalls
 from proctor.api.errors import abort_with
 from proctor.api.grpc_calls import answering, call_info_of
 from proctor.audit.erasure import erased_problem, opened_json
@@ -46,7 +46,7 @@ _T = TypeVar("_T")
 
 
 class AuditServicer(apb_grpc.AuditServicer):
-    def __init__(self, settings: Settings, store: AuditStore, generation: CallRunner[Any],
+    def __init__(self, settings: Settings, store: AuditStore, generation: AuditedCalls[Any],
                  checkpoint_file: Path | None, checkpoint_now: Callable[[], Future[int]] | None = None,
                  keys: KeyStore | None = None) -> None:
         self._settings = settings

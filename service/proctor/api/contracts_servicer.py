@@ -17,13 +17,13 @@ from typing import Any
 
 import grpc
 
+from proctor.api.audited_calls import AuditedCalls
 from proctor.api.call_info import CallInfo
-from proctor.api.call_runner import CallRunner
 from proctor.api.convert import FINISH_TO_PROTO
 from proctor.api.errors import abort_with
 from proctor.api.grpc_calls import answering, call_info_of
 from proctor.audit.records import CallRecord
-from proctor.contracts.drafting import (
+from proctor.contracts.attempt_plans import (
     FINAL_REASONS,
     AttemptPlan,
     ContractCheck,
@@ -50,8 +50,8 @@ ATTEMPT_FIELDS = {"stopping.max_new_tokens": "max_new_tokens"}  # an attempt's r
 
 
 class ContractsServicer(cpb_grpc.ContractsServicer):
-    def __init__(self, runner: CallRunner[Any], templates: TemplateRegistry) -> None:
-        self._runner = runner
+    def __init__(self, calls: AuditedCalls[Any], templates: TemplateRegistry) -> None:
+        self._calls = calls
         self._templates = templates
 
     async def ListTemplates(self, request: cpb.ListTemplatesRequest, context: grpc.aio.ServicerContext
@@ -79,7 +79,7 @@ class ContractsServicer(cpb_grpc.ContractsServicer):
         """The audited attempts until one is valid or the budget is spent; the response from the last."""
         deadline = info.deadline
         seed = request.seed if request.seed is not None else secrets.randbits(63)
-        limit = self._runner.settings.max_new_tokens_limit
+        limit = self._calls.settings.max_new_tokens_limit
         messages = render_messages(template, request, specialised)
         budget = max(1, request.max_attempts or template.max_attempts)
         plan = first_plan(template, request, seed, limit)
@@ -96,7 +96,7 @@ class ContractsServicer(cpb_grpc.ContractsServicer):
                 call.contract = _record_section(request, template, specialised, plan, budget, check[0])
 
             gen = generation_request(request, template, specialised, plan, messages, deadline)
-            events, audit_id = await self._runner.run_call("DraftContract", gen, info, annotate,
+            events, audit_id = await self._calls.run_call("DraftContract", gen, info, annotate,
                                                            built_here=True, fields=ATTEMPT_FIELDS)
             final = events[-1]
             assert final.finish_reason is not None

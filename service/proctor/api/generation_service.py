@@ -9,7 +9,7 @@ one table (api/failures.py): gRPC statuses in api/servicer.py, OpenAI's error ob
 
 The order of a call: its record opened (api/audit_trail.py: audit id, caller) → the request checked, once
 (``Intake.checked``: api/check_request.py; a refusal is recorded with the request as received) → the call run
-(api/call_runner.py: admission, prepare and screens, the engine, moderators, the record committed). ``n``
+(api/audited_calls.py: admission, prepare and screens, the engine, moderators, the record committed). ``n``
 completions run as calls of their own (api/samples.py) and a stream of them arrives whole at the end. A stream
 with output moderators is held back until the output is moderated.
 """
@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 from proctor.api.answered import Answer, Released
 from proctor.api.audit_trail import MODEL_FIELDS, AuditTrail
+from proctor.api.audited_calls import AuditedCalls, GenerationEngine, with_receipt
 from proctor.api.call_info import GONE, CallInfo
-from proctor.api.call_runner import CallRunner, GenerationEngine, with_receipt
 from proctor.api.check_request import default_plugin_calls
 from proctor.api.samples import sample_events, wants_samples
 from proctor.audit.records import CallRecord, PrivacyPolicy
@@ -76,7 +76,7 @@ class GenerationService:
 
     def __init__(self, settings: Settings, audit: AuditTrail | None = None) -> None:
         self.settings = settings
-        self.runner: CallRunner[Any] = CallRunner(settings, audit or AuditTrail(None, PrivacyPolicy(),
+        self.calls: AuditedCalls[Any] = AuditedCalls(settings, audit or AuditTrail(None, PrivacyPolicy(),
                                                                                  compliance=False, top_n=0))
         self.model_info: dict[str, object] = {}  # the loaded model's ModelInfo fields (empty before ``attach``)
         self.schemas: list[RegisteredSchemaView] = []
@@ -84,12 +84,12 @@ class GenerationService:
 
     @property
     def audit(self) -> AuditTrail:
-        return self.runner.audit
+        return self.calls.audit
 
     @property
     def serving(self) -> bool:
         """Whether a model is attached (before that a call is refused: the model is still loading)."""
-        return self.runner.engine_or_none is not None
+        return self.calls.engine_or_none is not None
 
     def attach(self, engine: GenerationEngine[Any], model_info: dict[str, object],
                schemas: Sequence[RegisteredSchemaView] = (), *, plugins: PluginRegistry | None = None,
@@ -98,7 +98,7 @@ class GenerationService:
         checked first: a missing one or bad params fails the start (ValueError), not every request."""
         if plugins is not None and model is not None:
             self._check_default_moderation(plugins, model)
-        self.runner.engine_or_none = engine
+        self.calls.engine_or_none = engine
         self.model_info = model_info
         vocab_size = model_info.get("vocab_size")
         self._vocab_size = vocab_size if isinstance(vocab_size, int) else None
@@ -124,16 +124,16 @@ class GenerationService:
             return request
         except BaseException as exc:
             record.raw_request = intake.as_received()
-            raise await self.runner.fail(record, exc)  # noqa: B904 (exc itself, or the record's failure)
+            raise await self.calls.fail(record, exc)  # noqa: B904 (exc itself, or the record's failure)
 
     async def generate(self, intake: Intake, call: CallInfo, method: str) -> Answer:
         """A unary generation, audited as ``method`` (the RPC, or the HTTP route that called it)."""
         record = self.audit.begin(method, call)
         request = await self._checked(intake, call, record)
         if wants_samples(request):  # n completions, each its own audited call (api/samples.py)
-            events, audit_id = await sample_events(self.runner, method, request, call)
+            events, audit_id = await sample_events(self.calls, method, request, call)
         else:
-            events, audit_id = await self.runner.run(record, request, call)
+            events, audit_id = await self.calls.run(record, request, call)
         return Answer(request, events, audit_id)
 
     async def stream(self, intake: Intake, call: CallInfo, method: str) -> AsyncGenerator[Released, None]:
@@ -142,34 +142,34 @@ class GenerationService:
         record = self.audit.begin(method, call)
         request = await self._checked(intake, call, record)
         if wants_samples(request):  # n completions arrive whole at the end (api/samples.py)
-            events, audit_id = await sample_events(self.runner, method, request, call)
+            events, audit_id = await sample_events(self.calls, method, request, call)
             for event in events:
                 if event.token_ids or event.text or event.finished:
                     yield Released(event, request, audit_id)
             return
-        runner = self.runner
+        calls = self.calls
         final: list[TokenEvent] = []
         try:
-            request = runner.admit(request, record, call)
+            request = calls.admit(request, record, call)
             held = bool(request.output_moderators)  # the output is released only once moderated
-            async with contextlib.aclosing(runner.events(request, record)) as stream:
+            async with contextlib.aclosing(calls.events(request, record)) as stream:
                 async for event in stream:
                     if not event.finished:
                         if not held and (event.token_ids or event.text):
                             yield Released(event, request, record.audit_id)
                         continue
-                    runner.final_status(event, record)
-                    released = await runner.moderated(record, list(record.events))
+                    calls.final_status(event, record)
+                    released = await calls.moderated(record, list(record.events))
                     # the final event waits for the record (compliance; receipts: the answered text, all of it)
                     await self.audit.commit(record, answered="".join(out.text for out in released))
                     final = with_receipt(released, record)
                     final = final if held else final[-1:]
         except GONE:  # the stream was cancelled or closed at a yield: record it; nobody is left to answer
-            await runner.record_gone(record)
+            await calls.record_gone(record)
             raise
         except BaseException as exc:
-            raise await runner.fail(record, exc)  # noqa: B904 (exc itself, or the record's failure)
-        runner.check_deadline(final[-1])
+            raise await calls.fail(record, exc)  # noqa: B904 (exc itself, or the record's failure)
+        calls.check_deadline(final[-1])
         for out in final:
             if out.token_ids or out.text or out.finished:
                 yield Released(out, request, record.audit_id)

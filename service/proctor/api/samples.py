@@ -14,8 +14,8 @@ import dataclasses
 import secrets
 from typing import Any
 
+from proctor.api.audited_calls import AuditedCalls, BeforeCommit
 from proctor.api.call_info import CallInfo
-from proctor.api.call_runner import BeforeCommit, CallRunner
 from proctor.audit.records import CallRecord
 from proctor.domain import GenerationRequest, ReturnedSequence, TokenEvent
 from proctor.domain.seeds import attempt_seed
@@ -25,7 +25,7 @@ def wants_samples(request: GenerationRequest) -> bool:
     return request.num_return_sequences > 1 and request.sampling.num_beams <= 1
 
 
-async def sample_events(runner: CallRunner[Any], method: str, request: GenerationRequest,
+async def sample_events(calls: AuditedCalls[Any], method: str, request: GenerationRequest,
                         info: CallInfo) -> tuple[list[TokenEvent], str]:
     """The first completion's events (its final event carrying every completion) and its audit id."""
     count = request.num_return_sequences
@@ -41,7 +41,7 @@ async def sample_events(runner: CallRunner[Any], method: str, request: Generatio
             call.sample = {"group": request.request_id, "index": index, "of": count}
         return annotate
 
-    running = [asyncio.ensure_future(runner.run_call(method, completion, info, group(index)))
+    running = [asyncio.ensure_future(calls.run_call(method, completion, info, group(index)))
                for index, completion in enumerate(completions)]
     try:
         results = await asyncio.gather(*running)

@@ -33,11 +33,11 @@ from proctor.engine.beam import BeamSearches
 from proctor.engine.closing import attach_closing
 from proctor.engine.closing_facts import ClosingFactsCache
 from proctor.engine.drafting import Drafter, DraftPolicy
+from proctor.engine.executor_setup import build_executor, plan_for
 from proctor.engine.live import LiveRequests
 from proctor.engine.loaded_model import LoadedModel
 from proctor.engine.prefix_cache import PrefixCache
 from proctor.engine.preprocess import PreparedRequest, prepare_controls, prepare_request
-from proctor.engine.runner import build_runner, plan_for
 from proctor.engine.scheduler import Scheduler
 from proctor.engine.sequence import EventSink, SequenceState
 from proctor.engine.status import RequestStatus
@@ -73,7 +73,7 @@ class Engine:
         self.prefix_cache = PrefixCache(settings.prefix_cache_mb * 1024 * 1024,
                                         f"{loaded.weights_sha256}:{loaded.weights}:{loaded.dtype}:{loaded.device}",
                                         settings.prefill_chunk_tokens)
-        self._batch = DecodeBatch(lambda: build_runner(loaded, self.plan, rows, release_dense_weights), rows,
+        self._batch = DecodeBatch(lambda: build_executor(loaded, self.plan, rows, release_dense_weights), rows,
                                   settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens, self.prefix_cache)
         self._drafter = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size)
         self._closing_facts = ClosingFactsCache(loaded.tokenizer, loaded.vocab_size)

@@ -1,9 +1,9 @@
 """The executor plan: which executor serves a model on a device under the server's flags, decided once at start-up.
 
-Why one plan: which executor runs, what it offers and how it is described used to be decided by ``make_runner``'s
+Why one plan: which executor runs, what it offers and how it is described used to be decided by ``make_executor``'s
 own chain of checks and predicted again in four other homes (the start-up checks, GetModelInfo, the audit record,
 beam admission), each of which could drift from what was built. Now ``executor_plan`` is the only function that
-knows; ``make_runner`` (model_runner.py) builds what it says, and the rest read it. It reads the model's config and
+knows; ``make_executor`` (model_runner.py) builds what it says, and the rest read it. It reads the model's config and
 the flags only, never the device itself, so a CUDA server's plan can be made (and tested) on a machine without one.
 
 The kinds:
@@ -45,9 +45,9 @@ class ExecutorKind(StrEnum):
 
 @dataclass(frozen=True)
 class ExecutorPlan:
-    """What serves, decided before anything is built. ``weights``: the mode its products run (the per-slot runner
+    """What serves, decided before anything is built. ``weights``: the mode its products run (the per-slot executor
     runs the model's own dense weights whatever was asked). ``products`` and ``replay``: the slot forward's
-    strategies (strategies.py; the per-slot runner: the library's, eagerly). ``largest_bucket``: the graphed step
+    strategies (strategies.py; the per-slot executor: the library's, eagerly). ``largest_bucket``: the graphed step
     pads each step's rows to a power of two up to this. ``capabilities``: what the executor will offer
     (``thread_invariant`` as the strategies allow it; the built weights may not). ``beams``: whether beam search is
     admitted. ``description``: GetModelInfo.runner and the start-up log. ``problem``: why the server cannot start

@@ -7,7 +7,7 @@ plugs in by saying what it offers (which one serves is the executor plan's to sa
 
 - ``SlotForward`` (slot_forward.py): every family executor/families.py describes, every position a row of its own,
   with its strategies (strategies.py);
-- ``PerSlotRunner`` (model_runner.py): any other causal LM through transformers' forward, row by row.
+- ``PerSlotExecutor`` (model_runner.py): any other causal LM through transformers' forward, row by row.
 
 A ``Feed`` is one row's tokens for this step, appended at its slot's current length: a piece of its prompt, its
 last token, or its last token and a draft. ``logits`` says how many of its last positions the update needs

@@ -91,7 +91,7 @@ def built_capabilities(offered: Capabilities, products: Products, weights_thread
 
 
 def per_slot_capabilities(device: torch.device) -> Capabilities:
-    """transformers' own forward, one row after another (model_runner.PerSlotRunner): each row alone, so its bits are
+    """transformers' own forward, one row after another (model_runner.PerSlotExecutor): each row alone, so its bits are
     its own; a prompt fed whole (its prefill computes a prompt split in pieces differently); no drafts (a position of
     a multi-token feed is not the bits of a one-token step); no spans to keep (its caches are transformers')."""
     return Capabilities(device=device, extend=False, split_prompts=False, spans=False, rows_own_bits=True,

@@ -25,7 +25,7 @@ def model_info(loaded: LoadedModel, plan: ExecutorPlan) -> dict[str, object]:
         "sampler_revision": SAMPLER_REVISION,
         # The chunk size that changed a prompt's bits (replay refused across sizes). Since weights revisions
         # dense 2, fp16 2, q8 3, q4 2, gguf 3 every prompt position is a row of its own (engine/batch.py), and the
-        # per-slot runner feeds prompts whole: no split changes a bit, so 0.
+        # per-slot executor feeds prompts whole: no split changes a bit, so 0.
         "prefill_chunk_tokens": 0,
         "device": str(loaded.device),
         # Whether each row's logits were its own bits whatever shared its forward (replay refused across a

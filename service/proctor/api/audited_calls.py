@@ -94,7 +94,7 @@ def with_receipt(events: list[TokenEvent], call: CallRecord) -> list[TokenEvent]
     return [*events[:-1], dataclasses.replace(events[-1], receipt=call.receipt)]
 
 
-class CallRunner(Generic[P]):
+class AuditedCalls(Generic[P]):
     """Runs calls once ``attach`` gave it a started engine; before that every call is UNAVAILABLE."""
 
     def __init__(self, settings: Settings, audit: AuditTrail) -> None:

@@ -1,9 +1,9 @@
-"""The executor for architectures the slot forward does not describe, and ``make_runner``, which builds what the
+"""The executor for architectures the slot forward does not describe, and ``make_executor``, which builds what the
 executor plan (plan.py) says.
 
 - ``SlotForward`` (slot_forward.py): one forward for all rows, each row with its own length — the fast
   path, for every family executor/families.py describes, with the plan's strategies.
-- ``PerSlotRunner`` (here): any other causal LM through transformers' own forward, one
+- ``PerSlotExecutor`` (here): any other causal LM through transformers' own forward, one
   ``DynamicCache`` per slot, the rows run one after another. Correct for every architecture, without the
   batching speed-up (strategies.per_slot_capabilities says what it does not offer).
 
@@ -28,7 +28,7 @@ from proctor.executor.strategies import per_slot_capabilities
 log = logging.getLogger("proctor.engine")
 
 
-class PerSlotRunner:
+class PerSlotExecutor:
     def __init__(self, model: Any, max_slots: int, device: torch.device) -> None:
         self.model = model
         self.device = device
@@ -79,16 +79,16 @@ class PerSlotRunner:
 
     def trim(self, slot: int, length: int) -> None:
         if length != self.lengths[slot]:
-            raise NotImplementedError("the per-slot runner takes no drafts, so it never trims")
+            raise NotImplementedError("the per-slot executor takes no drafts, so it never trims")
 
     def read_span(self, slot: int, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError("the per-slot runner keeps no spans (capabilities.spans)")
+        raise NotImplementedError("the per-slot executor keeps no spans (capabilities.spans)")
 
     def write_span(self, slot: int, start: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-        raise NotImplementedError("the per-slot runner keeps no spans (capabilities.spans)")
+        raise NotImplementedError("the per-slot executor keeps no spans (capabilities.spans)")
 
 
-def make_runner(plan: ExecutorPlan, model: Any, max_slots: int, calibration_ids: list[int] | None = None) -> Executor:
+def make_executor(plan: ExecutorPlan, model: Any, max_slots: int, calibration_ids: list[int] | None = None) -> Executor:
     """The executor ``plan`` names for ``model``, with ``max_slots`` slots (``calibration_ids``: what q8 weights are
     smoothed on). A plan with a problem is refused: the server stops at start-up on it (app.py)."""
     if plan.problem is not None:
@@ -96,6 +96,6 @@ def make_runner(plan: ExecutorPlan, model: Any, max_slots: int, calibration_ids:
     if plan.kind is ExecutorKind.PER_SLOT:
         log.warning("batched decoding is not available for this model; rows are decoded one by one (%s)",
                     plan.description)
-        return PerSlotRunner(model, max_slots, plan.device)
+        return PerSlotExecutor(model, max_slots, plan.device)
     return SlotForward(model, max_slots, plan.device, plan.weights, calibration_ids, products=plan.products,
                        replay=plan.replay, largest_bucket=plan.largest_bucket)

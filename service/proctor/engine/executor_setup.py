@@ -1,5 +1,5 @@
 """The executor a server's engine runs: the plan made from the loaded model and the settings (executor/plan.py),
-and the runner built from it (executor/model_runner.py)."""
+and the runner built from it (executor/build.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 from proctor.config import Settings
 from proctor.engine.loaded_model import LoadedModel
-from proctor.executor.model_runner import make_runner
+from proctor.executor.build import make_executor
 from proctor.executor.plan import ExecutorPlan, executor_plan
 from proctor.executor.protocol import Executor
 from proctor.executor.slot_weights import release_dense
@@ -27,11 +27,11 @@ def plan_for(loaded: LoadedModel, settings: Settings) -> ExecutorPlan:
                          step_tokens=settings.max_step_tokens)
 
 
-def build_runner(loaded: LoadedModel, plan: ExecutorPlan, rows: int, release_dense_weights: bool) -> Executor:
+def build_executor(loaded: LoadedModel, plan: ExecutorPlan, rows: int, release_dense_weights: bool) -> Executor:
     """The runner ``plan`` names, with ``rows`` slots; with ``release_dense_weights`` (a server's own model) the
     model's dense projections are dropped once the runner holds its copies."""
     calibration = calibration_ids(loaded.tokenizer) if plan.weights == "q8" else None
-    runner = make_runner(plan, loaded.model, rows, calibration)
+    runner = make_executor(plan, loaded.model, rows, calibration)
     if release_dense_weights:  # a no-op unless the runner built slot weights of its own (slot_weights.py)
         freed = release_dense(loaded.model)
         if freed:
