@@ -24,7 +24,7 @@ def test_the_caller_cap_lowers_the_default_and_a_minimum_above_it_is_refused() -
     with pytest.raises(RequestValidationError) as error:  # issue 55's defect: it was served 32 tokens, LENGTH
         output_budget(StoppingParams(min_new_tokens=40), LIMITS)
     assert fields(error) == ["stopping.min_new_tokens"]
-    assert "40 exceeds max_new_tokens (32 (the caller 'small'" in error.value.violations[0].description
+    assert "40 exceeds max_new_tokens (32, caller 'small''s cap)" in error.value.violations[0].description
 
 
 def test_an_explicit_maximum_is_held_to_both_caps_and_named() -> None:

@@ -104,7 +104,7 @@ def output_budget(stopping: StoppingParams, limits: OutputLimits) -> OutputBudge
     if least < 0:
         bad.append(FieldViolation(MIN_FIELD, f"must be >= 0, got {least}"))
     elif least > most:
-        whose = f" (the caller {limits.caller_name!r}'s cap)" if cap is not None and most == cap else ""
+        whose = f", caller {limits.caller_name!r}'s cap" if cap is not None and most == cap else ""
         bad.append(FieldViolation(MIN_FIELD, f"{least} exceeds max_new_tokens ({most}{whose})"))
     if bad:
         raise RequestValidationError(bad)
