@@ -9,6 +9,7 @@ from pathlib import Path
 
 from proctor import __version__
 from proctor.config import AUDIT_ENCRYPTION_MODES, BATCH_INVARIANT_MODES, WEIGHT_MODES, Settings
+from proctor.engine.thought_markers import PARSER_NAMES
 
 
 def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,6 +62,9 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     steps.add_argument("--speculation-tokens", type=int, help="tokens drafted per row and step (default 4)")
     steps.add_argument("--speculation-max-rows", type=int,
                        help="auto speculation stays on while the batch holds at most this many rows (default 16)")
+    p.add_argument("--reasoning-parser", choices=PARSER_NAMES,
+                   help="a thinking model's section (<think>...</think>): the constraint starts after it; auto "
+                   "(default) finds it in the chat template and vocabulary, none turns it off (README: reasoning)")
     p.add_argument("--max-new-tokens-limit", type=int, help="server cap on max_new_tokens (default 4096)")
     p.add_argument("--grace-period", dest="grace_period_s", type=float,
                    help="seconds in-flight calls may take to finish on shutdown (default 10)")
@@ -153,7 +157,7 @@ def _serve(args: argparse.Namespace) -> int:
             "threads", "max_batch_size",
             "max_waiting", "kv_cache_mb", "max_step_tokens", "prefill_chunk_tokens",
             "prefix_cache_mb", "jump_forward", "max_forced_tokens", "speculation", "speculation_tokens",
-            "speculation_max_rows",
+            "speculation_max_rows", "reasoning_parser",
             "max_new_tokens_limit", "grace_period_s", "drain_notice_s", "health_port", "http_port", "watchdog_s",
             "reflection",
             "warmup", "log_level",

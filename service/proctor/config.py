@@ -122,6 +122,9 @@ class Settings:
     speculation: str = "auto"  # auto | on | off
     speculation_tokens: int = 4  # tokens drafted per row and step
     speculation_max_rows: int = 16  # measured: bench/README.md, "Fewer steps"
+    # A thinking model's section (engine/thought_markers.py: the names, checked when the engine starts): auto finds
+    # it in the chat template and vocabulary.
+    reasoning_parser: str = "auto"
     max_message_bytes: int = 16 * 1024 * 1024
     reflection: bool | None = None  # None: on when bound to loopback
     # Shutdown on SIGTERM (app.py): health NOT_SERVING for drain_notice_s while calls are still served

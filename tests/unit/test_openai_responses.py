@@ -56,7 +56,7 @@ def test_a_responses_body_is_the_chat_call_it_means() -> None:
     ({"text": {"format": {"type": "json_schema", "name": "s", "strict": "yes"}}}, "text.format.strict"),
     ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
     ({"max_output_tokens": "many"}, "max_output_tokens"),
-    ({"reasoning": {"effort": "high"}}, "reasoning"),
+    ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
     ({"truncation": "sometimes"}, "truncation"),
 ])
 def test_bad_responses_bodies_name_the_key_sent(fields: dict[str, Any], param: str) -> None:

@@ -25,6 +25,7 @@ from proctor.domain import (
     TokenDetail,
     TokenEvent,
 )
+from proctor.domain.reasoning import ReasoningParams
 from proctor.domain.request import ContextOverflow, EarlyStopping, Speculation
 from proctor_client.v1 import generation_pb2 as pb
 
@@ -159,6 +160,9 @@ def request_from_proto(message: pb.GenerateRequest) -> GenerationRequest:
         speculation=SPECULATION_FROM_PROTO[message.speculation],
         **_present(message, ("cache_prompt",)),
         subject_id=message.subject_id,
+        reasoning=ReasoningParams(**_present(message.reasoning, ("enabled", "max_tokens")),
+                                  exclude=message.reasoning.exclude),
+        chat_template_kwargs=message.chat_template_kwargs_json,
         input_screens=_plugins(message.input_screens, "input_screens"),
         output_moderators=_plugins(message.output_moderators, "output_moderators"),
     )
@@ -182,6 +186,8 @@ def request_to_proto(request: GenerationRequest) -> pb.GenerateRequest:
         stopping=pb.StoppingParams(**_changed(st, ("max_new_tokens", "min_new_tokens", "close_at_budget")),
                                    stop=st.stop, stop_token_ids=st.stop_token_ids, ignore_eos=st.ignore_eos,
                                    must_include=st.must_include),
+        reasoning=pb.Reasoning(**_changed(request.reasoning, ("enabled", "max_tokens", "exclude"))),
+        chat_template_kwargs_json=request.chat_template_kwargs,
         **_changed(request, ("top_logprobs", "num_return_sequences", "cache_prompt")))
     if st.repetition is not None:
         message.stopping.repetition.ngram_size, message.stopping.repetition.repeats = (st.repetition.ngram_size,
@@ -249,6 +255,7 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
         target.usage.drafted_tokens = event.usage.drafted_tokens
         target.usage.accepted_tokens = event.usage.accepted_tokens
         target.usage.closing_tokens = event.usage.closing_tokens
+        target.usage.reasoning_tokens = event.usage.reasoning_tokens
     if event.schema_check is not None:
         target.schema_validation.valid = event.schema_check.valid
         target.schema_validation.errors.extend(event.schema_check.errors)
@@ -295,7 +302,8 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
 def chunk_from_event(event: TokenEvent, request: GenerationRequest | None = None,
                      audit_id: str = "") -> pb.GenerateChunk:
     chunk = pb.GenerateChunk(request_id=event.request_id, token_ids=event.token_ids, text=event.text,
-                             tokens=details_to_proto(event.details, request))
+                             tokens=details_to_proto(event.details, request),
+                             reasoning_text=_shown_reasoning(event.reasoning, request))
     if event.finished:
         _fill_final(chunk, event, audit_id, request)
         chunk.audit_id = audit_id
@@ -309,9 +317,15 @@ def response_from_events(events: list[TokenEvent], request: GenerationRequest | 
     response = pb.GenerateResponse(
         request_id=final.request_id,
         text="".join(e.text for e in events),
+        reasoning_text=_shown_reasoning("".join(e.reasoning for e in events), request),
         token_ids=[t for e in events for t in e.token_ids],
         tokens=details_to_proto((d for e in events for d in e.details), request),
         audit_id=audit_id,
     )
     _fill_final(response, final, audit_id, request)
     return response
+
+
+def _shown_reasoning(text: str, request: GenerationRequest | None) -> str:
+    """The thought as the caller sees it: none with ``reasoning.exclude`` (the audit record still holds it)."""
+    return "" if request is not None and request.reasoning.exclude else text

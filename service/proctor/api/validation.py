@@ -14,6 +14,7 @@ from proctor.api.caller_limits import output_limits
 from proctor.config import Settings
 from proctor.domain import FieldViolation, RequestValidationError
 from proctor.domain.output_budget import OutputLimits, output_budget
+from proctor.domain.reasoning import MAX_REASONING_TOKENS
 from proctor.domain.request import CHAT_ROLES, MAX_SUBJECT_CHARS, GenerationRequest, valid_subject
 
 MAX_TOP_LOGPROBS = 20
@@ -118,6 +119,23 @@ def _validate_input(request: GenerationRequest, settings: Settings, bad: Violati
                 f"unknown role {message.role!r}; expected one of {', '.join(sorted(CHAT_ROLES))}")
     if request.tools_json and not _tool_list(request.tools_json):
         bad("messages.tools_json", 'must be a JSON array of {"type": "function", "function": {"name": ...}} tools')
+    _validate_reasoning(request, bad)
+
+
+def _validate_reasoning(request: GenerationRequest, bad: Violations) -> None:
+    """A thought's bounds and the template's variables (what only the model can tell: engine/template_kwargs.py)."""
+    most = request.reasoning.max_tokens
+    if most is not None and not 0 <= most <= MAX_REASONING_TOKENS:
+        bad("reasoning.max_tokens", f"must be between 0 and {MAX_REASONING_TOKENS}, got {most}")
+    if request.chat_template_kwargs:
+        try:
+            kwargs = json.loads(request.chat_template_kwargs)
+        except ValueError:
+            kwargs = None
+        if not isinstance(kwargs, dict):
+            bad("chat_template_kwargs_json", "must be a JSON object of the chat template's variables")
+    if request.messages is None and request.chat_template_kwargs:
+        bad("chat_template_kwargs_json", "needs chat messages: a plain prompt is not rendered with the chat template")
 
 
 def _tool_list(text: str) -> bool:

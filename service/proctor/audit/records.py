@@ -28,6 +28,7 @@ from proctor.domain import (
     TokenDetail,
     TokenEvent,
 )
+from proctor.domain.reasoning import ReasoningParams
 from proctor.domain.request import valid_subject
 
 
@@ -88,9 +89,11 @@ def request_to_dict(request: GenerationRequest, seed: int | None) -> dict[str, A
     data.pop("deadline", None)
     if data["constraint"] is not None:
         data["constraint"].pop("parsed", None)  # its text is the record's; the object is the door's parse of it
-    for key in ("input_screens", "output_moderators", "tools_json"):  # only when used: older records keep their shape
-        if not data[key]:
+    for key in ("input_screens", "output_moderators", "tools_json", "chat_template_kwargs"):  # only when used: older
+        if not data[key]:                                                                   # records keep their shape
             del data[key]
+    if not request.reasoning.asked:
+        del data["reasoning"]
     data["sampling"]["seed"] = None if seed is None else str(seed)  # 64-bit: beyond JSON's safe integers
     return data
 
@@ -146,6 +149,8 @@ def request_from_dict(data: dict[str, Any], request_id: str) -> GenerationReques
         input_screens=tuple(PluginCall(**p) for p in data.get("input_screens", ())),
         output_moderators=tuple(PluginCall(**p) for p in data.get("output_moderators", ())),
         subject_id=str(data.get("subject_id") or ""),
+        reasoning=ReasoningParams(**data["reasoning"]) if data.get("reasoning") else ReasoningParams(),
+        chat_template_kwargs=str(data.get("chat_template_kwargs") or ""),
     )
 
 
@@ -227,11 +232,21 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
     if call.events:
         body["output"] = ({"policy": "full", "text": output} if policy.output == "full"
                           else {"policy": "hmac", "hmac_sha256": policy.digest(output)})
+    if final is not None and final.usage is not None and final.usage.reasoning_tokens:
+        # A thinking model's thought: the first usage.reasoning_tokens of the tokens, its text apart (markers left
+        # out), under the output's policy (only when there was one: other records keep their shape).
+        thought = "".join(e.reasoning for e in call.events)
+        body["reasoning"] = ({"policy": "full", "text": thought, "tokens": final.usage.reasoning_tokens}
+                             if policy.output == "full" else
+                             {"policy": "hmac", "hmac_sha256": policy.digest(thought),
+                              "tokens": final.usage.reasoning_tokens})
     if final is not None:
         assert final.finish_reason is not None
         body["finish"] = {"reason": final.finish_reason.value, "detail": final.finish_detail}
         if final.usage is not None:
             body["usage"] = dataclasses.asdict(final.usage)
+            if not final.usage.reasoning_tokens:  # only a thinking model's: other records keep their shape
+                del body["usage"]["reasoning_tokens"]
         if final.timings is not None:
             body["timings"] = dataclasses.asdict(final.timings)
         if final.schema_check is not None:

@@ -30,8 +30,8 @@ from proctor.audit.canonical import canonical
 from proctor.audit.keystore import KeyStore
 
 ALGORITHM = "A256GCM"
-CONTENT_FIELDS = ("request", "raw_request", "prompt", "output", "tokens", "sequences", "attempts", "contract",
-                  "moderation", "must_include")
+CONTENT_FIELDS = ("request", "raw_request", "prompt", "output", "reasoning", "tokens", "sequences", "attempts",
+                  "contract", "moderation", "must_include")
 ERASED = {"policy": "erased"}  # what an erased record's prompt and output read as
 
 
@@ -68,8 +68,9 @@ def open_body(body: dict[str, Any], keys: KeyStore | None) -> dict[str, Any]:
     rest = {field: value for field, value in body.items() if field != "sealed"}
     key = keys.key(key_id) if keys is not None else None
     if key is None:
-        return {**rest, "request": None, "prompt": dict(ERASED), "output": dict(ERASED), "tokens": [],
-                "erased": {"key_id": key_id}}
+        erased = {**rest, "request": None, "prompt": dict(ERASED), "output": dict(ERASED), "tokens": [],
+                  "erased": {"key_id": key_id}}
+        return erased if "reasoning" not in rest else {**erased, "reasoning": dict(ERASED)}
     envelope = body["sealed"]
     try:
         plaintext = AESGCM(key).decrypt(base64.b64decode(envelope["nonce"]), base64.b64decode(envelope["ciphertext"]),

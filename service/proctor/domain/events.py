@@ -55,6 +55,7 @@ class Usage:
     drafted_tokens: int = 0  # proposed ahead of the model: forced by the constraint or looked up
     accepted_tokens: int = 0  # of those, verified and kept
     closing_tokens: int = 0  # the last tokens, forced to end the JSON validly within the budget (engine/closing.py)
+    reasoning_tokens: int = 0  # of completion_tokens, the thought's (its markers included: engine/thought.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +214,8 @@ class TokenEvent:
     sequences: tuple[ReturnedSequence, ...] = ()  # final event only, beam search: the returned beams, best first
     moderation: tuple[ModerationVerdict, ...] = ()  # final event only: the screens' and moderators' verdicts
     receipt: str = ""  # final event only, as answered: the log's signed receipt of the call's record
+    # A thinking model's thought (its markers left out), apart from ``text``, the answer (engine/thought.py).
+    reasoning: str = ""
 
     @property
     def finished(self) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from proctor.domain.reasoning import ReasoningParams
+
 CHAT_ROLES = frozenset({"system", "user", "assistant"})
 MAX_SUBJECT_CHARS = 256  # subject_id: a customer or case id (audit erasure and retention)
 
@@ -198,6 +200,8 @@ class GenerationRequest:
     # caller's name ("" when the server is open); None: nothing of the prompt outlives the request, and
     # nothing cached is read for it.
     prefix_cache_scope: str | None = None
+    reasoning: ReasoningParams = field(default_factory=ReasoningParams)  # a thinking model's section (reasoning.py)
+    chat_template_kwargs: str = ""  # a JSON object passed to the chat template ("": none), enable_thinking among them
 
     @property
     def wants_details(self) -> bool:

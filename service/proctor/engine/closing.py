@@ -24,6 +24,7 @@ from proctor.engine.closing_facts import ClosingFacts, ClosingFactsCache, accept
 
 if TYPE_CHECKING:
     from proctor.constraints.backend import Matcher
+    from proctor.constraints.output_rule import OutputReader
     from proctor.engine.preprocess import PreparedRequest
 
 log = logging.getLogger("proctor.engine")
@@ -40,20 +41,25 @@ def attach_closing(prepared: PreparedRequest, cache: ClosingFactsCache) -> Prepa
     except Exception:  # the closer's reading of a schema failed: served without the rule, never refused for it
         log.exception("closing facts of %s failed; served without close_at_budget", constraint.summary.spec_sha256)
         return prepared
-    prepared.output_budget.require(facts.minimum, f"the schema's shortest valid output, {facts.minimum} tokens "
-                                                  f"({_clip(facts.shortest)})")
+    least, thought = facts.minimum, ""
+    if prepared.thought is not None:  # the section's markers come before the answer
+        overhead = prepared.thought.overhead
+        least, thought = least + overhead, f" after the thought's {overhead} marker tokens"
+    prepared.output_budget.require(least, f"the schema's shortest valid output, {facts.minimum} tokens "
+                                          f"({_clip(facts.shortest)}){thought}")
     return dataclasses.replace(prepared, closing=facts)
 
 
 class ClosingRule:
     """One row's closer and the ending it was given (``closing``: the forced tokens, once it closes)."""
 
-    def __init__(self, facts: ClosingFacts, matcher: Matcher, tokenizer: Any, vocab_size: int) -> None:
+    def __init__(self, facts: ClosingFacts, matcher: Matcher, tokenizer: Any, vocab_size: int,
+                 reader: OutputReader | None = None) -> None:
         self._facts = facts
         self._matcher = matcher
         self._tokenizer = tokenizer
         self._vocab_size = vocab_size
-        self._closer = facts.rule.reader()
+        self._closer = reader if reader is not None else facts.rule.reader()  # (a thinking row's: thought_gate.py)
         self.closing: tuple[int, ...] = ()
         self.closes_at = -1  # the output length at which the ending is complete (-1: not closing)
         self.after_loop = False  # it closed because the output looped, not for the budget

@@ -42,6 +42,7 @@ from proctor.engine.scheduler import Scheduler
 from proctor.engine.sequence import EventSink, SequenceState
 from proctor.engine.status import RequestStatus
 from proctor.engine.step import StepRunner
+from proctor.engine.thought_markers import resolve_markers
 from proctor.engine.thread_tuner import PinnedThreads, ThreadPolicy, thread_policy
 from proctor.executor.plan import ExecutorPlan
 
@@ -77,6 +78,7 @@ class Engine:
                                   settings.kv_cache_mb * 1024 * 1024, settings.prefill_chunk_tokens, self.prefix_cache)
         self._drafter = Drafter(DraftPolicy.from_settings(settings), loaded.vocab_size)
         self._closing_facts = ClosingFactsCache(loaded.tokenizer, loaded.vocab_size)
+        self.thought_markers = resolve_markers(settings.reasoning_parser, loaded.tokenizer)  # ValueError: a bad name
         self._scheduler = Scheduler(settings.max_waiting, settings.max_step_tokens,
                                     free_rows=self._batch.free_rows)
         self._eos = frozenset(loaded.eos_token_ids)
@@ -107,7 +109,8 @@ class Engine:
         RequestValidationError naming the field."""
         prepared = prepare_request(
             self.loaded.tokenizer, request, context_length=self.loaded.context_length,
-            limits=OutputLimits(self.settings.default_max_new_tokens, self.settings.max_new_tokens_limit))
+            limits=OutputLimits(self.settings.default_max_new_tokens, self.settings.max_new_tokens_limit),
+            markers=self.thought_markers)
         controls = prepare_controls(request, tokenizer=self.loaded.tokenizer, vocab_size=self.loaded.vocab_size,
                                     server_forbidden=self.server_forbidden, plugins=self.plugins,
                                     context=self._plugin_context)

@@ -79,6 +79,8 @@ class OutputProcessor:
         self._seed = seed
         self.sink = sink
         self._text: list[str] = []
+        markers = prepared.thought.markers if prepared.thought is not None else None
+        self._markers = {markers.start_id: markers.start_text, markers.end_id: markers.end_text} if markers else {}
         self.pending = ""  # this step's released text, while stopping criteria read ``text``
 
     @property
@@ -113,18 +115,30 @@ class OutputProcessor:
         self.emit((), self.drain() if ending.reason not in CUT else "", None, error, ending)
 
     # --- events -------------------------------------------------------------------------------
+    def thought(self, token_id: int, piece: str, decision: RowDecision, error: str | None,
+                ending: Ending | None) -> None:
+        """A token of the thought (``piece``: its text): its event carries the text as ``reasoning``, a marker's own
+        text left out; at the end the held text is the thought's too."""
+        marker = self._markers.get(token_id)
+        if marker:
+            piece = piece.replace(marker, "", 1)
+        if ending is not None:
+            piece += self.detokenizer.flush()
+        self.emit((token_id,), "", decision, error, ending, reasoning=piece)
+
     def emit(self, token_ids: tuple[int, ...], text: str, decision: RowDecision | None, error: str | None,
-             ending: Ending | None) -> None:
+             ending: Ending | None, reasoning: str = "") -> None:
         """One event to the sink (``decision``: the token's, for its details; ``ending``: the final one)."""
         details = (self.detail(decision),) if decision is not None and self._wants_details else ()
         self._text.append(text)
         if ending is None:
-            self.sink(TokenEvent(self.request_id, token_ids, text, details, error=error))
+            self.sink(TokenEvent(self.request_id, token_ids, text, details, error=error, reasoning=reasoning))
             return
         returned = "".join(self._text)
         included = self._must_include.results(returned) if self._must_include is not None else ()
         self.sink(TokenEvent(
-            self.request_id, token_ids, text, details, finish_reason=ending.reason, finish_detail=ending.detail,
+            self.request_id, token_ids, text, details, reasoning=reasoning,
+            finish_reason=ending.reason, finish_detail=ending.detail,
             usage=ending.usage, timings=ending.timings, seed=self._seed, error=error,
             constraint=self._constraint.summary if self._constraint else None,
             schema_check=self.schema_check(returned, ending.reason), plugins=self._plugins,

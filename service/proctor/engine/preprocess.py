@@ -6,6 +6,7 @@ tokenizing a long prompt must not stall other requests. Errors name the request 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,8 @@ from proctor.domain import (
 from proctor.domain.output_budget import OutputBudget, OutputLimits, output_budget
 from proctor.domain.request import ContextOverflow
 from proctor.engine.context_policy import input_room, shorten
+from proctor.engine.template_kwargs import template_kwargs
+from proctor.engine.thought import ThoughtPlan, plan_thought
 
 if TYPE_CHECKING:
     from proctor.constraints.service import PreparedConstraint
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from proctor.decoding.plugins.api import Kind
     from proctor.decoding.plugins.moderation import ModerationPlugin
     from proctor.engine.closing_facts import ClosingFacts
+    from proctor.engine.thought_markers import ThoughtMarkers
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,7 @@ class PreparedRequest:
     rendered_prompt: str = ""  # the input as the model saw it (chat template applied), for the audit
     truncation: PromptTruncation | None = None  # how context_overflow shortened the input, if it did
     closing: ClosingFacts | None = None  # a JSON output's closing within its budget (engine/closing.py)
+    thought: ThoughtPlan | None = None  # a thinking model's section before the answer (engine/thought.py)
 
 
 _LONGEST: dict[int, int] = {}
@@ -102,13 +107,15 @@ def render_prompt(tokenizer: Any, request: GenerationRequest) -> tuple[str, bool
     if not getattr(tokenizer, "chat_template", None):
         raise RequestValidationError.single("messages", "this model has no chat template; send a plain prompt")
     turns = [{"role": m.role, "content": m.content} for m in request.messages]
+    kwargs = template_kwargs(tokenizer, request)
     if not request.tools_json:
-        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True), False
+        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True, **kwargs), False
     tools = json.loads(request.tools_json)
     if "tools" in tokenizer.chat_template:  # the template shows the tools its own way
-        return tokenizer.apply_chat_template(turns, tools=tools, tokenize=False, add_generation_prompt=True), False
+        return tokenizer.apply_chat_template(turns, tools=tools, tokenize=False, add_generation_prompt=True,
+                                             **kwargs), False
     return tokenizer.apply_chat_template(with_tools_message(turns, tools), tokenize=False,
-                                         add_generation_prompt=True), False
+                                         add_generation_prompt=True, **kwargs), False
 
 
 TOOLS_MESSAGE = """You can call these functions. To call one, reply with only
@@ -128,9 +135,20 @@ def with_tools_message(turns: list[dict[str, str]], tools: list[dict[str, Any]])
 
 
 def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_length: int,
-                    limits: OutputLimits) -> PreparedRequest:
-    """The input's ids and the output budget (``limits``: the server's; a request from a door arrives with its
-    ``max_new_tokens`` resolved under the caller's, and resolves to the same here)."""
+                    limits: OutputLimits, markers: ThoughtMarkers | None = None) -> PreparedRequest:
+    """The input's ids, the output budget (``limits``: the server's; a request from a door arrives with its
+    ``max_new_tokens`` resolved under the caller's, and resolves to the same here) and, for a thinking model
+    (``markers``), the request's section."""
+    prepared = _prepare_input(tokenizer, request, context_length, limits)
+    thought = plan_thought(markers, prepared.rendered_prompt, request.reasoning, request.messages is not None)
+    if thought is None:
+        return prepared
+    prepared.output_budget.require(thought.overhead, f"the thought's markers, {thought.overhead} tokens")
+    return dataclasses.replace(prepared, thought=thought)
+
+
+def _prepare_input(tokenizer: Any, request: GenerationRequest, context_length: int,
+                   limits: OutputLimits) -> PreparedRequest:
     budget = output_budget(request.stopping, limits)
     field = "messages" if request.messages is not None else "prompt"
     if request.context_overflow != ContextOverflow.REFUSE:  # an input that does not fit is shortened, not refused

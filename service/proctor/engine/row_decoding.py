@@ -34,6 +34,8 @@ from proctor.decoding.pipeline import RowDecision, RowProcessor
 from proctor.decoding.stopping import TokenStopRules
 from proctor.decoding.warpers import warp_values
 from proctor.domain import FinishReason, SamplingParams
+from proctor.engine.thought import ThoughtSection
+from proctor.engine.thought_gate import ThoughtGate
 
 if TYPE_CHECKING:
     from proctor.constraints.backend import Matcher
@@ -70,6 +72,11 @@ class RowDecoding:
         self.forbidden = ForbiddenTracker(masks.forbidden) if masks.forbidden is not None else None
         self.allowed_mask = masks.allowed_mask.to(device) if masks.allowed_mask is not None else None
         self.matcher: Matcher | None = prepared.constraint.compiled.new_matcher() if prepared.constraint else None
+        # A thinking model's section (engine/thought.py): the constraint starts after it (engine/thought_gate.py).
+        self.thought = ThoughtSection(prepared.thought) if prepared.thought is not None else None
+        self.in_thought = False  # the last token belonged to the section (its text is the thought's)
+        if self.matcher is not None and prepared.thought is not None:
+            self.matcher = ThoughtGate(self.matcher, prepared.thought, eos_token_ids, vocab_size)
         bias: tuple[RowProcessor, ...] = ()
         if masks.logit_bias is not None:
             bias = (("logit_bias", LogitBias(*masks.logit_bias).to(device)),)
@@ -78,6 +85,8 @@ class RowDecoding:
         self._forced_steps: list[bool] = []  # which steps the masks decided alone (the repetition stop reads them)
         self.last_forced = False  # whether the masks left its last token the only one (engine/drafting.py)
         self._init_controls(sampling, request.stopping.must_include, device)  # (the end ban lives on the device)
+        if prepared.thought is not None:
+            self.force(prepared.thought.first_tokens)
 
     def _init_controls(self, sampling: SamplingParams, must_include: tuple[str, ...], device: torch.device) -> None:
         """The sampling views a step may take, each with its settings tensor made once (on the CPU: a step moves its
@@ -119,6 +128,12 @@ class RowDecoding:
             extra.append(("forced_tokens", ForceToken(forced)))
         self.processors = self._base_processors + tuple(extra)
 
+    def end_thought_when_due(self) -> None:
+        """Force the end marker when the thought reached its budget (``reasoning.max_tokens``), unless the next
+        position is already forced (the closing rule's ending begins with it)."""
+        if self.thought is not None and len(self.generated) not in self._forced:
+            self.force(self.thought.due())
+
     def force(self, ending: tuple[int, ...]) -> None:
         """Force ``ending``'s tokens from the next position on (the budget's closing: engine/row_budget.py)."""
         if ending:
@@ -148,6 +163,8 @@ class RowDecoding:
         """Append the chosen token; the token rules' and the constraint's verdict on it."""
         token_id = decision.token_id
         self.generated.append(token_id)
+        if self.thought is not None:
+            self.in_thought = self.thought.advance(token_id)
         self.last_forced = decision.allowed_count == 1
         if self.penalties is not None:
             self.penalties.commit(token_id)

@@ -38,6 +38,7 @@ from proctor.engine.preprocess import PreparedRequest
 from proctor.engine.row_budget import RowBudget
 from proctor.engine.row_decoding import Outcome, RowDecoding
 from proctor.engine.status import RequestStatus, status_after
+from proctor.engine.thought_gate import ThoughtRule
 
 __all__ = ["EventSink", "SequenceState"]
 log = logging.getLogger("proctor.engine")
@@ -63,8 +64,10 @@ class SequenceState:
         self.criteria = tuple((name, self._guarded(name, criterion)) for name, criterion in masks.criteria)
         self.output = OutputProcessor(prepared, tokenizer=tokenizer, seed=seed, sink=sink, pieces=pieces,
                                       must_include=self.row.must_include)
-        rule = ClosingRule(prepared.closing, self.row.matcher, tokenizer, vocab_size) \
-            if prepared.closing is not None and self.row.matcher is not None else None
+        rule = None
+        if prepared.closing is not None and self.row.matcher is not None:
+            reader = ThoughtRule(prepared.closing.rule, self.row.thought).reader() if self.row.thought else None
+            rule = ClosingRule(prepared.closing, self.row.matcher, tokenizer, vocab_size, reader)
         self.budget = RowBudget(prepared.output_budget, rule, self.row.matcher)
         self.row.force(self.budget.opening())  # a budget too tight for even one free token: the shortest output
         self.confidence = ConfidenceStats() if request.confidence else None
@@ -84,7 +87,8 @@ class SequenceState:
         # Whether its text decides nothing: no stop string, criterion, plugin, must-include phrase or closing rule
         # reads it, so its end is known from its tokens alone (and its text is the detokenizer's, as it comes).
         self.text_free = not (self.output.stop_matcher.active or self.criteria or masks.processors
-                              or self.row.must_include is not None or self.budget.rule is not None)
+                              or self.row.must_include is not None or self.budget.rule is not None
+                              or self.row.thought is not None)
 
     # --- the parts' facts, as the other rooms and plugins (SequenceView) read them --------------
     @property
@@ -151,6 +155,9 @@ class SequenceState:
         reason, detail = row.append(decision)
         if self.first_token_at is None:
             self.first_token_at = now
+        if row.in_thought:
+            self._thought_step(decision, reason, detail, now)
+            return
         if self.text_free:
             if row.controlled and reason is None:
                 row.plan_step()
@@ -160,6 +167,19 @@ class SequenceState:
         if row.controlled and reason is None:
             row.plan_step()
         self.output.emit((token_id,), text, decision, self.plugin_error, self._ending(reason, detail, now))
+
+    def _thought_step(self, decision: RowDecision, reason: FinishReason | None, detail: str, now: float) -> None:
+        """A token of the thought: the closing rule reads it (a thought that runs long is ended in time for the
+        answer), the end marker is forced at the thought's budget; stop strings and criteria read the answer only."""
+        row, token_id = self.row, decision.token_id
+        piece = self.output.piece(token_id)
+        reason, detail, ending = self.budget.after(piece, len(row.generated), reason, detail)
+        row.force(ending)
+        if reason is None:
+            row.end_thought_when_due()
+            if row.controlled:
+                row.plan_step()
+        self.output.thought(token_id, piece, decision, self.plugin_error, self._ending(reason, detail, now))
 
     def _text_step(self, token_id: int, reason: FinishReason | None, detail: str) -> tuple[str, Outcome]:
         """The token's text, where it decides: the closing rule and the must-include phrases read it, then the stop
@@ -208,8 +228,9 @@ class SequenceState:
         generated = len(self.row.generated)
         started = self.started if self.started is not None else now
         ttft = (self.first_token_at - self.created) * 1000 if self.first_token_at else 0.0
+        thought = self.row.thought
         usage = Usage(len(self.row.prompt_ids), generated, self.cached_prompt_tokens, self.decode_steps, self.drafted,
-                      self.accepted, self.budget.forced(generated))
+                      self.accepted, self.budget.forced(generated), thought.tokens if thought is not None else 0)
         timings = Timings((started - self.created) * 1000, ttft, (now - self.created) * 1000)
         confidence = self.confidence.summary() if self.confidence is not None else None
         return Ending(reason, detail, usage, timings, confidence, self.sequences)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proctor.api.answered import Answer, Released, asked_details
-from proctor.domain import FinishReason, TokenDetail, TokenEvent
+from proctor.domain import FinishReason, GenerationRequest, TokenDetail, TokenEvent
 from proctor.openai_http.body import CHAT, ParsedCall
 from proctor.openai_http.facts import final_facts
 from proctor.openai_http.json_form import float32
@@ -38,7 +38,19 @@ def usage(event: TokenEvent) -> dict[str, Any]:
     u = event.usage
     prompt, completion, cached = (u.prompt_tokens, u.completion_tokens, u.cached_prompt_tokens) if u else (0, 0, 0)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens if u else 0}}
+
+
+def shown_reasoning(text: str, request: GenerationRequest | None) -> str:
+    """A thinking model's thought as the caller sees it: none with ``exclude`` (the audit record still holds it)."""
+    return "" if request is None or request.reasoning.exclude else text
+
+
+def with_reasoning(message: dict[str, Any], thought: str) -> dict[str, Any]:
+    """``message`` (or a delta) with the thought under both names clients read: vLLM's and DeepSeek's
+    ``reasoning_content`` and the newer ``reasoning``."""
+    return {**message, "reasoning_content": thought, "reasoning": thought} if thought else message
 
 
 def proctor_facts(released: Released, call: ParsedCall) -> dict[str, Any]:
@@ -90,6 +102,8 @@ def unary_answer(call: ParsedCall, answer: Answer, created: int, fingerprint: st
             content, calls = (parse_output(text, call.tools, cut=reason is FinishReason.LENGTH)
                               if call.tools is not None else (text, []))
             message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+            message = with_reasoning(message, shown_reasoning("".join(e.reasoning for e in answer.events),
+                                                              answer.request))
             if calls:
                 message["tool_calls"] = calls
             choices.append({"index": index, "message": message,
@@ -131,15 +145,16 @@ class ChunkWriter:
                 yield from self._end(index, sequence.finish_reason, released)
             return
         tokens = asked_details(event.details, request)
-        if event.text or tokens:
-            yield from self._deltas(0, event.text, tokens)
+        thought = shown_reasoning(event.reasoning, request) if self.call.kind == CHAT else ""
+        if event.text or tokens or thought:
+            yield from self._deltas(0, event.text, tokens, thought)
         if event.finished:
             yield from self._end(0, event.finish_reason, released)
 
     def usage_chunk(self, released: Released) -> dict[str, Any]:
         return {**self._frame([]), "usage": usage(released.event)}
 
-    def _deltas(self, index: int, text: str, tokens: list[TokenDetail]) -> Iterator[dict[str, Any]]:
+    def _deltas(self, index: int, text: str, tokens: list[TokenDetail], thought: str = "") -> Iterator[dict[str, Any]]:
         if self.call.kind != CHAT:
             if text or tokens:
                 yield self._frame([{"index": index, "text": text, "finish_reason": None,
@@ -149,6 +164,7 @@ class ChunkWriter:
         if index not in self._started:
             delta["role"] = "assistant"
             self._started.add(index)
+        delta = with_reasoning(delta, thought)
         content, calls = self.calls.feed(text) if self.calls is not None else (text, [])
         if content:
             delta["content"] = content

@@ -15,6 +15,8 @@ from proctor.openai_http.draft import Draft
 from proctor.openai_http.errors import BodyError
 from proctor.openai_http.fields import CONSTRAINT_KEYS, EXTENSIONS, VLLM_KEYS, apply_extensions
 from proctor.openai_http.json_form import INT32, float32
+from proctor.openai_http.reasoning import KEYS as REASONING_KEYS
+from proctor.openai_http.reasoning import read_reasoning
 from proctor.openai_http.structured import Constraint, SchemaUse, response_format, vllm_constraint
 from proctor.openai_http.tools import CALL_CLOSE, CALL_OPEN, ToolPlan, tool_plan
 
@@ -22,8 +24,8 @@ CHAT, COMPLETION = "chat", "completion"
 COMMON_KEYS = frozenset({"model", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "presence_penalty",
                          "frequency_penalty", "logit_bias", "logprobs", "user", "stream", "stream_options",
                          "response_format"})
-KEYS = {CHAT: COMMON_KEYS | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                             "parallel_tool_calls"},
+KEYS = {CHAT: COMMON_KEYS | REASONING_KEYS | {"messages", "max_completion_tokens", "top_logprobs", "tools",
+                                              "tool_choice", "parallel_tool_calls"},
         COMPLETION: COMMON_KEYS | {"prompt", "echo", "suffix", "best_of"}}
 # Accepted and without effect here: storage and routing hints for OpenAI's own platform.
 IGNORED_KEYS = frozenset({"store", "metadata", "service_tier"})
@@ -71,6 +73,7 @@ def parse_body(raw: object, kind: str) -> ParsedCall:
     if kind == CHAT:
         plan = tool_plan(body)
         _messages(body.get("messages"), draft, plan)
+        read_reasoning(body, draft, params)
     else:
         _prompt(body, draft)
     _sampling(body, draft)

@@ -30,6 +30,7 @@ from proctor.domain import (
     SamplingParams,
     StoppingParams,
 )
+from proctor.domain.reasoning import ReasoningParams
 from proctor.domain.request import ContextOverflow, EarlyStopping, Speculation
 from proctor.openai_http.json_form import ENUMS, Enum
 
@@ -120,6 +121,8 @@ class Draft:
             context_overflow=CONTEXT_OVERFLOWS.get(v.get("context_overflow", 0), ContextOverflow.REFUSE),
             speculation=SPECULATIONS.get(v.get("speculation", 0), Speculation.DEFAULT),
             subject_id=v.get("subject_id", ""),
+            reasoning=ReasoningParams(**v.get("reasoning", {})),
+            chat_template_kwargs=v.get("chat_template_kwargs_json", ""),
         )
 
     def _sampling(self) -> SamplingParams:

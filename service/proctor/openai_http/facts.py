@@ -39,7 +39,7 @@ def final_facts(event: TokenEvent, request: GenerationRequest | None, audit_id: 
         usage = _set(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
                      cached_prompt_tokens=u.cached_prompt_tokens, decode_steps=u.decode_steps,
                      drafted_tokens=u.drafted_tokens, accepted_tokens=u.accepted_tokens,
-                     closing_tokens=u.closing_tokens)
+                     closing_tokens=u.closing_tokens, reasoning_tokens=u.reasoning_tokens)
     if event.timings is not None:
         t = event.timings
         timings = _set(queue_ms=double_json(t.queue_ms), time_to_first_token_ms=double_json(t.time_to_first_token_ms),

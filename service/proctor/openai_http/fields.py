@@ -33,6 +33,8 @@ STANDARD: dict[str, str] = {
     "sampling.seed": "seed",
     "stopping.max_new_tokens": "max_tokens",  # or max_completion_tokens
     "stopping.stop": "stop",
+    "reasoning": "reasoning",  # or reasoning_effort, thinking_token_budget (openai_http/reasoning.py)
+    "chat_template_kwargs_json": "chat_template_kwargs",
 }
 # extension body key → proto path (the key is the field's own name)
 EXTENSIONS: dict[str, str] = {name: path for path in (

@@ -62,8 +62,8 @@ def parse_responses(raw: object) -> ParsedCall:
         raise BodyError('truncation must be "disabled" or "auto"', "truncation")
     if raw.get("truncation") == "auto":  # drop the oldest turns rather than refuse an input that does not fit
         chat.setdefault("context_overflow", "drop_oldest_turns")
-    if raw.get("reasoning") not in (None, {}) and not _no_reasoning(raw["reasoning"]):
-        raise BodyError("reasoning is not supported: this model does not reason before answering", "reasoning")
+    if raw.get("reasoning") is not None:  # {effort, max_tokens, ...}: read as the chat route reads it
+        chat["reasoning"] = raw["reasoning"]
     try:
         call = parse_body(chat, CHAT)
     except BodyError as error:
@@ -76,10 +76,6 @@ def parse_responses(raw: object) -> ParsedCall:
             "store": False, "previous_response_id": None, "user": raw.get("user")}
     return dataclasses.replace(call, params={**PROTO_PARAMS, **{k: _rename(v) for k, v in call.params.items()}},
                                responses_echo=echo)
-
-
-def _no_reasoning(value: object) -> bool:
-    return isinstance(value, dict) and value.get("effort") in (None, "none", "minimal") and not value.get("summary")
 
 
 def _rename(param: str) -> str:
@@ -204,6 +200,8 @@ def response_object(answer: dict[str, Any], call: ParsedCall, status: str = "") 
     rid = answer["id"].removeprefix("chatcmpl-")
     items: list[dict[str, Any]] = []
     done = "incomplete" if reason in INCOMPLETE else "completed"
+    if message.get("reasoning_content"):
+        items.append(reasoning_item(rid, message["reasoning_content"], done))
     if message.get("content") or not message.get("tool_calls"):
         items.append(message_item(rid, message.get("content") or "", done, _logprobs(choice)))
     items += [function_call_item(call_["id"], call_["function"]["name"], call_["function"]["arguments"], done)
@@ -213,7 +211,8 @@ def response_object(answer: dict[str, Any], call: ParsedCall, status: str = "") 
             "incomplete_details": {"reason": INCOMPLETE[reason]} if reason in INCOMPLETE else None,
             "usage": {"input_tokens": usage["prompt_tokens"],
                       "input_tokens_details": {"cached_tokens": usage["prompt_tokens_details"]["cached_tokens"]},
-                      "output_tokens": usage["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
+                      "output_tokens": usage["completion_tokens"],
+                      "output_tokens_details": {"reasoning_tokens": _reasoning_tokens(usage)},
                       "total_tokens": usage["total_tokens"]},
             "proctor": answer["proctor"]}
 
@@ -223,6 +222,16 @@ def envelope(rid: str, created: int, call: ParsedCall, status: str) -> dict[str,
     echo = call.responses_echo or {}
     return {"id": f"resp_{rid}", "object": "response", "created_at": created, "status": status, "error": None,
             "incomplete_details": None, "model": call.model, "output": [], "usage": None, **echo}
+
+
+def _reasoning_tokens(usage: dict[str, Any]) -> int:
+    return int((usage.get("completion_tokens_details") or {}).get("reasoning_tokens", 0))
+
+
+def reasoning_item(rid: str, text: str, status: str) -> dict[str, Any]:
+    """A thinking model's thought as the Responses API's ``reasoning`` output item (its text, no summary)."""
+    return {"type": "reasoning", "id": f"rs_{rid}", "status": status, "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}]}
 
 
 def message_item(rid: str, text: str, status: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -263,6 +272,8 @@ class ResponseEvents:
         """The events one chat stream chunk releases (its last carries the finish reason and our facts)."""
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
+            if delta.get("reasoning_content"):
+                yield from self._thought(delta["reasoning_content"])
             if delta.get("content"):
                 yield from self._text(delta["content"])
             for call in delta.get("tool_calls") or ():
@@ -294,6 +305,15 @@ class ResponseEvents:
             yield self._event("response.output_text.delta", item_id=self._open["id"], output_index=len(self.items),
                               content_index=0, delta=piece, logprobs=[])
 
+    def _thought(self, piece: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        if self._open is None or self._open["type"] != "reasoning":
+            yield from self._close("completed")
+            self._open = reasoning_item(self.rid, "", "in_progress")
+            yield self._event("response.output_item.added", output_index=len(self.items), item=self._open)
+        self._open["content"][0]["text"] += piece
+        yield self._event("response.reasoning_text.delta", item_id=self._open["id"], output_index=len(self.items),
+                          content_index=0, delta=piece)
+
     def _call(self, delta: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         if "id" in delta:  # a new call begins
             yield from self._close("completed")
@@ -318,6 +338,9 @@ class ResponseEvents:
                               part=part)
             item = {**item, "content": [part]}
             self.text = ""
+        elif item["type"] == "reasoning":
+            yield self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
+                              content_index=0, text=item["content"][0]["text"])
         else:
             yield self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                               name=item["name"], arguments=item["arguments"])

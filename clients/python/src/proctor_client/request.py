@@ -96,6 +96,10 @@ def build_request(
     speculation: SpeculationName | None = None,
     cache_prompt: bool | None = None,
     subject_id: str = "",
+    reasoning: bool | None = None,
+    reasoning_max_tokens: int | None = None,
+    reasoning_exclude: bool = False,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
 ) -> generation_pb2.GenerateRequest:
     """Return a request with exactly one of ``prompt`` (raw text) or ``messages`` (chat turns).
 
@@ -111,6 +115,10 @@ def build_request(
     output must contain before it may end; a bare string is one phrase), ``close_at_budget`` (False: a JSON output
     that runs out of tokens is cut off instead of ended with its shortest valid ending; unset: on) and
     ``confidence`` (ask for the response's ``Confidence`` summary). See docs/generation-controls.md.
+
+    A thinking model (README: reasoning models): ``reasoning`` False answers without a thought (None: the chat
+    template decides), ``reasoning_max_tokens`` bounds the thought, ``reasoning_exclude`` leaves it out of the
+    response (``reasoning_text``); ``chat_template_kwargs`` are extra variables for the model's chat template.
 
     Screens and moderators (docs/plugins.md): ``input_screens`` run on the input before generation (a block
     answers with the screen's reply, FINISH_REASON_BLOCKED); ``output_moderators`` run on the finished output
@@ -189,6 +197,7 @@ def build_request(
         request.cache_prompt = cache_prompt
     if subject_id:
         request.subject_id = subject_id
+    _set_reasoning(request, reasoning, reasoning_max_tokens, reasoning_exclude, chat_template_kwargs)
     if top_logprobs is not None:
         request.top_logprobs = top_logprobs
     _set_masks(request, forbidden, forbidden_case_insensitive, forbidden_whole_word, logit_bias, allowed_token_ids)
@@ -345,3 +354,17 @@ def _chat_message(message: MessageLike, index: int) -> generation_pb2.ChatMessag
     if not isinstance(role, str) or not isinstance(content, str):
         raise ValueError(f"messages[{index}]: role and content must be strings")
     return generation_pb2.ChatMessage(role=role, content=content)
+
+
+def _set_reasoning(request: generation_pb2.GenerateRequest, enabled: bool | None, max_tokens: int | None,
+                   exclude: bool, template_kwargs: Mapping[str, Any] | None) -> None:
+    """A thinking model's section: on or off (None: the chat template decides), the thought's budget, whether the
+    response leaves it out; and the chat template's extra variables."""
+    if enabled is not None:
+        request.reasoning.enabled = enabled
+    if max_tokens is not None:
+        request.reasoning.max_tokens = max_tokens
+    if exclude:
+        request.reasoning.exclude = True
+    if template_kwargs:
+        request.chat_template_kwargs_json = json.dumps(dict(template_kwargs), sort_keys=True)

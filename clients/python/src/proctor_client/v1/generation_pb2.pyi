@@ -275,7 +275,7 @@ class ModerationVerdict(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[str] = ..., decision: _Optional[_Union[ModerationDecision, str]] = ..., score: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "prompt", "messages", "sampling", "stopping", "top_logprobs", "token_details", "json_schema", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace", "constraint_exact_only", "forbidden", "logit_bias", "allowed_token_ids", "logits_processors", "stopping_criteria", "confidence", "context_overflow", "input_screens", "output_moderators", "num_return_sequences", "speculation", "cache_prompt", "subject_id")
+    __slots__ = ("request_id", "prompt", "messages", "sampling", "stopping", "top_logprobs", "token_details", "json_schema", "regex", "choice", "grammar", "schema_ref", "constraint_backend", "json_whitespace", "constraint_exact_only", "forbidden", "logit_bias", "allowed_token_ids", "logits_processors", "stopping_criteria", "confidence", "context_overflow", "input_screens", "output_moderators", "num_return_sequences", "speculation", "cache_prompt", "subject_id", "reasoning", "chat_template_kwargs_json")
     class LogitBiasEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -311,6 +311,8 @@ class GenerateRequest(_message.Message):
     SPECULATION_FIELD_NUMBER: _ClassVar[int]
     CACHE_PROMPT_FIELD_NUMBER: _ClassVar[int]
     SUBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
+    CHAT_TEMPLATE_KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt: str
     messages: ChatMessages
@@ -339,7 +341,19 @@ class GenerateRequest(_message.Message):
     speculation: Speculation
     cache_prompt: bool
     subject_id: str
-    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingParams, _Mapping]] = ..., top_logprobs: _Optional[int] = ..., token_details: _Optional[bool] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Union[ChoiceConstraint, _Mapping]] = ..., grammar: _Optional[_Union[GrammarConstraint, _Mapping]] = ..., schema_ref: _Optional[str] = ..., constraint_backend: _Optional[_Union[ConstraintBackend, str]] = ..., json_whitespace: _Optional[_Union[JsonWhitespace, str]] = ..., constraint_exact_only: _Optional[bool] = ..., forbidden: _Optional[_Union[ForbiddenPhrases, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., logits_processors: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., stopping_criteria: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., confidence: _Optional[bool] = ..., context_overflow: _Optional[_Union[ContextOverflow, str]] = ..., input_screens: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., output_moderators: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., num_return_sequences: _Optional[int] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., cache_prompt: _Optional[bool] = ..., subject_id: _Optional[str] = ...) -> None: ...
+    reasoning: Reasoning
+    chat_template_kwargs_json: str
+    def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[StoppingParams, _Mapping]] = ..., top_logprobs: _Optional[int] = ..., token_details: _Optional[bool] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Union[ChoiceConstraint, _Mapping]] = ..., grammar: _Optional[_Union[GrammarConstraint, _Mapping]] = ..., schema_ref: _Optional[str] = ..., constraint_backend: _Optional[_Union[ConstraintBackend, str]] = ..., json_whitespace: _Optional[_Union[JsonWhitespace, str]] = ..., constraint_exact_only: _Optional[bool] = ..., forbidden: _Optional[_Union[ForbiddenPhrases, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., logits_processors: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., stopping_criteria: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., confidence: _Optional[bool] = ..., context_overflow: _Optional[_Union[ContextOverflow, str]] = ..., input_screens: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., output_moderators: _Optional[_Iterable[_Union[PluginCall, _Mapping]]] = ..., num_return_sequences: _Optional[int] = ..., speculation: _Optional[_Union[Speculation, str]] = ..., cache_prompt: _Optional[bool] = ..., subject_id: _Optional[str] = ..., reasoning: _Optional[_Union[Reasoning, _Mapping]] = ..., chat_template_kwargs_json: _Optional[str] = ...) -> None: ...
+
+class Reasoning(_message.Message):
+    __slots__ = ("enabled", "max_tokens", "exclude")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    max_tokens: int
+    exclude: bool
+    def __init__(self, enabled: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., exclude: _Optional[bool] = ...) -> None: ...
 
 class ChoiceConstraint(_message.Message):
     __slots__ = ("options",)
@@ -428,7 +442,7 @@ class GenerationAttempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., completion_tokens: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., valid: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "decode_steps", "drafted_tokens", "accepted_tokens", "closing_tokens")
+    __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "decode_steps", "drafted_tokens", "accepted_tokens", "closing_tokens", "reasoning_tokens")
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -436,6 +450,7 @@ class Usage(_message.Message):
     DRAFTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CLOSING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int
@@ -443,7 +458,8 @@ class Usage(_message.Message):
     drafted_tokens: int
     accepted_tokens: int
     closing_tokens: int
-    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., decode_steps: _Optional[int] = ..., drafted_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., closing_tokens: _Optional[int] = ...) -> None: ...
+    reasoning_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., decode_steps: _Optional[int] = ..., drafted_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., closing_tokens: _Optional[int] = ..., reasoning_tokens: _Optional[int] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("token_id", "text", "logprob")
@@ -504,7 +520,7 @@ class Timings(_message.Message):
     def __init__(self, queue_ms: _Optional[float] = ..., time_to_first_token_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "tokens", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts", "confidence", "must_include", "prompt_truncation", "moderation", "sequences", "receipt")
+    __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "tokens", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts", "confidence", "must_include", "prompt_truncation", "moderation", "sequences", "receipt", "reasoning_text")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -525,6 +541,7 @@ class GenerateResponse(_message.Message):
     MODERATION_FIELD_NUMBER: _ClassVar[int]
     SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    REASONING_TEXT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -545,10 +562,11 @@ class GenerateResponse(_message.Message):
     moderation: _containers.RepeatedCompositeFieldContainer[ModerationVerdict]
     sequences: _containers.RepeatedCompositeFieldContainer[ReturnedSequence]
     receipt: str
-    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ..., confidence: _Optional[_Union[Confidence, _Mapping]] = ..., must_include: _Optional[_Iterable[_Union[PhraseInclusion, _Mapping]]] = ..., prompt_truncation: _Optional[_Union[PromptTruncation, _Mapping]] = ..., moderation: _Optional[_Iterable[_Union[ModerationVerdict, _Mapping]]] = ..., sequences: _Optional[_Iterable[_Union[ReturnedSequence, _Mapping]]] = ..., receipt: _Optional[str] = ...) -> None: ...
+    reasoning_text: str
+    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ..., confidence: _Optional[_Union[Confidence, _Mapping]] = ..., must_include: _Optional[_Iterable[_Union[PhraseInclusion, _Mapping]]] = ..., prompt_truncation: _Optional[_Union[PromptTruncation, _Mapping]] = ..., moderation: _Optional[_Iterable[_Union[ModerationVerdict, _Mapping]]] = ..., sequences: _Optional[_Iterable[_Union[ReturnedSequence, _Mapping]]] = ..., receipt: _Optional[str] = ..., reasoning_text: _Optional[str] = ...) -> None: ...
 
 class GenerateChunk(_message.Message):
-    __slots__ = ("request_id", "token_ids", "text", "tokens", "finish_reason", "usage", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts", "confidence", "must_include", "prompt_truncation", "moderation", "sequences", "receipt")
+    __slots__ = ("request_id", "token_ids", "text", "tokens", "finish_reason", "usage", "timings", "seed", "audit_id", "finish_detail", "schema_validation", "constraint", "plugins", "attempts", "confidence", "must_include", "prompt_truncation", "moderation", "sequences", "receipt", "reasoning_text")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -569,6 +587,7 @@ class GenerateChunk(_message.Message):
     MODERATION_FIELD_NUMBER: _ClassVar[int]
     SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    REASONING_TEXT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
@@ -589,7 +608,8 @@ class GenerateChunk(_message.Message):
     moderation: _containers.RepeatedCompositeFieldContainer[ModerationVerdict]
     sequences: _containers.RepeatedCompositeFieldContainer[ReturnedSequence]
     receipt: str
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ..., confidence: _Optional[_Union[Confidence, _Mapping]] = ..., must_include: _Optional[_Iterable[_Union[PhraseInclusion, _Mapping]]] = ..., prompt_truncation: _Optional[_Union[PromptTruncation, _Mapping]] = ..., moderation: _Optional[_Iterable[_Union[ModerationVerdict, _Mapping]]] = ..., sequences: _Optional[_Iterable[_Union[ReturnedSequence, _Mapping]]] = ..., receipt: _Optional[str] = ...) -> None: ...
+    reasoning_text: str
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[TokenDetail, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., seed: _Optional[int] = ..., audit_id: _Optional[str] = ..., finish_detail: _Optional[str] = ..., schema_validation: _Optional[_Union[SchemaValidation, _Mapping]] = ..., constraint: _Optional[_Union[ConstraintInfo, _Mapping]] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[GenerationAttempt, _Mapping]]] = ..., confidence: _Optional[_Union[Confidence, _Mapping]] = ..., must_include: _Optional[_Iterable[_Union[PhraseInclusion, _Mapping]]] = ..., prompt_truncation: _Optional[_Union[PromptTruncation, _Mapping]] = ..., moderation: _Optional[_Iterable[_Union[ModerationVerdict, _Mapping]]] = ..., sequences: _Optional[_Iterable[_Union[ReturnedSequence, _Mapping]]] = ..., receipt: _Optional[str] = ..., reasoning_text: _Optional[str] = ...) -> None: ...
 
 class GetModelInfoRequest(_message.Message):
     __slots__ = ()
