@@ -143,3 +143,16 @@ def test_grpc_reasoning_and_an_exact_replay(thinking_server: Any) -> None:
         assert replay.exact_match, replay.message
     finally:
         channel.close()
+
+
+def test_a_required_tool_call_follows_the_thought(sdk: Any, model_id: str) -> None:
+    tool = {"type": "function", "function": {"name": "rank_city", "parameters": CITY}}
+    answer = sdk.chat.completions.create(model=model_id, messages=ASK, tools=[tool], tool_choice="required",
+                                         parallel_tool_calls=False, max_tokens=150, temperature=1.0, seed=4,
+                                         extra_body={"thinking_token_budget": 5})
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "rank_city" and json.loads(call.function.arguments).keys() == {"city", "rank"}
+    assert answer.usage.completion_tokens_details.reasoning_tokens == 5 + 2
+    assert choice.message.model_extra["reasoning_content"]
