@@ -92,6 +92,7 @@ class DecodeBatch:
                  chunk_tokens: int = 0, prefix_cache: PrefixCache | None = None) -> None:
         self._make_executor = make_executor
         self._executor_built: Executor | None = None
+        self._build_failure: Exception | None = None  # the executor could not be built (the engine fails requests)
         self.max_rows = max_rows
         self.kv_capacity_bytes = kv_capacity_bytes
         self.chunk_tokens = chunk_tokens  # the prefix cache's chunk (0: no prefix cache)
@@ -106,7 +107,13 @@ class DecodeBatch:
         """Built on first use, which is on the engine thread: oneDNN weights packed on one thread and
         used from another were measured 1.6x slower on the 2-core machine."""
         if self._executor_built is None:
-            self._executor_built = self._make_executor()
+            if self._build_failure is not None:  # a build that failed fails the same way: not rebuilt every step
+                raise self._build_failure
+            try:
+                self._executor_built = self._make_executor()
+            except Exception as exc:
+                self._build_failure = exc
+                raise
         return self._executor_built
 
     @property

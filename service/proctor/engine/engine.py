@@ -281,6 +281,12 @@ class Engine:
                 self._faults += 1
                 if self._faults >= MAX_CONSECUTIVE_FAULTS:
                     self._set_healthy(False, f"{self._faults} consecutive engine faults, last: {exc}")
+                    # A fault before any row runs (the executor cannot be built) would hold the waiting requests
+                    # forever: they end with the fault too, and the loop waits before it tries again.
+                    fault = f"engine fault: {type(exc).__name__}: {exc}"
+                    self._stepper.fail_waiting(FinishReason.ERROR, fault, error=fault)
+                    self._wake.wait(IDLE_WAIT_S)
+                    self._wake.clear()
                 worked = True
             if not worked:
                 self._wake.wait(IDLE_WAIT_S)

@@ -145,11 +145,11 @@ class StepRunner:
             self._live.forget_state(state)
         self._batch.clear()
 
-    def fail_waiting(self, reason: FinishReason, message: str) -> None:
-        """End every waiting request (the server shut down before it ran)."""
+    def fail_waiting(self, reason: FinishReason, message: str, error: str | None = None) -> None:
+        """End every waiting request (the server shut down before it ran, or the engine cannot step)."""
         now = time.monotonic()
         for state in self._scheduler.drain():
-            state.finish_without_token(reason, now, detail=message)
+            state.finish_without_token(reason, now, detail=message, error=error)
             self._beams.drop(state)
             self._live.forget_state(state)
 
