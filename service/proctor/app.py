@@ -266,7 +266,8 @@ def _build_engine(settings: Settings, on_health: Callable[[bool, str], None],
                     plugins=plugins, server_forbidden=forbidden, release_dense_weights=True, plan=plan)
     if observability is not None:
         observability.watch_engine(engine)
-    info = {**model_info(loaded, plan), "model_signature": signature.status, "model_signer": signature.signer}
+    info = {**model_info(loaded, plan), "model_signature": signature.status, "model_signer": signature.signer,
+            "reasoning_parser": engine.thought_markers.parser if engine.thought_markers is not None else ""}
     log.info("runner: %s", info["runner"])
     engine.start()
     if settings.warmup:

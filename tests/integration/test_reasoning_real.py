@@ -129,6 +129,7 @@ def test_the_responses_api_gives_a_reasoning_item_then_the_message(sdk: Any, mod
 
 def test_grpc_reasoning_and_an_exact_replay(thinking_server: Any) -> None:
     with ProctorClient(thinking_server.address, timeout_s=120.0) as client:
+        assert client.model_info().reasoning_parser == "qwen3"  # auto: the model opens its own section
         result = client.generate(messages=[("user", "Name a city and its rank.")], json_schema=CITY,
                                  max_new_tokens=120, temperature=1.0, seed=21, reasoning_max_tokens=7)
     assert result.usage.reasoning_tokens == 7 + 2 and result.reasoning_text
