@@ -12,7 +12,8 @@ import pytest
 from test_constraint_backends_suite import maskbench_sample
 
 from proctor.constraints.json_schema import JsonOutputRule
-from proctor.constraints.json_schema.closer import JsonCloser, growth_texts
+from proctor.constraints.json_schema.closer import JsonCloser
+from proctor.constraints.json_schema.growth import growth_texts
 from proctor.constraints.json_schema.validation import validate_json_output
 from proctor.constraints.output_rule import OutputRule
 
@@ -154,3 +155,22 @@ def test_the_endings_do_not_follow_the_string_hash_seed() -> None:
     endings = json.loads(answers.pop())
     assert all(endings), endings
     assert all(e == sorted(e, key=lambda t: (len(t), t)) for e in endings), endings
+
+
+def test_what_one_more_token_can_begin_is_read_where_the_output_stands() -> None:
+    """growth.py: per schema, every value under each of its alternatives (``{`` may open the object where ``null``
+    was shortest); per state, only the members still to write of the values open, a part of the schema's."""
+    from proctor.constraints.json_schema.growth import growth_here
+
+    schema = {"type": "object", "required": ["type", "data"], "additionalProperties": False, "properties": {
+        "type": {"const": "data"}, "note": {"type": "string"}, "data": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}}
+    every = growth_texts(schema)
+    assert '"data":null' in every and '"data":{"type":"data","data":null}' in every
+    closer = JsonCloser(schema)
+    assert growth_here(closer) == ['{"type":"data","data":null}']  # before anything: the value itself
+    closer.push('{"type":"data","data":{"type":"da')
+    here = growth_here(closer)
+    assert set(here) <= set(every) and '"note":""' in here
+    assert not any(text.startswith('"type"') for text in here)  # written in both objects: not begun again
+    closer.push('ta","data":null}}')
+    assert closer.done and growth_here(closer) == []

@@ -26,14 +26,12 @@ from proctor.constraints.json_schema.options import (
     Schema,
     branches,
     item_schema,
-    item_schemas,
     member_schema,
     members_to_write,
     of_type,
 )
 from proctor.constraints.json_schema.pattern_text import shortest_completion
 from proctor.constraints.json_schema.shortest import FORMAT_PATTERNS, number_fits, shortest_text
-from proctor.constraints.json_schema.walk import reachable
 
 LITERALS = ("true", "false", "null")
 NUMBER_CHARS = frozenset("0123456789+-.eE")
@@ -71,6 +69,11 @@ class JsonCloser:
     @property
     def done(self) -> bool:
         return self._done
+
+    @property
+    def root(self) -> Any:
+        """The schema the output is read against."""
+        return self._root
 
     def push(self, text: str) -> None:
         for char in text:
@@ -298,6 +301,11 @@ class JsonCloser:
             count += 1
         return text
 
+    def open_values(self) -> list[tuple[list[Schema], tuple[str, ...]]]:
+        """Each value open, outermost first: its alternatives and the members it has (constraints/json_schema/
+        growth.py reads what one more token can begin from them); none before the output begins or once done."""
+        return [] if self._broken else [(frame.options, tuple(frame.keys)) for frame in self._stack]
+
     # --- schemas -------------------------------------------------------------------------------
     def options(self, node: Any) -> list[Schema]:
         """``node``'s alternatives (constraints/json_schema/options.py), built once per node: each cache entry holds its
@@ -319,25 +327,6 @@ class JsonCloser:
             found = (option, shortest_text(option, self._root))
             self._shortest[id(option)] = found
         return found[1]
-
-
-def growth_texts(schema: Schema | bool) -> list[str]:
-    """The texts one free token can begin and an ending must then finish: each property's ``"key":value`` and
-    each array item, at their shortest, over every part of the schema. Their longest is the most one more token
-    can add to what ending an output costs (engine/closing.py's margin)."""
-    closer = JsonCloser(schema)
-    texts: list[str] = []
-    for site in reachable(schema):
-        for option in closer.options(site.node):
-            for name, sub in (option.get("properties") or {}).items():
-                value = closer.value_text(closer.options(sub))
-                if value is not None:
-                    texts.append(json.dumps(name, ensure_ascii=False) + ":" + value)
-            for sub in item_schemas(option):
-                value = closer.value_text(closer.options(sub))
-                if value is not None:
-                    texts.append(value + ",")
-    return texts
 
 
 # --- helpers (pure) -----------------------------------------------------------------------------
