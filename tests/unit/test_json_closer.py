@@ -174,3 +174,12 @@ def test_what_one_more_token_can_begin_is_read_where_the_output_stands() -> None
     assert not any(text.startswith('"type"') for text in here)  # written in both objects: not begun again
     closer.push('ta","data":null}}')
     assert closer.done and growth_here(closer) == []
+
+
+def test_an_integer_past_a_floats_range_is_read_and_may_end_where_it_is() -> None:
+    """A weak model writes ``"population": 1000000000…`` for as long as it may: the closer reads it without
+    error (the rule stays on), and the integer is complete as it stands."""
+    closer = JsonCloser({"type": "object", "properties": {"population": {"type": "integer"}},
+                         "required": ["population"]})
+    closer.push('{"population":1' + "0" * 400)
+    assert closer.endings() == ["}"]
