@@ -77,10 +77,15 @@ class ToolCallsRule:
 
     framing: Framing
     _calls: tuple[str, ...] = field(default=(), compare=False)  # the shortest calls' texts, shortest first
+    _growth: tuple[str, ...] = field(default=(), compare=False)  # growth_texts, read once
 
     @classmethod
     def of(cls, framing: Framing) -> ToolCallsRule:
-        return cls(framing, tuple(JsonCloser(framing.schema).endings()))
+        calls = tuple(JsonCloser(framing.schema).endings())
+        growth = json_growth_texts(framing.schema)
+        if framing.parallel:
+            growth += [SEPARATOR + CALL_OPEN + call + CALL_CLOSE for call in calls[:1]]
+        return cls(framing, calls, tuple(growth))
 
     def reader(self) -> ToolCallsReader:
         return ToolCallsReader(self)
@@ -91,10 +96,7 @@ class ToolCallsRule:
 
     def growth_texts(self) -> list[str]:
         """What one free token can begin: a member or item inside a call, and with parallel calls another block."""
-        texts = json_growth_texts(self.framing.schema)
-        if self.framing.parallel:
-            texts += [SEPARATOR + block for block in self.blocks()[:1]]
-        return texts
+        return list(self._growth)
 
 
 class ToolCallsReader:
