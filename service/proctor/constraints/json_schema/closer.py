@@ -70,11 +70,6 @@ class JsonCloser:
     def done(self) -> bool:
         return self._done
 
-    @property
-    def root(self) -> Any:
-        """The schema the output is read against."""
-        return self._root
-
     def push(self, text: str) -> None:
         for char in text:
             if not self._broken:
@@ -302,9 +297,22 @@ class JsonCloser:
         return text
 
     def open_values(self) -> list[tuple[list[Schema], tuple[str, ...]]]:
-        """Each value open, outermost first: its alternatives and the members it has (constraints/json_schema/
-        growth.py reads what one more token can begin from them); none before the output begins or once done."""
+        """Each value open, outermost first: its alternatives and the members it has (read by growth.py)."""
         return [] if self._broken else [(frame.options, tuple(frame.keys)) for frame in self._stack]
+
+    def next_options(self) -> list[Schema] | None:
+        """The alternatives of the value the next character may begin (the root before the output begins, a
+        member's value after its key, an array's next item); None where no value begins next."""
+        if self._broken or self._done:
+            return None
+        if not self._stack:
+            return self.options(self._root)
+        top = self._stack[-1]
+        if top.kind == "object" and top.state in ("colon", "value"):
+            return self.options(member_schema(top.options, top.keys[-1]))
+        if top.kind == "array" and top.state in ("start", "value"):
+            return self.options(item_schema(top.options, top.count))
+        return None
 
     # --- schemas -------------------------------------------------------------------------------
     def options(self, node: Any) -> list[Schema]:
