@@ -169,3 +169,19 @@ def test_a_repeated_identical_call_ends_the_answer(engine, tokenizer) -> None:  
     plain, plain_text = run(engine, dataclasses.replace(looping, stopping=dataclasses.replace(
         looping.stopping, close_at_budget=False)))
     assert plain.finish_reason is FinishReason.LENGTH and plain_text.count("<tool_call>") > 2
+
+
+def test_a_closed_call_replays_exactly_from_its_record(engine) -> None:  # type: ignore[no-untyped-def]
+    """The rule follows from the recorded request alone (the grammar's text): the record's request, rebuilt as a
+    replay rebuilds it, gets the rule and gives the same tokens."""
+    from proctor.audit.records import request_from_dict, request_to_dict
+
+    first = request(plan(), 60, seed=4)
+    rebuilt = request_from_dict(json.loads(json.dumps(request_to_dict(first, 4))), "replay")
+    assert engine.prepare(rebuilt).closing is not None
+    sinks = [Collector(), Collector()]
+    for generation, sink in zip((first, rebuilt), sinks, strict=True):
+        engine.submit(engine.prepare(generation), sink)
+    original, replay = (sink.wait(120) for sink in sinks)
+    assert original[-1].finish_reason is FinishReason.CLOSED_AT_BUDGET
+    assert [t for e in replay for t in e.token_ids] == [t for e in original for t in e.token_ids]
