@@ -1,8 +1,9 @@
-"""The frameworks people point at an OpenAI-compatible server, against a real server with the real model:
-LangChain (``with_structured_output`` by json_schema and by function calling, ``bind_tools``), instructor
-(TOOLS and JSON_SCHEMA modes), the Responses API through the ``openai`` client (plain, streamed, parsed, a
-function call) and vLLM's extension names. Each test asserts the parsed object, not only a 200; every
-``json_schema`` is enforced, and a schema that cannot be served is a 400 naming the keyword."""
+"""The frameworks people point at an OpenAI-compatible server, against a real server with the real model: LangChain
+(``with_structured_output`` by json_schema and by function calling, ``bind_tools``), instructor (TOOLS and
+JSON_SCHEMA modes), pydantic-ai's default output mode (a strict ``final_result`` tool, ``tool_choice: "required"``),
+the OpenAI Agents SDK's function tools (chat completions and Responses), the Responses API through the ``openai``
+client (plain, streamed, parsed, a function call) and vLLM's extension names. Each test asserts the parsed object,
+not only a 200; every ``json_schema`` is enforced, and a schema that cannot be served is a 400 naming the keyword."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from proctor.config import Settings
 openai = require_module("openai", "the official openai client (pip install -e '.[dev]')")
 langchain_openai = require_module("langchain_openai", "langchain-openai (pip install -e '.[dev]')")
 instructor = require_module("instructor", "instructor (make setup installs it)")
+pydantic_ai = require_module("pydantic_ai", "pydantic-ai-slim (pip install -e '.[dev]')")
+agents = require_module("agents", "openai-agents (pip install -e '.[dev]')")
 jsonschema = require_module("jsonschema")
 
 pytestmark = pytest.mark.real_model
@@ -44,6 +47,15 @@ class Trip(BaseModel):
 
     traveller: str = Field(max_length=24)
     destination: City
+
+
+class CityFacts(BaseModel):
+    """pydantic-ai's default output mode asks for this through a strict ``final_result`` tool (issue 56): nothing
+    bounds the population, and the default model writes ``1000000000…`` for as long as it may."""
+
+    city: str
+    country: str
+    population: int
 
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}}, "required": ["city"]}
@@ -230,10 +242,10 @@ def test_parallel_calls_follow_the_callers_choice(client: Any, model_id: str) ->
     one = client.chat.completions.create(**ask, parallel_tool_calls=False).choices[0]
     assert len(one.message.tool_calls) == 1 and one.finish_reason == "tool_calls"
     calls = several.message.tool_calls
-    complete = calls if several.finish_reason == "tool_calls" else calls[:-1]  # at the limit the last may be cut
-    assert calls and complete and all(_valid(WEATHER, json.loads(c.function.arguments)) for c in complete)
+    assert several.finish_reason == "tool_calls"  # at the limit too: the last call is closed, never cut (issue 56)
+    assert calls and all(_valid(WEATHER, json.loads(c.function.arguments)) for c in calls)
     assert len({c.id for c in calls}) == len(calls)
-    assert len({c.function.arguments for c in complete}) == len(complete)  # a repeated call is left out
+    assert len({c.function.arguments for c in calls}) == len(calls)  # a repeated call ends the answer, left out
 
 
 def test_logprobs_come_with_every_choice(client: Any, model_id: str) -> None:
@@ -245,3 +257,77 @@ def test_logprobs_come_with_every_choice(client: Any, model_id: str) -> None:
         tokens = choice.logprobs.content
         assert tokens and "".join(t.token for t in tokens).startswith(choice.message.content)
         assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in tokens)
+
+
+@pytest.mark.parametrize("max_tokens", [120, 400])
+def test_pydantic_ai_default_output_mode_gives_the_model(base_url: str, model_id: str, max_tokens: int) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ToolCallPart
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIChatModel(model_id, provider=OpenAIProvider(base_url=base_url, api_key="unused"))
+    agent = Agent(model, output_type=CityFacts, retries=0)
+    result = agent.run_sync("What is the biggest city in the world?", model_settings={"max_tokens": max_tokens})
+    assert isinstance(result.output, CityFacts)
+    calls = [part for message in result.all_messages() for part in getattr(message, "parts", ())
+             if isinstance(part, ToolCallPart)]
+    assert [call.tool_name for call in calls] == ["final_result"]  # through the tool, in one answer
+
+
+@pytest.mark.parametrize("max_tokens", [120, 400])
+def test_a_required_call_running_short_is_closed_whole_with_finish_tool_calls(client: Any, model_id: str,
+                                                                               max_tokens: int) -> None:
+    """Issue 56's case through the openai SDK: the tool pydantic-ai sends, at the budgets it was cut at, in blocks
+    (parallel calls, OpenAI's default) and as one call; streamed too."""
+    tool = {"type": "function", "function": {"name": "final_result", "strict": True, "parameters": {
+        **CityFacts.model_json_schema(), "additionalProperties": False}}}
+    ask = {"model": model_id, "messages": [{"role": "user", "content": "What is the biggest city in the world?"}],
+           "tools": [tool], "tool_choice": "required", "max_tokens": max_tokens}
+    for parallel in (True, False):
+        answer = client.chat.completions.create(**ask, parallel_tool_calls=parallel)
+        choice = answer.choices[0]
+        assert choice.finish_reason == "tool_calls", answer.model_extra["proctor"]["finish_detail"]
+        assert choice.message.tool_calls and answer.usage.completion_tokens <= max_tokens
+        for call in choice.message.tool_calls:
+            assert call.function.name == "final_result"
+            CityFacts.model_validate_json(call.function.arguments)
+    arguments, finish = "", None
+    for chunk in client.chat.completions.create(**ask, stream=True):
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            arguments += "".join(c.function.arguments or "" for c in choice.delta.tool_calls or () if c.index == 0)
+    assert finish == "tool_calls"
+    CityFacts.model_validate_json(arguments)
+
+
+@pytest.mark.parametrize("api", ["chat_completions", "responses"])
+def test_the_openai_agents_sdk_calls_a_function_tool(base_url: str, model_id: str, api: str) -> None:
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+
+    set_tracing_disabled(True)  # no trace export: nothing leaves the machine
+    cities: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        cities.append(city)
+        return f"Sunny in {city}"
+
+    kind = OpenAIChatCompletionsModel if api == "chat_completions" else OpenAIResponsesModel
+    model = kind(model=model_id, openai_client=openai.AsyncOpenAI(base_url=base_url, api_key="unused",
+                                                                  max_retries=0, timeout=120))
+    agent = Agent(name="weather", instructions="Answer with the tool.", tools=[get_weather], model=model,
+                  model_settings=ModelSettings(tool_choice="required", max_tokens=MAX_TOKENS),
+                  tool_use_behavior="stop_on_first_tool")
+    result = Runner.run_sync(agent, "What is the weather in Paris?", max_turns=2)
+    assert cities and all(isinstance(city, str) for city in cities)  # the SDK parsed the arguments and ran it
+    assert result.final_output == f"Sunny in {cities[0]}"

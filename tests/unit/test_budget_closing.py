@@ -274,3 +274,24 @@ def test_real_schemas_at_budgets_from_their_minimum_to_512_are_valid_or_refused(
             assert final.schema_check is not None and final.schema_check.valid, (name, budget, text)
             closings += final.finish_reason is FinishReason.CLOSED_AT_BUDGET
     assert closings >= len(chosen)  # the rule did the work (a random model ends little by itself)
+
+
+# A recursive schema held out of the rule's making: each level's object costs more to open than its shortest
+# member (``data`` is shortest as null; one token, ``{"``, opens the object whose members are required).
+RECURSIVE = {"type": "object", "required": ["type", "kind", "data"], "additionalProperties": False, "properties": {
+    "type": {"const": "data"}, "kind": {"enum": ["alpha_beta_gamma_delta"]},
+    "data": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}}
+
+
+def test_a_row_nesting_deeper_in_a_recursive_schema_still_closes_within_its_budget(engine, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """The margin is the one of where the row stands (constraints/json_schema/growth.py): at ``data`` one token can
+    open a whole level, so the row stops nesting while that level and its ending still fit."""
+    (brace,) = tokenizer.encode('{"', add_special_tokens=False)
+    for budget in (60, 160):
+        for seed in (1, 2, 3):
+            nesting = dataclasses.replace(request(RECURSIVE, budget, seed=seed), logit_bias=((brace, 100.0),))
+            events = run(engine, nesting)
+            final, text = events[-1], "".join(event.text for event in events)
+            assert final.finish_reason is FinishReason.CLOSED_AT_BUDGET, (budget, seed, text)
+            assert validate_json_output(text, RECURSIVE, truncated=False).valid, text
+            assert text.count('"data":{') >= budget // 60 and final.usage.completion_tokens <= budget  # it nested

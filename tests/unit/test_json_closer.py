@@ -12,7 +12,8 @@ import pytest
 from test_constraint_backends_suite import maskbench_sample
 
 from proctor.constraints.json_schema import JsonOutputRule
-from proctor.constraints.json_schema.closer import JsonCloser, growth_texts
+from proctor.constraints.json_schema.closer import JsonCloser
+from proctor.constraints.json_schema.growth import growth_texts
 from proctor.constraints.json_schema.validation import validate_json_output
 from proctor.constraints.output_rule import OutputRule
 
@@ -154,3 +155,35 @@ def test_the_endings_do_not_follow_the_string_hash_seed() -> None:
     endings = json.loads(answers.pop())
     assert all(endings), endings
     assert all(e == sorted(e, key=lambda t: (len(t), t)) for e in endings), endings
+
+
+def test_what_one_more_token_can_begin_is_read_where_the_output_stands() -> None:
+    """growth.py: per schema, every value under each of its alternatives (``{`` may open the object where ``null``
+    was shortest); per state, only the members still to write of the values open, a part of the schema's."""
+    from proctor.constraints.json_schema.growth import growth_here
+
+    schema = {"type": "object", "required": ["type", "data"], "additionalProperties": False, "properties": {
+        "type": {"const": "data"}, "note": {"type": "string"}, "data": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}}
+    every = growth_texts(schema)
+    assert '"data":null' in every and '"data":{"type":"data","data":null}' in every
+    closer = JsonCloser(schema)
+    # before anything: a token may open the object and begin any of its members
+    assert set(growth_here(closer)) == {'"type":"data"', '"note":""', '"data":null',
+                                        '"data":{"type":"data","data":null}'}
+    closer.push('{"type":"data","data":')
+    assert '"data":{"type":"data","data":null}' in growth_here(closer)  # it may open a level and begin its member
+    closer.push('{"type":"da')
+    here = growth_here(closer)
+    assert set(here) <= set(every) and '"note":""' in here
+    assert not any(text.startswith('"type"') for text in here)  # written in both objects: not begun again
+    closer.push('ta","data":null}}')
+    assert closer.done and growth_here(closer) == []
+
+
+def test_an_integer_past_a_floats_range_is_read_and_may_end_where_it_is() -> None:
+    """A weak model writes ``"population": 1000000000…`` for as long as it may: the closer reads it without
+    error (the rule stays on), and the integer is complete as it stands."""
+    closer = JsonCloser({"type": "object", "properties": {"population": {"type": "integer"}},
+                         "required": ["population"]})
+    closer.push('{"population":1' + "0" * 400)
+    assert closer.endings() == ["}"]

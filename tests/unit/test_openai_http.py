@@ -136,11 +136,11 @@ def test_tools_constrain_the_call_by_choice() -> None:
         {**TOOL["function"]["parameters"], "additionalProperties": False}  # type: ignore[dict-item]
     assert json.loads(required.draft.request().tools_json) == [TOOL] and not constraint(required).exact_only  # type: ignore[union-attr]
     several = parse_body(chat(tools=[TOOL], tool_choice="required"), CHAT)  # parallel calls: OpenAI's default
-    assert grammar_of(several).startswith('start: "<tool_call>" call "</tool_call>" ("\\n" "<tool_call>"')
+    assert grammar_of(several).startswith('start: calls\ncalls: block ("\\n" block)*\nblock: "<tool_call>" call')
     auto = parse_body(chat(tools=[TOOL]), CHAT)
     assert "%json" in grammar_of(auto) and '"whitespace_flexible": false' in grammar_of(auto)
     one = parse_body(chat(tools=[TOOL], parallel_tool_calls=False), CHAT)
-    assert grammar_of(one).startswith('start: TEXT | "<tool_call>" call "</tool_call>"\n')
+    assert grammar_of(one).startswith('start: TEXT | calls\ncalls: block\nblock: "<tool_call>" call "</tool_call>"\n')
     free = parse_body(chat(tools=[TOOL], tool_choice="none"), CHAT)
     assert constraint(free) is None
     strict_tool = {"type": "function", "function": {**TOOL["function"], "strict": True}}  # type: ignore[dict-item]

@@ -25,6 +25,7 @@ from proctor.constraints.json_schema import (
     prepare_schema,
 )
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax
+from proctor.constraints.tool_calls import ToolCallsRule, tool_calls_framing
 from proctor.domain import ConstraintRequest, ConstraintSummary, FormatUse, RequestValidationError
 
 if TYPE_CHECKING:
@@ -154,9 +155,21 @@ class ConstraintService:
                                     schema_ref=ref, cache_hit=result.cache_hit, compile_ms=result.compile_ms,
                                     exact=result.exact, relaxed=result.relaxed,
                                     formats=format_handling(spec, result) if schema is not None else ())
-        compiled_schema = result.compiled.spec.schema  # the schema the matcher enforces (relaxed on the fallback)
-        rule = JsonOutputRule(compiled_schema) if isinstance(compiled_schema, dict | bool) else None
-        return PreparedConstraint(result.compiled, summary, schema, canonical if schema is not None else "", rule)
+        return PreparedConstraint(result.compiled, summary, schema, canonical if schema is not None else "",
+                                  output_rule(result.compiled.spec))
+
+
+def output_rule(compiled: ConstraintSpec) -> OutputRule | None:
+    """What ending an output of ``compiled`` costs (the engine's budget rule asks it): a JSON schema's, read from
+    the schema the matcher enforces (relaxed on the fallback); a tool-call grammar's, recognised by its very text
+    (constraints/tool_calls.py); None for any other kind."""
+    schema = compiled.schema
+    if compiled.kind is ConstraintKind.JSON_SCHEMA and isinstance(schema, dict | bool):
+        return JsonOutputRule(schema)
+    if compiled.kind is ConstraintKind.GRAMMAR and compiled.syntax is GrammarSyntax.LARK:
+        framing = tool_calls_framing(compiled.text)
+        return ToolCallsRule.of(framing) if framing is not None else None
+    return None
 
 
 def format_handling(spec: ConstraintSpec, result: CompileResult) -> tuple[FormatUse, ...]:

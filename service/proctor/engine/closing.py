@@ -1,17 +1,23 @@
 """Valid within the budget: a JSON output running short of tokens is ended with its shortest valid ending (issue 45).
 
-Every step a JSON-schema row knows what finishing would cost: its output rule (constraints/output_rule.py) reads
-its output and says the shortest texts that end it validly. When the tokens left (``max_new_tokens``, capped by
-the context) come within that cost plus the most one more free token could add to it (``ClosingFacts.margin``),
-the row stops generating freely: the first ending the matcher accepts to an accepting state becomes forced
-tokens (sequence.py plans each as a forced step; engine/drafting.py drafts them, so the ending is verified in
-one forward), and the row ends ``CLOSED_AT_BUDGET`` with ``usage.closing_tokens`` saying how many were forced.
-The repetition detector closes the same way instead of ending the row invalid.
+Every step a JSON-schema (or tool-call) row knows what finishing would cost: its output rule
+(constraints/output_rule.py) reads its output and says the shortest texts that end it validly. When the tokens left
+(``max_new_tokens``, capped by the context) come within that cost plus the most one more free token could add to it
+(``ClosingFacts.margin``), the row stops generating freely: the first ending the matcher accepts to an accepting
+state becomes forced tokens (sequence.py plans each as a forced step; engine/drafting.py drafts them, so the ending
+is verified in one forward), and the row ends ``CLOSED_AT_BUDGET`` with ``usage.closing_tokens`` saying how many
+were forced. The repetition detector closes the same way instead of ending the row invalid.
+
+The margin a row keeps near its budget is the one of where its output stands (its reader's growth texts: what
+one more token can begin from there, a member deeper in a recursive schema, another tool-call block), bounded by
+the constraint's (``ClosingFacts.margin``, which the far rows use to skip reading endings). An output that
+repeats a whole part of itself (a tool call the same as an earlier one, constraints/tool_calls.py) ends there.
 
 Nothing here draws from the generator and every decision follows from the request and the tokens so far, so a
 replay takes the same decisions. Before a request runs, a ``max_new_tokens`` below the shortest valid output
-is refused (INVALID_ARGUMENT naming it and the minimum). Grammars and regexes are not covered: no engine says
-how far its state is from an accepting one, and a shortest path over their automata is not offered by them.
+is refused (INVALID_ARGUMENT naming it and the minimum). The JSON of tool-call blocks is covered through their
+grammar's output rule; other grammars and regexes are not: no engine says how far its state is from an
+accepting one, and a shortest path over their automata is not offered by them.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
-from proctor.engine.closing_facts import ClosingFacts, ClosingFactsCache, accepts, encode
+from proctor.engine.closing_facts import ClosingFacts, ClosingFactsCache, accepts, encode, margin_of
 
 if TYPE_CHECKING:
     from proctor.constraints.backend import Matcher
@@ -63,8 +69,10 @@ class ClosingRule:
         self.closing: tuple[int, ...] = ()
         self.closes_at = -1  # the output length at which the ending is complete (-1: not closing)
         self.after_loop = False  # it closed because the output looped, not for the budget
+        self.repeated = ""  # it ended because the output repeated this of itself (a tool call)
         self.failed = False  # the closer raised: the rule is off for this row
         self._quiet_until = 0  # the output length before which the ending cannot come within reach (far)
+        self._counted: dict[str, int] = {}  # growth texts' token counts (the margin where the row stands)
 
     def push(self, piece: str) -> None:
         if not self.failed:
@@ -88,9 +96,15 @@ class ClosingRule:
         """The ending to force from here when it is time (``left`` tokens left, ``now``: close whatever is left,
         the output looped), else None. An ending is kept only when the matcher accepts it to an accepting
         state."""
-        if self.closes_at >= 0 or self.failed or (generated < self._quiet_until and not now):
+        if self.closes_at >= 0 or self.failed:
             return None
         try:
+            repeated = self._closer.repeated
+            if repeated and self._matcher.can_end():  # a whole call again: the output ends where it stands
+                self.closes_at, self.after_loop, self.repeated = generated, True, repeated
+                return ()
+            if generated < self._quiet_until and not now:
+                return None
             return self._plan(generated, left, now)
         except Exception:
             self._fail()
@@ -98,19 +112,20 @@ class ClosingRule:
 
     def _plan(self, generated: int, left: int, now: bool) -> tuple[int, ...] | None:
         endings = self._closer.endings()
-        margin = self._facts.margin
         if not endings or self._closer.done:  # nothing the closer can tell, or complete: the row ends by itself
             return None
+        bound = self._facts.margin  # the most one free token adds anywhere
+        reach = len(endings[0].encode("utf-8")) + bound  # a token is at least a byte: a bound of the ending's tokens
+        if not now and reach < left:
+            # Far: one free token adds at most ``bound`` tokens to the ending (what the margin is), so it cannot come
+            # within reach for the next ceil((left - reach) / (bound + 1)) tokens; the closer only reads them.
+            self._quiet_until = generated - (reach - left) // (bound + 1)
+            return None
+        margin = margin_of(self._closer.growth_texts(), self._tokenizer, self._counted)  # from where it stands
         if not endings[0]:  # a value that may go on (a number) and is valid as it stands: it ends here when due
             if (now or left <= margin) and self._matcher.can_end():
                 self.closes_at, self.after_loop = generated, now
                 return ()
-            return None
-        reach = len(endings[0].encode("utf-8")) + margin  # a token is at least a byte: a bound of the ending's tokens
-        if not now and reach < left:
-            # Far: one free token adds at most ``margin`` tokens to the ending (what the margin is), so it cannot come
-            # within reach for the next ceil((left - reach) / (margin + 1)) tokens; the closer only reads them.
-            self._quiet_until = generated - (reach - left) // (margin + 1)
             return None
         for text in endings:
             ids = encode(self._tokenizer, text)
@@ -127,6 +142,8 @@ class ClosingRule:
         return max(0, min(len(self.closing), generated - start)) if self.closing else 0
 
     def detail(self, max_new_tokens: int) -> str:
+        if self.repeated:
+            return f"closed where the output repeats itself: {self.repeated}, so it ends there"
         why = "the output looped" if self.after_loop else f"max_new_tokens {max_new_tokens} was near"
         if not self.closing:
             return f"closed at the budget: {why}, and the output was a complete value: it ends there"

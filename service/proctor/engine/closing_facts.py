@@ -1,11 +1,12 @@
 """What closing a constraint's outputs within their budget costs, computed once per compiled constraint
 (engine/closing.py).
 
-The shortest valid output's tokens (a ``max_new_tokens`` below it is refused up front) and the margin: the most
-one more free token can add to an ending (the longest of the output rule's growth texts, a JSON schema's member or
-item at its shortest, tokenized, plus ``MARGIN_EXTRA``). A free token is taken only while the ending still fits
-after it, whatever it opens. The texts come from the constraint's output rule (constraints/output_rule.py); the
-tokens and the matcher's say are the engine's.
+The shortest valid output's tokens (a ``max_new_tokens`` below it is refused up front) and the margin: the most one
+more free token can add to an ending anywhere in an output (the longest of the output rule's growth texts, a JSON
+schema's member or item at its shortest, tokenized, plus ``MARGIN_EXTRA``); a row near its budget keeps the margin
+of where it stands (``margin_of`` its reader's growth texts), which this one bounds. A free token is taken only
+while the ending still fits after it, whatever it opens. The texts come from the constraint's output rule
+(constraints/output_rule.py); the tokens and the matcher's say are the engine's.
 """
 
 from __future__ import annotations
@@ -71,9 +72,22 @@ def closing_facts(rule: OutputRule, matcher: Matcher, tokenizer: Any, vocab_size
         if accepts(matcher, ids, vocab_size):
             minimum, shortest = len(ids), text
             break
-    longest = sorted(rule.growth_texts(), key=len, reverse=True)[:4]
-    margin = max((len(encode(tokenizer, text)) for text in longest), default=0) + MARGIN_EXTRA
-    return ClosingFacts(rule, minimum, shortest, margin)
+    return ClosingFacts(rule, minimum, shortest, margin_of(rule.growth_texts(), tokenizer))
+
+
+def margin_of(texts: list[str], tokenizer: Any, counted: dict[str, int] | None = None) -> int:
+    """The most one more free token can add to an ending where ``texts`` are what it can begin: the longest of
+    them (the four longest in characters, tokenized; ``counted``: their token counts kept between calls), plus
+    ``MARGIN_EXTRA``."""
+    most = 0
+    for text in sorted(texts, key=len, reverse=True)[:4]:
+        found = counted.get(text) if counted is not None else None
+        if found is None:
+            found = len(encode(tokenizer, text))
+            if counted is not None:
+                counted[text] = found
+        most = max(most, found)
+    return most + MARGIN_EXTRA
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:

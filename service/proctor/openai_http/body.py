@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from proctor.constraints.tool_calls import CALL_CLOSE, CALL_OPEN
 from proctor.openai_http.draft import Draft
 from proctor.openai_http.errors import BodyError
 from proctor.openai_http.fields import CONSTRAINT_KEYS, EXTENSIONS, VLLM_KEYS, apply_extensions
@@ -18,7 +19,7 @@ from proctor.openai_http.json_form import INT32, float32
 from proctor.openai_http.reasoning import KEYS as REASONING_KEYS
 from proctor.openai_http.reasoning import read_reasoning
 from proctor.openai_http.structured import Constraint, SchemaUse, response_format, vllm_constraint
-from proctor.openai_http.tools import CALL_CLOSE, CALL_OPEN, ToolPlan, tool_plan
+from proctor.openai_http.tools import ToolPlan, tool_plan
 
 CHAT, COMPLETION = "chat", "completion"
 COMMON_KEYS = frozenset({"model", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "presence_penalty",

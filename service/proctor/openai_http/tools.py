@@ -9,9 +9,14 @@
   block when parallel calls are off). The arguments of a call it starts are held to that tool's schema.
 - ``none``: no constraint; the tools are still shown to the model.
 
+The grammar is constraints/tool_calls.py's, which gives it an output rule: like a JSON schema's output, a call
+running short of ``max_tokens`` is ended as a complete, valid call (the engine's budget rule, issue 56), and a
+call the same as an earlier one ends the answer; the answer's finish is then ``tool_calls``. Only a budget the
+rule cannot serve (``close_at_budget`` off, or in ``auto`` mode below one whole call) can still cut a call short:
+it is returned as it stands, with ``finish_reason: "length"``, as OpenAI does.
+
 Every tool's parameters are served with their objects closed (constraints/json_schema/closing.py); a ``strict``
-tool is also served exactly or refused (no validated fallback). A call cut short by ``max_tokens`` is
-returned as it stands, with ``finish_reason: "length"``, as OpenAI does.
+tool is also served exactly or refused (no validated fallback).
 
 The tools reach the model through its chat template when the template takes ``tools``, else as the system
 message of engine/preprocess.py (README: OpenAI-compatible HTTP API).
@@ -25,18 +30,12 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from proctor.constraints.json_schema import (
-    DATA_KEYWORDS,
-    InvalidSchemaError,
-    check_json_schema,
-    close_objects,
-    json_options,
-)
+from proctor.constraints.json_schema import DATA_KEYWORDS, InvalidSchemaError, check_json_schema, close_objects
+from proctor.constraints.tool_calls import CALL_CLOSE, CALL_OPEN, tool_calls_grammar
 from proctor.openai_http.draft import Draft
 from proctor.openai_http.errors import BodyError
 from proctor.openai_http.json_form import ENUMS
 
-CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
 NAME_SO_FAR = re.compile(r'\s*\{\s*"name"\s*:\s*"([A-Za-z0-9_-]*)"?\s*(,\s*("[a-z]*"?\s*:?\s*)?)?$')
@@ -105,11 +104,7 @@ class ToolPlan:
             schema = self.call_schema()
             draft.set_constraint("json_schema", json.dumps(schema), (schema,))
             return True
-        block = f'"{CALL_OPEN}" call "{CALL_CLOSE}"'
-        calls = f'{block} ("\\n" {block})*' if self.parallel else block
-        start = f"TEXT | {calls}" if self.mode == "auto" else calls
-        schema = {**self.call_schema(), "x-guidance": json_options(flexible=False)}  # as a json_schema's
-        text = f"start: {start}\nTEXT: /[^<](?s:.)*/\ncall: %json {json.dumps(schema)}\n"
+        text = tool_calls_grammar(self.call_schema(), auto=self.mode == "auto", parallel=self.parallel)
         draft.set_constraint("grammar", {"syntax": ENUMS["GrammarSyntax"].read("lark"), "text": text})
         return True
 

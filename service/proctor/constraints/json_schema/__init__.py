@@ -15,8 +15,9 @@ Inside, lowest first:
 - ``validation``: the server's own check of a finished output;
 - ``closing``: objects closed (the HTTP door's strict schemas); ``llguidance_options``: llguidance's JSON options;
 - ``options``, ``pattern_text``, ``shortest``, ``closer``: the shortest valid value, and from any point of an
-  output the shortest texts that end it validly (issue 45's closing within the budget); ``rule``: the closer as
-  the output rule the engine's budget sees (``JsonOutputRule``, constraints/output_rule.py).
+  output the shortest texts that end it validly (issue 45's closing within the budget); ``growth``: what one more
+  token can begin (the budget's margin); ``rule``: the closer as the output rule the engine's budget sees
+  (``JsonOutputRule``, constraints/output_rule.py).
 
 Named ``json_schema``, not ``jsonschema``: the package uses the ``jsonschema`` library, and a reader of
 ``from jsonschema import validators`` inside it should never have to wonder which one is meant.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 from proctor.constraints.json_schema.closer import JsonCloser
 from proctor.constraints.json_schema.closing import close_objects
+from proctor.constraints.json_schema.growth import growth_here, growth_texts
 from proctor.constraints.json_schema.keywords import DATA_KEYWORDS
 from proctor.constraints.json_schema.llguidance_options import json_options
 from proctor.constraints.json_schema.relaxed import relax
@@ -48,6 +50,8 @@ __all__ = [
     "check_schema",
     "close_objects",
     "format_uses",
+    "growth_here",
+    "growth_texts",
     "json_options",
     "json_path",
     "prepare_schema",

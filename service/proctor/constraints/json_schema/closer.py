@@ -26,14 +26,12 @@ from proctor.constraints.json_schema.options import (
     Schema,
     branches,
     item_schema,
-    item_schemas,
     member_schema,
     members_to_write,
     of_type,
 )
 from proctor.constraints.json_schema.pattern_text import shortest_completion
 from proctor.constraints.json_schema.shortest import FORMAT_PATTERNS, number_fits, shortest_text
-from proctor.constraints.json_schema.walk import reachable
 
 LITERALS = ("true", "false", "null")
 NUMBER_CHARS = frozenset("0123456789+-.eE")
@@ -298,6 +296,24 @@ class JsonCloser:
             count += 1
         return text
 
+    def open_values(self) -> list[tuple[list[Schema], tuple[str, ...]]]:
+        """Each value open, outermost first: its alternatives and the members it has (read by growth.py)."""
+        return [] if self._broken else [(frame.options, tuple(frame.keys)) for frame in self._stack]
+
+    def next_options(self) -> list[Schema] | None:
+        """The alternatives of the value the next character may begin (the root before the output begins, a
+        member's value after its key, an array's next item); None where no value begins next."""
+        if self._broken or self._done:
+            return None
+        if not self._stack:
+            return self.options(self._root)
+        top = self._stack[-1]
+        if top.kind == "object" and top.state in ("colon", "value"):
+            return self.options(member_schema(top.options, top.keys[-1]))
+        if top.kind == "array" and top.state in ("start", "value"):
+            return self.options(item_schema(top.options, top.count))
+        return None
+
     # --- schemas -------------------------------------------------------------------------------
     def options(self, node: Any) -> list[Schema]:
         """``node``'s alternatives (constraints/json_schema/options.py), built once per node: each cache entry holds its
@@ -319,25 +335,6 @@ class JsonCloser:
             found = (option, shortest_text(option, self._root))
             self._shortest[id(option)] = found
         return found[1]
-
-
-def growth_texts(schema: Schema | bool) -> list[str]:
-    """The texts one free token can begin and an ending must then finish: each property's ``"key":value`` and
-    each array item, at their shortest, over every part of the schema. Their longest is the most one more token
-    can add to what ending an output costs (engine/closing.py's margin)."""
-    closer = JsonCloser(schema)
-    texts: list[str] = []
-    for site in reachable(schema):
-        for option in closer.options(site.node):
-            for name, sub in (option.get("properties") or {}).items():
-                value = closer.value_text(closer.options(sub))
-                if value is not None:
-                    texts.append(json.dumps(name, ensure_ascii=False) + ":" + value)
-            for sub in item_schemas(option):
-                value = closer.value_text(closer.options(sub))
-                if value is not None:
-                    texts.append(value + ",")
-    return texts
 
 
 # --- helpers (pure) -----------------------------------------------------------------------------

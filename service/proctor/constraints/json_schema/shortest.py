@@ -201,7 +201,7 @@ def number_fits(value: float, node: dict[str, Any], integer: bool) -> bool:
                 return False
         except (OverflowError, ValueError):  # a number too large for a float: not one the closer writes
             return False
-    return not integer or float(value).is_integer()
+    return not integer or isinstance(value, int) or float(value).is_integer()  # an int may be past a float's range
 
 
 def _bound(node: dict[str, Any], inclusive: str, exclusive: str) -> tuple[float, bool] | None:
