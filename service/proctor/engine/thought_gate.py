@@ -119,14 +119,29 @@ class ThoughtReader:
     def __init__(self, inner: OutputReader, fresh: OutputReader, section: ThoughtSection) -> None:
         self._inner = inner
         self._shortest = fresh.endings()  # the answer's shortest outputs (from the empty answer)
+        self._fresh_growth = fresh.growth_texts()
         self._section = section
 
     @property
     def done(self) -> bool:
         return self._section.in_answer and self._inner.done
 
+    @property
+    def repeated(self) -> str:
+        return self._inner.repeated if self._answering else ""
+
+    @property
+    def _answering(self) -> bool:
+        """The answer has begun (its first token came after the end marker): the constraint's reader reads."""
+        return self._section.in_answer and self._section.answer_tokens > 0
+
+    def growth_texts(self) -> list[str]:
+        """In the thought, what one more token can add to the ending: the answer's own growth from its start (a
+        thought token adds nothing to the end marker and the shortest answer)."""
+        return self._inner.growth_texts() if self._answering else self._fresh_growth
+
     def push(self, text: str) -> None:
-        if self._section.in_answer and self._section.answer_tokens:  # the end marker's own text is the thought's
+        if self._answering:  # the end marker's own text is the thought's
             self._inner.push(text)
 
     def endings(self) -> list[str]:
