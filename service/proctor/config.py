@@ -32,6 +32,11 @@ WEIGHT_MODES = tuple(WEIGHT_MODE_REVISIONS)
 # vocabulary (an exponential drawn per token); 2: sampler.draw(), the inverse cumulative distribution at one
 # uniform, with warpers.py's filters finding their cut among a row's likeliest tokens.
 SAMPLER_REVISION = 2
+# The revision of the budget's closing rule (engine/closing.py), recorded the same way: a record the rule shaped
+# (a JSON output closed at its budget, or any tool-call grammar) replays differently under another, so its replay
+# is refused. 1: one margin per schema, tool calls never closed; 2 (issue 56): the margin of where the output
+# stands, tool calls closed within the budget, a repeated call ends the answer.
+CLOSING_REVISION = 2
 # Whether rows must be batch-invariant: each row's logits the same bits whatever shares its forward (issue 43).
 # auto: what the runner offers (every runner on the CPU; not CUDA's default one, where the libraries pick kernels by
 # the batch's shape); on: required (on CUDA the Triton step, executor/triton_step.py; the server refuses

@@ -95,3 +95,23 @@ def test_batch_invariant_rows_replay_only_where_rows_are_and_batch_dependent_one
     assert "were not batch-invariant" in problem and "--batch-invariant off" in problem
     assert cpu._replay_problem(record(weights="dense", batch_invariant=True, device="cpu")) == ""
     assert cpu._replay_problem(record(weights="dense")) == ""  # a record from before the field is not refused
+
+
+def test_a_record_the_closing_rule_shaped_is_refused_under_another_revision() -> None:
+    current = servicer("q8")
+    current._generation.audit.model["closing_revision"] = 2
+    closing = {"stopping": {"close_at_budget": True}, "constraint": {"kind": "json_schema"}}
+    closed = record(weights="q8") | {"finish": {"reason": "closed_at_budget"}, "usage": {"closing_tokens": 3}}
+    closed["request"] |= closing
+    problem = current._replay_problem(closed)  # no revision recorded: the first
+    assert "revision 1 of the budget's closing rule" in problem and "revision 2" in problem
+    assert current._replay_problem(closed | {"model": {**closed["model"], "closing_revision": 2}}) == ""
+    untouched = record(weights="q8") | {"finish": {"reason": "eos"}, "usage": {"closing_tokens": 0}}
+    untouched["request"] |= closing
+    assert current._replay_problem(untouched) == ""  # the rule never fired: a later revision never fires sooner
+    tools = record(weights="q8") | {"finish": {"reason": "eos"}}
+    tools["request"] |= {"stopping": {"close_at_budget": True}, "constraint": {"kind": "grammar"}}
+    assert "closing rule" in current._replay_problem(tools)  # revision 1 never closed a tool call
+    off = record(weights="q8") | {"finish": {"reason": "closed_at_budget"}}
+    off["request"] |= {"stopping": {"close_at_budget": False}, "constraint": {"kind": "grammar"}}
+    assert current._replay_problem(off) == ""

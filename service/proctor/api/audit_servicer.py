@@ -198,7 +198,8 @@ class AuditServicer(apb_grpc.AuditServicer):
             return (f"the record was sampled by revision {recorded_sampler} of the sampler; this server's is "
                     f"revision {model.get('sampler_revision')}, which draws differently: replay it with a Proctor "
                     f"release whose sampler is revision {recorded_sampler} (greedy records replay under any)")
-        chunking = prefill_problem(body, model.get("prefill_chunk_tokens")) or invariance_problem(body, model)
+        chunking = (prefill_problem(body, model.get("prefill_chunk_tokens")) or invariance_problem(body, model)
+                    or closing_problem(body, model))
         if chunking:
             return chunking
         if body["request"].get("prompt") is None and body["request"].get("messages") is None:
@@ -244,6 +245,23 @@ def invariance_problem(body: dict[str, Any], model: dict[str, Any]) -> str:
     return (f"the record's rows were not batch-invariant (made on {device}: their bits depended on the rows beside "
             f"them then); this server's are, so it would not compute them the same: replay it on a server like the "
             f"one that made it ({device}, --batch-invariant off)")
+
+
+def closing_problem(body: dict[str, Any], model: dict[str, Any]) -> str:
+    """Why this server's closing rule would end the recorded output elsewhere ("" when it would not): the rule
+    shaped a record when it forced its ending or when the record is a tool-call grammar (revision 1 never closed
+    one). A record the rule never touched replays under any revision: a later one never fires sooner."""
+    recorded, here = body["model"].get("closing_revision") or 1, model.get("closing_revision") or 1
+    request = body["request"]
+    if recorded == here or not (request.get("stopping") or {}).get("close_at_budget"):
+        return ""
+    usage, finish = body.get("usage") or {}, (body.get("finish") or {}).get("reason")
+    grammar = (request.get("constraint") or {}).get("kind") == "grammar"
+    if not (grammar or usage.get("closing_tokens") or finish == "closed_at_budget"):
+        return ""
+    return (f"the record's output was shaped by revision {recorded} of the budget's closing rule (close_at_budget); "
+            f"this server's is revision {here}, which ends outputs elsewhere: replay it with a Proctor release whose "
+            f"closing rule is revision {recorded}")
 
 
 def _sampled(body: dict[str, Any]) -> bool:

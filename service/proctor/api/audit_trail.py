@@ -29,8 +29,8 @@ from proctor.observability.calls import AUDIT_COMMIT, bind_call, stage
 from proctor_client.tlog.receipt import Receipt
 
 MODEL_FIELDS = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "weights", "weights_revision",
-                "sampler_revision", "device", "prefill_chunk_tokens", "batch_invariant", "model_signature",
-                "model_signer")
+                "sampler_revision", "closing_revision", "device", "prefill_chunk_tokens", "batch_invariant",
+                "model_signature", "model_signer")
 ASSERTED = "metadata (asserted by the client)"
 DEADLINE_SLACK_S = 0.05  # gRPC cancels a call at its deadline; a cancel this close to it is the deadline
 # Receipts of records committed within this window are signed together, one signature a group: under load the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from proctor.config import SAMPLER_REVISION, WEIGHT_MODE_REVISIONS
+from proctor.config import CLOSING_REVISION, SAMPLER_REVISION, WEIGHT_MODE_REVISIONS
 
 if TYPE_CHECKING:
     from proctor.engine.loaded_model import LoadedModel
@@ -23,6 +23,7 @@ def model_info(loaded: LoadedModel, plan: ExecutorPlan) -> dict[str, object]:
         "weights": loaded.weights,
         "weights_revision": WEIGHT_MODE_REVISIONS[loaded.weights],
         "sampler_revision": SAMPLER_REVISION,
+        "closing_revision": CLOSING_REVISION,
         # The chunk size that changed a prompt's bits (replay refused across sizes). Since weights revisions
         # dense 2, fp16 2, q8 3, q4 2, gguf 3 every prompt position is a row of its own (engine/batch.py), and the
         # per-slot executor feeds prompts whole: no split changes a bit, so 0.

@@ -616,7 +616,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "device", "context_length_tokens", "vocab_size", "eos_token_ids", "pad_token_id", "bos_token_id", "server_version", "max_new_tokens_limit", "default_max_new_tokens", "weights", "weights_revision", "runner", "sampler_revision", "prefill_chunk_tokens", "batch_invariant", "model_signature", "model_signer", "reasoning_parser")
+    __slots__ = ("model_id", "weights_sha256", "tokenizer_sha256", "dtype", "device", "context_length_tokens", "vocab_size", "eos_token_ids", "pad_token_id", "bos_token_id", "server_version", "max_new_tokens_limit", "default_max_new_tokens", "weights", "weights_revision", "runner", "sampler_revision", "prefill_chunk_tokens", "batch_invariant", "model_signature", "model_signer", "reasoning_parser", "closing_revision")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_SHA256_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -639,6 +639,7 @@ class ModelInfo(_message.Message):
     MODEL_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     MODEL_SIGNER_FIELD_NUMBER: _ClassVar[int]
     REASONING_PARSER_FIELD_NUMBER: _ClassVar[int]
+    CLOSING_REVISION_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     weights_sha256: str
     tokenizer_sha256: str
@@ -661,7 +662,8 @@ class ModelInfo(_message.Message):
     model_signature: str
     model_signer: str
     reasoning_parser: str
-    def __init__(self, model_id: _Optional[str] = ..., weights_sha256: _Optional[str] = ..., tokenizer_sha256: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., context_length_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., pad_token_id: _Optional[int] = ..., bos_token_id: _Optional[int] = ..., server_version: _Optional[str] = ..., max_new_tokens_limit: _Optional[int] = ..., default_max_new_tokens: _Optional[int] = ..., weights: _Optional[str] = ..., weights_revision: _Optional[int] = ..., runner: _Optional[str] = ..., sampler_revision: _Optional[int] = ..., prefill_chunk_tokens: _Optional[int] = ..., batch_invariant: _Optional[bool] = ..., model_signature: _Optional[str] = ..., model_signer: _Optional[str] = ..., reasoning_parser: _Optional[str] = ...) -> None: ...
+    closing_revision: int
+    def __init__(self, model_id: _Optional[str] = ..., weights_sha256: _Optional[str] = ..., tokenizer_sha256: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., context_length_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., pad_token_id: _Optional[int] = ..., bos_token_id: _Optional[int] = ..., server_version: _Optional[str] = ..., max_new_tokens_limit: _Optional[int] = ..., default_max_new_tokens: _Optional[int] = ..., weights: _Optional[str] = ..., weights_revision: _Optional[int] = ..., runner: _Optional[str] = ..., sampler_revision: _Optional[int] = ..., prefill_chunk_tokens: _Optional[int] = ..., batch_invariant: _Optional[bool] = ..., model_signature: _Optional[str] = ..., model_signer: _Optional[str] = ..., reasoning_parser: _Optional[str] = ..., closing_revision: _Optional[int] = ...) -> None: ...
 
 class ListSchemasRequest(_message.Message):
     __slots__ = ()
