@@ -14,6 +14,8 @@ Inside, lowest first:
   fallback's superset (``relax``);
 - ``validation``: the server's own check of a finished output;
 - ``closing``: objects closed (the HTTP door's strict schemas); ``llguidance_options``: llguidance's JSON options;
+- ``reader``: JSON output read as it is written (the stack of open values), shared by the closer and the key
+  memory (constraints/key_memory/);
 - ``options``, ``pattern_text``, ``shortest``, ``closer``: the shortest valid value, and from any point of an
   output the shortest texts that end it validly (issue 45's closing within the budget); ``rule``: the closer as
   the output rule the engine's budget sees (``JsonOutputRule``, constraints/output_rule.py).
@@ -28,6 +30,7 @@ from proctor.constraints.json_schema.closer import JsonCloser
 from proctor.constraints.json_schema.closing import close_objects
 from proctor.constraints.json_schema.keywords import DATA_KEYWORDS
 from proctor.constraints.json_schema.llguidance_options import json_options
+from proctor.constraints.json_schema.reader import Frame, JsonReader
 from proctor.constraints.json_schema.relaxed import relax
 from proctor.constraints.json_schema.rule import JsonOutputRule
 from proctor.constraints.json_schema.support import POLICIES, check_schema, format_uses, prepare_schema
@@ -41,9 +44,11 @@ from proctor.constraints.json_schema.validation import (
 __all__ = [
     "DATA_KEYWORDS",
     "POLICIES",
+    "Frame",
     "InvalidSchemaError",
     "JsonCloser",
     "JsonOutputRule",
+    "JsonReader",
     "check_json_schema",
     "check_schema",
     "close_objects",
