@@ -30,7 +30,7 @@ from proctor.constraints.json_schema.closer import JsonCloser
 from proctor.constraints.json_schema.closing import close_objects
 from proctor.constraints.json_schema.keywords import DATA_KEYWORDS
 from proctor.constraints.json_schema.llguidance_options import json_options
-from proctor.constraints.json_schema.reader import Frame, JsonReader
+from proctor.constraints.json_schema.reader import Frame, JsonReader, escaping
 from proctor.constraints.json_schema.relaxed import relax
 from proctor.constraints.json_schema.rule import JsonOutputRule
 from proctor.constraints.json_schema.support import POLICIES, check_schema, format_uses, prepare_schema
@@ -52,6 +52,7 @@ __all__ = [
     "check_json_schema",
     "check_schema",
     "close_objects",
+    "escaping",
     "format_uses",
     "json_options",
     "json_path",
