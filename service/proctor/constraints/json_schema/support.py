@@ -15,6 +15,11 @@ references checked. ``relax`` builds the documented superset for the validated f
 problems dropped (``oneOf`` read as ``anyOf``), only ever in positive positions
 (``relax``).
 
+Every JSON-schema matcher is served under the key memory (constraints/key_memory/: no key written twice in one
+object), so a count of members is a count of distinct keys: ``minProperties`` and ``maxProperties`` hold wherever
+the engine counts them. ``propertyNames`` is folded into the keys an object lists before the guard looks
+(``property_names``, through ``rewrite``) where that is exact; elsewhere it is a problem like any other.
+
 Known gaps that no keyword list can express are documented in the adapters' module docstrings.
 """
 
@@ -217,11 +222,9 @@ def _keyword_ok(kw: str, node: dict[str, Any], root: object, policy: Policy, all
         return not node.get("properties") and not node.get("patternProperties")
     if kw == "patternProperties" and policy.disjoint_pattern_properties:
         return not _patterns_overlap(node)
-    if kw == "minProperties":  # duplicate keys reach the count while the parsed object has fewer...
-        if isinstance(value, int) and not isinstance(value, bool) and value <= 1:
-            return True  # ...but one key, duplicated or not, is one key
-        extra = node.get("additionalProperties", not policy.closed_by_default)
-        return extra is False and not node.get("patternProperties")
+    # minProperties: an engine counts the members written, and a key written twice counted twice while the parsed
+    # object held one less; the key memory (constraints/key_memory/) now bans a key written twice over every
+    # engine's mask, so the engine's count is the object's (issue 56).
     return True
 
 
