@@ -33,7 +33,13 @@ from proctor.constraints.json_schema.llguidance_options import json_options
 from proctor.constraints.json_schema.reader import Frame, JsonReader, escaping
 from proctor.constraints.json_schema.relaxed import relax
 from proctor.constraints.json_schema.rule import JsonOutputRule
-from proctor.constraints.json_schema.support import POLICIES, check_schema, format_uses, prepare_schema
+from proctor.constraints.json_schema.support import (
+    POLICIES,
+    check_schema,
+    format_uses,
+    prepare_schema,
+    remembered_keywords,
+)
 from proctor.constraints.json_schema.validation import (
     InvalidSchemaError,
     check_json_schema,
@@ -58,5 +64,6 @@ __all__ = [
     "json_path",
     "prepare_schema",
     "relax",
+    "remembered_keywords",
     "validate_json_output",
 ]

@@ -47,6 +47,7 @@ from proctor.constraints.json_schema.keywords import (
     resolve_pointer,
     subschemas,
 )
+from proctor.constraints.json_schema.property_names import fold_property_names
 from proctor.constraints.json_schema.refs import check_refs
 from proctor.constraints.json_schema.rewrite import rewrite
 from proctor.constraints.json_schema.walk import canonical_pointer, contains_ref, reachable
@@ -293,6 +294,24 @@ def unsupported_keywords(schema: object, backend: str, *, allow_approximate_form
     output can be invalid — the validated fallback turns it on.
     """
     return problems_for(prepare_schema(schema), POLICIES[backend], allow_approximate_formats=allow_approximate_formats)
+
+
+def remembered_keywords(schema: object) -> tuple[str, ...]:
+    """``keyword at pointer`` for each keyword the key memory moved from the validated fallback to the mask (issue 56):
+    ``propertyNames`` folded into the keys listed, ``minProperties`` above 1 beside keys not listed (the engines
+    counted a key written twice). Pointers are into the schema in 2020-12 terms, before the rewrites."""
+    found: list[str] = []
+    for site in reachable(normalize(schema)):
+        node = site.node
+        if not isinstance(node, dict) or site.negative:
+            continue
+        if "propertyNames" in node and "propertyNames" not in fold_property_names(node):
+            found.append(f"propertyNames at {site.path}")
+        least = node.get("minProperties")
+        open_keys = node.get("additionalProperties", True) is not False or bool(node.get("patternProperties"))
+        if isinstance(least, int) and not isinstance(least, bool) and least > 1 and open_keys:
+            found.append(f"minProperties at {site.path}")
+    return tuple(found)
 
 
 def describe(problems: list[Problem]) -> str:
