@@ -33,9 +33,10 @@ class Frame:
     keys: tuple[str, ...] = ()  # object: members written (the one being written included)
     count: int = 0  # array: items written
     raw: str = ""  # string/key: the text after the opening quote; number/literal: the text so far
+    marked: bool = False  # object: a reader's own mark (the key memory's: a token could write one of its keys whole)
 
     def copy(self) -> Frame:
-        return Frame(self.kind, self.options, self.state, self.keys, self.count, self.raw)
+        return Frame(self.kind, self.options, self.state, self.keys, self.count, self.raw, self.marked)
 
 
 Saved = tuple[tuple[Frame, ...], bool, bool]  # (the stack, done, broken)
@@ -65,6 +66,12 @@ class JsonReader:
         return self._stack
 
     def push(self, text: str) -> None:
+        stack = self._stack
+        if stack and '"' not in text and "\\" not in text:  # inside a string or key, a piece of it: read at once
+            top = stack[-1]
+            if top.kind == "string" or (top.kind == "object" and top.state == "key"):
+                top.raw += text
+                return
         for char in text:
             if self._broken:
                 return

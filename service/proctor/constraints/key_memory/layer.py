@@ -5,13 +5,16 @@ any other key again, xgrammar and outlines take every key again. A key written t
 validator reads with one member less than was written, so ``minProperties`` counted by the engine passes on fewer
 distinct keys than it asks for, and a member's first value is silently dropped.
 
-``KeyMemory`` reads the output (``JsonReader``, the closer's reader) token by token, with one saved reader state
-per token so a matcher's rollback undoes its reading. ``banned()`` lists the tokens whose text would complete a key
-the object already has: only tokens holding a quote can (``KeyVocabulary``), and among those only the ones whose
-text before the quote finishes a written key, or that hold quotes enough to open and close a key themselves. Each
-candidate is then read from the current state by a scratch reader, so the answer is exact: a token is banned iff
-reading it completes a key twice in one object. Answers are cached per reader state (the keys of each open object,
-the key being written, whether a string is inside an escape), shared by every row of one compiled constraint.
+``KeyMemory`` reads the output (``JsonReader``, the closer's reader) token by token. ``banned()`` lists the tokens
+whose text would complete a key the object already has. Only a token holding a quote can (``KeyVocabulary``), and
+of those only one whose text before its first quote finishes a written key (the key being written), or whose text
+between two of its quotes is a written key (a key opened and closed in the token), or that spells its key with an
+escape. Those candidates, found by lookups (none, at nearly every token), are each read from the current state by a
+scratch reader, so the answer is exact: a token is banned iff reading it completes a key twice in one object.
+Answers are cached per reader state, shared by every row of one compiled constraint.
+
+Rollback (a matcher's lookahead undoes tokens) restores the reader from a checkpoint kept every ``CHECKPOINT``
+tokens and reads the tokens since again: a token costs its reading, not a copy of the reader.
 """
 
 from __future__ import annotations
@@ -22,18 +25,24 @@ from proctor.constraints.json_schema import Frame, JsonReader, escaping
 from proctor.constraints.key_memory.vocabulary import KeyVocabulary
 
 CACHED_STATES = 4096  # answers kept per compiled constraint before the cache starts afresh
+CHECKPOINT = 16  # tokens between saved reader states (a rollback reads at most this many again)
 
 
 class _Reader(JsonReader):
-    """The reader, noting a key completed in an object that has it already (the schema is not needed here)."""
+    """The reader, noting a key completed in an object that has it already, and marking an object given a key that
+    some token holds whole between two quotes (the schema is not needed here)."""
 
-    def __init__(self) -> None:
+    def __init__(self, vocab: KeyVocabulary) -> None:
         super().__init__(True)
+        self._whole = vocab.segments
+        self._escapes = bool(vocab.irregular)
         self.repeated = False
 
     def key_written(self, frame: Frame, key: str) -> None:
         if key in frame.keys:
             self.repeated = True
+        if key in self._whole or self._escapes:
+            frame.marked = True
 
 
 class KeyMemory:
@@ -42,26 +51,41 @@ class KeyMemory:
     def __init__(self, vocab: KeyVocabulary, cache: dict[Any, tuple[int, ...]]) -> None:
         self._vocab = vocab
         self._cache = cache
-        self._reader = _Reader()
-        self._scratch = _Reader()
-        self._history: list[Any] = []  # the reader's state before each advance
+        self._reader = _Reader(vocab)
+        self._scratch = _Reader(vocab)
+        self._texts: list[str | None] = []  # each token's text, in order
+        self._checkpoints: dict[int, Any] = {}  # tokens read -> the reader's state then (every CHECKPOINT)
+        self._answer: tuple[int, tuple[int, ...]] | None = None  # (tokens read, banned()) for the state as it is
+        self._prefixed: tuple[tuple[str, ...], str, list[str]] = ((), "", [])  # (keys, key begun, keys it begins)
 
     def advance(self, token_id: int) -> None:
-        self._history.append(self._reader.save())
+        read = len(self._texts)
+        if read % CHECKPOINT == 0:
+            self._checkpoints[read] = self._reader.save()
         text = self._vocab.texts[token_id] if 0 <= token_id < self._vocab.size else None
+        self._texts.append(text)
+        self._answer = None
         if text:
             self._reader.push(text)
 
     def rollback(self, tokens: int) -> None:
         if tokens <= 0:
             return
-        saved = self._history[-tokens]
-        del self._history[-tokens:]
-        self._reader.restore(saved)
+        target = len(self._texts) - tokens
+        base = target - target % CHECKPOINT
+        self._reader.restore(self._checkpoints[base])
+        for at in [at for at in self._checkpoints if at > base]:
+            del self._checkpoints[at]
+        for text in self._texts[base:target]:
+            if text:
+                self._reader.push(text)
+        del self._texts[target:]
+        self._answer = None
 
     def fork(self) -> KeyMemory:
         twin = KeyMemory(self._vocab, self._cache)
-        twin._history = list(self._history)
+        twin._texts = list(self._texts)
+        twin._checkpoints = dict(self._checkpoints)
         twin._reader.restore(self._reader.save())
         return twin
 
@@ -70,27 +94,61 @@ class KeyMemory:
         return [frame.keys for frame in self._reader.stack if frame.kind == "object"]
 
     def banned(self) -> tuple[int, ...]:
-        """The tokens that would complete a key an open object already has (sorted ids; empty mostly)."""
+        """The tokens that would complete a key an open object already has (sorted ids; empty nearly always)."""
+        answer = self._answer
+        read = len(self._texts)
+        if answer is not None and answer[0] == read:
+            return answer[1]
+        found: tuple[int, ...] = ()
         stack = self._reader.stack
-        if not stack or self._reader.broken:
-            return ()
-        state = _fingerprint(stack)
-        if state is None:  # no object has a key yet: only a token writing one key twice by itself could
-            if not self._vocab.quadruple_quote:
-                return ()
-            state = ("no keys", _fingerprint(stack, always=True))
+        if stack and not self._reader.broken:
+            candidates = self._candidates(stack)
+            if candidates:
+                found = self._cached(stack, candidates)
+        self._answer = (read, found)
+        return found
+
+    def _candidates(self, stack: list[Frame]) -> set[int]:
+        """Every token that could complete a written key from here (a superset: each is then read to be sure): one
+        holding a written key whole between two quotes (its object is marked), one finishing the key begun, one
+        spelling a key with an escape, one writing a key twice by itself."""
+        vocab = self._vocab
+        found: set[int] = set(vocab.quadruple_quote) if vocab.quadruple_quote else set()
+        for frame in stack:
+            if frame.marked:
+                for key in frame.keys:
+                    found.update(vocab.segments.get(key, ()))
+                found.update(vocab.irregular)
+        top = stack[-1]
+        if top.state != "key" or not top.keys:  # only an object is ever in state "key"
+            return found
+        raw = top.raw
+        if "\\" in raw or not _plain(raw):
+            return found | set(vocab.quoted)
+        keys, begun, matching = self._prefixed
+        if keys is not top.keys or not raw.startswith(begun):
+            matching = list(top.keys)
+        matching = [key for key in matching if key.startswith(raw)]
+        self._prefixed = (top.keys, raw, matching)
+        for key in matching:
+            found.update(vocab.before_quote.get(key[len(raw):], ()))
+        found.update(vocab.escaped)
+        return found
+
+    def _cached(self, stack: list[Frame], candidates: set[int]) -> tuple[int, ...]:
+        state = (_fingerprint(stack), frozenset(candidates))
         found = self._cache.get(state)
         if found is None:
-            found = self._compute(stack)
+            found = self._read(candidates)
             if len(self._cache) >= CACHED_STATES:
                 self._cache.clear()
             self._cache[state] = found
         return found
 
-    def _compute(self, stack: list[Frame]) -> tuple[int, ...]:
+    def _read(self, candidates: set[int]) -> tuple[int, ...]:
         saved = self._reader.save()
         banned = []
-        for token in sorted(self._candidates(stack)):
+        for token in sorted(candidates):
             text = self._vocab.texts[token]
             if text is None:
                 continue
@@ -101,40 +159,24 @@ class KeyMemory:
                 banned.append(token)
         return tuple(banned)
 
-    def _candidates(self, stack: list[Frame]) -> set[int]:
-        """Every token that could complete a written key from here (a superset: each is then read to be sure)."""
-        vocab = self._vocab
-        top = stack[-1]
-        if not (top.kind == "object" and top.state == "key"):
-            return set(vocab.multi_quote)  # a key opened and closed within the token
-        found = set(vocab.triple_quote) | set(vocab.escaped)
-        raw = top.raw
-        if "\\" in raw or not _plain(raw):
-            return found | set(vocab.quoted)
-        for key in top.keys:
-            if key.startswith(raw):
-                found.update(vocab.before_quote.get(key[len(raw):], ()))
-        return found
-
 
 def _plain(raw: str) -> bool:
     """No byte of a character cut between tokens (carried as a surrogate escape) in the key's text."""
     return raw.isascii() or not any("\udc80" <= char <= "\udcff" for char in raw)
 
 
-def _fingerprint(stack: list[Frame], *, always: bool = False) -> tuple[Any, ...] | None:
-    """What the banned tokens depend on; None when no open object has a key (nothing can be written twice)."""
+def _fingerprint(stack: list[Frame]) -> tuple[Any, ...]:
+    """What reading a token from here depends on: each object's keys and state, the key being written, whether a
+    string is inside an escape, a literal's letters."""
     parts: list[Any] = []
-    keys = False
     for frame in stack:
         kind = frame.kind
         if kind == "object":
-            keys = keys or bool(frame.keys)
             parts.append((frame.state, frame.keys, frame.raw if frame.state == "key" else ""))
         elif kind == "string":
-            parts.append((kind, escaping(frame.raw)))  # inside an escape a quote does not close it
+            parts.append((kind, escaping(frame.raw)))
         elif kind == "literal":
             parts.append((kind, frame.raw))
         else:
             parts.append((kind, frame.state))
-    return tuple(parts) if keys or always else None
+    return tuple(parts)

@@ -2,8 +2,9 @@
 
 A key is completed by its closing quote, so only tokens whose text holds a ``"`` can complete one: 163 of
 SmolLM2's 49,152. They are indexed by the text before their first quote (what finishes the key being written) and
-kept apart when they hold two quotes or more (they can open and close a key in one token) or a backslash (their
-key text is spelled with an escape, which the by-text lookup does not follow). Token texts are the vocabulary's
+indexed again by each text between two of their quotes (a key they could open and close in one token), and kept
+apart where a backslash or a cut character is in those texts (a key spelled with an escape, or bytes of a
+character, which the by-text lookups do not follow). Token texts are the vocabulary's
 bytes (constraints/backends/vocab.py, as the engines read them) decoded with ``surrogateescape``: a character cut
 between two tokens keeps its bytes, and a quote, being ASCII, is never inside one.
 """
@@ -23,10 +24,10 @@ class KeyVocabulary:
     texts: tuple[str | None, ...]  # per token id; None: no text (special, padding, EOS)
     quoted: tuple[int, ...]  # every token holding a quote
     before_quote: dict[str, tuple[int, ...]]  # text before the first quote -> tokens (no backslash in it)
-    escaped: tuple[int, ...]  # quote tokens with a backslash before their first quote
-    multi_quote: tuple[int, ...]  # tokens with two quotes or more (they can open and close a key)
-    triple_quote: tuple[int, ...]  # three or more (they can close one key, then open and close another)
-    quadruple_quote: tuple[int, ...]  # four or more (they can write a key twice by themselves)
+    escaped: tuple[int, ...]  # quote tokens with a backslash before their first quote that does not escape it
+    segments: dict[str, tuple[int, ...]]  # text between two quotes of a token -> tokens (a key they could write)
+    irregular: tuple[int, ...]  # tokens with two quotes or more and a backslash or a cut character between them
+    quadruple_quote: tuple[int, ...]  # four quotes or more (they could write one key twice by themselves)
     size: int
 
     @classmethod
@@ -34,21 +35,36 @@ class KeyVocabulary:
         texts = tuple(None if piece is None else piece.decode("utf-8", "surrogateescape") for piece in pieces)
         quoted = [index for index, text in enumerate(texts) if text is not None and '"' in text]
         before: dict[str, list[int]] = {}
-        escaped, multi = [], []
+        segments: dict[str, list[int]] = {}
+        escaped, irregular, quadruple = [], [], []
         for index in quoted:
             text = texts[index]
             assert text is not None
-            head = text[:text.index('"')]
+            parts = text.split('"')
+            head = parts[0]
             if "\\" in head:
-                escaped.append(index)
+                if (len(head) - len(head.rstrip("\\"))) % 2 == 0:  # else the quote is escaped: it closes nothing
+                    escaped.append(index)
             else:
                 before.setdefault(head, []).append(index)
-            if text.count('"') >= 2:
-                multi.append(index)
-        counts = {index: (texts[index] or "").count('"') for index in multi}
-        return cls(texts, tuple(quoted), {head: tuple(ids) for head, ids in before.items()}, tuple(escaped),
-                   tuple(multi), tuple(i for i in multi if counts[i] >= 3), tuple(i for i in multi if counts[i] >= 4),
-                   len(pieces))
+            between = parts[1:-1]  # each text between two quotes of the token
+            if any("\\" in part or not _plain(part) for part in between):
+                irregular.append(index)
+            for part in dict.fromkeys(between):
+                segments.setdefault(part, []).append(index)
+            if len(parts) >= 5:
+                quadruple.append(index)
+        return cls(texts, tuple(quoted), _frozen(before), tuple(escaped), _frozen(segments), tuple(irregular),
+                   tuple(quadruple), len(pieces))
+
+
+def _frozen(index: dict[str, list[int]]) -> dict[str, tuple[int, ...]]:
+    return {text: tuple(ids) for text, ids in index.items()}
+
+
+def _plain(text: str) -> bool:
+    """No byte of a character cut between tokens (carried as a surrogate escape) in ``text``."""
+    return text.isascii() or not any("\udc80" <= char <= "\udcff" for char in text)
 
 
 _built: weakref.WeakKeyDictionary[Any, dict[int, KeyVocabulary]] = weakref.WeakKeyDictionary()
