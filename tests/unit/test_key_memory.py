@@ -195,3 +195,18 @@ def test_random_objects_cut_anywhere(backends, tokenizer, engine: str) -> None: 
         for token in ids:
             assert matcher.advance(token)
     assert cuts >= 40
+
+
+@pytest.mark.parametrize(("schema", "written", "ending"), [
+    ({"type": "object", "patternProperties": {"^item_[a-z]+$": {"type": "integer"}}, "additionalProperties": False},
+     '{"item_a":1,"item_a', 'a":0}'),  # "item_a" again is refused: one more letter
+    ({"type": "object", "additionalProperties": {"type": "integer"}}, '{"k":1,"k', 'a":0}'),
+    ({"type": "object", "patternProperties": {"^k[0-9]$": {"type": "integer"}}, "minProperties": 3,
+      "additionalProperties": False}, '{"k0":1', ',"k1":0,"k2":0}'),  # names made up to reach minProperties
+])
+def test_the_closer_never_ends_with_a_key_written_already(schema: Any, written: str, ending: str) -> None:
+    from proctor.constraints.json_schema import JsonCloser
+
+    closer = JsonCloser(schema)
+    closer.push(written)
+    assert closer.endings()[0] == ending

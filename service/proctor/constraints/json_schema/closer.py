@@ -157,12 +157,18 @@ class JsonCloser(JsonReader):
         if not prefix or escaping(prefix[1:]):
             return choices
         written = decode(prefix[1:])
-        for pattern in option.get("patternProperties", {}):  # a key its pattern completes
-            rest = shortest_completion(str(pattern), written)
-            if rest is not None and written + rest not in keys and written + rest not in choices:
-                choices.append(written + rest)
-        if option.get("additionalProperties", True) is not False and written not in keys and written not in choices:
-            choices.append(written)
+        # The key as written completed by a pattern, or as it stands; where that key is written already (the key
+        # memory refuses it again), the same with one more character.
+        listed = len(choices)
+        for begun in (written, *(written + char for char in "abcdefghijklmnopqrstuvwxyz0123456789")):
+            for pattern in option.get("patternProperties", {}):
+                rest = shortest_completion(str(pattern), begun)
+                if rest is not None and begun + rest not in keys and begun + rest not in choices:
+                    choices.append(begun + rest)
+            if option.get("additionalProperties", True) is not False and begun not in keys and begun not in choices:
+                choices.append(begun)
+            if len(choices) > listed:
+                break
         return choices
 
     def _missing_members(self, option: Schema, keys: list[str]) -> str | None:
@@ -196,14 +202,21 @@ class JsonCloser(JsonReader):
 
 
 def growth_texts(schema: Schema | bool) -> list[str]:
-    """The texts one free token can begin and an ending must then finish: each property's ``"key":value`` and
-    each array item, at their shortest, over every part of the schema. Their longest is the most one more token
+    """The texts one free token can begin and an ending must then finish: each property's ``"key":value`` (listed,
+    a pattern's shortest name, an additional one) and each array item, at their shortest, over every part of the
+    schema. Their longest is the most one more token
     can add to what ending an output costs (engine/closing.py's margin)."""
     closer = JsonCloser(schema)
     texts: list[str] = []
     for site in reachable(schema):
         for option in closer.options(site.node):
-            for name, sub in (option.get("properties") or {}).items():
+            members = list((option.get("properties") or {}).items())
+            for pattern, sub in (option.get("patternProperties") or {}).items():  # a pattern's shortest name
+                name = shortest_completion(str(pattern))
+                members += [(name, sub)] if name is not None else []
+            if option.get("additionalProperties", True) is not False:
+                members.append(("a", option.get("additionalProperties", True)))
+            for name, sub in members:
                 value = closer.value_text(closer.options(sub))
                 if value is not None:
                     texts.append(json.dumps(name, ensure_ascii=False) + ":" + value)

@@ -147,8 +147,8 @@ def members_to_write(option: Schema, present: list[str]) -> list[str]:
 def fresh_names(option: Schema, taken: list[str], count: int) -> list[str]:
     """Up to ``count`` short member names no listed property has and none of ``taken`` (a key is never written twice:
     constraints/key_memory/), so an object of pattern or additional members reaches ``minProperties``: each
-    ``patternProperties`` pattern's shortest name and that name with one more character, then, where additional
-    members are allowed, one and two letters matching no pattern."""
+    ``patternProperties`` pattern's shortest name and its variants by one character (``_variants``), then, where
+    additional members are allowed, one and two letters matching no pattern."""
     properties = option.get("properties", {})
     patterns = [str(pattern) for pattern in option.get("patternProperties", {})]
     found: list[str] = []
@@ -162,7 +162,7 @@ def fresh_names(option: Schema, taken: list[str], count: int) -> list[str]:
         shortest = shortest_completion(pattern)
         if shortest is None:
             continue
-        for name in (shortest, *(shortest + char for char in _NAME_CHARS), *(char + shortest for char in _NAME_CHARS)):
+        for name in _variants(shortest):
             if shortest_completion(pattern, name) == "" and take(name):
                 return found
     if option.get("additionalProperties", True) is not False:
@@ -173,6 +173,12 @@ def fresh_names(option: Schema, taken: list[str], count: int) -> list[str]:
 
 
 _NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _variants(name: str) -> list[str]:
+    """``name``, then it with one character changed, one added at the end, one added in front."""
+    changed = [name[:i] + char + name[i + 1:] for i in range(len(name) - 1, -1, -1) for char in _NAME_CHARS]
+    return [name, *changed, *(name + char for char in _NAME_CHARS), *(char + name for char in _NAME_CHARS)]
 
 
 def _matches(pattern: str, name: str) -> bool:
