@@ -210,3 +210,40 @@ def test_the_closer_never_ends_with_a_key_written_already(schema: Any, written: 
     closer = JsonCloser(schema)
     closer.push(written)
     assert closer.endings()[0] == ending
+
+
+@pytest.fixture(scope="module")
+def compiler(tokenizer, default_model_dir):  # type: ignore[no-untyped-def]
+    from proctor.constraints.compiler import ConstraintCompiler
+
+    built = ConstraintCompiler(tokenizer=tokenizer, model_path=str(default_model_dir), vocab_size=len(tokenizer),
+                               eos_token_ids=(tokenizer.eos_token_id,), tokenizer_fingerprint="t", isolate=False)
+    yield built
+    built.close()
+
+
+@pytest.mark.parametrize(("schema", "written", "refused"), [
+    # minProperties 2: after one member the brace is refused (the engine counts), and "a" again is refused (the
+    # memory), so the count is of distinct keys
+    ({"type": "object", "minProperties": 2, "additionalProperties": {"type": "integer"}}, '{"a":1', "}"),
+    ({"type": "object", "minProperties": 2, "additionalProperties": {"type": "integer"}}, '{"a":1,"a', '"'),
+    ({"type": "object", "patternProperties": {"^k": {"type": "integer"}}, "minProperties": 2,
+      "additionalProperties": False}, '{"k":1,"k', '"'),
+    ({"type": "object", "maxProperties": 2, "additionalProperties": {"type": "integer"}}, '{"a":1,"b":2', ","),
+    ({"type": "object", "propertyNames": {"enum": ["ab", "cd"]}}, '{"', "x"),  # names as they are written
+    ({"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}, "additionalProperties": {"type": "integer"}},
+     '{"a', "1"),
+    ({"type": "object", "propertyNames": {"maxLength": 2}}, '{"ab', "c"),
+    ({"type": "object", "propertyNames": {"const": "a"}}, '{"', "b"),
+    ({"type": "object", "propertyNames": {"const": "a"}}, '{"a":1', ","),  # its one name is written: no more
+])
+def test_each_keyword_is_exact_through_the_compiler(compiler, tokenizer, schema: Any, written: str,  # type: ignore[no-untyped-def]
+                                                    refused: str) -> None:
+    result = compiler.compile(ConstraintSpec.json_schema(schema))
+    assert result.exact and result.backend == "llguidance"
+    matcher = result.compiled.new_matcher()
+    for token in tokenizer.encode(written, add_special_tokens=False):
+        assert matcher.advance(token), written
+    mask = allowed(matcher, len(tokenizer))
+    token = tokenizer.convert_tokens_to_ids(refused)
+    assert not bool(mask[token]), (written, refused)
