@@ -61,30 +61,36 @@ def mask_cost(sample: int, rounds: int) -> None:
                 ids = tokenizer.encode(text, add_special_tokens=False)
                 cases.append((compiled, keyed(compiled, tokenizer, size), ids))
     bitmask = allocate_bitmask(1, size)
-    totals = {"engine": [], "keyed": []}
-    banned_steps = steps = 0
-    for _ in range(rounds):
-        seconds = {"engine": 0.0, "keyed": 0.0}
+    seconds = {"engine": 0.0, "keyed": 0.0}
+    pairs: list[float] = []  # per instance and round: keyed ÷ engine (robust to the machine's load changing)
+    for round_ in range(rounds):
         for index, (plain, remembering, ids) in enumerate(cases):
             order = [("engine", plain), ("keyed", remembering)]
-            for label, compiled in order if index % 2 == 0 else reversed(order):
-                matcher = compiled.new_matcher()
-                start = time.perf_counter()
-                for token in ids:
-                    matcher.fill_bitmask(bitmask, 0)
-                    if not matcher.advance(token):
-                        break
-                seconds[label] += time.perf_counter() - start
-                if label == "keyed" and _ == 0:
-                    banned_steps += _banned_steps(remembering, ids)
-        steps = sum(len(ids) for _, _, ids in cases)
-        for label in totals:
-            totals[label].append(seconds[label] / steps * 1e6)
-    engine, remembered = statistics.median(totals["engine"]), statistics.median(totals["keyed"])
+            took = {}
+            for label, compiled in order if (index + round_) % 2 == 0 else reversed(order):
+                took[label] = _feed(compiled, ids, bitmask)
+                seconds[label] += took[label]
+            pairs.append(took["keyed"] / took["engine"])
+    steps = sum(len(ids) for _, _, ids in cases)
+    banned_steps = sum(_banned_steps(remembering, ids) for _, remembering, ids in cases)
+    engine, remembered = (seconds[label] / (steps * rounds) * 1e6 for label in ("engine", "keyed"))
+    pairs.sort()
     print(f"{len(cases)} valid instances of {sample} sampled schemas, {steps} tokens, {rounds} rounds")
-    print(f"mask fill + advance per token: engine {engine:.1f} µs, with key memory {remembered:.1f} µs, "
-          f"ratio {remembered / engine:.3f}; tokens where the memory banned something: {banned_steps} "
-          f"({banned_steps / max(steps, 1):.1%})")
+    print(f"mask fill + advance per token: engine {engine:.1f} µs, with key memory {remembered:.1f} µs "
+          f"(ratio of the totals {remembered / engine:.3f}); per instance, keyed ÷ engine: median "
+          f"{statistics.median(pairs):.3f}, quartiles {pairs[len(pairs) // 4]:.3f} / {pairs[3 * len(pairs) // 4]:.3f}; "
+          f"tokens where the memory banned something: {banned_steps} ({banned_steps / max(steps, 1):.1%})")
+
+
+def _feed(compiled: Any, ids: list[int], bitmask: Any) -> float:
+    """Seconds to fill the mask and advance at each of ``ids`` from a new matcher."""
+    matcher = compiled.new_matcher()
+    start = time.perf_counter()
+    for token in ids:
+        matcher.fill_bitmask(bitmask, 0)
+        if not matcher.advance(token):
+            break
+    return time.perf_counter() - start
 
 
 def _banned_steps(compiled: Any, ids: list[int]) -> int:

@@ -13,8 +13,10 @@ escape. Those candidates, found by lookups (none, at nearly every token), are ea
 scratch reader, so the answer is exact: a token is banned iff reading it completes a key twice in one object.
 Answers are cached per reader state, shared by every row of one compiled constraint.
 
-Rollback (a matcher's lookahead undoes tokens) restores the reader from a checkpoint kept every ``CHECKPOINT``
-tokens and reads the tokens since again: a token costs its reading, not a copy of the reader.
+Reading waits for a token with a quote: until one comes nothing can be banned (``_quiet``), so tokens are only
+noted, and read together when it comes. Rollback (a matcher's lookahead undoes tokens) drops noted tokens, or
+restores the reader from a checkpoint kept every ``CHECKPOINT`` tokens read: a token costs its reading, never a
+copy of the reader.
 """
 
 from __future__ import annotations
@@ -50,47 +52,68 @@ class KeyMemory:
 
     def __init__(self, vocab: KeyVocabulary, cache: dict[Any, tuple[int, ...]]) -> None:
         self._vocab = vocab
+        self._table = vocab.texts
         self._cache = cache
         self._reader = _Reader(vocab)
         self._scratch = _Reader(vocab)
         self._texts: list[str | None] = []  # each token's text, in order
-        self._checkpoints: dict[int, Any] = {}  # tokens read -> the reader's state then (every CHECKPOINT)
-        self._answer: tuple[int, tuple[int, ...]] | None = None  # (tokens read, banned()) for the state as it is
+        self._done = 0  # how many of them the reader has read (the rest wait: see ``_catch_up``)
+        self._checkpoints: list[tuple[int, Any]] = [(0, self._reader.save())]  # (tokens read, the reader's state)
+        self._answer: tuple[int, tuple[int, ...]] | None = None  # (tokens, banned()) for the output as it is
+        # Nothing can be banned until a token with a quote comes: no candidate now, and no key begun that a written
+        # key could still finish (a token without a quote completes no key, begins none, marks no object). Tokens
+        # meanwhile are only noted; the reader reads them when a quote comes.
+        self._quiet = False
         self._prefixed: tuple[tuple[str, ...], str, list[str]] = ((), "", [])  # (keys, key begun, keys it begins)
 
     def advance(self, token_id: int) -> None:
-        read = len(self._texts)
-        if read % CHECKPOINT == 0:
-            self._checkpoints[read] = self._reader.save()
-        text = self._vocab.texts[token_id] if 0 <= token_id < self._vocab.size else None
+        text = self._table[token_id] if 0 <= token_id < len(self._table) else None
         self._texts.append(text)
         self._answer = None
-        if text:
-            self._reader.push(text)
+        if text and '"' in text:
+            self._quiet = False
 
     def rollback(self, tokens: int) -> None:
         if tokens <= 0:
             return
         target = len(self._texts) - tokens
-        base = target - target % CHECKPOINT
-        self._reader.restore(self._checkpoints[base])
-        for at in [at for at in self._checkpoints if at > base]:
-            del self._checkpoints[at]
-        for text in self._texts[base:target]:
-            if text:
-                self._reader.push(text)
         del self._texts[target:]
         self._answer = None
+        self._quiet = False
+        if target < self._done:
+            while self._checkpoints[-1][0] > target:
+                self._checkpoints.pop()
+            self._done, saved = self._checkpoints[-1]
+            self._reader.restore(saved)
+
+    def _catch_up(self) -> None:
+        """Read the tokens noted since the reader last read, keeping a checkpoint every ``CHECKPOINT`` tokens."""
+        texts, read = self._texts, self._done
+        while read < len(texts):
+            upto = min(len(texts), read + CHECKPOINT)
+            self._reader.push("".join(text for text in texts[read:upto] if text))
+            read = upto
+            if read - self._checkpoints[-1][0] >= CHECKPOINT:
+                self._checkpoints.append((read, self._reader.save()))
+        self._done = read
 
     def fork(self) -> KeyMemory:
+        self._catch_up()
         twin = KeyMemory(self._vocab, self._cache)
         twin._texts = list(self._texts)
-        twin._checkpoints = dict(self._checkpoints)
+        twin._done = self._done
+        twin._checkpoints = list(self._checkpoints)
         twin._reader.restore(self._reader.save())
         return twin
 
+    @property
+    def quoted_ids(self) -> frozenset[int]:
+        """The tokens holding a quote (only such a token can complete a key)."""
+        return self._vocab.quoted_set
+
     def written(self) -> list[tuple[str, ...]]:
         """The keys of each open object, outermost first (what the memory holds)."""
+        self._catch_up()
         return [frame.keys for frame in self._reader.stack if frame.kind == "object"]
 
     def banned(self) -> tuple[int, ...]:
@@ -100,18 +123,30 @@ class KeyMemory:
         if answer is not None and answer[0] == read:
             return answer[1]
         found: tuple[int, ...] = ()
+        if self._quiet:
+            self._answer = (read, found)
+            return found
+        self._catch_up()
         stack = self._reader.stack
         if stack and not self._reader.broken:
-            candidates = self._candidates(stack)
-            if candidates:
-                found = self._cached(stack, candidates)
+            top = stack[-1]
+            plain = top.state == "key" and "\\" not in top.raw and _plain(top.raw)
+            unsure = self._candidates(stack)
+            sure = self._finishing(top) if plain else ()
+            if unsure:
+                found = tuple(sorted({*sure, *self._cached(stack, unsure)}))
+            elif sure:
+                found = sure
+            else:
+                self._quiet = not (stack[-1].state == "key" and self._prefixed[2])
         self._answer = (read, found)
         return found
 
     def _candidates(self, stack: list[Frame]) -> set[int]:
-        """Every token that could complete a written key from here (a superset: each is then read to be sure): one
-        holding a written key whole between two quotes (its object is marked), one finishing the key begun, one
-        spelling a key with an escape, one writing a key twice by itself."""
+        """Tokens that might complete a written key from here, each to be read to be sure (empty nearly always): one
+        holding a written key whole between two quotes (its object is marked), one spelling a key with an escape,
+        one writing a key twice by itself; every quote token while the key begun holds an escape or a cut
+        character."""
         vocab = self._vocab
         found: set[int] = set(vocab.quadruple_quote) if vocab.quadruple_quote else set()
         for frame in stack:
@@ -120,20 +155,27 @@ class KeyMemory:
                     found.update(vocab.segments.get(key, ()))
                 found.update(vocab.irregular)
         top = stack[-1]
-        if top.state != "key" or not top.keys:  # only an object is ever in state "key"
-            return found
+        if top.state == "key" and top.keys:  # only an object is ever in state "key"
+            if "\\" in top.raw or not _plain(top.raw):
+                return found | set(vocab.quoted)
+            found.update(vocab.escaped)
+        return found
+
+    def _finishing(self, top: Frame) -> tuple[int, ...]:
+        """The tokens whose text before their first quote finishes the key begun (plain: no escape, no cut
+        character) as a key its object has: each completes that key again, no reading needed. The keys the key
+        begun matches are narrowed as it grows."""
+        if not top.keys:
+            return ()
         raw = top.raw
-        if "\\" in raw or not _plain(raw):
-            return found | set(vocab.quoted)
         keys, begun, matching = self._prefixed
         if keys is not top.keys or not raw.startswith(begun):
             matching = list(top.keys)
         matching = [key for key in matching if key.startswith(raw)]
         self._prefixed = (top.keys, raw, matching)
-        for key in matching:
-            found.update(vocab.before_quote.get(key[len(raw):], ()))
-        found.update(vocab.escaped)
-        return found
+        before = self._vocab.before_quote
+        found = [token for key in matching for token in before.get(key[len(raw):], ())]
+        return tuple(sorted(found))
 
     def _cached(self, stack: list[Frame], candidates: set[int]) -> tuple[int, ...]:
         state = (_fingerprint(stack), frozenset(candidates))

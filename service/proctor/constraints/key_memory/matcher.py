@@ -34,10 +34,16 @@ class KeyedMatcher:
     def __init__(self, inner: Matcher, memory: KeyMemory) -> None:
         self.inner = inner
         self.memory = memory
+        # Bound once: these run at every token, and the memory's share of a token is a few µs.
+        self._fill = inner.fill_bitmask
+        self._advance = inner.advance
+        self._banned = memory.banned
+        self._read = memory.advance
+        self._quoted = memory.quoted_ids
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
-        self.inner.fill_bitmask(bitmask, row)
-        banned = self.memory.banned()
+        self._fill(bitmask, row)
+        banned = self._banned()
         if banned:
             clear_bits(bitmask, row, banned)
 
@@ -51,9 +57,9 @@ class KeyedMatcher:
                 clear_bits(bitmask, row, banned)
 
     def advance(self, token_id: int) -> bool:
-        if token_id in self.memory.banned() or not self.inner.advance(token_id):
+        if (token_id in self._quoted and token_id in self._banned()) or not self._advance(token_id):
             return False
-        self.memory.advance(token_id)
+        self._read(token_id)
         return True
 
     def can_end(self) -> bool:

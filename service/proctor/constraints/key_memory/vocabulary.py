@@ -23,6 +23,7 @@ from proctor.constraints.backends.vocab import token_bytes
 class KeyVocabulary:
     texts: tuple[str | None, ...]  # per token id; None: no text (special, padding, EOS)
     quoted: tuple[int, ...]  # every token holding a quote
+    quoted_set: frozenset[int]
     before_quote: dict[str, tuple[int, ...]]  # text before the first quote -> tokens (no backslash in it)
     escaped: tuple[int, ...]  # quote tokens with a backslash before their first quote that does not escape it
     segments: dict[str, tuple[int, ...]]  # text between two quotes of a token -> tokens (a key they could write)
@@ -54,8 +55,8 @@ class KeyVocabulary:
                 segments.setdefault(part, []).append(index)
             if len(parts) >= 5:
                 quadruple.append(index)
-        return cls(texts, tuple(quoted), _frozen(before), tuple(escaped), _frozen(segments), tuple(irregular),
-                   tuple(quadruple), len(pieces))
+        return cls(texts, tuple(quoted), frozenset(quoted), _frozen(before), tuple(escaped), _frozen(segments),
+                   tuple(irregular), tuple(quadruple), len(pieces))
 
 
 def _frozen(index: dict[str, list[int]]) -> dict[str, tuple[int, ...]]:
