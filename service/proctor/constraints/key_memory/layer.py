@@ -6,12 +6,12 @@ validator reads with one member less than was written, so ``minProperties`` coun
 distinct keys than it asks for, and a member's first value is silently dropped.
 
 ``KeyMemory`` reads the output (``JsonReader``, the closer's reader) token by token. ``banned()`` lists the tokens
-whose text would complete a key the object already has. Only a token holding a quote can (``KeyVocabulary``), and
-of those only one whose text before its first quote finishes a written key (the key being written), or whose text
-between two of its quotes is a written key (a key opened and closed in the token), or that spells its key with an
-escape. Those candidates, found by lookups (none, at nearly every token), are each read from the current state by a
-scratch reader, so the answer is exact: a token is banned iff reading it completes a key twice in one object.
-Answers are cached per reader state, shared by every row of one compiled constraint.
+whose text would complete a key the object already has. Only a token holding a quote can (``KeyVocabulary``). One
+whose text before its first quote finishes the key being written as a written key is banned outright (found by
+lookup). One whose text between two of its quotes is a written key (a key opened and closed in the token), or that
+spells a key with an escape, is a candidate, read from the current state by a scratch reader (none, at nearly every
+token), so the answer is exact: a token is banned iff reading it completes a key twice in one object. Those answers
+are cached per reader state, shared by every row of one compiled constraint.
 
 Reading waits for a token with a quote: until one comes nothing can be banned (``_quiet``), so tokens are only
 noted, and read together when it comes. Rollback (a matcher's lookahead undoes tokens) drops noted tokens, or
