@@ -264,6 +264,7 @@ def _fill_final(target: pb.GenerateResponse | pb.GenerateChunk, event: TokenEven
         target.constraint.CopyFrom(pb.ConstraintInfo(
             kind=c.kind, backend=c.backend, spec_sha256=c.spec_sha256, schema_ref=c.schema_ref,
             cache_hit=c.cache_hit, compile_ms=c.compile_ms, exact=c.exact, relaxed_keywords=c.relaxed,
+            remembered_keywords=c.remembered,
             formats=[pb.FormatUse(path=f.path, format=f.format, handling=FORMAT_TO_PROTO[f.handling])
                      for f in c.formats]))
     target.attempts.extend(

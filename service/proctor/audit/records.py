@@ -255,6 +255,8 @@ def build_body(call: CallRecord, finished_ms: int, policy: PrivacyPolicy) -> dic
                                                    for path, keyword in final.schema_check.sites]}
         if final.constraint is not None:
             body["constraint"] = dataclasses.asdict(final.constraint)
+            if not final.constraint.remembered:  # issue 56's list only where it says something: older shapes kept
+                body["constraint"].pop("remembered")
         body["plugins"] = [dataclasses.asdict(p) for p in final.plugins]
         if final.confidence is not None:  # only when asked for: older records keep their exact shape
             body["confidence"] = dataclasses.asdict(final.confidence)

@@ -25,6 +25,7 @@ from proctor.constraints.cache import CacheEntry, CompiledCache, cache_key
 from proctor.constraints.engines import AUTO, BACKEND_NAMES
 from proctor.constraints.errors import ConstraintError
 from proctor.constraints.json_schema import relax
+from proctor.constraints.key_memory import keyed
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec
 from proctor.constraints.worker import WorkerConfig
 from proctor.constraints.worker_pool import STUCK_PREFIXES, WorkerPool
@@ -171,7 +172,7 @@ class ConstraintCompiler:
                 return CompileResult(entry.compiled, name, True, entry.compile_ms)
             start = time.perf_counter()
             try:
-                compiled = self._compile_fresh(name, spec)
+                compiled = self._remembering(self._compile_fresh(name, spec))
             except ConstraintError as exc:
                 error = ConstraintError(exc.reason, name)
                 seconds = time.perf_counter() - start
@@ -184,6 +185,11 @@ class ConstraintCompiler:
             if self.observer is not None:
                 self.observer.compiled(name, seconds, True)
             return CompileResult(compiled, name, False, seconds * 1000)
+
+    def _remembering(self, compiled: CompiledConstraint) -> CompiledConstraint:
+        """A JSON schema's matchers under the key memory (constraints/key_memory/: no object takes a key twice), which
+        the soundness guard counts on; cached so, its rows share the memory's answers."""
+        return keyed(compiled, self._tokenizer, self._vocab_size) if self._tokenizer is not None else compiled
 
     def _compile_fresh(self, name: str, spec: ConstraintSpec) -> CompiledConstraint:
         if self._pool is None:

@@ -23,6 +23,7 @@ from proctor.constraints.json_schema import (
     check_json_schema,
     format_uses,
     prepare_schema,
+    remembered_keywords,
 )
 from proctor.constraints.spec import ConstraintKind, ConstraintSpec, GrammarSyntax
 from proctor.constraints.tool_calls import ToolCallsRule, tool_calls_framing
@@ -154,7 +155,8 @@ class ConstraintService:
         summary = ConstraintSummary(kind=spec.kind.value, backend=result.backend, spec_sha256=spec.sha256(canonical),
                                     schema_ref=ref, cache_hit=result.cache_hit, compile_ms=result.compile_ms,
                                     exact=result.exact, relaxed=result.relaxed,
-                                    formats=format_handling(spec, result) if schema is not None else ())
+                                    formats=format_handling(spec, result) if schema is not None else (),
+                                    remembered=_remembered(spec.text) if schema is not None and result.exact else ())
         return PreparedConstraint(result.compiled, summary, schema, canonical if schema is not None else "",
                                   output_rule(result.compiled.spec))
 
@@ -186,6 +188,15 @@ def format_handling(spec: ConstraintSpec, result: CompileResult) -> tuple[Format
         return "enforced" if name in exact_formats or spelled else "validated"
 
     return tuple(FormatUse(path, name, handling(path, name, known, spelled)) for path, name, known, spelled in uses)
+
+
+@functools.lru_cache(maxsize=256)
+def _remembered(schema_text: str) -> tuple[str, ...]:
+    """The keywords the key memory serves exactly (prepared once per distinct schema, not per request)."""
+    try:
+        return remembered_keywords(json.loads(schema_text))
+    except (ConstraintError, RecursionError, ValueError):
+        return ()
 
 
 @functools.lru_cache(maxsize=256)

@@ -103,6 +103,8 @@ class ConstraintSummary:
     exact: bool = True
     relaxed: tuple[str, ...] = ()
     formats: tuple[FormatUse, ...] = ()
+    # Exact thanks to the key memory (issue 56), "keyword at pointer": before it they were relaxed (the fallback).
+    remembered: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,7 @@ def _constraint(event: TokenEvent) -> dict[str, Any]:
     return {"constraint": _set(
         kind=c.kind, backend=c.backend, spec_sha256=c.spec_sha256, schema_ref=c.schema_ref, cache_hit=c.cache_hit,
         compile_ms=double_json(c.compile_ms), exact=c.exact, relaxed_keywords=list(c.relaxed),
+        remembered_keywords=list(c.remembered),
         formats=[_set(path=f.path, format=f.format, handling=FORMAT_NAMES[f.handling]) for f in c.formats])}
 
 

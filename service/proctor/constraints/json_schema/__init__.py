@@ -14,6 +14,8 @@ Inside, lowest first:
   fallback's superset (``relax``);
 - ``validation``: the server's own check of a finished output;
 - ``closing``: objects closed (the HTTP door's strict schemas); ``llguidance_options``: llguidance's JSON options;
+- ``reader``: JSON output read as it is written (the stack of open values), shared by the closer and the key
+  memory (constraints/key_memory/);
 - ``options``, ``pattern_text``, ``shortest``, ``closer``: the shortest valid value, and from any point of an
   output the shortest texts that end it validly (issue 45's closing within the budget); ``growth``: what one more
   token can begin (the budget's margin); ``rule``: the closer as the output rule the engine's budget sees
@@ -30,9 +32,16 @@ from proctor.constraints.json_schema.closing import close_objects
 from proctor.constraints.json_schema.growth import growth_here, growth_texts
 from proctor.constraints.json_schema.keywords import DATA_KEYWORDS
 from proctor.constraints.json_schema.llguidance_options import json_options
+from proctor.constraints.json_schema.reader import Frame, JsonReader, escaping
 from proctor.constraints.json_schema.relaxed import relax
 from proctor.constraints.json_schema.rule import JsonOutputRule
-from proctor.constraints.json_schema.support import POLICIES, check_schema, format_uses, prepare_schema
+from proctor.constraints.json_schema.support import (
+    POLICIES,
+    check_schema,
+    format_uses,
+    prepare_schema,
+    remembered_keywords,
+)
 from proctor.constraints.json_schema.validation import (
     InvalidSchemaError,
     check_json_schema,
@@ -43,12 +52,15 @@ from proctor.constraints.json_schema.validation import (
 __all__ = [
     "DATA_KEYWORDS",
     "POLICIES",
+    "Frame",
     "InvalidSchemaError",
     "JsonCloser",
     "JsonOutputRule",
+    "JsonReader",
     "check_json_schema",
     "check_schema",
     "close_objects",
+    "escaping",
     "format_uses",
     "growth_here",
     "growth_texts",
@@ -56,5 +68,6 @@ __all__ = [
     "json_path",
     "prepare_schema",
     "relax",
+    "remembered_keywords",
     "validate_json_output",
 ]

@@ -16,37 +16,20 @@ pattern, ``not``, a triggered schema dependency) it offers nothing, and the row 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
 
 from proctor.constraints.json_schema.options import (
     DependentSchema,
     Schema,
-    branches,
     item_schema,
     member_schema,
     members_to_write,
-    of_type,
 )
 from proctor.constraints.json_schema.pattern_text import shortest_completion
+from proctor.constraints.json_schema.reader import LITERALS, Frame, JsonReader, decode, escaping, unicode_left
 from proctor.constraints.json_schema.shortest import FORMAT_PATTERNS, number_fits, shortest_text
 
-LITERALS = ("true", "false", "null")
-NUMBER_CHARS = frozenset("0123456789+-.eE")
-WHITESPACE = frozenset(" \t\n\r")
 MAX_ENDINGS = 6  # candidates offered, shortest first (each costs the engine a tokenization and a matcher walk)
-
-
-@dataclass(slots=True)
-class _Frame:
-    kind: str  # object | array | string | number | literal
-    options: list[Schema]  # the schemas the value may be under (anyOf/oneOf branches of its type)
-    state: str = "start"  # object: start key colon value after next; array: start value after
-    keys: list[str] = field(default_factory=list)  # object: members written (the one being written included)
-    count: int = 0  # array: items written
-    raw: str = ""  # string/key: the text after the opening quote; number/literal: the text so far
 
 
 def shortest_first(texts: Iterable[str]) -> list[str]:
@@ -55,113 +38,13 @@ def shortest_first(texts: Iterable[str]) -> list[str]:
     return sorted(set(texts), key=lambda text: (len(text), text))
 
 
-class JsonCloser:
-    """The output so far against ``schema`` (a JSON Schema, its local ``$ref``s resolved against it)."""
+class JsonCloser(JsonReader):
+    """The output so far against ``schema`` (a JSON Schema, its local ``$ref``s resolved against it); the reading
+    is ``JsonReader``'s (constraints/json_schema/reader.py), the endings are the closer's."""
 
     def __init__(self, schema: Schema | bool) -> None:
-        self._root: Any = schema
-        self._stack: list[_Frame] = []
-        self._done = False  # the top-level value is complete
-        self._broken = False  # the text left JSON (cannot happen under a JSON constraint): no endings
-        self._options: dict[int, tuple[Any, list[Schema]]] = {}
+        super().__init__(schema)
         self._shortest: dict[int, tuple[Schema, str | None]] = {}
-
-    @property
-    def done(self) -> bool:
-        return self._done
-
-    def push(self, text: str) -> None:
-        for char in text:
-            if not self._broken:
-                self._char(char)
-
-    # --- reading -------------------------------------------------------------------------------
-    def _char(self, c: str) -> None:
-        if not self._stack:
-            if self._done or c in WHITESPACE:
-                return
-            self._open(c, self.options(self._root))
-            return
-        top = self._stack[-1]
-        handler = getattr(self, "_in_" + top.kind)
-        handler(top, c)
-
-    def _open(self, c: str, options: list[Schema]) -> None:
-        kind = {"{": "object", "[": "array", '"': "string"}.get(c)
-        if kind is None:
-            kind = "number" if c in "-0123456789" else "literal" if c in "tfn" else ""
-        if not kind:
-            self._broken = True
-            return
-        frame = _Frame(kind, of_type(options, kind))
-        if kind in ("number", "literal"):
-            frame.raw = c
-        self._stack.append(frame)
-
-    def _close(self) -> None:
-        """The top value is complete: its parent takes it."""
-        self._stack.pop()
-        if not self._stack:
-            self._done = True
-            return
-        parent = self._stack[-1]
-        parent.state = "after"
-        if parent.kind == "array":
-            parent.count += 1
-
-    def _in_string(self, top: _Frame, c: str) -> None:
-        if c == '"' and not _escaping(top.raw):
-            self._close()
-        else:
-            top.raw += c
-
-    def _in_number(self, top: _Frame, c: str) -> None:
-        if c in NUMBER_CHARS:
-            top.raw += c
-            return
-        self._close()
-        self._char(c)
-
-    def _in_literal(self, top: _Frame, c: str) -> None:
-        top.raw += c
-        if top.raw in LITERALS:
-            self._close()
-        elif not any(word.startswith(top.raw) for word in LITERALS):
-            self._broken = True
-
-    def _in_array(self, top: _Frame, c: str) -> None:
-        if c in WHITESPACE:
-            return
-        if c == "]":
-            self._close()
-        elif c == ",":
-            top.state = "value"
-        else:
-            self._open(c, self.options(item_schema(top.options, top.count)))
-
-    def _in_object(self, top: _Frame, c: str) -> None:
-        state = top.state
-        if state == "key":
-            if c == '"' and not _escaping(top.raw):
-                top.keys.append(_decode(top.raw))
-                top.state, top.raw = "colon", ""
-            else:
-                top.raw += c
-            return
-        if c in WHITESPACE:
-            return
-        if c == "}":
-            self._close()
-        elif c == '"' and state in ("start", "next"):
-            top.state, top.raw = "key", ""
-        elif c == ":" and state == "colon":
-            top.state = "value"
-        elif c == "," and state == "after":
-            top.state = "next"
-        elif state == "value":
-            self._open(c, self.options(member_schema(top.options, top.keys[-1])))
-        else:
-            self._broken = True
 
     # --- ending --------------------------------------------------------------------------------
     def endings(self) -> list[str]:
@@ -184,14 +67,14 @@ class JsonCloser:
                 return []
         return tails
 
-    def _finish(self, frame: _Frame, inner_open: bool) -> list[str]:
+    def _finish(self, frame: Frame, inner_open: bool) -> list[str]:
         finish: list[str] = getattr(self, "_finish_" + frame.kind)(frame, inner_open)
         return finish
 
-    def _finish_literal(self, frame: _Frame, inner_open: bool) -> list[str]:
+    def _finish_literal(self, frame: Frame, inner_open: bool) -> list[str]:
         return [word[len(frame.raw):] for word in LITERALS if word.startswith(frame.raw)][:1]
 
-    def _finish_number(self, frame: _Frame, inner_open: bool) -> list[str]:
+    def _finish_number(self, frame: Frame, inner_open: bool) -> list[str]:
         text = frame.raw + ("0" if frame.raw[-1] in "-+.eE" else "")
         for extra in ("", "0", "00", "000", "1", "5", "9"):
             candidate = text + extra
@@ -199,7 +82,7 @@ class JsonCloser:
                 return [candidate[len(frame.raw):]]
         return []
 
-    def _finish_string(self, frame: _Frame, inner_open: bool) -> list[str]:
+    def _finish_string(self, frame: Frame, inner_open: bool) -> list[str]:
         raw = frame.raw + _escape_rest(frame.raw)
         found: list[str] = []
         for option in frame.options or [{}]:
@@ -208,7 +91,7 @@ class JsonCloser:
                 found.append(raw[len(frame.raw):] + ending)
         return shortest_first(found)
 
-    def _finish_array(self, frame: _Frame, inner_open: bool) -> list[str]:
+    def _finish_array(self, frame: Frame, inner_open: bool) -> list[str]:
         found: list[str] = []
         for option in frame.options or [{}]:
             count, text = frame.count, ""
@@ -230,7 +113,7 @@ class JsonCloser:
                 found.append(text + "]")
         return shortest_first(found)
 
-    def _finish_object(self, frame: _Frame, inner_open: bool) -> list[str]:
+    def _finish_object(self, frame: Frame, inner_open: bool) -> list[str]:
         found: list[str] = []
         for option in frame.options or [{}]:
             for head, keys in self._member_heads(frame, option, inner_open):
@@ -239,7 +122,7 @@ class JsonCloser:
                     found.append(head + rest + "}")
         return shortest_first(found)[:MAX_ENDINGS]
 
-    def _member_heads(self, frame: _Frame, option: Schema, inner_open: bool) -> list[tuple[str, list[str]]]:
+    def _member_heads(self, frame: Frame, option: Schema, inner_open: bool) -> list[tuple[str, list[str]]]:
         """Ways to finish the member being written: (its text, the keys written after it)."""
         keys, state = list(frame.keys), frame.state
         if inner_open or state in ("start", "after"):
@@ -269,15 +152,21 @@ class JsonCloser:
         ahead = [name for name in following if json.dumps(name, ensure_ascii=False).startswith(prefix)]
         first_required = [name for name in ahead if name in required][:1]
         choices = first_required + [name for name in ahead if name not in first_required][:2]
-        if not prefix or _escaping(prefix[1:]):
+        if not prefix or escaping(prefix[1:]):
             return choices
-        written = _decode(prefix[1:])
-        for pattern in option.get("patternProperties", {}):  # a key its pattern completes
-            rest = shortest_completion(str(pattern), written)
-            if rest is not None and written + rest not in keys and written + rest not in choices:
-                choices.append(written + rest)
-        if option.get("additionalProperties", True) is not False and written not in keys and written not in choices:
-            choices.append(written)
+        written = decode(prefix[1:])
+        # The key as written completed by a pattern, or as it stands; where that key is written already (the key
+        # memory refuses it again), the same with one more character.
+        listed = len(choices)
+        for begun in (written, *(written + char for char in "abcdefghijklmnopqrstuvwxyz0123456789")):
+            for pattern in option.get("patternProperties", {}):
+                rest = shortest_completion(str(pattern), begun)
+                if rest is not None and begun + rest not in keys and begun + rest not in choices:
+                    choices.append(begun + rest)
+            if option.get("additionalProperties", True) is not False and begun not in keys and begun not in choices:
+                choices.append(begun)
+            if len(choices) > listed:
+                break
         return choices
 
     def _missing_members(self, option: Schema, keys: list[str]) -> str | None:
@@ -315,15 +204,6 @@ class JsonCloser:
         return None
 
     # --- schemas -------------------------------------------------------------------------------
-    def options(self, node: Any) -> list[Schema]:
-        """``node``'s alternatives (constraints/json_schema/options.py), built once per node: each cache entry holds its
-        node, so an id is never reused while its entry lives (a merged branch is a new object)."""
-        found = self._options.get(id(node))
-        if found is None or found[0] is not node:
-            found = (node, branches(node, self._root))
-            self._options[id(node)] = found
-        return found[1]
-
     def value_text(self, options: list[Schema]) -> str | None:
         """The shortest value's text under any of ``options``."""
         texts = [text for text in (self._shortest_of(option) for option in options) if text is not None]
@@ -338,31 +218,13 @@ class JsonCloser:
 
 
 # --- helpers (pure) -----------------------------------------------------------------------------
-def _escaping(raw: str) -> bool:
-    """Whether the string text ``raw`` ends inside an escape (an odd run of backslashes, or ``\\u`` unfinished)."""
-    run = len(raw) - len(raw.rstrip("\\"))
-    return run % 2 == 1 or _unicode_left(raw) > 0
-
-
-def _unicode_left(raw: str) -> int:
-    match = re.search(r"(?<!\\)(?:\\\\)*\\u([0-9a-fA-F]{0,3})$", raw)
-    return 4 - len(match.group(1)) if match else 0
-
-
 def _escape_rest(raw: str) -> str:
     """What finishes an escape ``raw`` ends inside (``n`` after a lone backslash, zeros for ``\\u``)."""
-    left = _unicode_left(raw)
+    left = unicode_left(raw)
     if left:
         return "0" * left
     run = len(raw) - len(raw.rstrip("\\"))
     return "n" if run % 2 == 1 else ""
-
-
-def _decode(raw: str) -> str:
-    try:
-        return str(json.loads('"' + raw + '"'))
-    except ValueError:
-        return raw
 
 
 def _string_rest(raw: str, option: Schema, shortest: str | None) -> str | None:
@@ -381,9 +243,9 @@ def _string_rest(raw: str, option: Schema, shortest: str | None) -> str | None:
         pattern = option.get("pattern") if "format" not in option else FORMAT_PATTERNS.get(option["format"])
         if pattern is None or ("pattern" in option and "format" in option):  # both: not covered
             return None
-        rest = shortest_completion(str(pattern), _decode(raw))
+        rest = shortest_completion(str(pattern), decode(raw))
         return None if rest is None else rest + '"'
-    length = len(_decode(raw))
+    length = len(decode(raw))
     return "a" * max(0, int(option.get("minLength", 0)) - length) + '"'
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from proctor.constraints.json_schema.closer import JsonCloser
 from proctor.constraints.json_schema.options import Schema, item_schemas
+from proctor.constraints.json_schema.pattern_text import shortest_completion
 from proctor.constraints.json_schema.walk import reachable
 
 
@@ -45,12 +46,17 @@ def growth_here(closer: JsonCloser) -> list[str]:
 
 
 def site_texts(closer: JsonCloser, option: Schema, written: tuple[str, ...] = ()) -> list[str]:
-    """Each member of ``option`` (but those ``written``: the one being written has its value in the ending) as
-    ``"key":value`` and each of its items as ``value,``, under every alternative of the value."""
+    """Each member of ``option`` (but those ``written``: the one being written has its value in the ending; a
+    pattern's by its shortest name, an additional one by a made-up name) as ``"key":value`` and each of its items
+    as ``value,``, under every alternative of the value."""
     texts: list[str] = []
-    for name, sub in (option.get("properties") or {}).items():
-        if name in written:
-            continue
+    members = [(name, sub) for name, sub in (option.get("properties") or {}).items() if name not in written]
+    for pattern, sub in (option.get("patternProperties") or {}).items():  # a pattern's shortest name
+        name = shortest_completion(str(pattern))
+        members += [(name, sub)] if name is not None else []
+    if option.get("additionalProperties", True) is not False:  # a made-up name (one character at least)
+        members.append(("a", option.get("additionalProperties", True)))
+    for name, sub in members:
         key = json.dumps(name, ensure_ascii=False) + ":"
         texts += [key + value for value in branch_texts(closer, sub)]
     for sub in item_schemas(option):

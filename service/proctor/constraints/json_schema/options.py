@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from proctor.constraints.json_schema.keywords import resolve_pointer
+from proctor.constraints.json_schema.pattern_text import shortest_completion
 
 Schema = dict[str, Any]
 
@@ -136,9 +137,55 @@ def members_to_write(option: Schema, present: list[str]) -> list[str]:
     order = [name for name in properties if name in required] + [name for name in required if name not in properties]
     order = [name for name in order if name not in present]
     optional = [name for name in properties if name not in present and name not in order]
-    while len(present) + len(order) < int(option.get("minProperties", 0)) and optional:
+    least = int(option.get("minProperties", 0))
+    while len(present) + len(order) < least and optional:
         order.append(optional.pop(0))
-    return order
+    missing = least - len(present) - len(order)
+    return order + (fresh_names(option, [*present, *order], missing) if missing > 0 else [])
+
+
+def fresh_names(option: Schema, taken: list[str], count: int) -> list[str]:
+    """Up to ``count`` short member names no listed property has and none of ``taken`` (a key is never written twice:
+    constraints/key_memory/), so an object of pattern or additional members reaches ``minProperties``: each
+    ``patternProperties`` pattern's shortest name and its variants by one character (``_variants``), then, where
+    additional members are allowed, one and two letters matching no pattern."""
+    properties = option.get("properties", {})
+    patterns = [str(pattern) for pattern in option.get("patternProperties", {})]
+    found: list[str] = []
+
+    def take(name: str) -> bool:
+        if name not in taken and name not in found and name not in properties:
+            found.append(name)
+        return len(found) >= count
+
+    for pattern in patterns:
+        shortest = shortest_completion(pattern)
+        if shortest is None:
+            continue
+        for name in _variants(shortest):
+            if shortest_completion(pattern, name) == "" and take(name):
+                return found
+    if option.get("additionalProperties", True) is not False:
+        for name in (*_NAME_CHARS, *(a + b for a in _NAME_CHARS[:26] for b in _NAME_CHARS)):
+            if not any(_matches(pattern, name) for pattern in patterns) and take(name):
+                return found
+    return found
+
+
+_NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _variants(name: str) -> list[str]:
+    """``name``, then it with one character changed, one added at the end, one added in front."""
+    changed = [name[:i] + char + name[i + 1:] for i in range(len(name) - 1, -1, -1) for char in _NAME_CHARS]
+    return [name, *changed, *(name + char for char in _NAME_CHARS), *(char + name for char in _NAME_CHARS)]
+
+
+def _matches(pattern: str, name: str) -> bool:
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:
+        return True  # a pattern Python cannot read: a name it might match is not offered
 
 
 class DependentSchema(ValueError):

@@ -15,6 +15,7 @@ is valid before iff it is valid after — and each has a property test
   object whose schema gives that property a finite set of values → ``anyOf`` of the two cases.
 * ``allOf`` members whose keywords do not overlap the parent's (and do not interact through
   ``additionalProperties`` or ``items``) are merged into the parent.
+* ``propertyNames`` folded into ``properties``/``patternProperties`` (``property_names``, issue 56).
 
 A rewrite is skipped where a ``$ref`` points into the structure it would move; references
 themselves are checked in ``refs``.
@@ -35,6 +36,7 @@ from proctor.constraints.json_schema.keywords import (
     pointer,
     resolve_pointer,
 )
+from proctor.constraints.json_schema.property_names import fold_property_names
 from proctor.constraints.json_schema.refs import deref
 from proctor.constraints.json_schema.walk import RefIndex, reachable
 
@@ -43,6 +45,7 @@ MAX_ENUM = 256
 _TYPES = frozenset({"string", "integer", "float", "boolean", "null", "array", "object"})
 _NEVER_MERGED = frozenset({"if", "then", "else", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
                            "$recursiveRef"})
+_KEYS_MOVED = frozenset({"propertyNames", "properties", "patternProperties", "additionalProperties"})
 _INTERACTING = (frozenset({"properties", "patternProperties", "additionalProperties", "unevaluatedProperties"}),
                 frozenset({"prefixItems", "items", "unevaluatedItems", "contains"}))
 
@@ -51,7 +54,8 @@ def rewrite(schema: object) -> object:
     """The schema with every exact rewrite applied (a new object; the input is not changed)."""
     index = RefIndex.of(schema)
     refs = index.targets
-    blocked = {kw for kw in ("oneOf", "allOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas")
+    blocked = {kw for kw in ("oneOf", "allOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+                             "propertyNames", "properties", "patternProperties", "additionalProperties")
                if any(f"/{kw}" in ref for ref in refs)}
     if _uses_unevaluated(schema):
         # unevaluated* read the annotations of in-place applicators: a rewrite that adds an anyOf
@@ -97,6 +101,8 @@ def _rewrite(node: object, root: object, blocked: set[str], path: str = "#",
         out = _if_then_else(out, root)
     if "allOf" not in blocked:
         out = _merge_all_of(out)
+    if not blocked & _KEYS_MOVED:
+        out = fold_property_names(out)
     return out
 
 

@@ -15,6 +15,11 @@ references checked. ``relax`` builds the documented superset for the validated f
 problems dropped (``oneOf`` read as ``anyOf``), only ever in positive positions
 (``relax``).
 
+Every JSON-schema matcher is served under the key memory (constraints/key_memory/: no key written twice in one
+object), so a count of members is a count of distinct keys: ``minProperties`` and ``maxProperties`` hold wherever
+the engine counts them. ``propertyNames`` is folded into the keys an object lists before the guard looks
+(``property_names``, through ``rewrite``) where that is exact; elsewhere it is a problem like any other.
+
 Known gaps that no keyword list can express are documented in the adapters' module docstrings.
 """
 
@@ -42,6 +47,7 @@ from proctor.constraints.json_schema.keywords import (
     resolve_pointer,
     subschemas,
 )
+from proctor.constraints.json_schema.property_names import fold_property_names
 from proctor.constraints.json_schema.refs import check_refs
 from proctor.constraints.json_schema.rewrite import rewrite
 from proctor.constraints.json_schema.walk import canonical_pointer, contains_ref, reachable
@@ -217,11 +223,9 @@ def _keyword_ok(kw: str, node: dict[str, Any], root: object, policy: Policy, all
         return not node.get("properties") and not node.get("patternProperties")
     if kw == "patternProperties" and policy.disjoint_pattern_properties:
         return not _patterns_overlap(node)
-    if kw == "minProperties":  # duplicate keys reach the count while the parsed object has fewer...
-        if isinstance(value, int) and not isinstance(value, bool) and value <= 1:
-            return True  # ...but one key, duplicated or not, is one key
-        extra = node.get("additionalProperties", not policy.closed_by_default)
-        return extra is False and not node.get("patternProperties")
+    # minProperties: an engine counts the members written, and a key written twice counted twice while the parsed
+    # object held one less; the key memory (constraints/key_memory/) now bans a key written twice over every
+    # engine's mask, so the engine's count is the object's (issue 56).
     return True
 
 
@@ -290,6 +294,24 @@ def unsupported_keywords(schema: object, backend: str, *, allow_approximate_form
     output can be invalid — the validated fallback turns it on.
     """
     return problems_for(prepare_schema(schema), POLICIES[backend], allow_approximate_formats=allow_approximate_formats)
+
+
+def remembered_keywords(schema: object) -> tuple[str, ...]:
+    """``keyword at pointer`` for each keyword the key memory moved from the validated fallback to the mask (issue 56):
+    ``propertyNames`` folded into the keys listed, ``minProperties`` above 1 beside keys not listed (the engines
+    counted a key written twice). Pointers are into the schema in 2020-12 terms, before the rewrites."""
+    found: list[str] = []
+    for site in reachable(normalize(schema)):
+        node = site.node
+        if not isinstance(node, dict) or site.negative:
+            continue
+        if "propertyNames" in node and "propertyNames" not in fold_property_names(node):
+            found.append(f"propertyNames at {site.path}")
+        least = node.get("minProperties")
+        open_keys = node.get("additionalProperties", True) is not False or bool(node.get("patternProperties"))
+        if isinstance(least, int) and not isinstance(least, bool) and least > 1 and open_keys:
+            found.append(f"minProperties at {site.path}")
+    return tuple(found)
 
 
 def describe(problems: list[Problem]) -> str:

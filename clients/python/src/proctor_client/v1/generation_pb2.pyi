@@ -392,7 +392,7 @@ class SchemaValidation(_message.Message):
     def __init__(self, valid: _Optional[bool] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ConstraintInfo(_message.Message):
-    __slots__ = ("kind", "backend", "spec_sha256", "schema_ref", "cache_hit", "compile_ms", "exact", "relaxed_keywords", "formats")
+    __slots__ = ("kind", "backend", "spec_sha256", "schema_ref", "cache_hit", "compile_ms", "exact", "relaxed_keywords", "formats", "remembered_keywords")
     KIND_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     SPEC_SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -402,6 +402,7 @@ class ConstraintInfo(_message.Message):
     EXACT_FIELD_NUMBER: _ClassVar[int]
     RELAXED_KEYWORDS_FIELD_NUMBER: _ClassVar[int]
     FORMATS_FIELD_NUMBER: _ClassVar[int]
+    REMEMBERED_KEYWORDS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     backend: str
     spec_sha256: str
@@ -411,7 +412,8 @@ class ConstraintInfo(_message.Message):
     exact: bool
     relaxed_keywords: _containers.RepeatedScalarFieldContainer[str]
     formats: _containers.RepeatedCompositeFieldContainer[FormatUse]
-    def __init__(self, kind: _Optional[str] = ..., backend: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., schema_ref: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., compile_ms: _Optional[float] = ..., exact: _Optional[bool] = ..., relaxed_keywords: _Optional[_Iterable[str]] = ..., formats: _Optional[_Iterable[_Union[FormatUse, _Mapping]]] = ...) -> None: ...
+    remembered_keywords: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, kind: _Optional[str] = ..., backend: _Optional[str] = ..., spec_sha256: _Optional[str] = ..., schema_ref: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., compile_ms: _Optional[float] = ..., exact: _Optional[bool] = ..., relaxed_keywords: _Optional[_Iterable[str]] = ..., formats: _Optional[_Iterable[_Union[FormatUse, _Mapping]]] = ..., remembered_keywords: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FormatUse(_message.Message):
     __slots__ = ("path", "format", "handling")

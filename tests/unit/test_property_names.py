@@ -1,0 +1,70 @@
+"""``propertyNames`` folded into the keys an object lists (json_schema/property_names.py): exact, judged by the
+validator on many objects, and then served by the engines exactly (``constraint.exact``) instead of on the fallback."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from proctor.constraints.json_schema import prepare_schema
+from proctor.constraints.json_schema.property_names import fold_property_names
+from proctor.constraints.json_schema.support import unsupported_keywords
+
+NAMES = ["a", "b", "ab", "abcd", "x1", "k", "", "long name", "\n"]
+VALUES: list[Any] = [1, "s", None, {"a": 1}, 2.5]
+SCHEMAS: list[dict[str, Any]] = [
+    {"type": "object", "propertyNames": {"enum": ["a", "b", "ab"]}, "additionalProperties": {"type": "integer"}},
+    {"type": "object", "propertyNames": {"const": "a"}},
+    {"type": "object", "propertyNames": {"enum": ["a", "abcd", 3], "maxLength": 2}, "required": ["a"]},
+    {"type": "object", "propertyNames": {"enum": ["a", "x1", "k"]}, "properties": {"a": {"type": "integer"}},
+     "patternProperties": {"^x": {"type": "string"}, "1$": {"minLength": 1}}, "additionalProperties": False},
+    {"type": "object", "propertyNames": {"type": "string", "pattern": "^[a-z]+$"},
+     "additionalProperties": {"type": "integer"}},
+    {"type": "object", "propertyNames": {"maxLength": 2}},
+    {"type": "object", "propertyNames": {"minLength": 1, "maxLength": 4}, "minProperties": 2},
+    {"type": "object", "propertyNames": False},
+    {"propertyNames": True, "properties": {"a": {"type": "integer"}}},
+]
+
+
+def objects() -> list[dict[str, Any]]:
+    found = [{}]
+    for size in (1, 2, 3):
+        for names in itertools.combinations(NAMES, size):
+            for start in range(2):
+                found.append({name: VALUES[(start + i) % len(VALUES)] for i, name in enumerate(names)})
+    return found
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_the_fold_keeps_meaning_exactly(schema: dict[str, Any]) -> None:
+    folded = fold_property_names(schema)
+    assert "propertyNames" not in folded
+    before, after = Draft202012Validator(schema), Draft202012Validator(folded)
+    instances = [*objects(), "not an object", 3]
+    assert any(before.is_valid(instance) for instance in instances)
+    for instance in instances:
+        assert before.is_valid(instance) == after.is_valid(instance), (folded, instance)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "propertyNames": {"pattern": "^a", "maxLength": 3}},  # both: no one pattern says it
+    {"type": "object", "propertyNames": {"pattern": "^a"}, "properties": {"b": {}}},  # not a map
+    {"type": "object", "propertyNames": {"enum": ["a"]}, "required": ["b"]},  # unsatisfiable: left for the validator
+    {"type": "object", "propertyNames": {"format": "email"}},
+])
+def test_what_cannot_be_folded_exactly_is_left_as_written(schema: dict[str, Any]) -> None:
+    assert fold_property_names(schema) == schema
+
+
+@pytest.mark.parametrize("backend", ["llguidance", "xgrammar"])
+def test_the_issue_shapes_need_nothing_the_engines_do_not_enforce(backend: str) -> None:
+    shapes = [SCHEMAS[0], SCHEMAS[4], {"type": "object", "minProperties": 5},
+              {"type": "object", "patternProperties": {"^k[0-9]+$": {"type": "integer"}}, "minProperties": 4,
+               "additionalProperties": False}]
+    for shape in shapes:
+        assert unsupported_keywords(shape, backend) == [], shape
+        assert "propertyNames" not in str(prepare_schema(shape))
