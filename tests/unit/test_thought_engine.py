@@ -146,3 +146,11 @@ def test_the_same_seed_gives_the_same_thought_and_answer(engine: Any) -> None:
                               "stopping": StoppingParams(max_new_tokens=80)}
     first, second = run(engine, **fields), run(engine, **fields)
     assert first.token_ids == second.token_ids
+
+
+def test_beam_search_is_refused_on_a_thinking_section_naming_the_field(engine: Any) -> None:
+    request = GenerationRequest(request_id="beams", messages=(ChatMessage("user", "x"),),
+                                sampling=SamplingParams(num_beams=2), stopping=StoppingParams(max_new_tokens=8))
+    with pytest.raises(RequestValidationError) as caught:
+        engine.prepare(request)
+    assert caught.value.violations[0].field == "sampling.num_beams"

@@ -143,6 +143,11 @@ def prepare_request(tokenizer: Any, request: GenerationRequest, *, context_lengt
     thought = plan_thought(markers, prepared.rendered_prompt, request.reasoning, request.messages is not None)
     if thought is None:
         return prepared
+    if request.sampling.num_beams > 1:  # beams fork the constraint's matcher, which knows nothing of the section
+        raise RequestValidationError.single(
+            "sampling.num_beams", "beam search is not offered with a thinking model's section (its thought and the "
+                                  "answer after it); sample instead, or ask for no thought (reasoning.enabled false) "
+                                  "on a model whose template does not open one")
     prepared.output_budget.require(thought.overhead, f"the thought's markers, {thought.overhead} tokens")
     return dataclasses.replace(prepared, thought=thought)
 
