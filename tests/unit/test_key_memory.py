@@ -247,3 +247,19 @@ def test_each_keyword_is_exact_through_the_compiler(compiler, tokenizer, schema:
     mask = allowed(matcher, len(tokenizer))
     token = tokenizer.convert_tokens_to_ids(refused)
     assert not bool(mask[token]), (written, refused)
+
+
+def test_a_required_member_stays_reachable_under_max_properties(compiler, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """maxProperties 2 with "c" required: after one optional member, only "c" may follow (AUTO serves it exactly
+    with the engine that counts so; llguidance refuses max/minProperties beside optional listed keys)."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                                               "c": {"type": "integer"}},
+              "required": ["c"], "maxProperties": 2}
+    result = compiler.compile(ConstraintSpec.json_schema(schema))
+    assert result.exact
+    matcher = result.compiled.new_matcher()
+    for token in tokenizer.encode('{"a":1,"', add_special_tokens=False):
+        assert matcher.advance(token)
+    mask = allowed(matcher, len(tokenizer))
+    assert bool(mask[tokenizer.convert_tokens_to_ids("c")])
+    assert not bool(mask[tokenizer.convert_tokens_to_ids("b")])  # "b" would leave no room for the required "c"
