@@ -304,7 +304,7 @@ def chunk_from_event(event: TokenEvent, request: GenerationRequest | None = None
                      audit_id: str = "") -> pb.GenerateChunk:
     chunk = pb.GenerateChunk(request_id=event.request_id, token_ids=event.token_ids, text=event.text,
                              tokens=details_to_proto(event.details, request),
-                             reasoning_text=_shown_reasoning(event.reasoning, request))
+                             reasoning_text=request.reasoning.shown(event.reasoning) if request else event.reasoning)
     if event.finished:
         _fill_final(chunk, event, audit_id, request)
         chunk.audit_id = audit_id
@@ -318,7 +318,7 @@ def response_from_events(events: list[TokenEvent], request: GenerationRequest | 
     response = pb.GenerateResponse(
         request_id=final.request_id,
         text="".join(e.text for e in events),
-        reasoning_text=_shown_reasoning("".join(e.reasoning for e in events), request),
+        reasoning_text=_thought(events, request),
         token_ids=[t for e in events for t in e.token_ids],
         tokens=details_to_proto((d for e in events for d in e.details), request),
         audit_id=audit_id,
@@ -327,6 +327,7 @@ def response_from_events(events: list[TokenEvent], request: GenerationRequest | 
     return response
 
 
-def _shown_reasoning(text: str, request: GenerationRequest | None) -> str:
-    """The thought as the caller sees it: none with ``reasoning.exclude`` (the audit record still holds it)."""
-    return "" if request is not None and request.reasoning.exclude else text
+
+def _thought(events: list[TokenEvent], request: GenerationRequest | None) -> str:
+    thought = "".join(e.reasoning for e in events)
+    return request.reasoning.shown(thought) if request is not None else thought

@@ -29,12 +29,12 @@ class ReasoningParams:
     max_tokens: int | None = None
     exclude: bool = False
 
+    def shown(self, thought: str) -> str:
+        """The thought as the caller sees it: none with ``exclude`` (the audit record still holds it)."""
+        return "" if self.exclude else thought
+
     @property
     def asked(self) -> bool:
         """Whether the request says anything about reasoning."""
         return self.enabled is not None or self.max_tokens is not None or self.exclude
 
-
-def effort_tokens(effort: str) -> int | None:
-    """The thought budget of a ``reasoning_effort`` name; None for a name the table does not hold."""
-    return EFFORT_TOKENS.get(effort)

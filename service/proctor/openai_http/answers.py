@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proctor.api.answered import Answer, Released, asked_details
-from proctor.domain import FinishReason, GenerationRequest, TokenDetail, TokenEvent
+from proctor.domain import FinishReason, TokenDetail, TokenEvent
 from proctor.openai_http.body import CHAT, ParsedCall
 from proctor.openai_http.facts import final_facts
 from proctor.openai_http.json_form import float32
@@ -40,11 +40,6 @@ def usage(event: TokenEvent) -> dict[str, Any]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached},
             "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens if u else 0}}
-
-
-def shown_reasoning(text: str, request: GenerationRequest | None) -> str:
-    """A thinking model's thought as the caller sees it: none with ``exclude`` (the audit record still holds it)."""
-    return "" if request is None or request.reasoning.exclude else text
 
 
 def with_reasoning(message: dict[str, Any], thought: str) -> dict[str, Any]:
@@ -102,8 +97,9 @@ def unary_answer(call: ParsedCall, answer: Answer, created: int, fingerprint: st
             content, calls = (parse_output(text, call.tools, cut=reason is FinishReason.LENGTH)
                               if call.tools is not None else (text, []))
             message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
-            message = with_reasoning(message, shown_reasoning("".join(e.reasoning for e in answer.events),
-                                                              answer.request))
+            if answer.request is not None:
+                message = with_reasoning(message, answer.request.reasoning.shown(
+                    "".join(e.reasoning for e in answer.events)))
             if calls:
                 message["tool_calls"] = calls
             choices.append({"index": index, "message": message,
@@ -145,7 +141,7 @@ class ChunkWriter:
                 yield from self._end(index, sequence.finish_reason, released)
             return
         tokens = asked_details(event.details, request)
-        thought = shown_reasoning(event.reasoning, request) if self.call.kind == CHAT else ""
+        thought = request.reasoning.shown(event.reasoning) if self.call.kind == CHAT and request is not None else ""
         if event.text or tokens or thought:
             yield from self._deltas(0, event.text, tokens, thought)
         if event.finished:

@@ -45,48 +45,44 @@ def read_reasoning(body: dict[str, Any], draft: Draft, params: dict[str, str]) -
                  "chat_template_kwargs.enable_thinking")
         if kwargs:
             draft.values["chat_template_kwargs_json"] = json.dumps(kwargs, sort_keys=True, separators=(",", ":"))
-    for key, value in _reasoning_object(body.get("reasoning")).items():
-        _set(asked, key, value, f"reasoning.{key}" if key != "max_tokens" else "reasoning.max_tokens")
+    _reasoning_object(body.get("reasoning"), asked)
     budget = body.get("thinking_token_budget")
     if budget is not None:
         _set(asked, "max_tokens", _tokens(budget, "thinking_token_budget"), "thinking_token_budget")
     effort = body.get("reasoning_effort")
     if effort is not None:
-        _effort(asked, effort, "reasoning_effort")
+        _set(asked, *_effort(effort, "reasoning_effort"), "reasoning_effort")
     if asked:
         draft.values["reasoning"] = {key: value for key, (value, _) in asked.items()}
         if "max_tokens" in asked:
             params["reasoning.max_tokens"] = asked["max_tokens"][1]
 
 
-def _reasoning_object(raw: object) -> dict[str, Any]:
+def _reasoning_object(raw: object, asked: dict[str, Any]) -> None:
+    """The ``reasoning`` object's keys into ``asked``; within it an explicit ``max_tokens`` stands for ``effort``."""
     if raw is None:
-        return {}
+        return
     if not isinstance(raw, dict):
         raise BodyError("reasoning must be an object: {effort, max_tokens, exclude, enabled}", "reasoning")
     for key in raw:
         if key not in (*OBJECT_KEYS, "summary", "generate_summary"):  # the Responses API's summary: not offered
             raise BodyError(f"reasoning.{key} is not a known key ({', '.join(OBJECT_KEYS)})", f"reasoning.{key}")
-    found: dict[str, Any] = {}
-    effort_set: dict[str, Any] = {}
-    if raw.get("effort") is not None:
-        _effort(effort_set, raw["effort"], "reasoning.effort")
-        found.update({key: value for key, (value, _) in effort_set.items()})
     if raw.get("max_tokens") is not None:
-        found["max_tokens"] = _tokens(raw["max_tokens"], "reasoning.max_tokens")
+        _set(asked, "max_tokens", _tokens(raw["max_tokens"], "reasoning.max_tokens"), "reasoning.max_tokens")
+    if raw.get("effort") is not None:
+        name, value = _effort(raw["effort"], "reasoning.effort")
+        if name == "enabled" or raw.get("max_tokens") is None:
+            _set(asked, name, value, "reasoning.effort")
     for key in ("exclude", "enabled"):
         if raw.get(key) is not None:
-            found[key] = _boolean(raw[key], f"reasoning.{key}")
-    return found
+            _set(asked, key, _boolean(raw[key], f"reasoning.{key}"), f"reasoning.{key}")
 
 
-def _effort(asked: dict[str, Any], effort: object, key: str) -> None:
+def _effort(effort: object, key: str) -> tuple[str, Any]:
+    """What an effort name sets: ``("enabled", False)`` for ``none``, else ``("max_tokens", its budget)``."""
     if effort not in EFFORTS:
         raise BodyError(f"{key} must be one of {', '.join(EFFORTS)}", key)
-    if effort == "none":
-        _set(asked, "enabled", False, key)
-    else:
-        _set(asked, "max_tokens", EFFORT_TOKENS[str(effort)], key)
+    return ("enabled", False) if effort == "none" else ("max_tokens", EFFORT_TOKENS[str(effort)])
 
 
 def _set(asked: dict[str, Any], name: str, value: Any, key: str) -> None:
