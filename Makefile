@@ -27,10 +27,12 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt
 model: $(STAMP)
 	$(BIN)/proctor model install-default
 
-# The q8 decode kernel, compiled against the installed torch (~15 s once; executor/fused_decode.py).
+# The q8 decode kernel, compiled against the installed torch (~15 s once; executor/fused_decode.py), and the
+# compiled key memory (~2 s; constraints/key_memory/native.py).
 # Without a C++ compiler the server still runs: --weights auto then picks fp16.
 kernels: $(STAMP)
 	$(BIN)/python -m proctor.executor.fused_decode || echo "make: continuing without the q8 kernel"
+	$(BIN)/python -m proctor.constraints.key_memory.native || echo "make: continuing with the Python key memory"
 
 # Throwaway PostgreSQL for the audit-trail tests (.proctor/postgres, 127.0.0.1:54329); `$(PG) stop` stops it.
 postgres:

@@ -2,9 +2,9 @@
 
 ``--mask``: the key memory's cost per token. The 240-schema MaskBench sample (constraints_e2e.maskbench_sample),
 each schema llguidance compiles exactly, each valid instance fed token by token as compact JSON: per token, the
-engine's mask fill and advance alone, then the same under the key memory (``KeyedMatcher``), alternately by
-instance, the same tokens both ways. Prints µs per token each way and their ratio, and the share of tokens at
-which the memory banned anything.
+engine's mask fill and advance alone, then the same under the key memory the server uses (``keyed``: the compiled
+one where it builds) and under layer.py's Python memory, in turn by instance, the same tokens each way. Prints µs
+per token each way and the ratios to the engine alone, and the share of tokens at which the memory banned anything.
 
 ``--coverage``: MaskBench schemas AUTO serves exactly (``exact_only``: llguidance, then xgrammar, through the
 compiler with its worker and time limit, as the server does), over the whole set and the 240-schema sample. Run it
@@ -43,41 +43,49 @@ def tokenizer_and_model() -> tuple[Any, Path]:
 
 def mask_cost(sample: int, rounds: int) -> None:
     from proctor.constraints.backends import create_backend
-    from proctor.constraints.key_memory import keyed
+    from proctor.constraints.key_memory import KeyedCompiled, KeyMemory, key_vocabulary, keyed
 
     tokenizer, _ = tokenizer_and_model()
     size = len(tokenizer)
     backend = create_backend("llguidance", tokenizer, size, (tokenizer.eos_token_id,))
+    vocab = key_vocabulary(tokenizer, size)
     cases = []
     for name, schema in maskbench_sample(sample):
         try:
             compiled = backend.compile(ConstraintSpec.json_schema(schema))
         except ConstraintError:
             continue
+        cache: dict[Any, tuple[int, ...]] = {}
+        python = KeyedCompiled(compiled, lambda cache=cache: KeyMemory(vocab, cache))  # type: ignore[misc]
         tests = json.loads((MASKBENCH / f"{name.replace('/', '---')}.json").read_text(encoding="utf-8"))["tests"]
         for test in tests:
             if test["valid"]:
                 text = json.dumps(test["data"], separators=(",", ":"), ensure_ascii=False)
                 ids = tokenizer.encode(text, add_special_tokens=False)
-                cases.append((compiled, keyed(compiled, tokenizer, size), ids))
+                cases.append({"engine": compiled, "keyed": keyed(compiled, tokenizer, size), "python": python,
+                              "ids": ids})
+    served = type(cases[0]["keyed"].new_matcher().memory).__module__ if cases else "?"
     bitmask = allocate_bitmask(1, size)
-    seconds = {"engine": 0.0, "keyed": 0.0}
+    labels = ("engine", "keyed", "python")
+    seconds = dict.fromkeys(labels, 0.0)
     pairs: list[float] = []  # per instance and round: keyed ÷ engine (robust to the machine's load changing)
     for round_ in range(rounds):
-        for index, (plain, remembering, ids) in enumerate(cases):
-            order = [("engine", plain), ("keyed", remembering)]
+        for index, case in enumerate(cases):
+            shift = (index + round_) % len(labels)
             took = {}
-            for label, compiled in order if (index + round_) % 2 == 0 else reversed(order):
-                took[label] = _feed(compiled, ids, bitmask)
+            for label in labels[shift:] + labels[:shift]:
+                took[label] = _feed(case[label], case["ids"], bitmask)
                 seconds[label] += took[label]
             pairs.append(took["keyed"] / took["engine"])
-    steps = sum(len(ids) for _, _, ids in cases)
-    banned_steps = sum(_banned_steps(remembering, ids) for _, remembering, ids in cases)
-    engine, remembered = (seconds[label] / (steps * rounds) * 1e6 for label in ("engine", "keyed"))
+    steps = sum(len(case["ids"]) for case in cases)
+    banned_steps = sum(_banned_steps(case["keyed"], case["ids"]) for case in cases)
+    engine, remembered, python_memory = (seconds[label] / (steps * rounds) * 1e6 for label in labels)
     pairs.sort()
-    print(f"{len(cases)} valid instances of {sample} sampled schemas, {steps} tokens, {rounds} rounds")
-    print(f"mask fill + advance per token: engine {engine:.1f} µs, with key memory {remembered:.1f} µs "
-          f"(ratio of the totals {remembered / engine:.3f}); per instance, keyed ÷ engine: median "
+    print(f"{len(cases)} valid instances of {sample} sampled schemas, {steps} tokens, {rounds} rounds; "
+          f"the served memory: {served}")
+    print(f"mask fill + advance per token: engine {engine:.1f} µs, with the served key memory {remembered:.1f} µs "
+          f"(ratio of the totals {remembered / engine:.3f}), with the Python memory {python_memory:.1f} µs "
+          f"({python_memory / engine:.3f}); per instance, served ÷ engine: median "
           f"{statistics.median(pairs):.3f}, quartiles {pairs[len(pairs) // 4]:.3f} / {pairs[3 * len(pairs) // 4]:.3f}; "
           f"tokens where the memory banned something: {banned_steps} ({banned_steps / max(steps, 1):.1%})")
 

@@ -7,7 +7,7 @@
 set -eu
 cache="${PROCTOR_KERNEL_CACHE:-/opt/proctor/kernels}"
 writable=1
-for dir in "$cache" "$cache"/*/; do
+for dir in "$cache" "$cache"/*/ "$cache"/*/*/; do
     [ -d "$dir" ] && [ ! -w "$dir" ] && writable=0
 done
 if [ "$writable" = 0 ]; then

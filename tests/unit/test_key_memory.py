@@ -15,7 +15,7 @@ import pytest
 
 from proctor.constraints.backend import allocate_bitmask, bitmask_to_bool
 from proctor.constraints.backends import create_backend
-from proctor.constraints.key_memory import KeyedCompiled, KeyedMatcher, key_vocabulary, keyed
+from proctor.constraints.key_memory import KeyedCompiled, KeyedMatcher, KeyMemory, key_vocabulary, keyed
 from proctor.constraints.spec import ConstraintSpec
 
 ENGINES = ("llguidance", "xgrammar")
@@ -68,9 +68,14 @@ def backends(tokenizer):  # type: ignore[no-untyped-def]
     return {name: create_backend(name, tokenizer, len(tokenizer), (tokenizer.eos_token_id,)) for name in ENGINES}
 
 
-def keyed_matcher(backends, tokenizer, engine: str, schema: Any) -> KeyedMatcher:  # type: ignore[no-untyped-def]
+def keyed_matcher(backends, tokenizer, engine: str, schema: Any,  # type: ignore[no-untyped-def]
+                  memory: str = "served") -> KeyedMatcher:
+    """A matcher under the memory the server uses (the compiled one where it builds), or layer.py's (``python``)."""
     compiled = keyed(backends[engine].compile(ConstraintSpec.json_schema(schema)), tokenizer, len(tokenizer))
     assert isinstance(compiled, KeyedCompiled)
+    if memory == "python":
+        vocab = key_vocabulary(tokenizer, len(tokenizer))
+        compiled = KeyedCompiled(compiled.inner, lambda: KeyMemory(vocab, {}))
     return compiled.new_matcher()
 
 
@@ -102,6 +107,7 @@ def check_exact(matcher: KeyedMatcher, tokenizer, written: list[int]) -> int:  #
     return len(banned)
 
 
+@pytest.mark.parametrize("memory", ["served", "python"])
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize(("schema", "written"), [
     (FREE, '{"a":1,"'),  # the key's first character
@@ -116,8 +122,8 @@ def check_exact(matcher: KeyedMatcher, tokenizer, written: list[int]) -> int:  #
     (NESTED, '{"a":{"a":{"a":1},"'),  # the same key in each of three objects
 ])
 def test_a_key_written_is_never_completed_again_at_any_depth(backends, tokenizer, engine: str, schema: Any,  # type: ignore[no-untyped-def]
-                                                            written: str) -> None:
-    matcher = keyed_matcher(backends, tokenizer, engine, schema)
+                                                            written: str, memory: str) -> None:
+    matcher = keyed_matcher(backends, tokenizer, engine, schema, memory)
     ids = list(tokenizer.encode(written, add_special_tokens=False))
     for token in ids:
         assert matcher.advance(token), (engine, written)
@@ -171,8 +177,9 @@ def random_value(rng: random.Random, depth: int) -> Any:
     return rng.randint(-5, 99) if kind == "int" else rng.choice(["x", "a", "", "q\"z"]) if kind == "str" else True
 
 
+@pytest.mark.parametrize("memory", ["served", "python"])
 @pytest.mark.parametrize("engine", ENGINES)
-def test_random_objects_cut_anywhere(backends, tokenizer, engine: str) -> None:  # type: ignore[no-untyped-def]
+def test_random_objects_cut_anywhere(backends, tokenizer, engine: str, memory: str) -> None:  # type: ignore[no-untyped-def]
     """Random objects (keys from a small set, so repeats are near) cut at random tokens: the memory bans exactly the
     tokens that would complete a key twice, and the object's own next token is never among them."""
     rng = random.Random(56)
@@ -181,7 +188,7 @@ def test_random_objects_cut_anywhere(backends, tokenizer, engine: str) -> None: 
         document = {"root": random_value(rng, 0), **{k: random_value(rng, 1) for k in rng.sample("abcde", 3)}}
         text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
         ids = list(tokenizer.encode(text, add_special_tokens=False))
-        matcher = keyed_matcher(backends, tokenizer, engine, NESTED if engine == "xgrammar" else FREE)
+        matcher = keyed_matcher(backends, tokenizer, engine, NESTED if engine == "xgrammar" else FREE, memory)
         points = sorted(rng.sample(range(1, len(ids)), min(4, len(ids) - 1)))
         done = 0
         for point in points:

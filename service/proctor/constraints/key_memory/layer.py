@@ -1,5 +1,8 @@
 """Key memory: which keys each open object of a JSON output already has, and the tokens that would write one again.
 
+This is the reference, in Python; the server runs its compiled twin (keys.cpp, through native.py) wherever that
+builds, held to the same answers token by token (tests/unit/test_key_memory_native.py), and this one where not.
+
 The engines' masks do not remember keys (issue 56): llguidance refuses a listed property written twice but takes
 any other key again, xgrammar and outlines take every key again. A key written twice makes a document that the
 validator reads with one member less than was written, so ``minProperties`` counted by the engine passes on fewer

@@ -9,14 +9,13 @@ together on its threads (``fill_together``); the optional faster paths of the en
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from proctor.constraints.backend import CompiledConstraint, Matcher, fill_bitmasks
 from proctor.constraints.key_memory.layer import KeyMemory
-from proctor.constraints.key_memory.vocabulary import KeyVocabulary
 
 _CLEAR = tuple(np.uint32(0xFFFFFFFF ^ (1 << bit)) for bit in range(32))
 
@@ -102,20 +101,20 @@ class KeyedFastMatcher(KeyedMatcher):
 
 
 class KeyedCompiled:
-    """A compiled JSON-schema constraint whose matchers remember keys (everything else is the engine's)."""
+    """A compiled JSON-schema constraint whose matchers remember keys (everything else is the engine's);
+    ``new_memory`` makes one row's memory (the compiled one, or layer.py's)."""
 
-    def __init__(self, inner: CompiledConstraint, vocab: KeyVocabulary) -> None:
+    def __init__(self, inner: CompiledConstraint, new_memory: Callable[[], KeyMemory]) -> None:
         self.inner = inner
         self.backend = inner.backend
         self.spec = inner.spec
-        self._vocab = vocab
-        self._cache: dict[Any, tuple[int, ...]] = {}
+        self._new_memory = new_memory
 
     def new_matcher(self) -> KeyedMatcher:
         inner = self.inner.new_matcher()
         fast = all(hasattr(inner, name) for name in ("valid_prefix", "forced_tokens", "fork"))
         kind = KeyedFastMatcher if fast else KeyedMatcher
-        return kind(inner, KeyMemory(self._vocab, self._cache))
+        return kind(inner, self._new_memory())
 
     def to_bytes(self) -> bytes:
         return self.inner.to_bytes()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,14 +69,21 @@ def _plain(text: str) -> bool:
     return text.isascii() or not any("\udc80" <= char <= "\udcff" for char in text)
 
 
-_built: weakref.WeakKeyDictionary[Any, dict[int, KeyVocabulary]] = weakref.WeakKeyDictionary()
+_built: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], Any]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
-def key_vocabulary(tokenizer: Any, vocab_size: int) -> KeyVocabulary:
-    """The key vocabulary of a tokenizer, built once per tokenizer and size (a pass over its token texts)."""
+def per_tokenizer(tokenizer: Any, vocab_size: int, kind: str, build: Callable[[], Any]) -> Any:
+    """``build()``, once per tokenizer, vocabulary size and ``kind`` of index (a pass over the token texts)."""
     with _lock:
         known = _built.setdefault(tokenizer, {})
-        if vocab_size not in known:
-            known[vocab_size] = KeyVocabulary.from_bytes(token_bytes(tokenizer, vocab_size))
-        return known[vocab_size]
+        if (kind, vocab_size) not in known:
+            known[(kind, vocab_size)] = build()
+        return known[(kind, vocab_size)]
+
+
+def key_vocabulary(tokenizer: Any, vocab_size: int) -> KeyVocabulary:
+    """The key vocabulary of a tokenizer (the Python memory's index), built once per tokenizer and size."""
+    vocab: KeyVocabulary = per_tokenizer(tokenizer, vocab_size, "python",
+                                         lambda: KeyVocabulary.from_bytes(token_bytes(tokenizer, vocab_size)))
+    return vocab
