@@ -243,6 +243,10 @@ def compiler(tokenizer, default_model_dir):  # type: ignore[no-untyped-def]
     ({"type": "object", "propertyNames": {"maxLength": 2}}, '{"ab', "c"),
     ({"type": "object", "propertyNames": {"const": "a"}}, '{"', "b"),
     ({"type": "object", "propertyNames": {"const": "a"}}, '{"a":1', ","),  # its one name is written: no more
+    # patterns that admit a few names: listed, so after the last no member can start (a key the memory would refuse
+    # at every ending: a dead end)
+    ({"type": "object", "patternProperties": {"^(a|b)$": {"type": "integer"}}, "additionalProperties": False},
+     '{"a":1,"b":2', ","),
 ])
 def test_each_keyword_is_exact_through_the_compiler(compiler, tokenizer, schema: Any, written: str,  # type: ignore[no-untyped-def]
                                                     refused: str) -> None:

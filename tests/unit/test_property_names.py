@@ -10,7 +10,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from proctor.constraints.json_schema import prepare_schema
-from proctor.constraints.json_schema.property_names import fold_property_names
+from proctor.constraints.json_schema.pattern_text import finite_names
+from proctor.constraints.json_schema.property_names import fold_finite_patterns, fold_property_names
 from proctor.constraints.json_schema.support import unsupported_keywords
 
 NAMES = ["a", "b", "ab", "abcd", "x1", "k", "", "long name", "\n"]
@@ -68,3 +69,42 @@ def test_the_issue_shapes_need_nothing_the_engines_do_not_enforce(backend: str) 
     for shape in shapes:
         assert unsupported_keywords(shape, backend) == [], shape
         assert "propertyNames" not in str(prepare_schema(shape))
+
+
+FINITE: list[dict[str, Any]] = [
+    {"type": "object", "patternProperties": {"^(a|b)$": {"type": "integer"}}, "additionalProperties": False},
+    {"type": "object", "patternProperties": {"^(a|ab)$": {"type": "integer"}, "^a": {"minimum": 1}},
+     "additionalProperties": False},  # "^a" matches infinitely many names: left as written
+    {"type": "object", "properties": {"k": {"type": "string"}}, "patternProperties": {"^x[0-1]?$": {"type": "integer"}},
+     "additionalProperties": False, "required": ["k"]},
+    {"type": "object", "propertyNames": {"pattern": "^(a|b|x1)$"}, "additionalProperties": {"type": "integer"}},
+]
+
+
+@pytest.mark.parametrize(("pattern", "names"), [
+    ("^(a|b)$", ["a", "b"]), ("^k[0-9]$", [f"k{d}" for d in range(10)]), ("^ab?c$", ["abc", "ac"]),
+    ("^(?:red|green)$", ["green", "red"]), ("^x+$", None), ("^a", None), ("^[a-z]{2}$", None),  # 676 > 256
+    ("^.$", None), ("^(a|b)$|^c$", None),  # anchors inside an alternative: not read (left as written)
+])
+def test_the_names_a_pattern_admits(pattern: str, names: list[str] | None) -> None:
+    assert finite_names(pattern, 256) == names
+
+
+@pytest.mark.parametrize("schema", FINITE)
+def test_a_few_pattern_names_are_listed_exactly(schema: dict[str, Any]) -> None:
+    """The names each pattern admits become listed properties (so the engines offer each once, no dead end after
+    the last): an object is valid after iff it was before."""
+    folded = fold_finite_patterns(fold_property_names(schema))
+    if "^a" in schema.get("patternProperties", {}):
+        assert folded == schema
+        return
+    assert "patternProperties" not in folded and folded["additionalProperties"] is False
+    before, after = Draft202012Validator(schema), Draft202012Validator(folded)
+    names = ["a", "b", "ab", "x", "x0", "x1", "x2", "k", "c"]
+    instances: list[Any] = [{}, "not an object"]
+    for size in (1, 2, 3):
+        for chosen in itertools.combinations(names, size):
+            instances += [dict.fromkeys(chosen, 1), {name: "s" for name in chosen}, {**dict.fromkeys(chosen, 2), "k": "v"}]
+    assert any(before.is_valid(instance) for instance in instances)
+    for instance in instances:
+        assert before.is_valid(instance) == after.is_valid(instance), (folded, instance)

@@ -53,6 +53,57 @@ def _search(fsm: Any, spell: dict[Any, str], start: Any) -> str | None:
     return None
 
 
+def finite_names(pattern: str, limit: int) -> list[str] | None:
+    """Every string ``pattern`` matches, sorted, when they are at most ``limit`` (None: more, infinitely many, or a
+    pattern interegular cannot read). An unanchored pattern matches infinitely many."""
+    automaton = _automaton(pattern)
+    if automaton is None:
+        return None
+    fsm, _, anything_else = automaton
+    members: dict[Any, list[str]] = {}
+    for char, symbol in fsm.alphabet.items():
+        if char is anything_else:
+            members[symbol] = []  # every character the pattern does not name: too many to list
+        elif symbol in members and not members[symbol]:
+            continue
+        else:
+            members.setdefault(symbol, []).append(char)
+    live = _live_states(fsm)
+    names: list[str] = []
+
+    def walk(state: Any, text: str, path: frozenset[Any]) -> bool:
+        if state in fsm.finals:
+            names.append(text)
+            if len(names) > limit:
+                return False
+        for symbol, target in sorted(fsm.map.get(state, {}).items(), key=lambda item: str(item[0])):
+            if target not in live:
+                continue
+            if target in path or not members.get(symbol):  # a loop: infinitely many; a class too large to list
+                return False
+            for char in sorted(members[symbol]):
+                if not walk(target, text + char, path | {target}):
+                    return False
+        return True
+
+    if fsm.initial not in live:
+        return []
+    return sorted(names) if walk(fsm.initial, "", frozenset({fsm.initial})) else None  # (symbol numbers: hash order)
+
+
+def _live_states(fsm: Any) -> set[Any]:
+    """The states from which a final state can be reached."""
+    live = set(fsm.finals)
+    changed = True
+    while changed:
+        changed = False
+        for state, moves in fsm.map.items():
+            if state not in live and any(target in live for target in moves.values()):
+                live.add(state)
+                changed = True
+    return live
+
+
 @functools.lru_cache(maxsize=512)
 def _automaton(pattern: str) -> tuple[Any, dict[Any, str], Any] | None:
     try:

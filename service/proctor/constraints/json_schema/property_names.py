@@ -12,6 +12,11 @@ No engine enforces ``propertyNames`` (llguidance refuses it); every one enforces
   false``;
 * ``propertyNames: false`` → ``maxProperties: 0``; ``true`` or ``{}`` → dropped.
 
+And (``fold_finite_patterns``) an object that takes only ``properties`` and ``patternProperties`` keys whose patterns
+match a few names each (``^(red|green)$``, ``^k[0-9]$``) lists those names as ``properties``: the engines would
+otherwise let the model start a member after every name is written, whose key the key memory must then refuse at
+every ending (a dead end). Listed, the engines offer each name once.
+
 Each is exact: an object is valid before iff it is valid after. Anything else is left as written (the guard names
 it and the validated fallback serves it). A required name outside the allowed set makes the schema unsatisfiable;
 left as written too.
@@ -23,6 +28,7 @@ import re
 from typing import Any
 
 from proctor.constraints.json_schema.keywords import ANNOTATIONS
+from proctor.constraints.json_schema.pattern_text import finite_names
 
 MAX_NAMES = 256  # an enum of more names is left to the fallback (each becomes a property of the engine's grammar)
 _ANY_CHAR = "(.|[\\n\\r\\u2028\\u2029])"  # any one character (``.`` leaves out ECMA's line terminators)
@@ -47,6 +53,33 @@ def fold_property_names(node: dict[str, Any]) -> dict[str, Any]:
     if "enum" in names or "const" in names:
         return _finite(node, rest, names) or node
     return _by_pattern(rest, names) or node
+
+
+def fold_finite_patterns(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` with each name its ``patternProperties`` admit listed as a property, when no other key is admitted
+    (``additionalProperties: false``) and the patterns match ``MAX_NAMES`` names in all (else ``node`` itself)."""
+    patterns = node.get("patternProperties")
+    if node.get("additionalProperties", True) is not False or not isinstance(patterns, dict) or not patterns:
+        return node
+    properties = node.get("properties") or {}
+    if not isinstance(properties, dict):
+        return node
+    names: dict[str, None] = dict.fromkeys(properties)
+    for pattern in patterns:
+        found = finite_names(pattern, MAX_NAMES) if isinstance(pattern, str) else None
+        if found is None or any(_search(pattern, name) is not True for name in found):
+            return node  # infinitely many, too many, or read differently by Python's re: left as written
+        names.update(dict.fromkeys(found))
+    if len(names) > MAX_NAMES:
+        return node
+    listed: dict[str, Any] = {}
+    for name in names:
+        member = _member_schema(node, name)
+        if member is None:
+            return node
+        listed[name] = member
+    rest = {key: value for key, value in node.items() if key not in ("properties", "patternProperties")}
+    return {**rest, "properties": listed}
 
 
 def _types_strings(declared: object) -> bool:

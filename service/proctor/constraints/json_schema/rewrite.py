@@ -36,7 +36,7 @@ from proctor.constraints.json_schema.keywords import (
     pointer,
     resolve_pointer,
 )
-from proctor.constraints.json_schema.property_names import fold_property_names
+from proctor.constraints.json_schema.property_names import fold_finite_patterns, fold_property_names
 from proctor.constraints.json_schema.refs import deref
 from proctor.constraints.json_schema.walk import RefIndex, reachable
 
@@ -102,7 +102,7 @@ def _rewrite(node: object, root: object, blocked: set[str], path: str = "#",
     if "allOf" not in blocked:
         out = _merge_all_of(out)
     if not blocked & _KEYS_MOVED:
-        out = fold_property_names(out)
+        out = fold_finite_patterns(fold_property_names(out))
     return out
 
 
