@@ -9,7 +9,6 @@ from typing import Any
 from proctor.constraints.backend import CompiledConstraint
 from proctor.constraints.key_memory.layer import KeyMemory
 from proctor.constraints.key_memory.matcher import KeyedCompiled, KeyedFastMatcher, KeyedMatcher
-from proctor.constraints.key_memory.native import native_memory
 from proctor.constraints.key_memory.vocabulary import KeyVocabulary, key_vocabulary
 from proctor.constraints.spec import ConstraintKind
 
@@ -21,6 +20,8 @@ def keyed(compiled: CompiledConstraint, tokenizer: Any, vocab_size: int) -> Comp
     """``compiled`` with the key memory over its matchers when it is a JSON schema (other kinds as they are)."""
     if compiled.spec.kind is not ConstraintKind.JSON_SCHEMA or isinstance(compiled, KeyedCompiled):
         return compiled
+    from proctor.constraints.key_memory.native import native_memory  # (here: `python -m` builds it, warning-free)
+
     native = native_memory(tokenizer, vocab_size)
     if native is not None:
         return KeyedCompiled(compiled, native)
