@@ -38,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from llama_server import BUILD_DIR, CACHE, SOURCE_DIR, ensure_build  # noqa: E402
+from prompt import instruction_sets, llama_bench, proctor_prompt  # noqa: E402
 
 LADDER = Path(tempfile.gettempdir()) / "proctor-ladder"
 SHARD_BYTES = 2 << 30  # a random checkpoint's shards (_random_model)
@@ -45,6 +46,9 @@ RUNGS: dict[str, dict[str, Any]] = {  # the real models' shapes (their config.js
     "qwen2.5-0.5b": {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
                      "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
                      "tie_word_embeddings": True, "rope_theta": 1000000.0, "max_position_embeddings": 32768},
+    "smollm2-1.7b": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24,
+                     "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 49152,
+                     "tie_word_embeddings": True, "rope_theta": 130000.0, "max_position_embeddings": 8192},
     "qwen3-0.6b": {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
                    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
                    "tie_word_embeddings": True, "rope_theta": 1000000.0, "max_position_embeddings": 40960},
@@ -82,6 +86,7 @@ RUNGS: dict[str, dict[str, Any]] = {  # the real models' shapes (their config.js
                    "layer_types": [("full_attention" if (i + 1) % 6 == 0 else "sliding_attention") for i in range(26)]},
 }
 PROMPT, STREAMS = 32, (1, 16)
+PP = 512  # the prompt-processing columns: one prompt of this many tokens alone (llama-bench's pp512)
 # convert_hf_to_gguf.py as is, but for the stand-in tokenizer: the converter names a BPE pre-tokenizer by
 # the hash of its encoding of a test text, and the default model's tokenizer as transformers re-saves it
 # hashes differently from HuggingFaceTB's original files; it is SmolLM's BPE, so it is named "smollm".
@@ -240,6 +245,9 @@ def _measure_here(path: Path, steps: int) -> None:
             for slot in range(streams):
                 slots.free(slot)
     figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    del slots
+    for loops, cell in proctor_prompt(path, PP, 3, torch.get_num_threads()).items():  # bench/prompt.py
+        figures[f"pp_{loops}"] = cell["tokens_s"]
     figures["flops_per_token"] = 2 * matrix_parameters(path)
     figures["gemm_peak_gflops"] = gemm_peak_gflops()
     print(json.dumps(figures))
@@ -285,6 +293,7 @@ def measure_servers(path: Path, new_tokens: int, modes: str) -> dict[str, Any]:
         figures[key] = cell["tokens_per_s"]
         figures[key + "_ttft_ms"] = statistics.median(cell["ttft_s"]) * 1e3 if cell["ttft_s"] else float("nan")
         figures[key + "_valid"] = f"{cell['valid']}/{cell['checked']}" if cell["checked"] else ""
+    figures["threads"] = report.get("threads", 2)
     for life in report["lives"]:
         figures[f"{life['server']}_ready_s"] = life["ready_s"]
         figures[f"{life['server']}_rss_mb"] = life["hwm_mb"]
@@ -319,12 +328,16 @@ def main() -> int:
     rows = ["| rung | type | file MB | tok/s 1 stream: Proctor / llama (×) | 16 streams (×) "
             "| 16 streams, arrivals (×) | JSON ÷ plain 1 / 16 | TTFT p50 ms P / L | arrivals TTFT p50 ms P / L (×) "
             "| peak RSS MB P / L (file + KV) | ready s P / L | step ms at 1 (GB/s) "
-            "| step at 16: GFLOP/s (% of fp32 GEMM peak) |",
-            "|" + "---|" * 13]
+            f"| step at 16: GFLOP/s (% of fp32 GEMM peak) | pp{PP} tok/s P / llama-bench (×) "
+            f"| pp{PP} AVX2 loops / AVX2-only llama-bench (×) |",
+            "|" + "---|" * 15]
     for name in args.rungs.split(","):
         for kind in args.types.split(","):
             path = rung_file(name, kind)
             step, served = measure_proctor(path, args.steps), measure_servers(path, args.new_tokens, args.modes)
+            threads = int(served.get("threads", 2))
+            pp_native, pp_avx2 = (llama_bench(path, PP, threads, isa) for isa in ("native", "avx2"))
+            pp_ours = step.get("pp_avx512-vnni", step.get("pp_avx2", float("nan")))
             size = path.stat().st_size / 1e6
 
             def rate(server: str, mode: str, streams: int, served: dict[str, Any] = served) -> float:
@@ -348,8 +361,11 @@ def main() -> int:
                 f"{served.get('llama_rss_mb', 0):.0f} ({budget:.0f}) | {served.get('proctor_ready_s', 0):.1f} / "
                 f"{served.get('llama_ready_s', 0):.1f} | {step['step_ms_1']:.1f} "
                 f"({step['weights_mb'] / step['step_ms_1']:.1f}) | {flops_16:.0f} "
-                f"({100 * flops_16 / step['gemm_peak_gflops']:.0f}% of {step['gemm_peak_gflops']:.0f}) |")
+                f"({100 * flops_16 / step['gemm_peak_gflops']:.0f}% of {step['gemm_peak_gflops']:.0f}) | "
+                f"{pp_ours:.0f} / {pp_native:.0f} ({ratio(pp_ours, pp_native):.2f}×) | "
+                f"{step['pp_avx2']:.0f} / {pp_avx2:.0f} ({ratio(step['pp_avx2'], pp_avx2):.2f}×) |")
             say(rows[-1])
+    print(f"CPU: {instruction_sets()}\n")
     print("\n".join(rows))
     return 0
 

@@ -49,6 +49,12 @@ CMAKE_FLAGS = (
     "-DGGML_CUDA=OFF", "-DGGML_METAL=OFF", "-DGGML_VULKAN=OFF", f"-DCMAKE_C_FLAGS={NO_AMX}",
     f"-DCMAKE_CXX_FLAGS={NO_AMX}",
 )
+# ``isa="avx2"``: the same build as an AVX2-only CPU gets it (no AVX-512, no VNNI), for comparing the AVX2 paths on
+# a machine that has more (issue 57); ggml picks its kernels at compile time from these.
+AVX2_ONLY = ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+             "-DGGML_BMI2=ON", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_VBMI=OFF",
+             "-DGGML_AVX512_BF16=OFF", "-DGGML_AVX_VNNI=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF")
+ISAS = ("native", "avx2")
 STAMP = "proctor-build.json"  # written last: binaries without it are an interrupted or foreign build
 
 
@@ -88,26 +94,45 @@ def ensure_sdist(cache: Path, sdist: Path | None = None) -> Path:
     return target
 
 
-def _expected_stamp() -> dict[str, Any]:
-    return {"sdist_sha256": SDIST_SHA256, "cmake_flags": list(CMAKE_FLAGS), "targets": list(TARGETS)}
+def _cmake_flags(isa: str) -> list[str]:
+    if isa not in ISAS:
+        raise ValueError(f"isa must be one of {ISAS}, got {isa!r}")
+    flags = list(CMAKE_FLAGS)
+    if isa == "avx2":
+        flags = [flag for flag in flags if not flag.startswith("-DGGML_NATIVE")] + list(AVX2_ONLY)
+    return flags
 
 
-def find_build(cache: Path = CACHE) -> LlamaBuild | None:
-    """The finished build in ``cache`` made with today's flags, or None."""
-    build = cache / BUILD_DIR
+def _targets(isa: str) -> tuple[str, ...]:
+    return TARGETS if isa == "native" else ("llama-bench",)  # the AVX2-only build is for llama-bench's figures
+
+
+def _expected_stamp(isa: str = "native") -> dict[str, Any]:
+    return {"sdist_sha256": SDIST_SHA256, "cmake_flags": _cmake_flags(isa), "targets": list(_targets(isa))}
+
+
+def _build_dir(cache: Path, isa: str) -> Path:
+    return cache / (BUILD_DIR if isa == "native" else f"{BUILD_DIR}-{isa}")
+
+
+def find_build(cache: Path = CACHE, isa: str = "native") -> LlamaBuild | None:
+    """The finished build in ``cache`` made with today's flags for ``isa``, or None."""
+    build = _build_dir(cache, isa)
     try:
         stamp = json.loads((build / STAMP).read_text())
     except (OSError, ValueError):
         return None
     server, bench = build / "bin" / "llama-server", build / "bin" / "llama-bench"
-    if {k: stamp.get(k) for k in _expected_stamp()} != _expected_stamp() or not (server.is_file() and bench.is_file()):
+    expected = _expected_stamp(isa)
+    binaries = (bench,) if isa != "native" else (server, bench)
+    if {k: stamp.get(k) for k in expected} != expected or not all(binary.is_file() for binary in binaries):
         return None
     return LlamaBuild(server, bench, float(stamp.get("build_s", 0.0)), reused=True)
 
 
-def ensure_build(cache: Path = CACHE, jobs: int = 2, sdist: Path | None = None) -> LlamaBuild:
-    """Build llama-server and llama-bench unless a matching build is there (then return it at once)."""
-    found = find_build(cache)
+def ensure_build(cache: Path = CACHE, jobs: int = 2, sdist: Path | None = None, isa: str = "native") -> LlamaBuild:
+    """Build llama-server and llama-bench (for ``isa``) unless a matching build is there (then return it at once)."""
+    found = find_build(cache, isa)
     if found is not None:
         return found
     archive = ensure_sdist(cache, sdist)
@@ -116,20 +141,20 @@ def ensure_build(cache: Path = CACHE, jobs: int = 2, sdist: Path | None = None) 
         _say(f"extracting {archive.name}")
         with tarfile.open(archive) as tar:
             tar.extractall(cache, filter="data")
-    build = cache / BUILD_DIR
+    build = _build_dir(cache, isa)
     nice = ["nice", "-n", "19"]  # lowest priority: a build must not skew a measurement running beside it
     start = time.perf_counter()
-    _say(f"building {', '.join(TARGETS)} in {build} with {jobs} jobs (minutes; log: {build}/build.log)")
+    _say(f"building {', '.join(_targets(isa))} in {build} with {jobs} jobs (minutes; log: {build}/build.log)")
     build.mkdir(parents=True, exist_ok=True)
     (build / STAMP).unlink(missing_ok=True)  # a build stopped half-way must not pass for a finished one
     with (build / "build.log").open("ab") as log:
-        for command in ([*nice, "cmake", "-S", str(source), "-B", str(build), "-G", "Ninja", *CMAKE_FLAGS],
-                        [*nice, "cmake", "--build", str(build), "--target", *TARGETS, "-j", str(jobs)]):
+        for command in ([*nice, "cmake", "-S", str(source), "-B", str(build), "-G", "Ninja", *_cmake_flags(isa)],
+                        [*nice, "cmake", "--build", str(build), "--target", *_targets(isa), "-j", str(jobs)]):
             if subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode:
                 raise SystemExit(f"llama.cpp build failed: {' '.join(command)} (see {build}/build.log)")
     elapsed = time.perf_counter() - start
-    (build / STAMP).write_text(json.dumps({**_expected_stamp(), "build_s": round(elapsed, 1)}, indent=1))
-    found = find_build(cache)
+    (build / STAMP).write_text(json.dumps({**_expected_stamp(isa), "build_s": round(elapsed, 1)}, indent=1))
+    found = find_build(cache, isa)
     assert found is not None
     _say(f"built in {elapsed:.0f} s")
     return LlamaBuild(found.server, found.bench, elapsed, reused=False)
@@ -242,8 +267,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=2, help="parallel compile jobs (default 2)")
     parser.add_argument("--sdist", type=Path, help="a local copy of the pinned sdist instead of pip download")
+    parser.add_argument("--isa", choices=ISAS, default="native", help="avx2: as an AVX2-only CPU builds it")
     args = parser.parse_args()
-    build = ensure_build(CACHE, jobs=args.jobs, sdist=args.sdist)
+    build = ensure_build(CACHE, jobs=args.jobs, sdist=args.sdist, isa=args.isa)
     print(json.dumps({"llama-server": str(build.server), "llama-bench": str(build.bench),
                       "build_s": build.build_s, "reused": build.reused}))
 
