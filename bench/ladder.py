@@ -246,7 +246,7 @@ def _measure_here(path: Path, steps: int) -> None:
                 slots.free(slot)
     figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     del slots
-    for loops, cell in proctor_prompt(path, PP, 3, torch.get_num_threads()).items():  # bench/prompt.py
+    for loops, cell in proctor_prompt(path, PP, 3, torch.get_num_threads()).items():  # (bench/prompt.py)
         figures[f"pp_{loops}"] = cell["tokens_s"]
     figures["flops_per_token"] = 2 * matrix_parameters(path)
     figures["gemm_peak_gflops"] = gemm_peak_gflops()

@@ -104,24 +104,28 @@ def llama_bench(path: Path, prompt: int, threads: int, isa: str = "native") -> f
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("gguf", type=Path)
-    parser.add_argument("--prompt", type=int, default=512)
+    parser.add_argument("--prompt", default="512", help="prompt lengths, comma-separated (48: a chat turn's)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     print(f"CPU: {instruction_sets()}")
-    ours = proctor_prompt(args.gguf, args.prompt, args.rounds, args.threads)
-    theirs = {isa: llama_bench(args.gguf, args.prompt, args.threads, isa) for isa in ("native", "avx2")}
     print(f"\n`python bench/prompt.py {args.gguf.name} --prompt {args.prompt} --rounds {args.rounds}`, "
           f"{args.threads} threads\n")
-    print(f"| loops (Proctor / llama.cpp build) | Proctor pp{args.prompt} tok/s | llama-bench pp{args.prompt} tok/s "
-          "| ratio | Proctor prompt ms | its products ms (share) |")
-    print("|---|---|---|---|---|---|")
-    for loops, cell in ours.items():
-        isa = "avx2" if loops == "avx2" else "native"
-        rate = theirs[isa]
-        print(f"| {loops} / {isa} | {cell['tokens_s']:.1f} | {rate:.1f} | {cell['tokens_s'] / rate:.2f}× | "
-              f"{cell['prompt_ms']:.0f} | {cell['products_ms']:.0f} ({cell['products_ms'] / cell['prompt_ms']:.0%}) |")
-    print(json.dumps({"proctor": ours, "llama_bench_tokens_s": theirs}))
+    print("| prompt | loops (Proctor / llama.cpp build) | Proctor tok/s | llama-bench tok/s | ratio "
+          "| Proctor prompt ms | its products ms (share) |")
+    print("|---|---|---|---|---|---|---|")
+    report = []
+    for prompt in (int(length) for length in args.prompt.split(",")):
+        ours = proctor_prompt(args.gguf, prompt, args.rounds, args.threads)
+        theirs = {isa: llama_bench(args.gguf, prompt, args.threads, isa) for isa in ("native", "avx2")}
+        for loops, cell in ours.items():
+            isa = "avx2" if loops == "avx2" else "native"
+            rate = theirs[isa]
+            print(f"| {prompt} | {loops} / {isa} | {cell['tokens_s']:.1f} | {rate:.1f} | "
+                  f"{cell['tokens_s'] / rate:.2f}× | {cell['prompt_ms']:.0f} | {cell['products_ms']:.0f} "
+                  f"({cell['products_ms'] / cell['prompt_ms']:.0%}) |", flush=True)
+        report.append({"prompt": prompt, "proctor": ours, "llama_bench_tokens_s": theirs})
+    print(json.dumps(report))
     return 0
 
 
