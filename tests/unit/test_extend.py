@@ -82,3 +82,15 @@ def test_trim_refuses_to_grow_a_slot(tiny_model, tokenizer) -> None:  # type: ig
             runner.trim(0, 4)
         runner.trim(0, 2)
     assert runner.lengths[0] == 2
+
+
+@pytest.mark.parametrize("mode", modes())
+def test_a_prompt_in_one_forward_is_the_bits_of_one_step_per_token(tiny_model, tokenizer, mode: str) -> None:  # type: ignore[no-untyped-def]
+    """A prompt's rows attend in spans of consecutive rows over their keys widened once (layer_step.h): every
+    position's logits are still the bits of feeding the prompt one token at a time (75 rows: spans of 32, 32, 11)."""
+    prompt = prompts()[1][:5] + prompts()[2][:70]
+    with torch.inference_mode():
+        whole = SlotForward(tiny_model, 1, torch.device("cpu"), mode, calibration_ids(tokenizer))
+        together = whole.forward([Feed(0, prompt, len(prompt))])
+        one_by_one = stepwise(tiny_model, tokenizer, mode, prompt[:1], prompt[1:])
+    assert torch.equal(together[1:], one_by_one), f"{mode}: max gap {(together[1:] - one_by_one).abs().max():.3g}"

@@ -332,7 +332,7 @@ struct SmallBlock {  // a 32-input type's block of eight rows
 
 struct Q6Block {         // a Q6_K block of eight rows
   __m256i codes[8][8];   // [32 inputs][transposed vector]
-  __m256i scales[16];    // per 16 inputs, the eight rows' scales as int32
+  __m256i scales[16];    // per 16 inputs, the eight rows' scales (VNNI: as int32; AVX2: as an int16 pair)
   __m256i pairs[8];      // per pair of those, the eight rows' two scales as int16 (as the bsums pair up)
   __m256 d;
 };
@@ -408,7 +408,14 @@ template <int64_t TYPE>
     for (int c = 0; c < 8; ++c) codes[i][c] = kv.codes[c];
     std::memcpy(dh + i, block + 208, 2);
     const int8_t* sc = reinterpret_cast<const int8_t*>(block + 192);
+#ifdef PROCTOR_VNNI
     for (int j = 0; j < 16; ++j) scales[j][i] = sc[j];
+#else
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t half = static_cast<uint16_t>(sc[j]);
+      scales[j][i] = static_cast<int32_t>(half | (half << 16));
+    }
+#endif
     for (int m = 0; m < 8; ++m) {
       pairs[m][i] = static_cast<int32_t>(static_cast<uint16_t>(sc[2 * m]) |
                                          (static_cast<uint32_t>(static_cast<uint16_t>(sc[2 * m + 1])) << 16));
@@ -501,11 +508,28 @@ template <int R, int64_t TYPE>
     const int8_t* p = x.codes + r * x.k + 256 * b;
     __m256i sums = _mm256_setzero_si256();
     for (int c = 0; c < 8; ++c) {
+#ifdef PROCTOR_VNNI
       __m256i first = _mm256_setzero_si256(), second = _mm256_setzero_si256();
       for (int j = 0; j < 4; ++j) first = dot_add(first, blk.codes[c][j], broadcast_word(p + 32 * c + 4 * j));
       for (int j = 4; j < 8; ++j) second = dot_add(second, blk.codes[c][j], broadcast_word(p + 32 * c + 4 * j));
       sums = _mm256_add_epi32(sums, _mm256_add_epi32(_mm256_mullo_epi32(first, blk.scales[2 * c]),
                                                      _mm256_mullo_epi32(second, blk.scales[2 * c + 1])));
+#else
+      // Two pairs' int16 sums added in int16 (|pair| <= 2·63·127: two fit), then times the 16 inputs' scale in
+      // one multiply-add: the same integers as Σ codes·a times the scale, with 12 multiplies a chunk instead of 20.
+      __m256i halves[2];
+      for (int h = 0; h < 2; ++h) {
+        __m256i total = _mm256_setzero_si256();
+        for (int j = 4 * h; j < 4 * h + 4; j += 2) {
+          const __m256i pairs = _mm256_add_epi16(
+              _mm256_maddubs_epi16(blk.codes[c][j], broadcast_word(p + 32 * c + 4 * j)),
+              _mm256_maddubs_epi16(blk.codes[c][j + 1], broadcast_word(p + 32 * c + 4 * j + 4)));
+          total = _mm256_add_epi32(total, _mm256_madd_epi16(pairs, blk.scales[2 * c + h]));
+        }
+        halves[h] = total;
+      }
+      sums = _mm256_add_epi32(sums, _mm256_add_epi32(halves[0], halves[1]));
+#endif
     }
     const int16_t* bsums = x.bsums + at * 16;
     __m256i offsets = _mm256_setzero_si256();  // Σ scale·bsum over the 16
@@ -536,8 +560,14 @@ template <int R, int64_t TYPE>
       for (int j = 0; j < 8; ++j) part = _mm256_dpbusd_epi32(part, blk.codes[c][j], broadcast_word(p + 4 * j));
       sums[t] = _mm256_add_epi32(sums[t], _mm256_mullo_epi32(part, blk.scales[c]));
 #else
-      for (int j = 0; j < 8; ++j) {
-        const __m256i pairs = _mm256_maddubs_epi16(blk.codes[c][j], broadcast_word(p + 4 * j));
+      // The pairs' int16 sums added in int16 before one multiply by the scales (half the multiplies): exact, as
+      // |pair| <= 2·15·128 and eight of them fit (Q4_K), and for Q5_K's 0..31 codes four do (two runs).
+      constexpr int kRun = TYPE == Q4_K ? 8 : 4;
+      for (int j0 = 0; j0 < 8; j0 += kRun) {
+        __m256i pairs = _mm256_maddubs_epi16(blk.codes[c][j0], broadcast_word(p + 4 * j0));
+        for (int j = j0 + 1; j < j0 + kRun; ++j) {
+          pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(blk.codes[c][j], broadcast_word(p + 4 * j)));
+        }
         sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(pairs, blk.scales[c]));
       }
 #endif
