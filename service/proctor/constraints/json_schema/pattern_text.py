@@ -62,12 +62,10 @@ def finite_names(pattern: str, limit: int) -> list[str] | None:
     fsm, _, anything_else = automaton
     members: dict[Any, list[str]] = {}
     for char, symbol in fsm.alphabet.items():
-        if char is anything_else:
-            members[symbol] = []  # every character the pattern does not name: too many to list
-        elif symbol in members and not members[symbol]:
-            continue
-        else:
+        if char is not anything_else:
             members.setdefault(symbol, []).append(char)
+    if anything_else in fsm.alphabet:  # every character the pattern does not name: too many to list
+        members[fsm.alphabet[anything_else]] = []
     live = _live_states(fsm)
     names: list[str] = []
 
@@ -76,7 +74,7 @@ def finite_names(pattern: str, limit: int) -> list[str] | None:
             names.append(text)
             if len(names) > limit:
                 return False
-        for symbol, target in sorted(fsm.map.get(state, {}).items(), key=lambda item: str(item[0])):
+        for symbol, target in fsm.map.get(state, {}).items():
             if target not in live:
                 continue
             if target in path or not members.get(symbol):  # a loop: infinitely many; a class too large to list

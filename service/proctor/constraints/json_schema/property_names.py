@@ -72,14 +72,7 @@ def fold_finite_patterns(node: dict[str, Any]) -> dict[str, Any]:
         names.update(dict.fromkeys(found))
     if len(names) > MAX_NAMES:
         return node
-    listed: dict[str, Any] = {}
-    for name in names:
-        member = _member_schema(node, name)
-        if member is None:
-            return node
-        listed[name] = member
-    rest = {key: value for key, value in node.items() if key not in ("properties", "patternProperties")}
-    return {**rest, "properties": listed}
+    return _listed(node, node, list(names)) or node
 
 
 def _types_strings(declared: object) -> bool:
@@ -98,14 +91,21 @@ def _finite(node: dict[str, Any], rest: dict[str, Any], names: dict[str, Any]) -
     required = node.get("required", [])
     if not isinstance(required, list) or any(name not in allowed for name in required):
         return None
+    listed = _listed(node, rest, allowed)
+    return {**listed, "additionalProperties": False} if listed is not None else None
+
+
+def _listed(node: dict[str, Any], rest: dict[str, Any], names: list[str]) -> dict[str, Any] | None:
+    """``rest`` with ``names`` as its only keys, each under every schema a member of that name is under in ``node``
+    (None: a pattern Python cannot read)."""
     properties: dict[str, Any] = {}
-    for name in allowed:
+    for name in names:
         member = _member_schema(node, name)
         if member is None:
             return None
         properties[name] = member
     out = {key: value for key, value in rest.items() if key not in ("properties", "patternProperties")}
-    return {**out, "properties": properties, "additionalProperties": False}
+    return {**out, "properties": properties}
 
 
 def _name_fits(name: str, names: dict[str, Any]) -> bool:

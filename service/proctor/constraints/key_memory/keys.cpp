@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -220,7 +221,8 @@ struct Reader {
                 close();
                 return;
             }
-            if (std::string(word).compare(0, top.raw.size(), top.raw) == 0) prefix = true;
+            if (std::strncmp(word, top.raw.c_str(), top.raw.size()) == 0 && std::strlen(word) > top.raw.size())
+                prefix = true;
         }
         if (!prefix) broken = true;
     }
