@@ -125,6 +125,9 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                        "(YAML: subjects: {NAME: DAYS}, callers: {NAME: DAYS}; 0 keeps for ever)")
     audit.add_argument("--audit-witnesses", help="witness vkeys (comma-separated) whose cosignatures are kept "
                                                  "(default: any that verifies; PROCTOR_AUDIT_WITNESSES)")
+    audit.add_argument("--tlog-public", action=argparse.BooleanOptionalAction, default=None,
+                       help="serve the log as a C2SP tiled log (/tlog/checkpoint, /tlog/tile/...; hashes only) on "
+                       "--http-port to anyone (default off: callers with the audit:read role)")
     sec = p.add_argument_group("security (README: Security)")
     sec.add_argument("--tls-cert", dest="tls_cert_file", help="PEM certificate chain: serve TLS (with --tls-key)")
     sec.add_argument("--tls-key", dest="tls_key_file", help="PEM private key of --tls-cert")
@@ -165,7 +168,8 @@ def _serve(args: argparse.Namespace) -> int:
             "fallback_temperature", "schema_dir", "template_dir", "forbidden_file", "plugins", "input_screens",
             "output_moderators", "audit",
             "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",
-            "audit_hmac_key_file", "audit_signing_key", "audit_origin", "audit_witnesses", "audit_checkpoint_every",
+            "audit_hmac_key_file", "audit_signing_key", "audit_origin", "audit_witnesses", "tlog_public",
+            "audit_checkpoint_every",
             "audit_checkpoint_interval_s", "audit_receipts", "audit_encryption", "audit_key_dir",
             "audit_retention_days", "audit_retention_file", "tls_cert_file",
             "tls_key_file",

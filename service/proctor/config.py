@@ -202,6 +202,7 @@ class Settings:
     audit_checkpoint_file: str = ""  # empty: <audit db>.checkpoints
     audit_origin: str = ""  # the checkpoints' origin line and note key name; empty: proctor.audit/<key hash>
     audit_witnesses: str = ""  # witnesses' vkeys (comma-separated) whose cosignatures are kept; empty: any valid one
+    tlog_public: bool = False  # the HTTP port's /tlog/ (checkpoint, tiles: hashes only) open to all; else audit:read
     audit_checkpoint_every: int = 1000
     audit_checkpoint_interval_s: float = 60.0
     audit_receipts: bool = True  # every answer waits for its record's commit and carries a signed receipt

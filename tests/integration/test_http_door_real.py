@@ -26,6 +26,7 @@ import grpc
 import pytest
 from helpers.reliability import free_port
 from helpers.requirements import require_module
+from helpers.tlog_spec import fetch, log_signature_ok, parse_checkpoint, read_tree, split_note, tile_url
 
 from proctor.audit.store import AuditStore, Build, Row
 from proctor.config import Settings
@@ -115,6 +116,38 @@ def test_an_unauthenticated_bad_body_is_401_and_an_admitted_one_400(door: Any) -
     assert denied.status_code == 403, denied.text
     parsed = httpx.post(url, content=b"{not json", headers={"authorization": f"Bearer {WRITER}"}, timeout=30)
     assert parsed.status_code == 400 and parsed.json()["error"]["param"] == "body", parsed.text
+
+
+def test_the_audit_log_is_a_tiled_log_for_audit_readers(door: Any) -> None:
+    """/tlog/ on the HTTP port (c2sp.org/tlog-tiles), read by the tests' own client: the checkpoint signed by the log's
+    key, a tree whose tiles rebuild its root, for callers with audit:read only (no token 401, a generate caller 403),
+    and a flood of tile paths adds no metric series (the label is the route's template)."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    with ProctorClient(door.address, timeout_s=120, token=WRITER) as writer:
+        for number in range(3):
+            writer.generate(f"Tile {number}", max_new_tokens=2)
+    with ProctorClient(door.address, timeout_s=60, token=READER) as reader_client:
+        made = reader_client.create_checkpoint()
+    base, reader = f"{_base(door)}/tlog", {"authorization": f"Bearer {READER}"}
+    assert fetch(base + "/checkpoint")[0] == 401
+    assert fetch(base + "/checkpoint", {"authorization": f"Bearer {WRITER}"})[0] == 403
+    status, body, headers = fetch(base + "/checkpoint", reader)
+    assert status == 200 and headers["content-type"] == "text/plain; charset=utf-8", (status, body)
+    assert headers["cache-control"] == "private, max-age=2"
+    note = body.decode()
+    origin, size, root = parse_checkpoint(split_note(note)[0])
+    assert size >= made.tree_size > 3 and origin == made.origin
+    key = load_pem_private_key(Path(f"{door.settings.audit_db}.key").read_bytes(), None)
+    assert log_signature_ok(note, origin, key.public_key())  # type: ignore[arg-type]
+    assert read_tree(base, size, reader)[0] == root
+    assert fetch(tile_url(base, 0, 0, size), reader)[0] == 200
+    assert fetch(tile_url(base, 0, 0, 255), {"authorization": f"Bearer {WRITER}"})[0] == 403
+    before = [line for line in _series(door) if "tlog" in line]
+    for width in range(1, 40):
+        assert fetch(tile_url(base, 0, 7, width), reader)[0] == 404  # past the log: not there
+    after = [line for line in _series(door) if "tlog" in line]
+    assert len(after) == len(before) and any('method="/tlog/tile/{path}"' in line for line in after), after
 
 
 @pytest.mark.parametrize("declared", [15_000_000, 40_000_000], ids=["15MB", "over-the-server-limit"])

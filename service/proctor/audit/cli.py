@@ -20,6 +20,7 @@ from proctor.audit.erasure_cli import add_erasure_commands
 from proctor.audit.kinds import RECORD_KINDS, REQUEST
 from proctor.audit.proof_cli import add_proof_commands
 from proctor.audit.store import Filters
+from proctor.audit.tlog_cli import add_tlog_commands
 from proctor.audit.verify_parallel import PROCESSES_MIN_ROWS
 from proctor_client.cli import add_credential_flags
 
@@ -61,6 +62,7 @@ def add_audit_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     verify.set_defaults(func=_verify)
 
     add_proof_commands(sub)
+    add_tlog_commands(sub)
 
     init = sub.add_parser("init-postgres", help="create the PostgreSQL audit table as its owner and grant the "
                                                 "server's role only SELECT and INSERT")

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from proctor.api.admission import Admission
@@ -42,6 +42,8 @@ from proctor.api.failures import failure_of
 from proctor.api.generation_service import GenerationService
 from proctor.api.observer import CallObserver, gone_code, publish, unpublish
 from proctor.api.readiness import Serving
+from proctor.audit.tlog_http import CHECKPOINT_ROUTE, TILE_PATH, TILE_ROUTE, tlog_response
+from proctor.audit.tlog_read import TlogReader
 from proctor.config import Settings
 from proctor.domain import ShuttingDown
 from proctor.observability.calls import CallObservation
@@ -61,6 +63,7 @@ from proctor.openai_http.sse import chat_events, response_events
 SERVICE = "openai"  # the metrics' and traces' service label of the HTTP routes
 GENERATE_METHOD = "/proctor.v1.Generation/Generate"  # the role and generation slot a completion takes
 MODELS_METHOD = "/proctor.v1.Generation/GetModelInfo"
+TLOG_METHOD = "/proctor.v1.Audit/GetCheckpoint"  # the role a tiled-log read takes (audit:read), unless --tlog-public
 AUDIT_HEADER = "x-proctor-audit-id"
 # The request headers the call's code reads (as gRPC metadata): credentials, trace context, the asserted caller.
 FORWARDED_HEADERS = ("authorization", "traceparent", "tracestate", "x-proctor-caller")
@@ -99,6 +102,7 @@ class HttpDoor:
     admission: Admission
     observer: CallObserver
     serving: Serving  # the health service's answer (api/readiness.py): ready, or alive
+    tlog: TlogReader | None = None  # the audit log's checkpoint and tiles (None: this server keeps no audit log)
 
     def app(self) -> Starlette:
         routes = [Route(ROUTES[CHAT], self.chat, methods=["POST"]),
@@ -107,7 +111,9 @@ class HttpDoor:
                   Route(MODELS_ROUTE, self.models, methods=["GET"]),
                   Route("/v1/models/{model:path}", self.model, methods=["GET"]),
                   Route("/health", self.health_check, methods=["GET"]),
-                  Route("/ready", self.health_check, methods=["GET"])]
+                  Route("/ready", self.health_check, methods=["GET"]),
+                  Route(CHECKPOINT_ROUTE, self.tlog_checkpoint, methods=["GET"]),
+                  Route(TILE_PATH, self.tlog_tile, methods=["GET"])]
         return Starlette(routes=routes, exception_handlers={HTTPException: self._http_error, Exception: _server_error})
 
     async def chat(self, request: Request) -> Response:
@@ -123,6 +129,31 @@ class HttpDoor:
         """Liveness (/health) and readiness (/ready), as the gRPC health service answers them (drain included)."""
         serving = await self.serving(READY[request.url.path])
         return JSONResponse({"status": "SERVING" if serving else "NOT_SERVING"}, status_code=200 if serving else 503)
+
+    async def tlog_checkpoint(self, request: Request) -> Response:
+        return await self._tlog(request, CHECKPOINT_ROUTE, None)
+
+    async def tlog_tile(self, request: Request) -> Response:
+        return await self._tlog(request, TILE_ROUTE, request.path_params["path"])
+
+    async def _tlog(self, request: Request, route: str, tile_path: str | None) -> Response:
+        """The tiled log (c2sp.org/tlog-tiles: audit/tlog_http.py), observed as ``route`` and admitted as a read of
+        the audit log (role audit:read) unless ``--tlog-public``; it needs no model, so it answers while one loads."""
+        info = call_info(request)
+
+        async def call() -> AsyncGenerator[Response, None]:
+            if not self.settings.tlog_public:
+                await self._admit(TLOG_METHOD, info)
+            if self.tlog is None:
+                yield PlainTextResponse("this server keeps no audit log (--no-audit)\n", status_code=404)
+                return
+            yield await tlog_response(self.tlog, tile_path)
+
+        try:
+            (response,) = [answered async for answered in self._observed(call(), route, info)]
+        except Exception as exc:  # a refusal (401, 403, 429), in OpenAI's error object as every refusal here
+            response = failure_response(exc, param_of)
+        return _closing_if_unread(request, response)
 
     def _model_ids(self) -> list[str]:
         model_id = str(self.service.model_info.get("model_id") or "")

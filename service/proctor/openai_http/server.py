@@ -28,6 +28,7 @@ from proctor.api.generation_service import GenerationService
 from proctor.api.observer import CallObserver
 from proctor.api.readiness import Serving
 from proctor.api.tls import CertificateFiles
+from proctor.audit.tlog_read import TlogReader
 from proctor.config import Settings
 from proctor.openai_http.routes import HttpDoor
 
@@ -143,12 +144,12 @@ async def _watch_tls(files: CertificateFiles, context: ssl.SSLContext) -> None:
 
 
 async def serve_http(settings: Settings, service: GenerationService, admission: Admission,
-                     observer: CallObserver, serving: Serving) -> HttpListener | None:
+                     observer: CallObserver, serving: Serving, tlog: TlogReader | None = None) -> HttpListener | None:
     """Start the OpenAI-compatible HTTP API on ``settings.http_port`` (None when it is 0: no HTTP API) over the gRPC
     server's own parts: its call layer, admission rules (callers, rates, slots), call observer (metrics, traces,
-    log) and health."""
+    log) and health; and the audit log as a tiled log (``tlog``)."""
     if not settings.http_port:
         return None
-    listener = HttpListener(HttpDoor(settings, service, admission, observer, serving).app(), settings)
+    listener = HttpListener(HttpDoor(settings, service, admission, observer, serving, tlog).app(), settings)
     await listener.start()
     return listener
