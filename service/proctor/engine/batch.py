@@ -135,6 +135,17 @@ class DecodeBatch:
         beams = sum(executor.lengths[slot] for search in list(self.searches) for slot in search.slots)
         return executor.bytes_per_token * (sum(s.prompt_fed + len(s.generated) for s in list(self.states)) + beams)
 
+    def prefix_blocks(self) -> tuple[int, int] | None:
+        """The prefix cache's chunk (tokens) and how many chunks it holds (metrics; read from any thread); (0, 0)
+        when prompts are not reused here, None before the executor is built (a chunk's bytes are not known yet)."""
+        executor = self._executor_built
+        if executor is None:
+            return None
+        cache = self.prefix_cache
+        if cache is None or not executor.capabilities.spans:
+            return 0, 0
+        return cache.chunk_tokens, cache.capacity_chunks(executor.bytes_per_token)
+
     def free_rows(self) -> int:
         """Rows no request or beam holds (read from any thread: a hint)."""
         return self.max_rows - len(self.states) - sum(search.num_beams for search in list(self.searches))

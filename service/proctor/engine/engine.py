@@ -218,9 +218,14 @@ class Engine:
         return pending and not self._stop, self.steps
 
     def occupancy(self) -> dict[str, int]:
-        """Waiting and running requests and KV-cache bytes (a snapshot, for the metrics scrape)."""
-        return {"waiting": self._scheduler.waiting_count(), "running": len(self._batch),
-                "kv_used_bytes": self._batch.held_bytes(), "kv_total_bytes": self._batch.kv_capacity_bytes}
+        """Waiting and running requests, KV-cache bytes, and once the executor is built the prefix cache's chunk
+        and chunk count (``block_size``, ``num_blocks``): a snapshot, for the metrics scrape."""
+        state = {"waiting": self._scheduler.waiting_count(), "running": len(self._batch),
+                 "kv_used_bytes": self._batch.held_bytes(), "kv_total_bytes": self._batch.kv_capacity_bytes}
+        blocks = self._batch.prefix_blocks()
+        if blocks is not None:
+            state["block_size"], state["num_blocks"] = blocks
+        return state
 
     def fewer_steps(self) -> dict[str, int]:
         """Totals of the prefix cache and the drafts since start (a snapshot, for the metrics scrape)."""

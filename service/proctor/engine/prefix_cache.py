@@ -73,6 +73,11 @@ class PrefixCache:
     def enabled(self) -> bool:
         return self.capacity_bytes > 0 and self.chunk_tokens > 0
 
+    def capacity_chunks(self, bytes_per_token: int) -> int:
+        """How many chunks the budget holds when a token's keys and values take ``bytes_per_token`` (``store``
+        evicts past the budget, so never more)."""
+        return self.capacity_bytes // (self.chunk_tokens * bytes_per_token) if self.enabled else 0
+
     def chain(self, scope: str, prompt: list[int]) -> list[bytes]:
         """The keys of ``prompt``'s full chunks, first to last."""
         size = self.chunk_tokens

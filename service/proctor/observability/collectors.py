@@ -1,6 +1,8 @@
 """Figures read at scrape time from the objects that already keep them: no cost between scrapes.
 
-The engine's waiting and running requests and KV-cache bytes (``Engine.occupancy``), the compile
+The engine's waiting and running requests and KV-cache bytes (``Engine.occupancy``; with the cache's use as a
+fraction and its shape, they are the three gauges and the cache info of the inference gateway's model-server
+protocol, which the picker's configuration in deploy/k8s/overlays/inference-gateway maps by these names), the compile
 cache's hits, misses and evictions by engine (``CompiledCache.engine_counts``), and the audit
 sink's queue depth and records written. Read from the HTTP server's thread while the engine runs:
 each figure is a snapshot (an int read under the GIL), which is what a gauge is.
@@ -15,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 PREFIX = "proctor:"  # every metric name starts with it (vLLM: "vllm:")
+CACHE_CONFIG_LABELS = ("block_size", "num_blocks")  # proctor:cache_config_info's, as Engine.occupancy names them
 CACHE_COUNTS = (("hits", "Compile cache hits, by engine"), ("misses", "Compile cache misses, by engine"),
                 ("evictions", "Compiled constraints evicted from the cache, by engine"))
 
@@ -47,6 +50,20 @@ class StateCollector(Collector):
                                 value=state.get("kv_used_bytes", 0))
         yield GaugeMetricFamily(PREFIX + "kv_cache_total_bytes", "KV-cache memory budget (--kv-cache-mb)",
                                 value=state.get("kv_total_bytes", 0))
+        yield GaugeMetricFamily(PREFIX + "kv_cache_usage_perc", "Fraction (0 to 1) of the KV-cache budget the running "
+                                "requests' tokens hold: kv_cache_used_bytes / kv_cache_total_bytes, at most 1 (vLLM: "
+                                "vllm:kv_cache_usage_perc)",
+                                value=usage_fraction(state.get("kv_used_bytes", 0), state.get("kv_total_bytes", 0)))
+        info = GaugeMetricFamily(PREFIX + "cache_config_info", "1, with the cache's shape in its labels (vLLM: "
+                                 "vllm:cache_config_info). The running requests' KV cache has no fixed blocks (a "
+                                 "request's keys and values grow as one span per row); the prefix cache keeps prompts "
+                                 "in fixed chunks, the unit in which a later prompt reuses them: block_size = tokens "
+                                 "per chunk (--prefill-chunk-tokens), num_blocks = the chunks its budget holds "
+                                 "(--prefix-cache-mb); both 0 without a prefix cache. No sample before the model's "
+                                 "executor is built", labels=CACHE_CONFIG_LABELS)
+        if all(label in state for label in CACHE_CONFIG_LABELS):
+            info.add_metric(tuple(str(state[label]) for label in CACHE_CONFIG_LABELS), 1)
+        yield info
 
     def _fewer_steps(self) -> Iterator[Metric]:
         """The prefix cache and the drafts (engine/prefix_cache.py, engine/drafting.py), totals since start."""
@@ -104,3 +121,9 @@ class StateCollector(Collector):
                                 value=sink.depth() if sink is not None else 0)
         yield CounterMetricFamily(PREFIX + "audit_records_written", "Audit records committed by this server",
                                   value=sink.written if sink is not None else 0)
+
+
+def usage_fraction(used: int, total: int) -> float:
+    """``used`` of ``total`` as a fraction in [0, 1] (0 with no budget): a request admitted alone may hold more
+    than the budget (engine/batch.py ``fits``), and the protocol's gauge is a fraction."""
+    return min(1.0, used / total) if total > 0 else 0.0
