@@ -37,8 +37,8 @@ from proctor.api.telemetry import TelemetryInterceptor
 from proctor.audit.keystore import KeyStore
 from proctor.audit.memory_erasure import memory_erasure
 from proctor.audit.periodic import Periodic
-from proctor.audit.retention import RetentionPolicy, retention_sweeper
-from proctor.audit.setup import checkpoint_path, key_store, open_sink, privacy_policy
+from proctor.audit.retention import RetentionPolicy
+from proctor.audit.setup import audit_jobs, checkpoint_path, key_store, open_sink, privacy_policy
 from proctor.audit.sink import AuditSink
 from proctor.audit.tlog_read import TlogReader
 from proctor.config import Settings
@@ -324,9 +324,9 @@ async def start_server(settings: Settings) -> RunningServer:
     running = RunningServer(settings, server, port, health, service, asyncio.get_running_loop(), audit_sink=sink,
                             observability=observability, health_server=health_server, health_port=health_port,
                             http=http, keys=audit.keys)
-    if sink is not None and keys is not None and policy.on:
-        running.jobs.append(retention_sweeper(sink, keys, policy))
-        running.jobs[-1].start()
+    running.jobs += audit_jobs(settings, sink, keys, policy, observability.metrics)
+    for job in running.jobs:
+        job.start()
     log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", settings.host, port)
     return running
 

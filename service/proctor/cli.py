@@ -125,6 +125,12 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                        "(YAML: subjects: {NAME: DAYS}, callers: {NAME: DAYS}; 0 keeps for ever)")
     audit.add_argument("--audit-witnesses", help="witness vkeys (comma-separated) whose cosignatures are kept "
                                                  "(default: any that verifies; PROCTOR_AUDIT_WITNESSES)")
+    audit.add_argument("--audit-witness-url", dest="audit_witness_urls", action="append",
+                       help="a witness's c2sp.org/tlog-witness submission prefix: each new checkpoint is posted to it "
+                       "and its cosignature kept (repeat per witness; needs --audit-witnesses)")
+    audit.add_argument("--audit-witness-quorum", type=int,
+                       help="cosignatures of --audit-witnesses a checkpoint needs before proofs are given in it "
+                       "(default 0: none)")
     audit.add_argument("--tlog-public", action=argparse.BooleanOptionalAction, default=None,
                        help="serve the log as a C2SP tiled log (/tlog/checkpoint, /tlog/tile/...; hashes only) on "
                        "--http-port to anyone (default off: callers with the audit:read role)")
@@ -168,7 +174,8 @@ def _serve(args: argparse.Namespace) -> int:
             "fallback_temperature", "schema_dir", "template_dir", "forbidden_file", "plugins", "input_screens",
             "output_moderators", "audit",
             "audit_db", "audit_dsn", "audit_compliance", "audit_top_n", "audit_prompt_policy", "audit_output_policy",
-            "audit_hmac_key_file", "audit_signing_key", "audit_origin", "audit_witnesses", "tlog_public",
+            "audit_hmac_key_file", "audit_signing_key", "audit_origin", "audit_witnesses", "audit_witness_urls",
+            "audit_witness_quorum", "tlog_public",
             "audit_checkpoint_every",
             "audit_checkpoint_interval_s", "audit_receipts", "audit_encryption", "audit_key_dir",
             "audit_retention_days", "audit_retention_file", "tls_cert_file",
@@ -176,6 +183,8 @@ def _serve(args: argparse.Namespace) -> int:
             "tls_client_ca_file",
             "callers_file", "insecure", "reflection_needs_auth",
             "log_format", "metrics_port", "metrics_host", "tracing")
+    if args.audit_witness_urls:
+        args.audit_witness_urls = ",".join(args.audit_witness_urls)
     try:
         settings = Settings.load({k: getattr(args, k) for k in keys})
     except ValueError as exc:

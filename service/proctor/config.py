@@ -202,6 +202,8 @@ class Settings:
     audit_checkpoint_file: str = ""  # empty: <audit db>.checkpoints
     audit_origin: str = ""  # the checkpoints' origin line and note key name; empty: proctor.audit/<key hash>
     audit_witnesses: str = ""  # witnesses' vkeys (comma-separated) whose cosignatures are kept; empty: any valid one
+    audit_witness_urls: str = ""  # c2sp.org/tlog-witness submission prefixes (comma-separated) posted each checkpoint
+    audit_witness_quorum: int = 0  # cosignatures (of audit_witnesses) a checkpoint needs before proofs are given in it
     tlog_public: bool = False  # the HTTP port's /tlog/ (checkpoint, tiles: hashes only) open to all; else audit:read
     audit_checkpoint_every: int = 1000
     audit_checkpoint_interval_s: float = 60.0
@@ -239,6 +241,12 @@ class Settings:
                 [parse_vkey(vkey) for vkey in self.witness_vkeys]
             except NoteError as exc:
                 raise ValueError(f"audit_witnesses: {exc}") from None
+        if (self.witness_urls or self.audit_witness_quorum) and not self.witness_vkeys:
+            raise ValueError("audit_witness_urls and audit_witness_quorum need audit_witnesses: the vkeys the "
+                             "witnesses' cosignatures are checked against")
+        if not 0 <= self.audit_witness_quorum <= len(self.witness_vkeys):
+            raise ValueError(f"audit_witness_quorum ({self.audit_witness_quorum}) must be between 0 and the number "
+                             f"of audit_witnesses ({len(self.witness_vkeys)})")
         if any(c.isspace() or c == "+" for c in self.audit_origin):
             raise ValueError(f"audit_origin {self.audit_origin!r}: a note key name has no spaces and no '+'")
         if self.max_step_tokens <= self.max_batch_size:
@@ -287,6 +295,11 @@ class Settings:
     def witness_vkeys(self) -> tuple[str, ...]:
         """``audit_witnesses`` as a tuple of vkeys (the witnesses whose cosignatures the log keeps)."""
         return tuple(v.strip() for v in self.audit_witnesses.split(",") if v.strip())
+
+    @property
+    def witness_urls(self) -> tuple[str, ...]:
+        """``audit_witness_urls`` as a tuple (the witnesses each new checkpoint is posted to)."""
+        return tuple(v.strip() for v in self.audit_witness_urls.split(",") if v.strip())
 
     @property
     def reflection_enabled(self) -> bool:

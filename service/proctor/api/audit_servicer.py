@@ -109,7 +109,8 @@ class AuditServicer(apb_grpc.AuditServicer):
                                 ) -> apb.InclusionProof:
         if not request.audit_id:
             await abort_with(context, RequestValidationError.single("audit_id", "audit_id is required"))
-        proof = await self._proof(context, inclusion, self._store, request.audit_id, request.tree_size or "latest")
+        proof = await self._proof(context, inclusion, self._store, request.audit_id, request.tree_size or "latest",
+                                  self._settings.audit_witness_quorum, self._settings.witness_vkeys)
         size = parse_checkpoint(parse_note(proof.checkpoint).text).size
         return apb.InclusionProof(tlog_proof=proof.render(), index=proof.index, tree_size=size, path=list(proof.path))
 

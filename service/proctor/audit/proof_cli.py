@@ -49,11 +49,15 @@ def add_proof_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
     witness = sub.add_parser("witness", help="watch a log, check that it only grows, and cosign its checkpoints "
                                              "(a separate process: a CronJob or a sidecar)")
-    witness.add_argument("--log", dest="logs", action="append", required=True, metavar="ADDR",
-                         help="the log server's gRPC address (repeat for replicas of one log)")
-    witness.add_argument("--log-key", required=True,
+    witness.add_argument("--log", dest="logs", action="append", metavar="ADDR",
+                         help="the log server's gRPC address, asked each round (repeat for replicas of one log)")
+    witness.add_argument("--listen", type=int, default=0, metavar="PORT",
+                         help="instead of asking a log, serve c2sp.org/tlog-witness (POST /add-checkpoint) here for "
+                              "the logs of --log-key, Proctor's or any C2SP log's")
+    witness.add_argument("--listen-host", default="127.0.0.1", help="address for --listen (default 127.0.0.1)")
+    witness.add_argument("--log-key", dest="log_keys", action="append", required=True,
                          help="the log's vkey (`proctor audit public-key` prints it), or its Ed25519 public key "
-                              "(PEM file or base64), named --log-origin")
+                              "(PEM file or base64), named --log-origin; with --listen, repeat for each log")
     witness.add_argument("--log-origin", default="",
                          help="the log's origin with a bare --log-key (default proctor.audit/<key hash>, the "
                               "server's own default)")
@@ -221,13 +225,27 @@ def _witness(args: argparse.Namespace) -> int:
     from proctor_client.cli import client_from_args
     from proctor_client.tlog.note import NoteError, Verifier, load_verifier
 
+    if bool(args.logs) == bool(args.listen):
+        return fail("give --log (ask a log each round) or --listen (serve the witness protocol), not both")
+    if len(args.log_keys) > 1 and (args.logs or args.log_origin):
+        return fail("several --log-key go with --listen, each a vkey naming its log")
     try:
-        log_key = load_verifier(args.log_key, "")
-        if not log_key.name:  # a bare key: the server's default origin for it, unless told
-            log_key = Verifier(args.log_origin or log_origin(log_key.key), log_key.key)
+        log_keys = []
+        for text in args.log_keys:
+            log_key = load_verifier(text, "")
+            if not log_key.name:  # a bare key: the server's default origin for it, unless told
+                log_key = Verifier(args.log_origin or log_origin(log_key.key), log_key.key)
+            log_keys.append(log_key)
         signer = witness_signer(load_or_create_signing_key(Path(args.key)), args.name)
     except (OSError, ValueError, NoteError) as exc:
         return fail(str(exc))
+    if args.listen:
+        from proctor.audit.witness_http import serve_witness
+
+        serve_witness({key.name: key for key in log_keys}, signer, Path(args.state), args.listen_host, args.listen,
+                      args.metrics_port)
+        return 0
+    log_key = log_keys[0]
     registry = CollectorRegistry()
     rounds = Counter("proctor_witness_rounds", "Witness rounds by outcome (cosigned, unchanged, refused, error)",
                      ["outcome"], registry=registry)

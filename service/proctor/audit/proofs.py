@@ -102,13 +102,44 @@ def add_cosignature(store: AuditStore, tree_size: int, witness_vkey: str, line: 
     return store.add_cosignature(tree_size, witness.name, signed.signatures[0].line, int(now * 1000))
 
 
-def inclusion(store: AuditStore, audit_id: str, wanted: str | int = "latest") -> TlogProof:
-    """The ``tlog-proof`` of record ``audit_id`` in a signed checkpoint (the latest, or tree size ``wanted``)."""
+def witnessed_by(store: AuditStore, size: int, witnesses: tuple[str, ...]) -> int:
+    """How many of ``witnesses`` (vkeys) have a cosignature kept for the checkpoint of ``size``."""
+    names = {line.split(" ")[1] for line in store.cosignatures(size) if line.count(" ") >= 2}
+    return len(names & {parse_vkey(vkey).name for vkey in witnesses})
+
+
+def quorum_checkpoint(store: AuditStore, index: int, quorum: int, witnesses: tuple[str, ...]) -> tuple[Checkpoint, str]:
+    """The latest signed checkpoint cosigned by at least ``quorum`` of ``witnesses`` (c2sp.org/tlog-policy's
+    threshold) that covers leaf ``index``; ``ProofUnavailable`` when none does yet."""
+    row = store.last_checkpoint()
+    while row is not None:
+        note = checkpoint_note(row)
+        if note is not None:
+            size = parse_checkpoint(parse_note(note).text).size
+            if size <= index:
+                break
+            if witnessed_by(store, size, witnesses) >= quorum:
+                return signed_checkpoint(store, size)
+        row = store.last_checkpoint(row.seq)
+    raise ProofUnavailable(f"no checkpoint covering row {index + 1} has {quorum} witness cosignatures yet "
+                           "(--audit-witness-quorum): a later one will, once the witnesses answer")
+
+
+def inclusion(store: AuditStore, audit_id: str, wanted: str | int = "latest", quorum: int = 0,
+              witnesses: tuple[str, ...] = ()) -> TlogProof:
+    """The ``tlog-proof`` of record ``audit_id`` in a signed checkpoint (the latest, or tree size ``wanted``); with a
+    ``quorum``, one that many of ``witnesses`` cosigned."""
     row = store.get(audit_id)
     if row is None:
         raise NotFound(f"no audit record {audit_id!r}")
-    checkpoint, note = signed_checkpoint(store, wanted)
     index = row.seq - 1
+    if quorum and wanted == "latest":
+        checkpoint, note = quorum_checkpoint(store, index, quorum, witnesses)
+    else:
+        checkpoint, note = signed_checkpoint(store, wanted)
+        if quorum and (count := witnessed_by(store, checkpoint.size, witnesses)) < quorum:
+            raise ProofUnavailable(f"the checkpoint of {checkpoint.size} records has {count} of the {quorum} witness "
+                                   "cosignatures --audit-witness-quorum asks for")
     if checkpoint.size <= index:
         raise ProofUnavailable(f"record {audit_id} is row {row.seq}; the {'latest ' if wanted == 'latest' else ''}"
                                f"checkpoint covers {checkpoint.size} rows. A later checkpoint will cover it")

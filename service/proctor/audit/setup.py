@@ -6,13 +6,19 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from proctor.audit.chain import load_or_create_signing_key, public_key_text
 from proctor.audit.keystore import FileKeyStore
+from proctor.audit.periodic import Periodic
 from proctor.audit.records import PrivacyPolicy
 from proctor.audit.sink import AuditSink
 from proctor.audit.store import AuditStore
 from proctor.config import Settings
+
+if TYPE_CHECKING:
+    from proctor.audit.retention import RetentionPolicy
+    from proctor.audit.witness_feed import WitnessObserver
 
 log = logging.getLogger("proctor.audit")
 
@@ -99,3 +105,19 @@ def open_sink(settings: Settings) -> AuditSink | None:
              store.description, store.count(), public_key_text(key.public_key()),
              "on" if settings.audit_compliance else "off")
     return sink
+
+
+def audit_jobs(settings: Settings, sink: AuditSink | None, keys: FileKeyStore | None, policy: RetentionPolicy,
+               observer: WitnessObserver | None) -> list[Periodic]:
+    """The audit trail's jobs while the server runs (not started): each new checkpoint to the witnesses of
+    ``--audit-witness-url``, and the retention sweep."""
+    from proctor.audit.retention import retention_sweeper
+    from proctor.audit.witness_feed import WITNESS_FEED_S, WitnessFeed
+
+    jobs: list[Periodic] = []
+    if sink is not None and settings.witness_urls:
+        feed = WitnessFeed(sink.store, settings.witness_urls, settings.witness_vkeys, observer)
+        jobs.append(Periodic("witness-feed", WITNESS_FEED_S, feed.run_once))
+    if sink is not None and keys is not None and policy.on:
+        jobs.append(retention_sweeper(sink, keys, policy))
+    return jobs

@@ -85,14 +85,14 @@ def witness_round(view: LogView, log_key: Verifier, signer: Signer, state: Path,
             raise NoteError("it carries no signature of the log key")
     except NoteError as exc:
         raise Refused("signature", f"the checkpoint of {checkpoint.size} records is not the log's: {exc}") from None
-    seen = _last_seen(state_file(state, checkpoint.origin))
+    seen = last_seen(state_file(state, checkpoint.origin))
     if seen is not None:
         _check_growth(view, seen, checkpoint)
         if seen.size == checkpoint.size:
             return Round(checkpoint.size, False)
     line = signer.signature_line(note.text, int(time.time() if now_s is None else now_s))
     view.add_cosignature(checkpoint.size, signer.verifier.vkey(), line)
-    _remember(state_file(state, checkpoint.origin), note.text)
+    remember(state_file(state, checkpoint.origin), note.text)
     log.info("cosigned %s at %d records", checkpoint.origin, checkpoint.size)
     return Round(checkpoint.size, True)
 
@@ -112,13 +112,13 @@ def _check_growth(view: LogView, seen: Checkpoint, now: Checkpoint) -> None:
                               f"{seen.size} this witness cosigned (the log was rewritten or forked): {exc}") from None
 
 
-def _last_seen(path: Path) -> Checkpoint | None:
+def last_seen(path: Path) -> Checkpoint | None:
     if not path.exists():
         return None
     return parse_checkpoint(path.read_text(encoding="utf-8"))
 
 
-def _remember(path: Path, text: str) -> None:
+def remember(path: Path, text: str) -> None:
     """The cosigned checkpoint's text, replaced atomically (a crash leaves the old one or the new one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")

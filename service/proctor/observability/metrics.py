@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from proctor.observability.calls import CallObservation
 from proctor.observability.collectors import PREFIX, StateCollector
@@ -92,6 +92,15 @@ class Metrics:
                                         "compile, by engine", ("engine",))
         self.audit_write = histogram("audit_write_seconds", "Committing one batch of audit records", WRITE_BUCKETS)
         self.audit_failures = counter("audit_write_failures", "Audit records whose write failed")
+        self.witness_answers = counter("audit_witness_answers", "Answers of the witnesses of --audit-witness-url "
+                                       "(c2sp.org/tlog-witness), by witness and outcome (cosigned, conflict, "
+                                       "inconsistent, forbidden, unknown-log, unreachable, ...)",
+                                       ("witness", "outcome"))
+        self.witness_size = Gauge(PREFIX + "audit_witness_cosigned_size", "The tree size each witness last cosigned",
+                                  ("witness",), registry=self.registry)
+        self.witness_time = Gauge(PREFIX + "audit_witness_cosigned_time_seconds", "When each witness last cosigned a "
+                                  "checkpoint (Unix time): alert when it stops moving", ("witness",),
+                                  registry=self.registry)
 
     # --- hooks.StepObserver (engine thread: one histogram observe per step) -----------------------
     def prefill(self, seconds: float, requests: int) -> None:
@@ -116,6 +125,14 @@ class Metrics:
         self.audit_write.observe(seconds)
         if not ok:
             self.audit_failures.inc(records)
+
+    # --- audit/witness_feed.WitnessObserver (its periodic job's thread) -------------------------------
+    def witness_answer(self, witness: str, outcome: str) -> None:
+        self.witness_answers.labels(witness, outcome).inc()
+
+    def witness_cosigned(self, witness: str, size: int, at_s: float) -> None:
+        self.witness_size.labels(witness).set(size)
+        self.witness_time.labels(witness).set(at_s)
 
     # --- per RPC (event loop) ----------------------------------------------------------------------
     def record_call(self, observation: CallObservation, code: str, seconds: float) -> None:
