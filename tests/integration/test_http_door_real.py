@@ -24,10 +24,21 @@ from typing import Any
 
 import grpc
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from helpers.reliability import free_port
 from helpers.requirements import require_module
-from helpers.tlog_spec import fetch, log_signature_ok, parse_checkpoint, read_tree, split_note, tile_url
+from helpers.tlog_spec import (
+    SpecWitness,
+    fetch,
+    log_signature_ok,
+    parse_checkpoint,
+    read_tree,
+    serving,
+    split_note,
+    tile_url,
+)
 
+from proctor.audit.chain import load_or_create_signing_key, log_signer
 from proctor.audit.store import AuditStore, Build, Row
 from proctor.config import Settings
 from proctor_client import ProctorClient, ProctorError
@@ -48,7 +59,7 @@ def _sha(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _serve(tmp: Path) -> Any:
+def _serve(tmp: Path, **extra: Any) -> Any:
     from proctor.app import BackgroundServer
 
     callers = tmp / "callers.yaml"
@@ -60,13 +71,25 @@ def _serve(tmp: Path) -> Any:
 """)
     settings = Settings.load({"port": 0, "host": "127.0.0.1", "http_port": free_port(), "warmup": False,
                               "metrics_port": free_port(), "callers_file": str(callers),
-                              "audit_db": str(tmp / "audit.db")})
+                              "audit_db": str(tmp / "audit.db"), **extra})
     return BackgroundServer(settings).start(timeout_s=300)
 
 
 @pytest.fixture(scope="module")
-def door(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    server = _serve(tmp_path_factory.mktemp("http-door"))
+def witness() -> Iterator[tuple[SpecWitness, str]]:
+    """A tlog-witness written from the spec (helpers/tlog_spec.py), knowing no log until the server's key is read."""
+    spec = SpecWitness("witness.example/door", Ed25519PrivateKey.generate(), {})
+    with serving(spec) as url:
+        yield spec, url
+
+
+@pytest.fixture(scope="module")
+def door(model_dir: Path, tmp_path_factory: pytest.TempPathFactory, witness: tuple[SpecWitness, str]) -> Iterator[Any]:
+    directory = tmp_path_factory.mktemp("http-door")
+    key = load_or_create_signing_key(directory / "audit.db.key")  # the server's log key, made first to tell the witness
+    signer = log_signer(key)
+    witness[0].logs[signer.name] = key.public_key()
+    server = _serve(directory, audit_witness_urls=witness[1], audit_witnesses=witness[0].vkey())
     yield server
     server.stop()
 
@@ -118,10 +141,11 @@ def test_an_unauthenticated_bad_body_is_401_and_an_admitted_one_400(door: Any) -
     assert parsed.status_code == 400 and parsed.json()["error"]["param"] == "body", parsed.text
 
 
-def test_the_audit_log_is_a_tiled_log_for_audit_readers(door: Any) -> None:
+def test_the_audit_log_is_a_tiled_log_for_audit_readers(door: Any, witness: tuple[SpecWitness, str]) -> None:
     """/tlog/ on the HTTP port (c2sp.org/tlog-tiles), read by the tests' own client: the checkpoint signed by the log's
-    key, a tree whose tiles rebuild its root, for callers with audit:read only (no token 401, a generate caller 403),
-    and a flood of tile paths adds no metric series (the label is the route's template)."""
+    key and cosigned by the spec's witness (--audit-witness-url), a tree whose tiles rebuild its root, for callers with
+    audit:read only (no token 401, a generate caller 403), and a flood of tile paths adds no metric series (the label
+    is the route's template)."""
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
     with ProctorClient(door.address, timeout_s=120, token=WRITER) as writer:
@@ -132,12 +156,18 @@ def test_the_audit_log_is_a_tiled_log_for_audit_readers(door: Any) -> None:
     base, reader = f"{_base(door)}/tlog", {"authorization": f"Bearer {READER}"}
     assert fetch(base + "/checkpoint")[0] == 401
     assert fetch(base + "/checkpoint", {"authorization": f"Bearer {WRITER}"})[0] == 403
-    status, body, headers = fetch(base + "/checkpoint", reader)
+    deadline = time.monotonic() + 30  # the server posts each new checkpoint to the witness within a second or so
+    while True:
+        status, body, headers = fetch(base + "/checkpoint", reader)
+        if f"\u2014 {witness[0].name} ".encode() in body or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert status == 200 and headers["content-type"] == "text/plain; charset=utf-8", (status, body)
+    assert f"\u2014 {witness[0].name} ".encode() in body, body  # the witness's cosignature, kept with it
     assert headers["cache-control"] == "private, max-age=2"
     note = body.decode()
     origin, size, root = parse_checkpoint(split_note(note)[0])
-    assert size >= made.tree_size > 3 and origin == made.origin
+    assert size >= made.tree_size >= 3 and origin == made.origin
     key = load_pem_private_key(Path(f"{door.settings.audit_db}.key").read_bytes(), None)
     assert log_signature_ok(note, origin, key.public_key())  # type: ignore[arg-type]
     assert read_tree(base, size, reader)[0] == root
@@ -148,6 +178,9 @@ def test_the_audit_log_is_a_tiled_log_for_audit_readers(door: Any) -> None:
         assert fetch(tile_url(base, 0, 7, width), reader)[0] == 404  # past the log: not there
     after = [line for line in _series(door) if "tlog" in line]
     assert len(after) == len(before) and any('method="/tlog/tile/{path}"' in line for line in after), after
+    assert any(line.startswith("proctor:audit_witness_answers_total") and 'outcome="cosigned"' in line
+               for line in _series(door))
+    assert witness[0].state[origin][0] >= made.tree_size
 
 
 @pytest.mark.parametrize("declared", [15_000_000, 40_000_000], ids=["15MB", "over-the-server-limit"])
