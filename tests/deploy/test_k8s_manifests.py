@@ -6,43 +6,29 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
-from helpers.requirements import missing
+from helpers import k8s
+from helpers.k8s import K8S, one
 
 from proctor.config import Settings
 
-K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 OVERLAYS = ("dev", "production")
 OLDEST_SUPPORTED = "1.30"  # preStop `sleep` needs 1.30 (README "Scale out")
 OPERATOR_KINDS = {"ServiceMonitor"}  # custom resources: no schema in kubernetes-validate
 
 
 def render(overlay: str) -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        missing("kubectl (with its built-in kustomize) is not installed")
-    result = subprocess.run([str(kubectl), "kustomize", str(K8S / "overlays" / overlay)], capture_output=True,
-                            text=True, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    return k8s.render(K8S / "overlays" / overlay)
 
 
 @pytest.fixture(scope="module", params=OVERLAYS)
 def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
     return request.param, render(request.param)
-
-
-def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [doc for doc in docs if doc["kind"] == kind]
-    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
-    return found[0]
 
 
 def settings_env(docs: list[dict[str, Any]]) -> dict[str, str]:
@@ -189,19 +175,13 @@ def test_the_witness_cronjob_runs_a_real_witness_command(rendered: tuple[str, li
 def test_the_retention_component_renders_validates_and_runs_the_real_sweep_command(tmp_path: Path) -> None:
     """deploy/k8s/components/retention on the base (not in an overlay: only for encrypted logs): a valid CronJob
     whose command line is the real ``proctor audit sweep``'s."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        missing("kubectl (with its built-in kustomize) is not installed")
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     base, component = (os.path.relpath(K8S / part, overlay) for part in ("base", "components/retention"))
     (overlay / "kustomization.yaml").write_text(  # kustomize takes relative paths only
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
         f"resources:\n  - {base}\ncomponents:\n  - {component}\n")
-    result = subprocess.run([str(kubectl), "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(overlay)],
-                            capture_output=True, text=True, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr
-    cronjob = one([doc for doc in yaml.safe_load_all(result.stdout) if doc], "CronJob")
+    cronjob = one(k8s.render(overlay, "--load-restrictor", "LoadRestrictionsNone"), "CronJob")
     for version in (OLDEST_SUPPORTED, kubernetes_validate.latest_version()):
         kubernetes_validate.validate(cronjob, version, strict=True)
     from proctor.cli import build_parser
