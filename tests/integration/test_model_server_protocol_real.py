@@ -119,12 +119,17 @@ def test_the_gauges_move_under_load_from_the_http_door(server: Any, engine: dict
     streams = [Stream(server, f"Story {i}: once upon a time", 160) for i in range(BATCH + 1)]
     for stream in streams:
         stream.start()
-    busy, text = read_until(server, engine, lambda e: (e.running, e.waiting) == (BATCH, 1))
+    # Two rows run and one waits; the rows hold cache once their prompts are fed (a row that has just joined
+    # holds nothing yet).
+    busy, text = read_until(server, engine, lambda e: (e.running, e.waiting) == (BATCH, 1) and e.kv_usage > 0)
     used, total = sample(text, "proctor:kv_cache_used_bytes"), sample(text, "proctor:kv_cache_total_bytes")
     assert 0 < used < total and busy.kv_usage == pytest.approx(used / total)
+    end = time.monotonic() + 120
+    while sum(1 for s in streams if s.chunks) < BATCH:  # the running rows' first tokens
+        assert time.monotonic() < end and all(not s.error for s in streams), [s.error for s in streams]
+        time.sleep(0.02)
     running = [s for s in streams if s.chunks]
     marks = [s.chunks for s in running]
-    end = time.monotonic() + 120
     while not all(s.chunks >= mark + 20 for s, mark in zip(running, marks, strict=True)):
         assert time.monotonic() < end and all(not s.error for s in streams), [s.error for s in streams]
         time.sleep(0.02)
