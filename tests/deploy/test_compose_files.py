@@ -171,7 +171,7 @@ def test_compose_prometheus_scrapes_both_replicas_and_the_witness_and_grafana_mo
     args = build_parser().parse_args(witness[1:])  # the real command line of `proctor audit witness`
     assert args.audit_command == "witness" and len(args.logs) == len(_replicas(compose)) and args.interval > 0
     secrets = {f"/run/secrets/{name}" for name in compose["services"]["witness"]["secrets"]}
-    assert {args.log_key, args.key, args.tls_ca, args.token_file} <= secrets
+    assert {*args.log_keys, args.key, args.tls_ca, args.token_file} <= secrets
     assert targets["proctor-witness"] == {f"witness:{args.metrics_port}"}
     # Every target is a service of this stack (a renamed service would leave a job scraping nothing).
     hosts = {target.rsplit(":", 1)[0] for job in targets.values() for target in job}

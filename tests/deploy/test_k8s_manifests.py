@@ -161,7 +161,7 @@ def test_the_witness_cronjob_runs_a_real_witness_command(rendered: tuple[str, li
     args = build_parser().parse_args(container["command"][1:])
     assert (args.audit_command, args.logs, args.interval) == ("witness", ["proctor:50051"], 0.0)
     mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
-    for path in (args.log_key, args.key, args.tls_ca, args.token_file):
+    for path in (*args.log_keys, args.key, args.tls_ca, args.token_file):
         assert str(Path(path).parent) in mounts, path
     assert args.state in mounts and job["concurrencyPolicy"] == "Forbid"
     claim = next(v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v)["persistentVolumeClaim"]
