@@ -40,7 +40,6 @@ from proctor.audit.periodic import Periodic
 from proctor.audit.retention import RetentionPolicy
 from proctor.audit.setup import audit_jobs, checkpoint_path, key_store, open_sink, privacy_policy
 from proctor.audit.sink import AuditSink
-from proctor.audit.tlog_read import TlogReader
 from proctor.config import Settings
 from proctor.contracts.templates import TemplateRegistry
 from proctor.domain import GenerationRequest, StoppingParams
@@ -318,8 +317,8 @@ async def start_server(settings: Settings) -> RunningServer:
     port, _ = bind(server, settings)
     await server.start()
     health_server, health_port = await _serve_health_port(health, settings)
-    tlog = TlogReader(sink.store, public=settings.tlog_public) if sink is not None else None
-    http = await serve_http(settings, service, gate.rules, telemetry.observer, serving_of(health), tlog)
+    http = await serve_http(settings, service, gate.rules, telemetry.observer, serving_of(health),
+                            sink.store if sink is not None else None)
     observability.serve(settings)
     running = RunningServer(settings, server, port, health, service, asyncio.get_running_loop(), audit_sink=sink,
                             observability=observability, health_server=health_server, health_port=health_port,

@@ -28,6 +28,7 @@ from proctor.api.generation_service import GenerationService
 from proctor.api.observer import CallObserver
 from proctor.api.readiness import Serving
 from proctor.api.tls import CertificateFiles
+from proctor.audit.store import AuditStore
 from proctor.audit.tlog_read import TlogReader
 from proctor.config import Settings
 from proctor.openai_http.routes import HttpDoor
@@ -144,12 +145,14 @@ async def _watch_tls(files: CertificateFiles, context: ssl.SSLContext) -> None:
 
 
 async def serve_http(settings: Settings, service: GenerationService, admission: Admission,
-                     observer: CallObserver, serving: Serving, tlog: TlogReader | None = None) -> HttpListener | None:
+                     observer: CallObserver, serving: Serving, audit_store: AuditStore | None = None
+                     ) -> HttpListener | None:
     """Start the OpenAI-compatible HTTP API on ``settings.http_port`` (None when it is 0: no HTTP API) over the gRPC
     server's own parts: its call layer, admission rules (callers, rates, slots), call observer (metrics, traces,
-    log) and health; and the audit log as a tiled log (``tlog``)."""
+    log) and health; and the audit log (``audit_store``) as a tiled log under /tlog/."""
     if not settings.http_port:
         return None
+    tlog = TlogReader(audit_store, public=settings.tlog_public) if audit_store is not None else None
     listener = HttpListener(HttpDoor(settings, service, admission, observer, serving, tlog).app(), settings)
     await listener.start()
     return listener
