@@ -140,6 +140,10 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     sec.add_argument("--tls-client-ca", dest="tls_client_ca_file",
                      help="PEM CA bundle: mutual TLS, every client must present a certificate from it")
     sec.add_argument("--callers-file", help="YAML/TOML: callers, sha256 of their tokens or mTLS names, roles, limits")
+    sec.add_argument("--http-plaintext", action="store_true", default=None,
+                     help="serve --http-port without TLS even with --tls-cert (behind a gateway or mesh that "
+                     "terminates TLS, e.g. Kubernetes' inference gateway); the gRPC port keeps TLS, and callers "
+                     "still authenticate")
     sec.add_argument("--insecure", action="store_true", default=None,
                      help="allow serving a non-loopback address without TLS or without a callers file")
     sec.add_argument("--reflection-auth", dest="reflection_needs_auth", action=argparse.BooleanOptionalAction,
@@ -181,7 +185,7 @@ def _serve(args: argparse.Namespace) -> int:
             "audit_retention_days", "audit_retention_file", "tls_cert_file",
             "tls_key_file",
             "tls_client_ca_file",
-            "callers_file", "insecure", "reflection_needs_auth",
+            "callers_file", "http_plaintext", "insecure", "reflection_needs_auth",
             "log_format", "metrics_port", "metrics_host", "tracing")
     if args.audit_witness_urls:
         args.audit_witness_urls = ",".join(args.audit_witness_urls)

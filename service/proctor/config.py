@@ -222,6 +222,7 @@ class Settings:
     tls_client_ca_file: str = ""  # PEM CA bundle: mutual TLS, a client certificate from it is required
     callers_file: str = ""  # YAML or TOML: names, sha256 of bearer tokens / mTLS identities, roles, limits
     insecure: bool = False  # allow a plaintext or open server on a non-loopback address
+    http_plaintext: bool = False  # the HTTP port without TLS (a gateway or mesh terminates it); gRPC keeps its TLS
     reflection_needs_auth: bool = True  # with a callers file, reflection answers known callers only
 
     def __post_init__(self) -> None:

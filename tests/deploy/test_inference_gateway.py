@@ -127,13 +127,13 @@ def test_the_pool_selects_the_server_pods_on_their_http_door(docs: list[Doc]) ->
     container = server["spec"]["containers"][0]
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert [p["number"] for p in pool["targetPorts"]] == [settings.http_port] == [ports["http"]]
-    assert pool["appProtocol"] == "http" and not settings.tls_cert_file  # the pool speaks plaintext to the pods
-    assert settings.insecure and settings.callers_file  # plaintext, but every call still names its caller
+    assert pool["appProtocol"] == "http" and settings.http_plaintext  # the pool speaks plaintext to the HTTP door
+    assert settings.tls_cert_file and not settings.insecure and settings.callers_file  # gRPC keeps TLS; callers named
     assert selects(pool["selector"]["matchLabels"], server["metadata"]["labels"])
     for other in (d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] != "proctor"):
         assert not selects(pool["selector"]["matchLabels"], other["spec"]["template"]["metadata"]["labels"])
     mounted = {mount["name"] for mount in container["volumeMounts"]}
-    assert mounted == {volume["name"] for volume in server["spec"]["volumes"]} and "tls" not in mounted
+    assert mounted == {volume["name"] for volume in server["spec"]["volumes"]} and "tls" in mounted
     # The server pods carry the engine type whose metric mapping the picker applies to them.
     extractor = plugin(picker(docs), "core-metrics-extractor")
     engine = server["metadata"]["labels"][extractor["engineLabelKey"]]

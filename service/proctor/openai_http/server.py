@@ -80,8 +80,11 @@ class HttpListener:
     async def start(self) -> int:
         self.config.load()
         files = None
-        if self.settings.tls_cert_file:
+        if self.settings.tls_cert_file and not self.settings.http_plaintext:
             files, self.config.ssl = _tls_context(self.settings)
+        elif self.settings.http_plaintext and not self.settings.loopback:
+            log.warning("--http-plaintext: the HTTP port on %s has no TLS (a gateway or mesh must provide it)",
+                        self.settings.host)
         family = socket.AF_INET6 if ":" in self.settings.host.strip("[]") else socket.AF_INET
         # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets whose proto says TCP, and
         # without it every keep-alive request's first chunk waits out the client's delayed ACK (~40 ms)
