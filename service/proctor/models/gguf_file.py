@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import mmap
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,6 +54,8 @@ class GgufFile:
             raise ModelError(f"{path} is not a readable GGUF file: {exc}") from exc
         self.path = path
         plain = mapped.view(np.ndarray)  # slices of a plain view cost less than memmap slices; it keeps the map
+        self._map: mmap.mmap | None = getattr(mapped, "_mmap", None)
+        self._base, self._size = int(plain.ctypes.data), int(plain.nbytes)
         self._tensors = {info.name: _tensor(info, plain, self._header.data_offset) for info in self._header.tensors}
         architecture = self._header.fields.get("general.architecture")
         self.architecture = architecture if isinstance(architecture, str) else "unknown"
@@ -103,6 +106,18 @@ class GgufFile:
         if unpermute_heads is not None:
             blocks = unpermute_rows(blocks, unpermute_heads)
         return GgufLinear(blocks, int(tensor.tensor_type), inputs)
+
+    def release(self, blocks: torch.Tensor) -> None:
+        """Let this process's resident memory drop the file's pages behind ``blocks`` (a view of the map) once the
+        matrix lives elsewhere (repacked, GgufLinear.grouped): read-only file pages, so a later read would fault
+        them back from the file. Only whole pages inside the view; a tensor outside the map is left alone."""
+        start = blocks.data_ptr() - self._base
+        end = start + blocks.numel()
+        if self._map is None or start < 0 or end > self._size:
+            return
+        first, last = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+        if last > first:
+            self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
 
     def vector(self, name: str, unpermute_heads: int | None = None) -> torch.Tensor:
         """A norm or bias as float32 (copied out of the map: small, and kept whole)."""

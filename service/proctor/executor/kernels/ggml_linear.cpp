@@ -3,7 +3,8 @@
 // step of a layer around them (layer_step.h), its q, k, v (and gate, up) products each of its own type
 // as a Q4_K_M file mixes them.
 //
-// A weight is [out, row bytes] uint8, the file's rows unchanged. Each output is computed whole by one
+// A weight is [out, row bytes] uint8, the file's rows unchanged (a layer's Q4_K matrix: [out / 8, 8 · row bytes],
+// eight rows to a group, ggml_r8.h). Each output is computed whole by one
 // thread: per block, the weight's codes are unpacked once and multiplied by a tile of up to 8 activation
 // rows (ggml_dot.h); every block's integer sum is exact and scaled in float in block order, the same
 // operations whichever group of weight rows or tile of activation rows it falls in. So a row's result is
@@ -18,6 +19,7 @@
 #include "q4_types.h"
 #define PROCTOR_GGML_NAMESPACE proctor_ggml_avx2
 #include "ggml_dot.h"
+#include "ggml_r8.h"
 
 namespace {
 
@@ -76,7 +78,11 @@ struct Activations {
 
 Layout checked_layout(const at::Tensor& blocks, int64_t type, int64_t k) {
   Layout layout;
-  TORCH_CHECK(layout_of(type, layout), "ggml type ", type, " has no product here");
+  if (type == Q4_K_R8) {  // a row of the tensor is a group of eight weight rows
+    layout = {256, kR8Bytes, Activation::q8_k};
+  } else {
+    TORCH_CHECK(layout_of(type, layout), "ggml type ", type, " has no product here");
+  }
   TORCH_CHECK(blocks.device().is_cpu() && blocks.scalar_type() == at::kByte && blocks.is_contiguous() &&
                   blocks.dim() == 2,
               "weight blocks must be a contiguous 2-D uint8 CPU tensor");
@@ -89,7 +95,51 @@ Layout checked_layout(const at::Tensor& blocks, int64_t type, int64_t k) {
 // The block types go eight weight rows at a time (ggml_dot.h's group(); sixteen in the VNNI loops,
 // ggml_wide.h, with each row's bits unchanged); float types a row at a time.
 // Each thread takes whole items (a group, or a weight row).
+// Q4_K_R8 (ggml_r8.h): up to kRowMost activation rows read the groups as they are; more, the file's layout rebuilt
+// per item in a scratch and multiplied as Q4_K (the many-row loops' own bits, whichever layout it came from).
+void product_r8(Activations& x, const at::Tensor& blocks, float* y, int64_t width, int64_t column) {
+  checked_layout(blocks, Q4_K_R8, x.k);
+  const int64_t groups = blocks.size(0), group_bytes = blocks.size(1), nb = x.k / 256, rows = x.rows;
+  const uint8_t* wp = blocks.const_data_ptr<uint8_t>();
+  const ActivationView view = x.view();
+  if (rows <= proctor_ggml_avx2::kRowMost) {
+    const int64_t grain = std::max<int64_t>(1, 65536 / group_bytes);
+    at::parallel_for(0, groups, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t g = begin; g < end; ++g) {
+        float* out = y + column + 8 * g;
+        switch (rows) {
+          case 1: r8_rows<1>(wp + g * group_bytes, nb, view, out, width); break;
+          case 2: r8_rows<2>(wp + g * group_bytes, nb, view, out, width); break;
+          case 3: r8_rows<3>(wp + g * group_bytes, nb, view, out, width); break;
+          default: r8_rows<4>(wp + g * group_bytes, nb, view, out, width); break;
+        }
+      }
+    });
+    return;
+  }
+  const bool vnni = proctor_q4::vnni_loops();
+  const int64_t per_item = vnni ? kWideRows : kGroupRows, row_bytes = nb * 144, n = 8 * groups;
+  const int64_t items = (n + per_item - 1) / per_item;
+  at::parallel_for(0, items, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<uint8_t> file_rows;
+    file_rows.resize(static_cast<size_t>(per_item * row_bytes));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t j0 = item * per_item, g = std::min(per_item, n - j0);
+      for (int64_t h = 0; h < g; h += 8) unpack_r8(wp + (j0 + h) / 8 * group_bytes, nb, file_rows.data() + h * row_bytes, row_bytes);
+      if (vnni) {
+        wide_group_vnni(Q4_K, file_rows.data(), row_bytes, g, x.k, view, rows, y + column + j0, width);
+      } else {
+        proctor_ggml_avx2::group(Q4_K, file_rows.data(), row_bytes, g, x.k, view, rows, y + column + j0, width);
+      }
+    }
+  });
+}
+
 void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float* y, int64_t width, int64_t column) {
+  if (type == Q4_K_R8) {
+    product_r8(x, blocks, y, width, column);
+    return;
+  }
   const Layout layout = checked_layout(blocks, type, x.k);
   const int64_t n = blocks.size(0), row_bytes = blocks.size(1), rows = x.rows;
   const uint8_t* wp = blocks.const_data_ptr<uint8_t>();
@@ -130,6 +180,7 @@ void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float*
 }
 
 Activation activation_for(int64_t type) {
+  if (type == Q4_K_R8) return Activation::q8_k;
   Layout layout;
   TORCH_CHECK(layout_of(type, layout), "ggml type ", type, " has no product here");
   return layout.activation;
@@ -140,7 +191,7 @@ at::Tensor products(const float* x, int64_t rows, int64_t k, at::TensorList weig
                     const at::TensorOptions& options) {
   TORCH_CHECK(weights.size() == types.size() && !weights.empty(), "one ggml type per weight");
   int64_t width = 0;
-  for (const at::Tensor& w : weights) width += w.size(0);
+  for (size_t i = 0; i < weights.size(); ++i) width += weights[i].size(0) * (types[i] == Q4_K_R8 ? 8 : 1);
   at::Tensor y = at::empty({rows, width}, options);
   std::array<Activations, 6> forms;  // each activation form quantized at most once
   std::array<bool, 6> ready{};
@@ -149,7 +200,7 @@ at::Tensor products(const float* x, int64_t rows, int64_t k, at::TensorList weig
     const auto form = static_cast<size_t>(activation_for(types[i]));
     if (!ready[form]) forms[form].quantize(static_cast<Activation>(form), x, rows, k), ready[form] = true;
     product_into(forms[form], weights[i], types[i], y.data_ptr<float>(), width, column);
-    column += weights[i].size(0);
+    column += weights[i].size(0) * (types[i] == Q4_K_R8 ? 8 : 1);
   }
   return y;
 }
@@ -159,6 +210,20 @@ at::Tensor ggml_linear(const at::Tensor& x, at::TensorList blocks, at::IntArrayR
   check_float(x, "x");
   TORCH_CHECK(x.dim() == 2, "x must be [rows, inputs]");
   return products(x.const_data_ptr<float>(), x.size(0), x.size(1), blocks, types, x.options());
+}
+
+// A Q4_K weight [rows, row bytes] (rows a multiple of 8) as Q4_K_R8 groups [rows / 8, 8 · row bytes] (ggml_r8.h).
+at::Tensor repack_q4_k(const at::Tensor& blocks, int64_t k) {
+  const Layout layout = checked_layout(blocks, Q4_K, k);
+  TORCH_CHECK(blocks.size(0) % 8 == 0, "Q4_K_R8 groups eight rows: ", blocks.size(0), " rows");
+  at::Tensor out = at::empty({blocks.size(0) / 8, 8 * blocks.size(1)}, blocks.options());
+  const int64_t row_bytes = blocks.size(1);
+  const uint8_t* in = blocks.const_data_ptr<uint8_t>();
+  uint8_t* o = out.data_ptr<uint8_t>();
+  at::parallel_for(0, out.size(0), 16, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) pack_r8(in + 8 * g * row_bytes, row_bytes, k / layout.elements, o + g * 8 * row_bytes);
+  });
+  return out;
 }
 
 // Rows `ids` of a weight as float32, each value as ggml dequantizes it: token embeddings.
@@ -241,6 +306,7 @@ void decode_layer_ggml(at::Tensor& h, const at::Tensor& in_norm, at::TensorList 
 TORCH_LIBRARY_FRAGMENT(proctor, m) {
   m.def("ggml_linear(Tensor x, Tensor[] blocks, int[] types) -> Tensor");
   m.def("ggml_rows(Tensor blocks, int type, int k, Tensor ids) -> Tensor");
+  m.def("repack_q4_k(Tensor blocks, int k) -> Tensor");
   m.def(
       "decode_layer_ggml(Tensor(a!) h, Tensor in_norm, Tensor[] qkv, int[] qkv_types, Tensor o, int o_type, "
       "Tensor post_norm, Tensor[] gate_up, int[] gate_up_types, Tensor down, int down_type, "
@@ -250,5 +316,6 @@ TORCH_LIBRARY_FRAGMENT(proctor, m) {
 TORCH_LIBRARY_IMPL(proctor, CPU, m) {
   m.impl("ggml_linear", &ggml_linear);
   m.impl("ggml_rows", &ggml_rows);
+  m.impl("repack_q4_k", &repack_q4_k);
   m.impl("decode_layer_ggml", &decode_layer_ggml);
 }

@@ -1,0 +1,70 @@
+"""Q4_K products on the file's rows against the same weights repacked eight rows to a group (kernels/ggml_r8.h,
+issue 57's lever at one and a few activation rows), interleaved in one process on every Q4_K matrix of a GGUF file's
+layers, one after another as a decode step reads them (a working set past the caches): median ms, GB/s of the
+file's bytes, and the ratio, at 1 and 2 threads and 1, 2 and 4 rows, for the loops the CPU has. The two give the
+same bits (tests/unit/test_q4k_repack.py).
+
+    python bench/q4k_repack.py FILE.gguf [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "service")]
+
+import torch  # noqa: E402
+
+from proctor.executor.fused_decode import load_problem  # noqa: E402
+from proctor.executor.gguf_linear import Q4_K_R8  # noqa: E402
+from proctor.models.gguf_file import GgufFile  # noqa: E402
+
+Q4_K = 12
+PARTS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("gguf", type=Path)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    problem = load_problem()
+    if problem is not None:
+        raise SystemExit(problem)
+    file = GgufFile(args.gguf)
+    names = [f"blk.{i}.{part}.weight" for i in range(1000) for part in PARTS if file.has(f"blk.{i}.{part}.weight")]
+    matrices = [m for m in (file.matrix(name) for name in names) if m.ggml_type == Q4_K and m.out_features % 8 == 0]
+    grouped = [torch.ops.proctor.repack_q4_k(m.blocks, m.in_features) for m in matrices]
+    size = sum(m.nbytes for m in matrices)
+    product = torch.ops.proctor.ggml_linear
+    loops = ["auto", "avx2"] if torch.ops.proctor.q4_loops("") == "avx512-vnni" else ["avx2"]
+    print(f"\n`python bench/q4k_repack.py {args.gguf.name}`: {len(matrices)} Q4_K matrices, {size / 1e6:.0f} MB\n")
+    print("| threads | rows | loops | file rows ms (GB/s) | grouped ms (GB/s) | speed-up |\n|---|---|---|---|---|---|")
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for rows in (1, 2, 4):
+            inputs = {k: torch.randn(rows, k) for k in {m.in_features for m in matrices}}
+            for chosen in loops:
+                name = torch.ops.proctor.q4_loops(chosen)
+                times: dict[str, list[float]] = {"file": [], "grouped": []}
+                ways = (("file", [m.blocks for m in matrices], Q4_K), ("grouped", grouped, Q4_K_R8))
+                for _ in range(args.rounds):
+                    for tag, weights, kind in ways:
+                        began = time.perf_counter()
+                        for m, w in zip(matrices, weights, strict=True):
+                            product(inputs[m.in_features], [w], [kind])
+                        times[tag].append(time.perf_counter() - began)
+                file_s, grouped_s = statistics.median(times["file"]), statistics.median(times["grouped"])
+                print(f"| {threads} | {rows} | {name} | {file_s * 1e3:.1f} ({size / file_s / 1e9:.1f}) | "
+                      f"{grouped_s * 1e3:.1f} ({size / grouped_s / 1e9:.1f}) | {file_s / grouped_s:.2f}× |", flush=True)
+    torch.ops.proctor.q4_loops("auto")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
