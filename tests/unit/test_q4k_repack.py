@@ -79,10 +79,13 @@ def test_the_largest_integer_sums_are_exact(sign: float) -> None:
     assert torch.isfinite(grouped).all() and torch.equal(grouped, product(x, [(blocks, Q4_K)]))
 
 
-def test_rows_not_in_eights_are_refused() -> None:
+def test_rows_not_in_eights_and_lookups_of_groups_are_refused() -> None:
     blocks = torch.from_numpy(np.ascontiguousarray(random_blocks(Q4_K, 12, INPUTS)))
     with pytest.raises(RuntimeError, match="eight rows"):
         torch.ops.proctor.repack_q4_k(blocks, INPUTS)
+    grouped = torch.ops.proctor.repack_q4_k(blocks[:8].contiguous(), INPUTS)
+    with pytest.raises(RuntimeError, match="not read back"):
+        torch.ops.proctor.ggml_rows(grouped, Q4_K_R8, INPUTS, torch.tensor([0]))
 
 
 def test_a_q4_k_model_serves_grouped_layers_with_the_file_layouts_logits(

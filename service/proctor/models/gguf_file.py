@@ -113,7 +113,7 @@ class GgufFile:
         them back from the file. Only whole pages inside the view; a tensor outside the map is left alone."""
         start = blocks.data_ptr() - self._base
         end = start + blocks.numel()
-        if self._map is None or start < 0 or end > self._size:
+        if self._map is None or not hasattr(mmap, "MADV_DONTNEED") or start < 0 or end > self._size:
             return
         first, last = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
         if last > first:

@@ -91,10 +91,6 @@ Layout checked_layout(const at::Tensor& blocks, int64_t type, int64_t k) {
   return layout;
 }
 
-// y[:, column .. column + out) of a [rows, width] result = x · Wᵀ, with x already in W's activation form.
-// The block types go eight weight rows at a time (ggml_dot.h's group(); sixteen in the VNNI loops,
-// ggml_wide.h, with each row's bits unchanged); float types a row at a time.
-// Each thread takes whole items (a group, or a weight row).
 // Q4_K_R8 (ggml_r8.h): up to kRowMost activation rows read the groups as they are; more, the file's layout rebuilt
 // per item in a scratch and multiplied as Q4_K (the many-row loops' own bits, whichever layout it came from).
 void product_r8(Activations& x, const at::Tensor& blocks, float* y, int64_t width, int64_t column) {
@@ -125,7 +121,9 @@ void product_r8(Activations& x, const at::Tensor& blocks, float* y, int64_t widt
     file_rows.resize(static_cast<size_t>(per_item * row_bytes));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t j0 = item * per_item, g = std::min(per_item, n - j0);
-      for (int64_t h = 0; h < g; h += 8) unpack_r8(wp + (j0 + h) / 8 * group_bytes, nb, file_rows.data() + h * row_bytes, row_bytes);
+      for (int64_t h = 0; h < g; h += 8) {
+        unpack_r8(wp + (j0 + h) / 8 * group_bytes, nb, file_rows.data() + h * row_bytes, row_bytes);
+      }
       if (vnni) {
         wide_group_vnni(Q4_K, file_rows.data(), row_bytes, g, x.k, view, rows, y + column + j0, width);
       } else {
@@ -135,6 +133,10 @@ void product_r8(Activations& x, const at::Tensor& blocks, float* y, int64_t widt
   });
 }
 
+// y[:, column .. column + out) of a [rows, width] result = x · Wᵀ, with x already in W's activation form.
+// The block types go eight weight rows at a time (ggml_dot.h's group(); sixteen in the VNNI loops,
+// ggml_wide.h, with each row's bits unchanged); float types a row at a time.
+// Each thread takes whole items (a group, or a weight row).
 void product_into(Activations& x, const at::Tensor& blocks, int64_t type, float* y, int64_t width, int64_t column) {
   if (type == Q4_K_R8) {
     product_r8(x, blocks, y, width, column);
@@ -221,13 +223,16 @@ at::Tensor repack_q4_k(const at::Tensor& blocks, int64_t k) {
   const uint8_t* in = blocks.const_data_ptr<uint8_t>();
   uint8_t* o = out.data_ptr<uint8_t>();
   at::parallel_for(0, out.size(0), 16, [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) pack_r8(in + 8 * g * row_bytes, row_bytes, k / layout.elements, o + g * 8 * row_bytes);
+    for (int64_t g = begin; g < end; ++g) {
+      pack_r8(in + 8 * g * row_bytes, row_bytes, k / layout.elements, o + g * 8 * row_bytes);
+    }
   });
   return out;
 }
 
 // Rows `ids` of a weight as float32, each value as ggml dequantizes it: token embeddings.
 at::Tensor ggml_rows(const at::Tensor& blocks, int64_t type, int64_t k, const at::Tensor& ids) {
+  TORCH_CHECK(type != Q4_K_R8, "rows of a grouped Q4_K weight are not read back: keep the file's layout for lookups");
   const Layout layout = checked_layout(blocks, type, k);
   TORCH_CHECK(ids.device().is_cpu() && ids.scalar_type() == at::kLong && ids.dim() == 1, "ids must be a 1-D int64 tensor");
   at::Tensor out = at::empty({ids.size(0), k}, blocks.options().dtype(at::kFloat));
