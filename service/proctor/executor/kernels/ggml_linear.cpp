@@ -91,23 +91,29 @@ Layout checked_layout(const at::Tensor& blocks, int64_t type, int64_t k) {
   return layout;
 }
 
-// Q4_K_R8 (ggml_r8.h): up to kRowMost activation rows read the groups as they are; more, the file's layout rebuilt
+constexpr int64_t kR8RowMost = 8;  // activation rows the grouped loop takes (past it slower: bench/README.md)
+
+// Q4_K_R8 (ggml_r8.h): up to kR8RowMost activation rows read the groups as they are; more, the file's layout rebuilt
 // per item in a scratch and multiplied as Q4_K (the many-row loops' own bits, whichever layout it came from).
 void product_r8(Activations& x, const at::Tensor& blocks, float* y, int64_t width, int64_t column) {
   checked_layout(blocks, Q4_K_R8, x.k);
   const int64_t groups = blocks.size(0), group_bytes = blocks.size(1), nb = x.k / 256, rows = x.rows;
   const uint8_t* wp = blocks.const_data_ptr<uint8_t>();
   const ActivationView view = x.view();
-  if (rows <= proctor_ggml_avx2::kRowMost) {
+  if (rows <= kR8RowMost) {  // tiles of up to four activation rows, each group's bytes read once a tile
     const int64_t grain = std::max<int64_t>(1, 65536 / group_bytes);
     at::parallel_for(0, groups, grain, [&](int64_t begin, int64_t end) {
       for (int64_t g = begin; g < end; ++g) {
-        float* out = y + column + 8 * g;
-        switch (rows) {
-          case 1: r8_rows<1>(wp + g * group_bytes, nb, view, out, width); break;
-          case 2: r8_rows<2>(wp + g * group_bytes, nb, view, out, width); break;
-          case 3: r8_rows<3>(wp + g * group_bytes, nb, view, out, width); break;
-          default: r8_rows<4>(wp + g * group_bytes, nb, view, out, width); break;
+        for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+          ActivationView tile = view;
+          tile.codes += r0 * view.k, tile.d += r0 * view.per_row_blocks, tile.bsums += r0 * view.per_row_blocks * 16;
+          float* out = y + r0 * width + column + 8 * g;
+          switch (std::min<int64_t>(4, rows - r0)) {
+            case 1: r8_rows<1>(wp + g * group_bytes, nb, tile, out, width); break;
+            case 2: r8_rows<2>(wp + g * group_bytes, nb, tile, out, width); break;
+            case 3: r8_rows<3>(wp + g * group_bytes, nb, tile, out, width); break;
+            default: r8_rows<4>(wp + g * group_bytes, nb, tile, out, width); break;
+          }
         }
       }
     });

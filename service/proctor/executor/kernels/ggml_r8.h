@@ -42,7 +42,8 @@ inline void pack_r8(const uint8_t* rows, int64_t row_bytes, int64_t blocks, uint
   }
 }
 
-// The inverse: a group back to the file's eight rows (the many-row loops read those).
+// The inverse: a group back to the file's eight rows (the many-row loops read those). A chunk's eight vectors (lane
+// r: row r's word l) transposed are the eight rows' 32 bytes of it (ggml_dot.h's transpose_words8, included first).
 inline void unpack_r8(const uint8_t* group, int64_t blocks, uint8_t* rows, int64_t row_bytes) {
   for (int64_t b = 0; b < blocks; ++b, group += kR8Bytes) {
     for (int r = 0; r < 8; ++r) {
@@ -50,8 +51,13 @@ inline void unpack_r8(const uint8_t* group, int64_t blocks, uint8_t* rows, int64
       std::memcpy(block, group + 2 * r, 2);
       std::memcpy(block + 2, group + 16 + 2 * r, 2);
       for (int w = 0; w < 3; ++w) std::memcpy(block + 4 + 4 * w, group + 32 + 4 * (8 * w + r), 4);
-      for (int c = 0; c < 4; ++c) {
-        for (int l = 0; l < 8; ++l) std::memcpy(block + 16 + 32 * c + 4 * l, group + 128 + 4 * (8 * (8 * c + l) + r), 4);
+    }
+    for (int c = 0; c < 4; ++c) {
+      __m256i v[8];
+      for (int l = 0; l < 8; ++l) v[l] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 128 + 32 * (8 * c + l)));
+      proctor_ggml_avx2::transpose_words8(v);
+      for (int r = 0; r < 8; ++r) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(rows + r * row_bytes + b * 144 + 16 + 32 * c), v[r]);
       }
     }
   }
