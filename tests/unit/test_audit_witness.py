@@ -15,12 +15,11 @@ from typing import Any
 
 import grpc
 import pytest
+from helpers.audit_log import grow
 from helpers.requirements import missing
 
 from proctor.api.audit_servicer import AuditServicer
-from proctor.audit import FORMAT
 from proctor.audit.chain import load_or_create_signing_key, log_signer
-from proctor.audit.sink import AuditSink
 from proctor.audit.sqlite_store import SQLiteAuditStore
 from proctor.audit.store import AuditStore
 from proctor.audit.witness import Refused, state_file, witness_round, witness_signer
@@ -59,16 +58,6 @@ def serve_audit(store: AuditStore, settings: Settings | None = None) -> Iterator
         thread.join(10)
         assert not thread.is_alive(), "the audit server did not stop"
 
-
-def grow(store: AuditStore, key_path: Path, prefix: str, count: int) -> None:
-    """``count`` records by the real sink, a checkpoint every 4 and one at close."""
-    sink = AuditSink(store, load_or_create_signing_key(key_path), checkpoint_file=None, checkpoint_every=4,
-                     checkpoint_interval_s=3600)
-    for number in range(count):
-        sink.submit({"format": FORMAT, "kind": "request", "audit_id": f"{prefix}-{number}", "method": "Generate",
-                     "request_id": f"{prefix}{number}", "received_ms": 1_764_000_000_000 + number,
-                     "caller": {"identity": "alice"}, "finish": {"reason": "length", "detail": ""}}).result(10)
-    sink.close()
 
 
 def copy_log(source: Path, target: Path) -> None:

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from helpers.audit_log import grow
 from helpers.reliability import free_port
 from helpers.tlog_spec import consistent, fetch, mth, parse_checkpoint, read_tree, split_note, tile_url
 
-from proctor.audit import FORMAT, tree
-from proctor.audit.chain import load_or_create_signing_key
-from proctor.audit.sink import AuditSink
+from proctor.audit import tree
 from proctor.audit.sqlite_store import SQLiteAuditStore
 from proctor.audit.tiles import (
     TILE_WIDTH,
@@ -99,21 +98,11 @@ def test_tiles_of_a_large_tree_from_its_stored_nodes_rebuild_every_root() -> Non
         tile_bytes(Tile(2, 0, 2), 70_000, lookup)
 
 
-def grow(store: SQLiteAuditStore, key: Path, count: int, every: int = 50) -> None:
-    """``count`` records by the real sink, a checkpoint every ``every`` and one at close."""
-    sink = AuditSink(store, load_or_create_signing_key(key), checkpoint_file=None, checkpoint_every=every,
-                     checkpoint_interval_s=3600)
-    for number in range(count):
-        sink.submit({"format": FORMAT, "kind": "request", "audit_id": f"tile-{number}", "method": "Generate",
-                     "request_id": f"t{number}", "received_ms": 1_764_000_000_000 + number,
-                     "caller": {"identity": "alice"}, "finish": {"reason": "length", "detail": ""}}).result(10)
-    sink.close()
-
 
 @pytest.fixture(scope="module")
 def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     directory = tmp_path_factory.mktemp("tiles")
-    grow(SQLiteAuditStore(directory / "log.db"), directory / "log.key", 620)
+    grow(SQLiteAuditStore(directory / "log.db"), directory / "log.key", "tile", 620, every=50)
     return directory / "log.db", directory / "log.key"
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from helpers.audit_log import grow
 from helpers.reliability import free_port
 from helpers.tlog_spec import (
     EMPTY,
@@ -39,10 +40,8 @@ from helpers.tlog_spec import (
 )
 from prometheus_client import CollectorRegistry
 
-from proctor.audit import FORMAT
 from proctor.audit.chain import load_or_create_signing_key, log_signer
 from proctor.audit.proofs import ProofUnavailable, consistency, inclusion, signed_checkpoint
-from proctor.audit.sink import AuditSink
 from proctor.audit.sqlite_store import SQLiteAuditStore
 from proctor.audit.witness import witness_signer
 from proctor.audit.witness_feed import WitnessFeed
@@ -52,21 +51,10 @@ from proctor_client.tlog.note import Verifier, parse_vkey
 from proctor_client.tlog.proof import verify_proof
 
 
-def grow(store: SQLiteAuditStore, key: Path, prefix: str, count: int) -> None:
-    """``count`` records by the real sink, a checkpoint every 5 and one at close."""
-    sink = AuditSink(store, load_or_create_signing_key(key), checkpoint_file=None, checkpoint_every=5,
-                     checkpoint_interval_s=3600)
-    for number in range(count):
-        sink.submit({"format": FORMAT, "kind": "request", "audit_id": f"{prefix}-{number}", "method": "Generate",
-                     "request_id": f"{prefix}{number}", "received_ms": 1_764_000_000_000 + number,
-                     "caller": {"identity": "alice"}, "finish": {"reason": "length", "detail": ""}}).result(10)
-    sink.close()
-
-
 @pytest.fixture
 def log(tmp_path: Path) -> dict[str, Any]:
     store = SQLiteAuditStore(tmp_path / "log.db")
-    grow(store, tmp_path / "log.key", "a", 7)
+    grow(store, tmp_path / "log.key", "a", 7, every=5)
     signer = log_signer(load_or_create_signing_key(tmp_path / "log.key"))
     return {"store": store, "key": tmp_path / "log.key", "origin": signer.name, "public": signer.key.public_key(),
             "vkey": signer.verifier.vkey()}
@@ -119,7 +107,7 @@ def test_the_witness_cosigns_a_growing_proctor_log_and_answers_each_refusal_as_t
                                 )[1] == size  # on disk before the answer
         status, text, headers = post_checkpoint(witness.url, 0, [], note)
         assert (status, text) == (409, f"{size}\n") and headers["content-type"] == "text/x.tlog.size"
-        grow(store, log["key"], "b", 6)
+        grow(store, log["key"], "b", 6, every=5)
         new_size, new_note = latest(store)
         proof = consistency(store, size, new_size)[0]
         assert post_checkpoint(witness.url, size, proof[:-1], new_note)[0] == 422  # a proof that does not verify
@@ -176,9 +164,9 @@ def test_two_racing_requests_cannot_roll_the_witness_back(log: dict[str, Any], t
                              tmp_path / "state")
     size, note = latest(store)
     assert service.add_checkpoint(f"old 0\n\n{note}".encode()).status == 200
-    grow(store, log["key"], "c", 5)
+    grow(store, log["key"], "c", 5, every=5)
     middle, middle_note = latest(store)
-    grow(store, log["key"], "d", 5)
+    grow(store, log["key"], "d", 5, every=5)
     top, top_note = latest(store)
     bodies = [_body(size, consistency(store, size, target)[0], text) for target, text in
               ((middle, middle_note), (top, top_note))] * 8
@@ -207,11 +195,11 @@ def test_the_log_posts_its_checkpoints_and_keeps_the_cosignatures(log: dict[str,
         assert verify_proof(proof.render(), log["vkey"], [witness.vkey()]).ok
         feed.run_once()
         assert len(witness.requests) == 1  # nothing new: nothing posted
-        grow(store, log["key"], "b", 6)
+        grow(store, log["key"], "b", 6, every=5)
         feed.run_once()  # from the size it cosigned, with the consistency proof the spec's witness checks
         assert witness.requests[-1].startswith(f"old {size}\n") and answers[-1] == (url, "cosigned")
         restarted = WitnessFeed(store, (url,), (witness.vkey(),), _Recorder(answers))
-        grow(store, log["key"], "c", 6)
+        grow(store, log["key"], "c", 6, every=5)
         restarted.run_once()  # a restarted log starts from 0: the 409 names the size, and it resyncs at once
         assert [outcome for _, outcome in answers[-2:]] == ["conflict", "cosigned"]
         assert witness.state[origin][0] == latest(store)[0]
