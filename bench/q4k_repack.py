@@ -2,9 +2,10 @@
 issue 57's lever at one and a few activation rows), interleaved in one process on every Q4_K matrix of a GGUF file's
 layers, one after another as a decode step reads them (a working set past the caches): median ms, GB/s of the
 file's bytes, and the ratio, at 1 and 2 threads and 1, 2 and 4 rows, for the loops the CPU has. The two give the
-same bits (tests/unit/test_q4k_repack.py).
+same bits (tests/unit/test_q4k_repack.py). ``--steps N`` also times the whole slot-forward decode step at 1, 2, 4,
+8 and 16 streams: the file loaded twice, served grouped (as the server does) and on its rows, steps alternating.
 
-    python bench/q4k_repack.py FILE.gguf [--rounds 7]
+    python bench/q4k_repack.py FILE.gguf [--rounds 7] [--steps 12]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("gguf", type=Path)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=0, help="decode steps per stream count (0: no step table)")
     args = parser.parse_args()
     problem = load_problem()
     if problem is not None:
@@ -63,7 +65,46 @@ def main() -> int:
                 print(f"| {threads} | {rows} | {name} | {file_s * 1e3:.1f} ({size / file_s / 1e9:.1f}) | "
                       f"{grouped_s * 1e3:.1f} ({size / grouped_s / 1e9:.1f}) | {file_s / grouped_s:.2f}× |", flush=True)
     torch.ops.proctor.q4_loops("auto")
+    torch.set_num_threads(2)
+    if args.steps:
+        steps(args.gguf, args.steps)
     return 0
+
+
+def steps(path: Path, count: int) -> None:
+    """The decode step, grouped against the file's rows, at several stream counts (medians, steps alternating)."""
+    from proctor.config import Settings
+    from proctor.executor.gguf_linear import GgufLinear
+    from proctor.executor.protocol import Feed
+    from proctor.executor.slot_forward import SlotForward
+    from proctor.models.loader import load_model
+
+    def served(grouped: bool) -> SlotForward:
+        original = GgufLinear.grouped
+        if not grouped:
+            GgufLinear.grouped = lambda self: self  # type: ignore[method-assign]
+        try:
+            return SlotForward(load_model(Settings(model=str(path), weights="gguf")).model, 16, torch.device("cpu"),
+                               "gguf")
+        finally:
+            GgufLinear.grouped = original  # type: ignore[method-assign]
+
+    forwards = {"grouped": served(True), "file": served(False)}
+    print("\n| streams | file rows ms | grouped ms | speed-up |\n|---|---|---|---|")
+    with torch.inference_mode():
+        for slots in forwards.values():
+            for slot in range(16):
+                slots.free(slot)
+                slots.forward([Feed(slot, [(slot * 7 + i) % 1000 + 10 for i in range(40)], 1)])
+        for streams in (1, 2, 4, 8, 16):
+            times: dict[str, list[float]] = {tag: [] for tag in forwards}
+            for step in range(count):
+                for tag, slots in forwards.items():
+                    began = time.perf_counter()
+                    slots.forward([Feed(slot, [(step + slot) % 1000 + 10], 1) for slot in range(streams)])
+                    times[tag].append(time.perf_counter() - began)
+            file_s, grouped_s = (statistics.median(times[tag][1:]) for tag in ("file", "grouped"))
+            print(f"| {streams} | {file_s * 1e3:.1f} | {grouped_s * 1e3:.1f} | {file_s / grouped_s:.2f}× |", flush=True)
 
 
 if __name__ == "__main__":
