@@ -1,11 +1,11 @@
 """Q4_K products on the file's rows against the same weights repacked eight rows to a group (kernels/ggml_r8.h,
 issue 57's lever at one and a few activation rows), interleaved in one process on every Q4_K matrix of a GGUF file's
 layers, one after another as a decode step reads them (a working set past the caches): median ms, GB/s of the
-file's bytes, and the ratio, at 1 and 2 threads and 1, 2 and 4 rows, for the loops the CPU has. The two give the
+file's bytes, and the ratio, at 1 and 2 threads and 1, 2 and 4 rows (``--rows``), for the loops the CPU has. The two give the
 same bits (tests/unit/test_q4k_repack.py). ``--steps N`` also times the whole slot-forward decode step at 1, 2, 4,
 8 and 16 streams: the file loaded twice, served grouped (as the server does) and on its rows, steps alternating.
 
-    python bench/q4k_repack.py FILE.gguf [--rounds 7] [--steps 12]
+    python bench/q4k_repack.py FILE.gguf [--rounds 7] [--steps 12] [--rows 1,2,4]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def main() -> int:
     parser.add_argument("gguf", type=Path)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=0, help="decode steps per stream count (0: no step table)")
+    parser.add_argument("--rows", default="1,2,4", help="activation rows of the product table, comma-separated")
     args = parser.parse_args()
     problem = load_problem()
     if problem is not None:
@@ -49,7 +50,7 @@ def main() -> int:
     print("| threads | rows | loops | file rows ms (GB/s) | grouped ms (GB/s) | speed-up |\n|---|---|---|---|---|---|")
     for threads in (1, 2):
         torch.set_num_threads(threads)
-        for rows in (1, 2, 4):
+        for rows in (int(r) for r in args.rows.split(",")):
             inputs = {k: torch.randn(rows, k) for k in {m.in_features for m in matrices}}
             for chosen in loops:
                 name = torch.ops.proctor.q4_loops(chosen)

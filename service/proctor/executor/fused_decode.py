@@ -35,7 +35,8 @@ KERNELS = Path(__file__).with_name("kernels")
 SOURCES = (KERNELS / "pipeline.cpp", KERNELS / "q8_decode.cpp", KERNELS / "q4_decode.cpp", KERNELS / "q4_vnni.cpp",
            KERNELS / "ggml_linear.cpp", KERNELS / "ggml_vnni.cpp")
 HEADERS = (KERNELS / "layer_step.h", KERNELS / "q4_dot.h", KERNELS / "q4_types.h", KERNELS / "ggml_blocks.h",
-           KERNELS / "ggml_dot.h", KERNELS / "ggml_wide.h", KERNELS / "ggml_r8.h")
+           KERNELS / "ggml_dot.h", KERNELS / "ggml_wide.h", KERNELS / "ggml_r8.h",
+           KERNELS / "ggml_r8_blocks.h")
 # AVX2 + FMA + F16C (the float16 cache; every AVX2 CPU has it) only: what fbgemm's q8 path needs
 # anyway, and the same code on every x86 machine that runs q8 or q4, so a record replays to the same bits.
 # -fopenmp: at::parallel_for is inline in ATen's headers, so without it every parallel loop here runs on

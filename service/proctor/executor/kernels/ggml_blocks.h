@@ -142,11 +142,17 @@ struct ActivationView {
 constexpr int64_t kGroupRows = 8;               // weight rows ggml_dot.h's group() takes: the lanes of 256 bits
 constexpr int64_t kWideRows = 2 * kGroupRows;  // and ggml_wide.h's wide_group(): two groups in 512 bits
 
+constexpr int64_t Q4_K_R8 = 112;  // not a ggml type: Q4_K weights eight rows to a group (ggml_r8.h, repack_q4_k)
+constexpr int64_t kR8Bytes = 8 * 144;  // a group's bytes per 256-input block
+
 // ggml_dot.h's rows(), and ggml_wide.h's wide_group(), compiled with AVX-512 VNNI (ggml_vnni.cpp): the same
 // bits as the AVX2 copy's rows() and group().
 void rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const ActivationView& x, int64_t r0,
                float* out);
 void wide_group_vnni(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x,
                      int64_t rows, float* y, int64_t width);
+// wide_group_vnni(Q4_K, …) on sixteen rows grouped as ggml_r8.h lays them out (ggml_r8_blocks.h): the same bits.
+void wide_groups_vnni(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x, int64_t rows,
+                      float* y, int64_t width);
 
 }  // namespace proctor_ggml

@@ -592,6 +592,7 @@ template <int R, int64_t TYPE>
 // bits, in the VNNI copy). The drivers below take either; only the Blocks and their block_rows differ.
 struct Narrow {
   static constexpr int64_t kRows = kGroupRows;
+  static constexpr bool kFileRows = true;  // w is the file's rows (ggml_r8_blocks.h's groups are not)
   using Acc = __m256;
   template <int64_t TYPE>
   using Block = BlockOf<TYPE>;
@@ -777,7 +778,7 @@ struct FewRows {
 template <class W, int64_t TYPE>
 inline void type_group(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t blocks, const ActivationView& x,
                        int64_t rows, float* y, int64_t width) {
-  if constexpr (TYPE == Q4_K || TYPE == Q5_K || TYPE == Q6_K) {
+  if constexpr ((TYPE == Q4_K || TYPE == Q5_K || TYPE == Q6_K) && W::kFileRows) {
     if (rows <= kRowMost) {  // W::kRows weight rows as groups of eight
       for (int64_t h = 0; h < g; h += kGroupRows) {
         with_count<FewRows<TYPE>::template Op>(rows, w + h * row_bytes, row_bytes, g - h < kGroupRows ? g - h : kGroupRows,

@@ -19,6 +19,7 @@
 #include "q4_types.h"
 #define PROCTOR_GGML_NAMESPACE proctor_ggml_avx2
 #include "ggml_dot.h"
+#include "ggml_r8_blocks.h"
 #include "ggml_r8.h"
 
 namespace {
@@ -91,29 +92,27 @@ Layout checked_layout(const at::Tensor& blocks, int64_t type, int64_t k) {
   return layout;
 }
 
-constexpr int64_t kR8RowMost = 8;  // activation rows the grouped loop takes (past it slower: bench/README.md)
+// Activation rows the grouped loop takes, each group's bytes read once: past four, the Blocks read from the groups
+// measured as fast or faster (bench/README.md, "Many rows straight from the groups").
+constexpr int64_t kR8RowMost = 4;
 
-// Q4_K_R8 (ggml_r8.h): up to kR8RowMost activation rows read the groups as they are; more, the file's layout rebuilt
-// per item in a scratch and multiplied as Q4_K (the many-row loops' own bits, whichever layout it came from).
+// Q4_K_R8 (ggml_r8.h): up to kR8RowMost activation rows take the grouped loop; more, the many-row loops with their
+// Blocks read from the groups (ggml_r8_blocks.h): the file layout's bits either way.
 void product_r8(Activations& x, const at::Tensor& blocks, float* y, int64_t width, int64_t column) {
   checked_layout(blocks, Q4_K_R8, x.k);
   const int64_t groups = blocks.size(0), group_bytes = blocks.size(1), nb = x.k / 256, rows = x.rows;
   const uint8_t* wp = blocks.const_data_ptr<uint8_t>();
   const ActivationView view = x.view();
-  if (rows <= kR8RowMost) {  // tiles of up to four activation rows, each group's bytes read once a tile
+  if (rows <= kR8RowMost) {
     const int64_t grain = std::max<int64_t>(1, 65536 / group_bytes);
     at::parallel_for(0, groups, grain, [&](int64_t begin, int64_t end) {
       for (int64_t g = begin; g < end; ++g) {
-        for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-          ActivationView tile = view;
-          tile.codes += r0 * view.k, tile.d += r0 * view.per_row_blocks, tile.bsums += r0 * view.per_row_blocks * 16;
-          float* out = y + r0 * width + column + 8 * g;
-          switch (std::min<int64_t>(4, rows - r0)) {
-            case 1: r8_rows<1>(wp + g * group_bytes, nb, tile, out, width); break;
-            case 2: r8_rows<2>(wp + g * group_bytes, nb, tile, out, width); break;
-            case 3: r8_rows<3>(wp + g * group_bytes, nb, tile, out, width); break;
-            default: r8_rows<4>(wp + g * group_bytes, nb, tile, out, width); break;
-          }
+        const uint8_t* group = wp + g * group_bytes;
+        switch (rows) {
+          case 1: r8_rows<1>(group, nb, view, y + column + 8 * g, width); break;
+          case 2: r8_rows<2>(group, nb, view, y + column + 8 * g, width); break;
+          case 3: r8_rows<3>(group, nb, view, y + column + 8 * g, width); break;
+          default: r8_rows<4>(group, nb, view, y + column + 8 * g, width); break;
         }
       }
     });
@@ -123,17 +122,14 @@ void product_r8(Activations& x, const at::Tensor& blocks, float* y, int64_t widt
   const int64_t per_item = vnni ? kWideRows : kGroupRows, row_bytes = nb * 144, n = 8 * groups;
   const int64_t items = (n + per_item - 1) / per_item;
   at::parallel_for(0, items, 1, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<uint8_t> file_rows;
-    file_rows.resize(static_cast<size_t>(per_item * row_bytes));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t j0 = item * per_item, g = std::min(per_item, n - j0);
-      for (int64_t h = 0; h < g; h += 8) {
-        unpack_r8(wp + (j0 + h) / 8 * group_bytes, nb, file_rows.data() + h * row_bytes, row_bytes);
-      }
+      const uint8_t* w = wp + j0 / 8 * group_bytes;
       if (vnni) {
-        wide_group_vnni(Q4_K, file_rows.data(), row_bytes, g, x.k, view, rows, y + column + j0, width);
+        wide_groups_vnni(w, row_bytes, g, x.k, view, rows, y + column + j0, width);
       } else {
-        proctor_ggml_avx2::group(Q4_K, file_rows.data(), row_bytes, g, x.k, view, rows, y + column + j0, width);
+        proctor_ggml_avx2::groups_q4_k<proctor_ggml_avx2::NarrowGroups>(w, row_bytes, g, x.k, view, rows,
+                                                                        y + column + j0, width);
       }
     }
   });

@@ -7,7 +7,8 @@
 // The same bits as the file's layout: per weight row and block, S = Σ_j scale_j·Σ q·a over sub-block j and
 // M = Σ_j minimum_j·Σ a (exact integers; the pairs' int16 sums of one sub-block reach at most 16·15·128 = 30,720),
 // then acc = fma(S, d·x_d, acc) and acc = fma(M, −dmin·x_d, acc) in block order: what few_rows and the Blocks do
-// (ggml_dot.h). More activation rows than kRowMost go through the file's layout, rebuilt per group in a scratch.
+// (ggml_dot.h). More activation rows take the many-row loops, their Blocks read straight from the groups
+// (ggml_r8_blocks.h, included first, as is ggml_dot.h).
 //
 // Layout of one group of eight rows, per 256-input block (1,152 bytes: eight Q4_K blocks' bytes, moved):
 //   d[8], dmin[8]                  float16, row r at r
@@ -24,9 +25,6 @@
 
 namespace proctor_ggml {
 
-constexpr int64_t Q4_K_R8 = 112;  // not a ggml type: Q4_K weights eight rows to a group (repack_q4_k)
-constexpr int64_t kR8Bytes = 8 * 144;
-
 // The file's eight rows (row_bytes apart, `blocks` blocks each) as one group, block by block.
 inline void pack_r8(const uint8_t* rows, int64_t row_bytes, int64_t blocks, uint8_t* out) {
   for (int64_t b = 0; b < blocks; ++b, out += kR8Bytes) {
@@ -42,52 +40,6 @@ inline void pack_r8(const uint8_t* rows, int64_t row_bytes, int64_t blocks, uint
   }
 }
 
-// The inverse: a group back to the file's eight rows (the many-row loops read those). A chunk's eight vectors (lane
-// r: row r's word l) transposed are the eight rows' 32 bytes of it (ggml_dot.h's transpose_words8, included first).
-inline void unpack_r8(const uint8_t* group, int64_t blocks, uint8_t* rows, int64_t row_bytes) {
-  for (int64_t b = 0; b < blocks; ++b, group += kR8Bytes) {
-    for (int r = 0; r < 8; ++r) {
-      uint8_t* block = rows + r * row_bytes + b * 144;
-      std::memcpy(block, group + 2 * r, 2);
-      std::memcpy(block + 2, group + 16 + 2 * r, 2);
-      for (int w = 0; w < 3; ++w) std::memcpy(block + 4 + 4 * w, group + 32 + 4 * (8 * w + r), 4);
-    }
-    for (int c = 0; c < 4; ++c) {
-      __m256i v[8];
-      for (int l = 0; l < 8; ++l) v[l] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 128 + 32 * (8 * c + l)));
-      proctor_ggml_avx2::transpose_words8(v);
-      for (int r = 0; r < 8; ++r) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(rows + r * row_bytes + b * 144 + 16 + 32 * c), v[r]);
-      }
-    }
-  }
-}
-
-// Eight rows' scales (sc[j], lane r: row r's scale of sub-block j) and minimums, each as an int16 pair (v, v) in its
-// 32-bit lane, from the three scale words: get_scale_min_k4 for the eight rows at once.
-[[gnu::always_inline]] inline void r8_scales(const uint8_t* group, __m256i* sc, __m256i* mn) {
-  const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32));
-  const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 64));
-  const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 96));
-  const __m256i low6 = _mm256_set1_epi32(0x3f3f3f3f), low4 = _mm256_set1_epi32(0x0f0f0f0f);
-  const __m256i low2 = _mm256_set1_epi32(0x03030303);
-  // bytes 0-3: scales 0-3; 4-7: scales 4-7; then minimums 0-3 and 4-7 (llama.cpp's utmp words)
-  const __m256i words[4] = {
-      _mm256_and_si256(w0, low6),
-      _mm256_or_si256(_mm256_and_si256(w2, low4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), low2), 4)),
-      _mm256_and_si256(w1, low6),
-      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), low4),
-                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), low2), 4))};
-  const __m256i byte = _mm256_set1_epi32(0xFF);
-  for (int j = 0; j < 8; ++j) {
-    const int shift = 8 * (j % 4);
-    const __m256i s = _mm256_and_si256(_mm256_srli_epi32(words[j / 4], shift), byte);
-    const __m256i m = _mm256_and_si256(_mm256_srli_epi32(words[2 + j / 4], shift), byte);
-    sc[j] = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
-    mn[j] = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
-  }
-}
-
 // One group's outputs for activation rows 0 .. R − 1: y[t·width + r] for weight row r of the group.
 template <int R>
 inline void r8_rows(const uint8_t* group, int64_t blocks, const ActivationView& x, float* y, int64_t width) {
@@ -98,7 +50,8 @@ inline void r8_rows(const uint8_t* group, int64_t blocks, const ActivationView& 
     _mm_prefetch(reinterpret_cast<const char*>(group) + 2 * kR8Bytes, _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(group) + 2 * kR8Bytes + 576, _MM_HINT_T0);
     __m256i sc[8], mn[8];
-    r8_scales(group, sc, mn);
+    proctor_ggml_avx2::r8_scale_lanes(group, sc, mn);
+    for (int j = 0; j < 8; ++j) sc[j] = proctor_ggml_avx2::int16_pair(sc[j]), mn[j] = proctor_ggml_avx2::int16_pair(mn[j]);
     __m256i s32[R], m32[R];
     for (int t = 0; t < R; ++t) s32[t] = m32[t] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {  // 64 inputs: sub-blocks 2c (low nibbles) and 2c + 1 (high)

@@ -17,6 +17,7 @@
 #define PROCTOR_GGML_NAMESPACE proctor_ggml_vnni
 #include "ggml_dot.h"
 #include "ggml_wide.h"
+#include "ggml_r8_blocks.h"
 
 namespace proctor_ggml {
 
@@ -28,6 +29,11 @@ void rows_vnni(int64_t count, int64_t type, const uint8_t* w, int64_t k, const A
 void wide_group_vnni(int64_t type, const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x,
                      int64_t rows, float* y, int64_t width) {
   proctor_ggml_vnni::wide_group(type, w, row_bytes, g, k, x, rows, y, width);
+}
+
+void wide_groups_vnni(const uint8_t* w, int64_t row_bytes, int64_t g, int64_t k, const ActivationView& x, int64_t rows,
+                      float* y, int64_t width) {
+  proctor_ggml_vnni::groups_q4_k<proctor_ggml_vnni::WideGroups>(w, row_bytes, g, k, x, rows, y, width);
 }
 
 }  // namespace proctor_ggml

@@ -155,6 +155,7 @@ template <int R, int64_t TYPE>
 // The group drivers' 512-bit width (ggml_dot.h: Narrow, fused_tile, type_group).
 struct Wide {
   static constexpr int64_t kRows = kWideRows;
+  static constexpr bool kFileRows = true;
   using Acc = __m512;
   template <int64_t TYPE>
   using Block = WideBlockOf<TYPE>;
