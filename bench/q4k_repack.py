@@ -1,9 +1,9 @@
-"""Q4_K products on the file's rows against the same weights repacked eight rows to a group (kernels/ggml_r8.h,
-issue 57's lever at one and a few activation rows), interleaved in one process on every Q4_K matrix of a GGUF file's
-layers, one after another as a decode step reads them (a working set past the caches): median ms, GB/s of the
-file's bytes, and the ratio, at 1 and 2 threads and 1, 2 and 4 rows (``--rows``), for the loops the CPU has.
-The two give the same bits (tests/unit/test_q4k_repack.py). ``--steps N`` also times the whole slot-forward
-decode step at 1, 2, 4, 8 and 16 streams: the file loaded twice, served grouped (as the server does) and on its rows, steps alternating.
+"""Q4_K products on the file's rows against the same weights repacked eight rows to a group (kernels/ggml_r8.h, issue
+57's lever at one and a few activation rows), interleaved in one process on every Q4_K matrix of a GGUF file's
+layers, one after another as a decode step reads them (a working set past the caches): median ms, GB/s of the file's
+bytes, and the ratio, at 1 and 2 threads and 1, 2 and 4 rows (``--rows``), for the loops the CPU has. The two give
+the same bits (tests/unit/test_q4k_repack.py). ``--steps N`` also times the whole slot-forward decode step at 1, 2,
+4, 8 and 16 streams: the file loaded twice, served grouped (as the server does) and on its rows, steps alternating.
 
     python bench/q4k_repack.py FILE.gguf [--rounds 7] [--steps 12] [--rows 1,2,4]
 """
