@@ -8,7 +8,10 @@ is base time ÷ this tree's time (medians), for the VNNI loops (where the CPU ha
 A name with ``*`` (``blk.*.ffn_gate.weight``) stands for that matrix of every layer, multiplied one after
 another as a decode step does: a working set past the caches, so one row shows the memory-bound rate.
 
+``--grouped`` repacks the Q4_K matrices eight rows to a group first, as the server serves them.
+
     python bench/kernel_ab.py FILE.gguf [--base HEAD~1] [--matrices blk.0.attn_q.weight,blk.*.ffn_gate.weight]
+                              [--grouped]
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ sys.path[:0] = [str(ROOT / "service")]
 import torch  # noqa: E402
 
 from proctor.executor.fused_decode import CFLAGS, LDFLAGS, load_problem  # noqa: E402
-from proctor.executor.gguf_linear import GgufLinear  # noqa: E402
+from proctor.executor.gguf_linear import Q4_K, Q4_K_R8, GgufLinear  # noqa: E402
 from proctor.models.gguf_file import GgufFile  # noqa: E402
 
 KERNELS = ("service/proctor/executor/kernels", "service/proctor/engine/kernels")  # where they are; where they were
@@ -63,9 +66,13 @@ def build_base(revision: str, directory: Path) -> None:
                        extra_ldflags=LDFLAGS, build_directory=str(build), is_python_module=False, verbose=False)
 
 
-def median_pair(matrices: list[GgufLinear], rows: int, scale: int) -> tuple[float, float]:
-    """(base, this tree) median seconds of one product per matrix at ``rows`` rows, the two called in turn."""
+def median_pair(matrices: list[GgufLinear], rows: int, scale: int, grouped: bool) -> tuple[float, float]:
+    """(base, this tree) median seconds of one product per matrix at ``rows`` rows, the two called in turn; with
+    ``grouped``, Q4_K matrices repacked eight rows to a group as the server serves them (one layout in both trees)."""
     first = matrices[0]
+    weights = [(torch.ops.proctor.repack_q4_k(m.blocks, m.in_features), Q4_K_R8)
+               if grouped and m.ggml_type == Q4_K and m.out_features % 8 == 0 else (m.blocks, m.ggml_type)
+               for m in matrices]
     x = torch.randn(rows, first.in_features)
     ops = {"base": torch.ops.baseproctor.ggml_linear, "this": torch.ops.proctor.ggml_linear}
     times: dict[str, list[float]] = {tag: [] for tag in ops}
@@ -73,8 +80,8 @@ def median_pair(matrices: list[GgufLinear], rows: int, scale: int) -> tuple[floa
     for _ in range(repeats):
         for tag, op in ops.items():
             began = time.perf_counter()
-            for matrix in matrices:
-                op(x, [matrix.blocks], [matrix.ggml_type])
+            for blocks, kind in weights:
+                op(x, [blocks], [kind])
             times[tag].append(time.perf_counter() - began)
     return statistics.median(times["base"]), statistics.median(times["this"])
 
@@ -94,6 +101,7 @@ def main() -> int:
     parser.add_argument("--matrices", default=DEFAULT_MATRICES)
     parser.add_argument("--rows", default=ROWS, help="activation rows to time, comma-separated")
     parser.add_argument("--repeats", type=int, default=1, help="times the default number of calls (noisy machines)")
+    parser.add_argument("--grouped", action="store_true", help="Q4_K repacked eight rows to a group, as served")
     args = parser.parse_args()
     problem = load_problem()
     if problem is not None:
@@ -101,7 +109,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="proctor-kernel-ab-") as scratch:
         build_base(args.base, Path(scratch))
         file = GgufFile(args.gguf)
-        print(f"\n`python bench/kernel_ab.py {args.gguf.name} --base {args.base}`, {torch.get_num_threads()} threads\n")
+        print(f"\n`python bench/kernel_ab.py {args.gguf.name} --base {args.base}{' --grouped' * args.grouped}`, "
+              f"{torch.get_num_threads()} threads\n")
         print("| loops | matrix | type | rows | base ms | this tree ms | speed-up | GMAC/s |\n"
               "|---|---|---|---|---|---|---|---|")
         for loops in ("auto", "avx2"):
@@ -111,7 +120,7 @@ def main() -> int:
                 matrices = named(file, name)
                 matrix = matrices[0]
                 for rows in (int(r) for r in args.rows.split(",")):
-                    base, this = median_pair(matrices, rows, args.repeats)
+                    base, this = median_pair(matrices, rows, args.repeats, args.grouped)
                     macs = rows * matrix.in_features * matrix.out_features * len(matrices)
                     print(f"| {chosen} | {name} | {matrix.block_type} | {rows} | {base * 1e3:.3f} | {this * 1e3:.3f} | "
                           f"{base / this:.2f}× | {macs / this / 1e9:.0f} |", flush=True)
