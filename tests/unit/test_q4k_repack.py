@@ -1,7 +1,7 @@
 """Q4_K weights repacked eight rows to a group (kernels/ggml_r8.h, ``repack_q4_k``; issue 57's lever for one row):
-every product is the file layout's bits, at every row count (the few-row loop reads the groups, more rows the many-
-row loops' Blocks made straight from them, ggml_r8_blocks.h), in both loops, alone or in a stack of types, and at
-the integers' edges (every code 15 against activations of ±127: the int16 sums' largest)."""
+every product is the file layout's bits, at every row count (the few-row loop reads the groups, more rows the
+many-row loops' Blocks made straight from them, ggml_r8_blocks.h), in both loops, alone or in a stack of types, and
+at the integers' edges (every code 15 against activations of ±127: the int16 sums' largest)."""
 
 from __future__ import annotations
 
