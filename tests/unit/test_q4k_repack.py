@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers.ggml_blocks import random_blocks
 from helpers.gguf_writer import tiny_loaded_from_gguf, write_gguf
-from helpers.requirements import missing
+from helpers.requirements import hardware_lacks, missing
 from test_families import build
 
 from proctor.executor import fused_decode
@@ -38,7 +38,7 @@ def product(x: torch.Tensor, weights: list[tuple[torch.Tensor, int]]) -> torch.T
 def use_loops(chosen: str) -> None:
     """The AVX2 loops, or the VNNI ones (skipped, saying so, on a CPU without them)."""
     if chosen == "vnni" and torch.ops.proctor.q4_loops("") != "avx512-vnni":
-        pytest.skip("skipped: no AVX-512 VNNI here, so only the AVX2 loops are checked")
+        hardware_lacks("skipped: no AVX-512 VNNI here, so only the AVX2 loops are checked")
     torch.ops.proctor.q4_loops("auto" if chosen == "vnni" else chosen)
 
 
