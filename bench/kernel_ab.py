@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT / "service")]
 import torch  # noqa: E402
 
 from proctor.executor.fused_decode import CFLAGS, LDFLAGS, load_problem  # noqa: E402
-from proctor.executor.gguf_linear import Q4_K, Q4_K_R8, GgufLinear  # noqa: E402
+from proctor.executor.gguf_linear import GgufLinear  # noqa: E402
 from proctor.models.gguf_file import GgufFile  # noqa: E402
 
 KERNELS = ("service/proctor/executor/kernels", "service/proctor/engine/kernels")  # where they are; where they were
@@ -66,13 +66,9 @@ def build_base(revision: str, directory: Path) -> None:
                        extra_ldflags=LDFLAGS, build_directory=str(build), is_python_module=False, verbose=False)
 
 
-def median_pair(matrices: list[GgufLinear], rows: int, scale: int, grouped: bool) -> tuple[float, float]:
-    """(base, this tree) median seconds of one product per matrix at ``rows`` rows, the two called in turn; with
-    ``grouped``, Q4_K matrices repacked eight rows to a group as the server serves them (one layout in both trees)."""
+def median_pair(matrices: list[GgufLinear], rows: int, scale: int) -> tuple[float, float]:
+    """(base, this tree) median seconds of one product per matrix at ``rows`` rows, the two called in turn."""
     first = matrices[0]
-    weights = [(torch.ops.proctor.repack_q4_k(m.blocks, m.in_features), Q4_K_R8)
-               if grouped and m.ggml_type == Q4_K and m.out_features % 8 == 0 else (m.blocks, m.ggml_type)
-               for m in matrices]
     x = torch.randn(rows, first.in_features)
     ops = {"base": torch.ops.baseproctor.ggml_linear, "this": torch.ops.proctor.ggml_linear}
     times: dict[str, list[float]] = {tag: [] for tag in ops}
@@ -80,8 +76,8 @@ def median_pair(matrices: list[GgufLinear], rows: int, scale: int, grouped: bool
     for _ in range(repeats):
         for tag, op in ops.items():
             began = time.perf_counter()
-            for blocks, kind in weights:
-                op(x, [blocks], [kind])
+            for matrix in matrices:
+                op(x, [matrix.blocks], [matrix.ggml_type])
             times[tag].append(time.perf_counter() - began)
     return statistics.median(times["base"]), statistics.median(times["this"])
 
@@ -118,9 +114,11 @@ def main() -> int:
             torch.ops.baseproctor.q4_loops(loops)
             for name in args.matrices.split(","):
                 matrices = named(file, name)
+                if args.grouped:  # as the server serves them (one layout in both trees)
+                    matrices = [m.grouped() for m in matrices]
                 matrix = matrices[0]
                 for rows in (int(r) for r in args.rows.split(",")):
-                    base, this = median_pair(matrices, rows, args.repeats, args.grouped)
+                    base, this = median_pair(matrices, rows, args.repeats)
                     macs = rows * matrix.in_features * matrix.out_features * len(matrices)
                     print(f"| {chosen} | {name} | {matrix.block_type} | {rows} | {base * 1e3:.3f} | {this * 1e3:.3f} | "
                           f"{base / this:.2f}× | {macs / this / 1e9:.0f} |", flush=True)
